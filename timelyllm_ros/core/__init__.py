@@ -1,0 +1,1 @@
+"""Pure scheduling core: no I/O, time from an injected clock."""

@@ -1,0 +1,241 @@
+"""Robot definitions: skill schema + execution-time model, loaded from robots/<type>.yaml.
+
+The YAML is trusted configuration, but it is still validated at load time so that a typo gives a
+clear error at start-up instead of a wrong plan at run time.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+ROBOTS_DIR = Path(__file__).resolve().parents[2] / "robots"
+ARG_TYPES = ("int", "float", "str")
+RETURN_TYPES = ("none", "bool", "float", "str")
+LANGUAGES = ("minispec", "sentence")
+
+
+class RobotSpecError(ValueError):
+    """A robot YAML file is malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArgSpec:
+    name: str
+    type: str  # int | float | str
+    min: float | None = None
+    max: float | None = None
+    max_len: int = 64
+    unit: str = ""
+    choices: tuple[str, ...] = ()
+
+    def check(self, value: Any) -> str | None:
+        """None if value is allowed for this argument, else the reason it is not."""
+        if self.type == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                return f"argument {self.name!r} must be an int, got {value!r}"
+        elif self.type == "float":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                return f"argument {self.name!r} must be a number, got {value!r}"
+        elif self.type == "str":
+            if not isinstance(value, str):
+                return f"argument {self.name!r} must be a string, got {value!r}"
+            if len(value) > self.max_len:
+                return f"argument {self.name!r} longer than {self.max_len} characters"
+            if self.choices and value not in self.choices:
+                return f"argument {self.name!r} must be one of {list(self.choices)}, got {value!r}"
+            return None
+        if self.min is not None and value < self.min:
+            return f"argument {self.name!r}={value} below minimum {self.min:g}{self.unit}"
+        if self.max is not None and value > self.max:
+            return f"argument {self.name!r}={value} above maximum {self.max:g}{self.unit}"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ExecTimeModel:
+    """Execution time of one skill call, in seconds.
+
+    Parametric skills: base_s + per_unit_s * |arg[unit_arg]|, with Gaussian jitter (jitter_cv).
+    Variable skills (e.g. scan): uniform on [min_s, max_s]; the scheduler uses min_s, as in the
+    paper (§4.3), so the next segment is ready even in the fastest case.
+    """
+
+    base_s: float = 0.0
+    per_unit_s: float = 0.0
+    unit_arg: str | None = None
+    jitter_cv: float = 0.0
+    min_s: float | None = None
+    max_s: float | None = None
+    per_word_s: float = 0.0  # chat: reading/speaking time per word
+
+    @property
+    def variable(self) -> bool:
+        return self.max_s is not None
+
+    def nominal(self, args: Mapping[str, Any] | None = None, words: int = 0) -> float:
+        """The profile's estimate: mean for parametric skills, minimum for variable ones."""
+        if self.variable:
+            return float(self.min_s or 0.0)
+        t = self.base_s + self.per_word_s * words
+        if self.unit_arg and args and self.unit_arg in args:
+            t += self.per_unit_s * abs(float(args[self.unit_arg]))
+        return t
+
+    def sample(self, rng: random.Random, args: Mapping[str, Any] | None = None, words: int = 0) -> float:
+        """A simulated duration (seeded rng): what a real robot would take."""
+        if self.variable:
+            return rng.uniform(float(self.min_s or 0.0), float(self.max_s))
+        t = self.nominal(args, words)
+        if self.jitter_cv > 0:
+            t = rng.gauss(t, self.jitter_cv * t)
+        floor = self.min_s if self.min_s is not None else 0.1 * self.nominal(args, words)
+        return max(floor, t)
+
+
+@dataclass(frozen=True, slots=True)
+class SkillSpec:
+    name: str
+    abbr: str
+    description: str
+    args: tuple[ArgSpec, ...]
+    returns: str
+    blocking: bool
+    exec_time: ExecTimeModel
+
+    def arg_map(self, values: tuple[Any, ...]) -> dict[str, Any]:
+        return {a.name: v for a, v in zip(self.args, values)}
+
+
+@dataclass(frozen=True, slots=True)
+class RobotSpec:
+    robot_type: str
+    language: str
+    description: str
+    max_segment_tokens: int
+    skills: dict[str, SkillSpec]  # by full name
+    by_abbr: dict[str, SkillSpec] = field(default_factory=dict)
+    words_per_minute: float = 300.0  # sentence language: "execution" = reading time
+    source: str = ""
+
+    def skill(self, name_or_abbr: str) -> SkillSpec | None:
+        return self.by_abbr.get(name_or_abbr) or self.skills.get(name_or_abbr)
+
+
+def _num(d: Mapping, key: str, where: str, default: float | None = None, *, positive: bool = False) -> float | None:
+    v = d.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise RobotSpecError(f"{where}: {key} must be a number, got {v!r}")
+    if v < 0 or (positive and v == 0):
+        raise RobotSpecError(f"{where}: {key} must be {'> 0' if positive else '>= 0'}, got {v!r}")
+    return float(v)
+
+
+def _exec_time(d: Any, where: str) -> ExecTimeModel:
+    if not isinstance(d, dict):
+        raise RobotSpecError(f"{where}: exec_time must be a mapping")
+    known = {"base_s", "per_unit_s", "unit_arg", "jitter_cv", "min_s", "max_s", "dist", "per_word_s"}
+    extra = set(d) - known
+    if extra:
+        raise RobotSpecError(f"{where}: exec_time has unknown keys {sorted(extra)}")
+    m = ExecTimeModel(
+        base_s=_num(d, "base_s", where, 0.0) or 0.0,
+        per_unit_s=_num(d, "per_unit_s", where, 0.0) or 0.0,
+        unit_arg=d.get("unit_arg"),
+        jitter_cv=_num(d, "jitter_cv", where, 0.0) or 0.0,
+        min_s=_num(d, "min_s", where),
+        max_s=_num(d, "max_s", where),
+        per_word_s=_num(d, "per_word_s", where, 0.0) or 0.0,
+    )
+    if m.max_s is not None and (m.min_s is None or m.min_s > m.max_s):
+        raise RobotSpecError(f"{where}: variable exec_time needs min_s <= max_s")
+    if d.get("dist", "uniform") != "uniform":
+        raise RobotSpecError(f"{where}: only dist: uniform is supported, got {d.get('dist')!r}")
+    return m
+
+
+def _arg(d: Any, where: str) -> ArgSpec:
+    if not isinstance(d, dict) or "name" not in d or "type" not in d:
+        raise RobotSpecError(f"{where}: each arg needs name and type")
+    if d["type"] not in ARG_TYPES:
+        raise RobotSpecError(f"{where}: arg type must be one of {ARG_TYPES}, got {d['type']!r}")
+    extra = set(d) - {"name", "type", "min", "max", "max_len", "unit", "choices"}
+    if extra:
+        raise RobotSpecError(f"{where}: arg {d['name']!r} has unknown keys {sorted(extra)}")
+    lo, hi = d.get("min"), d.get("max")
+    if lo is not None and hi is not None and lo > hi:
+        raise RobotSpecError(f"{where}: arg {d['name']!r} has min > max")
+    return ArgSpec(
+        name=str(d["name"]), type=d["type"], min=lo, max=hi, max_len=int(d.get("max_len", 64)),
+        unit=str(d.get("unit", "")), choices=tuple(d.get("choices", ()) or ()),
+    )
+
+
+def parse_robot(data: Any, source: str = "<robot>") -> RobotSpec:
+    if not isinstance(data, dict):
+        raise RobotSpecError(f"{source}: top level must be a mapping")
+    for key in ("robot_type", "language", "skills"):
+        if key not in data:
+            raise RobotSpecError(f"{source}: missing {key!r}")
+    if data["language"] not in LANGUAGES:
+        raise RobotSpecError(f"{source}: language must be one of {LANGUAGES}")
+    skills: dict[str, SkillSpec] = {}
+    by_abbr: dict[str, SkillSpec] = {}
+    raw = data["skills"]
+    if not isinstance(raw, dict):
+        raise RobotSpecError(f"{source}: skills must be a mapping name -> skill")
+    for name, s in raw.items():
+        where = f"{source}: skill {name!r}"
+        if not isinstance(s, dict):
+            raise RobotSpecError(f"{where}: must be a mapping")
+        returns = s.get("returns", "none")
+        if returns not in RETURN_TYPES:
+            raise RobotSpecError(f"{where}: returns must be one of {RETURN_TYPES}")
+        spec = SkillSpec(
+            name=str(name), abbr=str(s.get("abbr", name)), description=str(s.get("description", "")),
+            args=tuple(_arg(a, where) for a in (s.get("args") or [])), returns=returns,
+            blocking=bool(s.get("blocking", False)), exec_time=_exec_time(s.get("exec_time", {}), where),
+        )
+        if spec.exec_time.unit_arg and spec.exec_time.unit_arg not in {a.name for a in spec.args}:
+            raise RobotSpecError(f"{where}: exec_time.unit_arg {spec.exec_time.unit_arg!r} is not an arg")
+        if spec.abbr in by_abbr or spec.abbr in skills and skills[spec.abbr] is not spec:
+            raise RobotSpecError(f"{where}: abbreviation {spec.abbr!r} is used twice")
+        skills[spec.name] = spec
+        by_abbr[spec.abbr] = spec
+    mst = data.get("max_segment_tokens", 16)
+    if not isinstance(mst, int) or mst <= 0:
+        raise RobotSpecError(f"{source}: max_segment_tokens must be a positive int")
+    return RobotSpec(
+        robot_type=str(data["robot_type"]), language=data["language"],
+        description=str(data.get("description", "")), max_segment_tokens=mst, skills=skills,
+        by_abbr=by_abbr, words_per_minute=float(data.get("words_per_minute", 300.0)), source=source,
+    )
+
+
+def load_robot(path: str | Path) -> RobotSpec:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise RobotSpecError(f"{path}: cannot read robot definition: {e}") from e
+    return parse_robot(data, str(path))
+
+
+def load_robots(directory: str | Path = ROBOTS_DIR) -> dict[str, RobotSpec]:
+    """All robot types in a directory, keyed by robot_type."""
+    out: dict[str, RobotSpec] = {}
+    for p in sorted(Path(directory).glob("*.yaml")):
+        spec = load_robot(p)
+        if spec.robot_type in out:
+            raise RobotSpecError(f"{p}: robot_type {spec.robot_type!r} defined twice")
+        out[spec.robot_type] = spec
+    if not out:
+        raise RobotSpecError(f"no robot definitions in {directory}")
+    return out

@@ -1,0 +1,167 @@
+"""Plain data of the planner: requests, skill calls, segments, generations and their states."""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .tuf import TUF, TUFError
+
+Value = int | float | str | bool | None
+
+
+class RequestError(ValueError):
+    """A plan request is malformed; the message says which field and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class SkillCall:
+    """One call of a robot skill, as parsed from LLM output and validated against the schema."""
+
+    name: str  # full skill name, e.g. move_forward
+    abbr: str  # short name the LLM wrote, e.g. mf
+    args: tuple[Value, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.abbr}({','.join(repr(a) if isinstance(a, str) else str(a) for a in self.args)})"
+
+
+_ID_RE = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRequest:
+    """A robot's plan request: what to do, in which scene, with what time utility."""
+
+    request_id: str
+    robot_id: str  # robot instance / ROS namespace, e.g. "drone3"
+    robot_type: str  # key of robots/<type>.yaml
+    task: str
+    scene: str
+    tuf: TUF
+    arrival: float  # planner clock time the request was received
+    task_type: str = ""  # e.g. LRTrace trace id "T1", for per-task-type metrics
+    category: str = "normal"  # normal | urgent | chat (reporting only)
+    reference_plan: str | None = None  # simulator: the text the simulated LLM will "generate"
+    consume_rate: float | None = None  # tokens/s a streamed reply is consumed at (Andes)
+
+    @classmethod
+    def from_mapping(cls, m: Any, *, arrival: float, robot_types: set[str] | None = None,
+                     max_text: int = 4000) -> "PlanRequest":
+        """Validate an untrusted request (topic message, workload line) and build it."""
+        if not isinstance(m, dict):
+            raise RequestError(f"request must be a mapping, got {type(m).__name__}")
+        for key in ("request_id", "robot_id", "robot_type", "task", "tuf"):
+            if key not in m or m[key] in (None, ""):
+                raise RequestError(f"request is missing {key!r}")
+        for key in ("request_id", "robot_id"):
+            if not isinstance(m[key], str) or not _ID_RE.match(m[key]):
+                raise RequestError(f"{key} must match {_ID_RE.pattern}, got {m[key]!r}")
+        if robot_types is not None and m["robot_type"] not in robot_types:
+            raise RequestError(f"unknown robot_type {m['robot_type']!r}; known: {sorted(robot_types)}")
+        for key in ("task", "scene"):
+            v = m.get(key, "")
+            if not isinstance(v, str):
+                raise RequestError(f"{key} must be a string")
+            if len(v) > max_text:
+                raise RequestError(f"{key} is longer than {max_text} characters")
+        try:
+            tuf = m["tuf"] if isinstance(m["tuf"], TUF) else TUF.from_mapping(m["tuf"])
+        except TUFError as e:
+            raise RequestError(str(e)) from e
+        rate = m.get("consume_rate")
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0):
+            raise RequestError(f"consume_rate must be > 0 tokens/s, got {rate!r}")
+        return cls(
+            request_id=m["request_id"], robot_id=m["robot_id"], robot_type=m["robot_type"],
+            task=m["task"], scene=m.get("scene", ""), tuf=tuf, arrival=arrival,
+            task_type=str(m.get("task_type", "")), category=str(m.get("category", "normal")),
+            reference_plan=m.get("reference_plan"), consume_rate=rate,
+        )
+
+
+class GenState(enum.Enum):
+    QUEUED = "queued"  # waiting for its first segment to be generated
+    RUNNING = "running"  # in the engine batch
+    SUSPENDED = "suspended"  # last segment dispatched; ready to resume (queued by priority)
+    WAITING = "waiting"  # a blocking skill's result is awaited before resuming
+    DRAINING = "draining"  # generation done; dispatched segments still executing
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (GenState.FINISHED, GenState.FAILED, GenState.CANCELLED)
+
+
+@dataclass(slots=True)
+class Segment:
+    """One executable piece of a plan: a complete statement, sent to the robot as one goal."""
+
+    index: int
+    text: str
+    calls: tuple[SkillCall, ...]
+    blocking: bool
+    token_count: int
+    gen_start: float  # when generation of this segment (re)started
+    gen_end: float  # when its last token was generated
+    est_exec_s: float  # estimated execution time at dispatch
+    dispatched_at: float | None = None
+    exec_start: float | None = None  # reported by the executor
+    exec_end: float | None = None
+    measured_s: tuple[float, ...] = ()  # per call
+    result: Value = None
+    ok: bool | None = None
+    error: str = ""
+
+
+@dataclass(slots=True)
+class Generation:
+    """A request's generation: its token record, segments and state (mutated by the planner only)."""
+
+    request: PlanRequest
+    prompt_ids: list[int] = field(default_factory=list)
+    output_ids: list[int] = field(default_factory=list)  # generated (and injected) token ids: our record
+    text: str = ""  # detokenised output so far (segmenter input)
+    state: GenState = GenState.QUEUED
+    reason: str = ""  # terminal reason
+    segments: list[Segment] = field(default_factory=list)
+    seg_start: float | None = None  # when the current segment's generation started
+    seg_tokens: int = 0  # tokens generated for the current segment
+    seg_text_start: int = 0  # offset in text where the current segment starts
+    ready_since: float = 0.0  # when it last became ready to run (FCFS tie-break)
+    engine_finished: bool = False
+    priority: float = 0.0  # last value set by the policy (for status/debug)
+    resumes: int = 0
+    cached_tokens: list[int] = field(default_factory=list)  # num_cached_tokens per (re)add
+    finished_at: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # policy-private state (e.g. Trail prediction)
+
+    @property
+    def gen_id(self) -> str:
+        return self.request.request_id
+
+    @property
+    def k(self) -> int:
+        """Index of the next segment to generate."""
+        return len(self.segments)
+
+    def prev_exec_end_estimate(self) -> float | None:
+        """Estimated end of the last dispatched segment's action (None before the first).
+
+        The robot runs segments in order, so each starts no earlier than the previous one ends;
+        measured times replace estimates as executor results arrive.
+        """
+        end: float | None = None
+        for seg in self.segments:
+            if seg.exec_end is not None:
+                end = seg.exec_end
+                continue
+            start = seg.exec_start if seg.exec_start is not None else (seg.dispatched_at or seg.gen_end)
+            if end is not None:
+                start = max(start, end)
+            end = start + seg.est_exec_s
+        return end

@@ -1,0 +1,1 @@
+"""LLM engines behind one small protocol (simulated, vLLM)."""
