@@ -165,3 +165,45 @@ class Generation:
                 start = max(start, end)
             end = start + seg.est_exec_s
         return end
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentGoal:
+    """What an executor receives for one segment (the ROS ExecuteSegment action goal)."""
+
+    request_id: str
+    robot_id: str
+    robot_type: str
+    segment_index: int
+    text: str  # the statement, e.g. "mf(50);" or "?iv('cat')==True{g('cat');}"
+    calls: tuple[SkillCall, ...]  # the skill calls it contains, in textual order
+    est_exec_s: float
+    blocking: bool  # the generation waits for `value` before resuming
+
+
+class ResultCode(enum.IntEnum):
+    OK = 0
+    REJECTED = 1  # executor refused the goal (unknown robot, busy, invalid)
+    ABORTED = 2  # failed while executing (SDK error, robot fault)
+    TIMEOUT = 3  # no result within the configured time
+    CANCELLED = 4
+    DISCONNECTED = 5  # robot/executor went away
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentResult:
+    """What an executor reports back for one segment (the action result)."""
+
+    request_id: str
+    segment_index: int
+    code: ResultCode
+    exec_start: float  # planner-clock times (executors on the wall clock report durations;
+    exec_end: float  # adapters convert)
+    call_durations_s: tuple[float, ...] = ()  # measured per call, feeds the estimator
+    calls_done: int = 0
+    value: Value = None  # return value of the segment (blocking skills)
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code == ResultCode.OK
