@@ -1,0 +1,173 @@
+"""Per-request and aggregate metrics of TimelyLLM (paper Fig. 3 and §7.1), pure and JSON-ready.
+
+Definitions (times on the planner clock, seconds):
+
+* response time  W(s0) = exec_start(s0) - arrival            (request received -> first action starts)
+* segment wait   W(sk) = max(0, exec_start(sk) - exec_end(s_{k-1})), k > 0
+* waiting time   = sum_k W(sk)                                (time the robot spent waiting on planning)
+* execution time = sum_k (exec_end(sk) - exec_start(sk))
+* completion     = waiting + execution                        (C(r) = sum_k W(sk) + E(sk))
+* time utility   = TUF0(response time)                        (Eq. 1)
+
+Only segments that actually executed count; the walk stops at the first segment without measured
+execution times (a failed or cancelled request).  A request whose first action never started has no
+response time; its utility is ``min(0, TUF0(end - arrival))`` so that giving up never earns credit
+(utilities may be negative, as in the paper, and a missing answer must not look better than a late
+one).  Aggregates are reported per task type, per category and overall; the JSON form has sorted
+keys and rounded floats so a seeded simulation always produces byte-identical output.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from .types import Generation, GenState
+
+ROUND_DIGITS = 6
+TIME_FIELDS = ("response_s", "waiting_s", "execution_s", "completion_s")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestMetrics:
+    """What one request achieved; None where it never got that far."""
+
+    request_id: str
+    robot_id: str
+    task_type: str
+    category: str
+    arrival: float
+    state: str  # terminal GenState value (or the current one if not terminal)
+    reason: str
+    segments: int  # generated segments
+    segments_executed: int
+    response_s: float | None
+    waiting_s: float | None
+    execution_s: float | None
+    completion_s: float | None
+    utility: float
+    max_utility: float  # TUF beta
+
+
+def request_metrics(gen: Generation) -> RequestMetrics:
+    """Metrics of one generation from its segments' measured execution times."""
+    req = gen.request
+    response: float | None = None
+    waiting = 0.0
+    execution = 0.0
+    executed = 0
+    prev_end: float | None = None
+    for seg in gen.segments:
+        if seg.exec_start is None or seg.exec_end is None:
+            break
+        if prev_end is None:
+            response = seg.exec_start - req.arrival
+            waiting += max(0.0, response)
+        else:
+            waiting += max(0.0, seg.exec_start - prev_end)
+        execution += max(0.0, seg.exec_end - seg.exec_start)
+        prev_end = seg.exec_end
+        executed += 1
+    if response is None:
+        end = gen.finished_at if gen.finished_at is not None else req.arrival
+        utility = min(0.0, req.tuf(end - req.arrival))
+        waiting_s = execution_s = completion_s = None
+    else:
+        utility = req.tuf(response)
+        waiting_s, execution_s = waiting, execution
+        completion_s = waiting + execution
+    return RequestMetrics(
+        request_id=req.request_id, robot_id=req.robot_id, task_type=req.task_type or req.robot_type,
+        category=req.category, arrival=req.arrival, state=gen.state.value, reason=gen.reason,
+        segments=len(gen.segments), segments_executed=executed, response_s=response,
+        waiting_s=waiting_s, execution_s=execution_s, completion_s=completion_s, utility=utility,
+        max_utility=req.tuf.beta,
+    )
+
+
+def _percentile(sorted_xs: Sequence[float], q: float) -> float:
+    """Linear-interpolation percentile (numpy's default), without numpy for exact reproducibility."""
+    if len(sorted_xs) == 1:
+        return sorted_xs[0]
+    pos = (len(sorted_xs) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
+
+
+def _stats(xs: list[float]) -> dict[str, float | None]:
+    if not xs:
+        return {"mean": None, "median": None, "p99": None, "max": None}
+    s = sorted(xs)
+    return {"mean": math.fsum(s) / len(s), "median": _percentile(s, 50), "p99": _percentile(s, 99),
+            "max": s[-1]}
+
+
+def aggregate(rows: Sequence[RequestMetrics]) -> dict[str, Any]:
+    """Summary of a group of requests: utility (mean, % of max) and time statistics."""
+    n = len(rows)
+    states: dict[str, int] = {}
+    for r in rows:
+        states[r.state] = states.get(r.state, 0) + 1
+    util = math.fsum(r.utility for r in rows)
+    max_util = math.fsum(r.max_utility for r in rows)
+    out: dict[str, Any] = {
+        "count": n,
+        "states": states,
+        "utility_mean": util / n if n else None,
+        "utility_sum": util,
+        "utility_pct_of_max": 100.0 * util / max_util if max_util > 0 else None,
+        "no_response": sum(1 for r in rows if r.response_s is None),
+        "segments_mean": (math.fsum(r.segments for r in rows) / n) if n else None,
+    }
+    for f in TIME_FIELDS:
+        out[f] = _stats([getattr(r, f) for r in rows if getattr(r, f) is not None])
+    return out
+
+
+def summarize(gens: Iterable[Generation]) -> dict[str, Any]:
+    """Per-request rows plus per-task-type, per-category and overall aggregates."""
+    rows = sorted((request_metrics(g) for g in gens), key=lambda r: (r.arrival, r.request_id))
+    by_type: dict[str, list[RequestMetrics]] = {}
+    by_cat: dict[str, list[RequestMetrics]] = {}
+    for r in rows:
+        by_type.setdefault(r.task_type, []).append(r)
+        by_cat.setdefault(r.category, []).append(r)
+    return {
+        "overall": aggregate(rows),
+        "by_task_type": {k: aggregate(v) for k, v in by_type.items()},
+        "by_category": {k: aggregate(v) for k, v in by_cat.items()},
+        "requests": [asdict(r) for r in rows],
+    }
+
+
+def terminal_count(gens: Iterable[Generation]) -> tuple[int, int]:
+    """(terminal, total) generations: the simulation's stopping condition."""
+    total = term = 0
+    for g in gens:
+        total += 1
+        term += g.state.terminal
+    return term, total
+
+
+def rounded(obj: Any, digits: int = ROUND_DIGITS) -> Any:
+    """Deep copy with floats rounded (and -0.0 / non-finite normalised) for stable JSON."""
+    if isinstance(obj, float):
+        if not math.isfinite(obj):
+            return None
+        r = round(obj, digits)
+        return 0.0 if r == 0 else r
+    if isinstance(obj, Mapping):
+        return {str(k): rounded(v, digits) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [rounded(v, digits) for v in obj]
+    if isinstance(obj, GenState):
+        return obj.value
+    return obj
+
+
+def to_json(obj: Any, digits: int = ROUND_DIGITS) -> str:
+    """Canonical JSON: sorted keys, rounded floats, fixed separators, trailing newline."""
+    return json.dumps(rounded(obj, digits), sort_keys=True, indent=1, allow_nan=False) + "\n"
