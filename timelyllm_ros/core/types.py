@@ -131,7 +131,6 @@ class Generation:
     segments: list[Segment] = field(default_factory=list)
     seg_start: float | None = None  # when the current segment's generation started
     seg_tokens: int = 0  # tokens generated for the current segment
-    seg_text_start: int = 0  # offset in text where the current segment starts
     ready_since: float = 0.0  # when it last became ready to run (FCFS tie-break)
     engine_finished: bool = False
     priority: float = 0.0  # last value set by the policy (for status/debug)

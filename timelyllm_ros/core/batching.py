@@ -1,0 +1,85 @@
+"""Batch-size controllers: may the next queued generation join the running batch?
+
+`LatencyGuidedBatch` is TimelyLLM §4.4: the most urgent running generation must still finish its
+current segment within its remaining time budget at the measured decode speed (worst case: the
+segment runs to the robot's max segment length), and free KV memory must hold the newcomer.
+`FixedBatch` caps the batch at N (the Fig. 7 sweep; vLLM-style baselines).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+from ..engines.base import EngineStats
+from .types import Generation
+
+
+class BatchSizer(Protocol):
+    def can_admit(self, running: Sequence[Generation], candidate: Generation, stats: EngineStats,
+                  now: float) -> tuple[bool, str]: ...
+
+
+def kv_blocks_needed(candidate: Generation, max_segment_tokens: int, block_size: int) -> int:
+    """Blocks a newcomer needs for its own tokens plus one worst-case segment (the shared
+    prompt prefix is assumed cached; a cache miss shows up as lower free blocks next step)."""
+    own = len(candidate.output_ids) + max_segment_tokens + 1
+    return max(1, math.ceil(own / max(1, block_size)))
+
+
+@dataclass
+class FixedBatch:
+    max_batch: int
+    max_segment_tokens: Callable[[Generation], int] = lambda g: 16
+    kv_watermark: float = 0.01
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1:
+            raise ValueError(f"max batch must be >= 1, got {self.max_batch}")
+
+    def can_admit(self, running, candidate, stats, now):
+        if len(running) >= self.max_batch:
+            return False, f"batch full ({self.max_batch})"
+        need = kv_blocks_needed(candidate, self.max_segment_tokens(candidate), stats.block_size)
+        if stats.kv_free_blocks - need < self.kv_watermark * stats.kv_total_blocks:
+            return False, "kv memory"
+        return True, ""
+
+
+@dataclass
+class LatencyGuidedBatch:
+    """§4.4.  `budget(g, now)` is the time left before g's current segment is due (the planner
+    supplies it from TUF/ERT and execution estimates); `max_segment_tokens(g)` the robot's bound."""
+
+    budget: Callable[[Generation, float], float]
+    max_segment_tokens: Callable[[Generation], int]
+    max_batch: int = 256  # hard cap (engine max_num_seqs)
+    min_batch: int = 1  # always allow this many, whatever the estimate
+    kv_watermark: float = 0.01
+
+    def wcet(self, g: Generation, tokens_per_s: float) -> float:
+        """Worst-case time for g to finish its current segment at the measured speed."""
+        remaining = max(0, self.max_segment_tokens(g) - g.seg_tokens)
+        return remaining / tokens_per_s if tokens_per_s > 0 else 0.0
+
+    def can_admit(self, running, candidate, stats, now):
+        need = kv_blocks_needed(candidate, self.max_segment_tokens(candidate), stats.block_size)
+        if stats.kv_free_blocks - need < self.kv_watermark * stats.kv_total_blocks:
+            return False, "kv memory"
+        if len(running) < self.min_batch:
+            return True, ""
+        if len(running) >= self.max_batch:
+            return False, f"batch cap ({self.max_batch})"
+        # Most urgent running generation = least remaining budget among those that can still
+        # make it (one already late cannot be saved by refusing newcomers).
+        budgets = [(self.budget(g, now), g) for g in running]
+        feasible = [(b, g) for b, g in budgets if b > 0]
+        if not feasible or stats.tokens_per_s <= 0:
+            return True, ""
+        b, g = min(feasible, key=lambda x: x[0])
+        # Adding one sequence slows every decode step a little; the measured speed already
+        # reflects the current batch ("a lag of one generation" in the paper).
+        if self.wcet(g, stats.tokens_per_s) <= b:
+            return True, ""
+        return False, f"{g.gen_id} would miss its budget ({b * 1e3:.0f} ms)"

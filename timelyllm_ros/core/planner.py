@@ -1,0 +1,470 @@
+"""The planner: TimelyLLM's scheduling loop over an engine, a segmenter and robot executors.
+
+One `step()` is one scheduling point followed by one engine iteration:
+  1. drain the inbox (executor results, cancellations) — the only way other threads reach us;
+  2. refresh priorities of every ready generation (queued + suspended), ask the policy for an
+     order (and preemptions), admit in that order while the batch-size controller allows;
+  3. run one engine step; feed each new token's text to that generation's segmenter;
+  4. on a complete statement: guard it, then (SUSPEND mode) abort the generation in the engine,
+     drop tokens past the statement end, dispatch the segment and queue the generation again.
+
+Pure: no I/O, time from the injected clock.  The planner is the only writer of `Generation`s.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+
+from ..engines.base import Engine, EngineError, EngineOutput, EngineStats
+from .batching import BatchSizer, FixedBatch, LatencyGuidedBatch
+from .clock import Clock
+from .exec_time import ExecTimeEstimator
+from .guard import check_segment
+from .policies import DispatchMode, Policy, PolicyContext
+from .ports import Dispatcher
+from .robots import RobotSpec
+from .segmenter import Segmenter
+from .types import (GenState, Generation, PlanRequest, RequestError, ResultCode, Segment, SegmentGoal,
+                    SegmentResult, Value)
+
+
+class PromptSource(Protocol):
+    def prompt_ids(self, request: PlanRequest) -> list[int]: ...
+
+    def result_ids(self, request: PlanRequest, segment: Segment, value: Value) -> list[int]: ...
+
+
+class PlannerListener(Protocol):
+    def on_request_update(self, gen: Generation) -> None: ...
+
+    def on_segment_dispatched(self, gen: Generation, seg: Segment) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitResult:
+    accepted: bool
+    request_id: str
+    reason: str = ""
+
+
+@dataclass
+class PlannerConfig:
+    max_tokens: int = 256  # per generation
+    seg_gen_s: float = 0.09  # initial G (paper: ~90 ms per segment in the robot runs)
+    seg_gen_weight: float = 0.1  # EWMA weight of measured segment generation times
+    token_s: float = 0.022  # initial time per decoded token (paper Table 1)
+    sentence_mode: str = "sentence"  # chat segments: sentence | paragraph
+    max_live: int = 100_000  # hard bound on non-terminal generations (admission control)
+    keep_terminal: int = 100_000  # terminal generations kept for status/metrics
+
+
+@dataclass
+class PlannerStatus:
+    counts: dict[str, int]
+    batch_size: int
+    kv_usage: float
+    tokens_per_s: float
+    accrued_utility: float
+    deadline_misses: int
+    engine_healthy: bool
+    submitted: int
+    rejected: int
+
+
+@dataclass(slots=True)
+class _Live:
+    """Planner-private per-generation bookkeeping that is not part of the public record."""
+
+    new_segmenter: Callable[[], Any]
+    segmenter: Any = None
+    text_base: int = 0  # offset in Generation.text where the current segmenter started
+    tok_ends: list[int] = field(default_factory=list)  # text length after each output token (1:1)
+    pending: list[Segment] = field(default_factory=list)  # WHOLE mode: cut, not yet dispatched
+
+
+class Planner:
+    def __init__(self, *, clock: Clock, engine: Engine, dispatcher: Dispatcher,
+                 robots: Mapping[str, RobotSpec], policy: Policy, estimator: ExecTimeEstimator,
+                 prompts: PromptSource, batcher: BatchSizer | None = None,
+                 config: PlannerConfig | None = None, listeners: Iterable[PlannerListener] = ()) -> None:
+        self.clock = clock
+        self.engine = engine
+        self.dispatcher = dispatcher
+        self.robots = dict(robots)
+        self.policy = policy
+        self.estimator = estimator
+        self.prompts = prompts
+        self.config = config or PlannerConfig()
+        self.batcher = batcher or self.latency_guided()
+        self.listeners = list(listeners)
+        self.generations: dict[str, Generation] = {}
+        self._live: dict[str, _Live] = {}
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.RLock()
+        self.seg_gen_s = self.config.seg_gen_s
+        self.token_s = self.config.token_s
+        self.iteration = 0
+        self.submitted = 0
+        self.rejected = 0
+        self.engine_healthy = True
+        self._stats: EngineStats | None = None
+        self.admission_checks: list[Callable[[PlanRequest, "Planner"], str]] = []
+
+    # ------------------------------------------------------------------ construction helpers
+    def max_segment_tokens(self, g: Generation) -> int:
+        return self.robots[g.request.robot_type].max_segment_tokens
+
+    def budget(self, g: Generation, now: float) -> float:
+        """Time left before g's current segment is due (first: ERT after arrival; later: the
+        estimated end of the previous action)."""
+        if g.k == 0:
+            return g.request.arrival + g.request.tuf.ert - now
+        prev = g.prev_exec_end_estimate()
+        return (prev if prev is not None else now) - now
+
+    def latency_guided(self, max_batch: int = 256) -> LatencyGuidedBatch:
+        return LatencyGuidedBatch(budget=self.budget, max_segment_tokens=self.max_segment_tokens,
+                                  max_batch=max_batch)
+
+    def fixed(self, max_batch: int) -> FixedBatch:
+        return FixedBatch(max_batch=max_batch, max_segment_tokens=self.max_segment_tokens)
+
+    # ------------------------------------------------------------------ public entry points
+    def submit_mapping(self, m: Any) -> SubmitResult:
+        """Validate an untrusted request (topic message, workload line) and submit it."""
+        rid = m.get("request_id", "") if isinstance(m, dict) else ""
+        try:
+            req = PlanRequest.from_mapping(m, arrival=self.clock.now(), robot_types=set(self.robots))
+        except RequestError as e:
+            self.rejected += 1
+            return SubmitResult(False, str(rid), str(e))
+        return self.submit(req)
+
+    def submit(self, request: PlanRequest) -> SubmitResult:
+        with self._lock:
+            reason = self._admission_reason(request)
+            if reason:
+                self.rejected += 1
+                return SubmitResult(False, request.request_id, reason)
+            try:
+                prompt = list(self.prompts.prompt_ids(request))
+            except Exception as e:  # a prompt that cannot be built must not take the planner down
+                self.rejected += 1
+                return SubmitResult(False, request.request_id, f"cannot build prompt: {e}")
+            robot = self.robots[request.robot_type]
+            mode = self.config.sentence_mode
+
+            def new_segmenter() -> Segmenter:
+                return Segmenter(robot, mode=mode) if robot.language == "sentence" else Segmenter(robot)
+
+            g = Generation(request=request, prompt_ids=prompt, ready_since=request.arrival)
+            self.generations[request.request_id] = g
+            self._live[request.request_id] = _Live(new_segmenter=new_segmenter, segmenter=new_segmenter())
+            self.submitted += 1
+            self._notify(g)
+            return SubmitResult(True, request.request_id)
+
+    def _admission_reason(self, r: PlanRequest) -> str:
+        if r.robot_type not in self.robots:
+            return f"unknown robot_type {r.robot_type!r}"
+        if r.request_id in self.generations:
+            return f"duplicate request_id {r.request_id!r}"
+        if len(self._live) >= self.config.max_live:
+            return f"planner full ({self.config.max_live} live requests)"
+        if not self.engine_healthy:
+            return "engine unavailable"
+        for check in self.admission_checks:
+            reason = check(r, self)
+            if reason:
+                return reason
+        return ""
+
+    def post_result(self, result: SegmentResult) -> None:
+        """Thread-safe: executors (any thread) report segment results here."""
+        self._inbox.put(("result", result))
+
+    def cancel(self, request_id: str, reason: str = "cancelled by client") -> None:
+        """Thread-safe: cancel a request; it ends CANCELLED with the reason."""
+        self._inbox.put(("cancel", (request_id, reason)))
+
+    def busy(self) -> bool:
+        return bool(self._live) or not self._inbox.empty()
+
+    def live(self) -> list[Generation]:
+        return [self.generations[i] for i in self._live]
+
+    # ------------------------------------------------------------------ the loop
+    def step(self) -> bool:
+        """One scheduling point + one engine step.  Returns True if the engine ran."""
+        with self._lock:
+            self._drain_inbox()
+            self.iteration += 1
+            now = self.clock.now()
+            running = [g for g in self.live() if g.state is GenState.RUNNING]
+            ready = [g for g in self.live() if g.state in (GenState.QUEUED, GenState.SUSPENDED)]
+            if ready or running:
+                self._schedule(ready, running, now)
+            running = [g for g in self.live() if g.state is GenState.RUNNING]
+            if not running:
+                return False
+            try:
+                outs = self.engine.step()
+            except EngineError as e:
+                self._engine_failed(str(e))
+                return False
+            now = self.clock.now()
+            for out in outs:
+                self._on_output(out, now)
+            self._stats = None
+            return True
+
+    def _engine_stats(self) -> EngineStats:
+        if self._stats is None:
+            self._stats = self.engine.stats()
+        return self._stats
+
+    def context(self, running: Sequence[Generation] = ()) -> PolicyContext:
+        return PolicyContext(estimator=self.estimator, robots=self.robots, stats=self._engine_stats(),
+                             seg_gen_s=self.seg_gen_s, token_s=self.token_s, running=running,
+                             iteration=self.iteration)
+
+    def _schedule(self, ready: list[Generation], running: list[Generation], now: float) -> None:
+        ctx = self.context(running)
+        sel = self.policy.select(ready, running, ctx, now)
+        for g in sel.preempt:
+            if g.state is GenState.RUNNING:
+                self.engine.abort(g.gen_id, self.policy.kv_mode(g, None, ctx))
+                g.state = GenState.SUSPENDED if g.segments else GenState.QUEUED
+                g.ready_since = now
+                g.extra["preemptions"] = g.extra.get("preemptions", 0) + 1
+                self._notify(g)
+        running = [g for g in running if g.state is GenState.RUNNING]
+        for g in sel.order:
+            if g.state not in (GenState.QUEUED, GenState.SUSPENDED):
+                continue
+            ok, why = self.batcher.can_admit(running, g, self._engine_stats(), now)
+            if not ok:
+                g.extra["blocked"] = why
+                break  # strict priority: nobody overtakes the best waiting generation
+            self._admit(g, now)
+            running.append(g)
+            self._stats = None
+
+    def _admit(self, g: Generation, now: float) -> None:
+        remaining = self.config.max_tokens - len(g.output_ids)
+        self.engine.add(g.gen_id, g.prompt_ids + g.output_ids, max(1, remaining))
+        if g.seg_start is None:
+            g.seg_start = now
+        if g.output_ids or g.segments:
+            g.resumes += 1
+        g.state = GenState.RUNNING
+        g.extra["awaiting_cache_report"] = True
+        self._notify(g)
+
+    # ------------------------------------------------------------------ engine outputs
+    def _on_output(self, out: EngineOutput, now: float) -> None:
+        g = self.generations.get(out.gen_id)
+        if g is None or g.state is not GenState.RUNNING:
+            return  # output of an aborted generation: never reported
+        live = self._live[g.gen_id]
+        if out.num_cached_tokens is not None and g.extra.pop("awaiting_cache_report", False):
+            g.cached_tokens.append(out.num_cached_tokens)
+        g.output_ids.extend(out.token_ids)
+        g.seg_tokens += len(out.token_ids)
+        g.text += out.text
+        live.tok_ends.extend([len(g.text)] * len(out.token_ids))
+        self.policy.on_token(g, len(out.token_ids), self.context())
+        cuts = live.segmenter.feed(out.text) if out.text else []
+        if out.finished:
+            cuts = list(cuts) + list(live.segmenter.finish())
+        mode = self.policy.mode
+        for cut in cuts:
+            if not self._on_cut(g, live, cut, now):
+                return
+            if mode is DispatchMode.SUSPEND and g.state is not GenState.RUNNING:
+                return  # suspended at this statement; tokens past it were dropped
+        if out.finished:
+            self._engine_done(g, live, now, out.finish_reason)
+        elif len(g.output_ids) >= self.config.max_tokens and g.state is GenState.RUNNING:
+            self._engine_done(g, live, now, "length")
+
+    def _on_cut(self, g: Generation, live: _Live, cut: Any, now: float) -> bool:
+        """Handle one complete statement; False if the generation failed."""
+        robot = self.robots[g.request.robot_type]
+        if cut.error:
+            self._fail(g, f"invalid statement from the LLM: {cut.error} in {cut.text!r}")
+            return False
+        verdict = check_segment(robot, cut.text, cut.calls)
+        if not verdict.ok:
+            self._fail(g, f"dispatch guard rejected {cut.text!r}: {verdict.reason}")
+            return False
+        mode = self.policy.mode
+        abs_end = live.text_base + cut.end
+        if mode is DispatchMode.SUSPEND:
+            # Drop tokens past the statement end: keep up to the token whose text reaches it.
+            keep = next((i + 1 for i, e in enumerate(live.tok_ends) if e >= abs_end), len(live.tok_ends))
+            if keep < len(g.output_ids):
+                del g.output_ids[keep:]
+                del live.tok_ends[keep:]
+                g.text = g.text[: live.tok_ends[-1] if live.tok_ends else 0]
+        seg_tokens = g.seg_tokens
+        gen_start = g.seg_start if g.seg_start is not None else now
+        seg = Segment(index=g.k, text=cut.text, calls=tuple(cut.calls), blocking=bool(cut.blocking),
+                      token_count=seg_tokens, gen_start=gen_start, gen_end=now,
+                      est_exec_s=self.estimator.estimate(g.request.robot_type, cut.calls))
+        g.segments.append(seg)
+        w = self.config.seg_gen_weight
+        self.seg_gen_s = (1 - w) * self.seg_gen_s + w * max(0.0, now - gen_start)
+        if seg_tokens > 0 and now > gen_start:
+            self.token_s = (1 - w) * self.token_s + w * (now - gen_start) / seg_tokens
+        g.seg_tokens = 0
+        g.seg_start = now if mode is not DispatchMode.SUSPEND else None
+        if mode is DispatchMode.WHOLE:
+            live.pending.append(seg)
+            return True
+        self._dispatch(g, seg, now)
+        if mode is DispatchMode.SUSPEND:
+            ctx = self.context()
+            self.engine.abort(g.gen_id, self.policy.kv_mode(g, seg, ctx))
+            # A fresh segmenter starts at the statement end; text of the last kept token that lies
+            # past the statement (rare: a token spanning ";m") is fed to it.
+            live.segmenter = live.new_segmenter()
+            live.text_base = abs_end
+            overflow = g.text[abs_end:]
+            if overflow:
+                live.segmenter.feed(overflow)
+            g.state = GenState.WAITING if seg.blocking else GenState.SUSPENDED
+            g.ready_since = now
+            self._notify(g)
+        return True
+
+    def _engine_done(self, g: Generation, live: _Live, now: float, reason: str) -> None:
+        g.engine_finished = True
+        if g.state is GenState.RUNNING:
+            self.engine.abort(g.gen_id, "discard")
+        for seg in live.pending:
+            self._dispatch(g, seg, now)
+        live.pending.clear()
+        if not g.segments:
+            self._fail(g, f"the LLM produced no executable statement (finish: {reason or 'eos'})")
+            return
+        g.state = GenState.DRAINING
+        self._maybe_finished(g, now)
+        if not g.state.terminal:
+            self._notify(g)
+
+    def _dispatch(self, g: Generation, seg: Segment, now: float) -> None:
+        seg.dispatched_at = now
+        goal = SegmentGoal(request_id=g.gen_id, robot_id=g.request.robot_id,
+                           robot_type=g.request.robot_type, segment_index=seg.index, text=seg.text,
+                           calls=seg.calls, est_exec_s=seg.est_exec_s, blocking=seg.blocking)
+        for lst in self.listeners:
+            fn = getattr(lst, "on_segment_dispatched", None)
+            if fn:
+                fn(g, seg)
+        self.dispatcher.dispatch(goal)
+
+    # ------------------------------------------------------------------ results and endings
+    def _drain_inbox(self) -> None:
+        while True:
+            try:
+                kind, item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "result":
+                self._on_result(item)
+            elif kind == "cancel":
+                rid, reason = item
+                g = self.generations.get(rid)
+                if g is not None and not g.state.terminal:
+                    self._end(g, GenState.CANCELLED, reason, cancel_robot=True)
+
+    def _on_result(self, res: SegmentResult) -> None:
+        g = self.generations.get(res.request_id)
+        if g is None or not (0 <= res.segment_index < len(g.segments)):
+            return  # unknown or stale result: nothing to attach it to
+        seg = g.segments[res.segment_index]
+        if seg.ok is not None:
+            return  # duplicate result
+        seg.exec_start, seg.exec_end = res.exec_start, res.exec_end
+        seg.measured_s, seg.result, seg.ok, seg.error = res.call_durations_s, res.value, res.ok, res.error
+        for call, d in zip(seg.calls, res.call_durations_s):
+            self.estimator.update(g.request.robot_type, call, d)
+        if g.state.terminal:
+            return
+        now = self.clock.now()
+        if not res.ok:
+            self._end(g, GenState.FAILED,
+                      f"segment {res.segment_index} {ResultCode(res.code).name.lower()}: {res.error}",
+                      cancel_robot=True)
+            return
+        if g.state is GenState.WAITING and res.segment_index == len(g.segments) - 1:
+            extra = list(self.prompts.result_ids(g.request, seg, res.value))
+            if extra:
+                g.output_ids.extend(extra)
+                self._live[g.gen_id].tok_ends.extend([len(g.text)] * len(extra))
+            g.state = GenState.SUSPENDED
+            g.ready_since = now
+            self._notify(g)
+        self._maybe_finished(g, now)
+
+    def _maybe_finished(self, g: Generation, now: float) -> None:
+        if g.state is GenState.DRAINING and all(s.ok for s in g.segments):
+            self._end(g, GenState.FINISHED, "plan executed")
+
+    def _fail(self, g: Generation, reason: str) -> None:
+        self._end(g, GenState.FAILED, reason, cancel_robot=True)
+
+    def _end(self, g: Generation, state: GenState, reason: str, *, cancel_robot: bool = False) -> None:
+        if g.state is GenState.RUNNING:
+            self.engine.abort(g.gen_id, "discard")
+        if cancel_robot and any(s.ok is None for s in g.segments):
+            self.dispatcher.cancel(g.gen_id)
+        g.state, g.reason, g.finished_at = state, reason, self.clock.now()
+        self._live.pop(g.gen_id, None)
+        self._notify(g)
+
+    def _engine_failed(self, reason: str) -> None:
+        """The engine raised: everything it held is lost.  Running generations fail with the
+        reason; queued/suspended ones stay (a restarted engine can serve them)."""
+        self.engine_healthy = False
+        for g in self.live():
+            if g.state is GenState.RUNNING:
+                g.state = GenState.QUEUED  # no abort: the engine is gone
+                self._end(g, GenState.FAILED, f"engine failure: {reason}", cancel_robot=True)
+
+    def replace_engine(self, engine: Engine) -> None:
+        """After an engine restart: serve the remaining generations on the new one."""
+        with self._lock:
+            self.engine = engine
+            self.engine_healthy = True
+            self._stats = None
+
+    # ------------------------------------------------------------------ status
+    def _notify(self, g: Generation) -> None:
+        for lst in self.listeners:
+            fn = getattr(lst, "on_request_update", None)
+            if fn:
+                fn(g)
+
+    def status(self) -> PlannerStatus:
+        with self._lock:
+            counts: dict[str, int] = {s.value: 0 for s in GenState}
+            utility = 0.0
+            misses = 0
+            for g in self.generations.values():
+                counts[g.state.value] += 1
+                if g.segments and g.segments[0].exec_start is not None:
+                    t = g.segments[0].exec_start - g.request.arrival
+                    utility += g.request.tuf(t)
+                    misses += t > g.request.tuf.ert
+            st = self.engine.stats() if self.engine_healthy else None
+            kv = 1.0 - st.kv_free_blocks / st.kv_total_blocks if st and st.kv_total_blocks else 0.0
+            return PlannerStatus(counts=counts, batch_size=counts[GenState.RUNNING.value], kv_usage=kv,
+                                 tokens_per_s=st.tokens_per_s if st else 0.0, accrued_utility=utility,
+                                 deadline_misses=misses, engine_healthy=self.engine_healthy,
+                                 submitted=self.submitted, rejected=self.rejected)
