@@ -1,0 +1,195 @@
+"""LRTrace workload files: validation with line numbers, deterministic expansion, agent choice."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections import Counter
+
+import pytest
+
+from timelyllm_ros.core.robots import load_robots
+from timelyllm_ros.core.tuf import NORMAL, URGENT
+from timelyllm_ros.lrtrace import WorkloadError, expand, list_workloads, load_workload, plan_exec_estimate
+from timelyllm_ros.lrtrace_tasks import load_tasks
+
+
+@pytest.fixture(scope="module")
+def robots():
+    return load_robots()
+
+
+@pytest.fixture(scope="module")
+def catalog(robots):
+    return load_tasks(robots=robots)
+
+
+def _write(tmp_path, text: str, name="w.yaml"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text).lstrip("\n"))
+    return p
+
+
+GOOD = """
+name: tiny
+duration_s: 30
+seed: 5
+events: {rate_per_s: 0.5, max_tasks_per_event: 3}
+agents: {tello: 4}
+traces: [1, 6]
+tuf:
+  normal: {ert: 1.0, alpha: -2.0, beta: 1.0}
+  urgent: {ert: 0.2, alpha: -6.67, beta: 2.0}
+"""
+
+
+@pytest.mark.parametrize("name,table", [
+    ("WID1", (0.25, 8, [f"T{i}" for i in range(1, 9)], 25, 260)),
+    ("WID2", (0.25, 16, [f"T{i}" for i in range(1, 9)], 42, 300)),
+    ("WID3", (0.1, 8, ["T9", "T10", "T11"], 40, 900)),
+])
+def test_bundled_workloads_match_table3(name, table, catalog, robots):
+    eps, tpe, traces, agents, dur = table
+    w = load_workload(name)
+    assert (w.rate_per_s, w.max_tasks_per_event, list(w.traces), len(w.agents), w.duration_s) == (eps, tpe, traces, agents, dur)
+    assert w.tuf["normal"] == NORMAL and w.tuf["urgent"] == URGENT and w.tuf["chat"] == NORMAL
+    assert w.network_latency_s == pytest.approx(0.008)
+    arr = expand(w, catalog, robots)
+    # events ~ Poisson(rate * duration), tasks per event uniform 1..max: mean (1 + max) / 2
+    expected = eps * dur * (1 + tpe) / 2
+    assert 0.6 * expected < len(arr) < 1.4 * expected
+    assert all(0 <= a.time < dur for a in arr)
+    assert {a.task_id for a in arr} == set(traces)
+
+
+def test_bundled_list_excludes_catalog():
+    names = list_workloads()
+    assert {"WID1", "WID2", "WID3", "mixed_small"} <= set(names)
+    assert "lrtrace_tasks" not in names
+
+
+def test_mixed_small_has_all_robot_kinds_and_explicit_requests(catalog, robots):
+    arr = expand(load_workload("mixed_small"), catalog, robots)
+    assert {a.robot_type for a in arr} == {"tello", "arm", "chat"}
+    byid = {a.request_id: a for a in arr}
+    assert byid["demo-arm"].robot_id == "arm0" and byid["demo-arm"].task_id == "T10"
+    assert byid["demo-arm"].reference_plan == catalog["T10"].scenes[2].plan
+    assert byid["demo-urgent"].category == "urgent" and byid["demo-urgent"].tuf == URGENT
+    assert len(byid) == len(arr)  # generated ids never collide with explicit ones
+
+
+def test_expansion_is_deterministic_and_seeded(tmp_path, catalog, robots):
+    w = load_workload(_write(tmp_path, GOOD))
+    a, b = expand(w, catalog, robots), expand(w, catalog, robots)
+    assert a == b and len(a) > 0
+    c = expand(w, catalog, robots, seed=6)
+    assert c != a
+    times = [x.time for x in a]
+    assert times == sorted(times)
+    assert len({x.request_id for x in a}) == len(a)
+    req = a[0].to_request()
+    assert req.task_type == a[0].task_id and req.arrival == a[0].time and req.reference_plan
+    assert req.tuf == (URGENT if a[0].task_id == "T6" else NORMAL)
+
+
+def test_events_trigger_batches_at_the_same_time(tmp_path, catalog, robots):
+    w = load_workload(_write(tmp_path, GOOD.replace("duration_s: 30", "duration_s: 400")))
+    arr = expand(w, catalog, robots)
+    per_event = Counter(a.time for a in arr)
+    assert set(per_event.values()) <= {1, 2, 3}
+    assert set(per_event.values()) == {1, 2, 3}  # uniform over 1..max
+    # Poisson process: mean inter-event gap ~ 1/rate
+    ts = sorted(per_event)
+    gaps = [b - a for a, b in zip(ts, ts[1:])]
+    assert 1.5 < sum(gaps) / len(gaps) < 2.5
+
+
+def test_agent_choice_prefers_idle_least_recently_used(tmp_path, catalog, robots):
+    p = _write(tmp_path, """
+        name: agents
+        agents: {tello: 2}
+        tuf: {normal: {ert: 1, alpha: -2, beta: 1}}
+        requests:
+          - {time: 0, task: T1}
+          - {time: 1, task: T1}
+          - {time: 2, task: T1}
+          - {time: 500, task: T1}
+          - {time: 501, task: T1}
+    """)
+    arr = expand(load_workload(p), catalog, robots)
+    # 0 -> tello0; 1 -> tello1 (idle, tello0 busy); 2 -> both busy -> least recently used tello0;
+    # 500 -> both idle -> least recently used tello1; 501 -> tello0 idle and LRU.
+    assert [a.robot_id for a in arr] == ["tello0", "tello1", "tello0", "tello1", "tello0"]
+
+
+def test_plan_exec_estimate(robots):
+    tello = robots["tello"]
+    # mf(100): 1.2 + 0.02*100; tp: 0.5; scan: min_s 2.8
+    assert plan_exec_estimate("mf(100);tp;s('cat');", tello) == pytest.approx(3.2 + 0.5 + 2.8)
+    words = "It is windy today. Hold on."
+    assert plan_exec_estimate(words, robots["chat"]) == pytest.approx(6 * 0.2)
+
+
+@pytest.mark.parametrize("text,line,fragment", [
+    ("name: x\nduration_s: -3\nevents: {rate_per_s: 1}\nagents: {tello: 1}\ntraces: [1]\n", 2, "duration_s: must be > 0"),
+    ("name: x\nduration_s: 3\nevents: {rate_per_s: 1, max_tasks: 2}\nagents: {tello: 1}\ntraces: [1]\n", 3, "events.max_tasks: unknown key"),
+    ("name: x\nduration_s: 3\nevents: {rate_per_s: 1}\nagents: {tello: 0}\ntraces: [1]\n", 4, "agents.tello: must be >= 1"),
+    ("name: x\nduration_s: 3\nevents: {rate_per_s: 1}\nagents: {tello: 1}\ntraces:\n  - 1\n  - [2]\n", 7, "traces[1]"),
+    ("name: x\nduration_s: 3\nduration_s: 4\n", 3, "duplicate key"),
+    ("name: x\nrequests:\n  - {time: 1, task: T1, robot_id: a}\n  - {time: oops, task: T1, robot_id: a}\n", 4, "requests[1].time: must be a finite number"),
+    ("name: x\nrequests:\n  - {time: 1, task: T1, robot_id: a}\ntuf:\n  normal: {ert: 1, alpha: 2, beta: 1}\n", 5, "alpha (decay rate) must be <= 0"),
+    ("name: x\nduration_s: 3\nagents: {tello: 1}\ntraces: [1]\n", 1, "'events' and 'traces' go together"),
+    ("name: x\nrequests:\n  - {time: 1, task: T1}\n", 3, "robot_id is required"),
+    ("name: x\nbogus: 1\n", 2, "bogus: unknown key"),
+    ("name: [unclosed\n", 2, "not valid YAML"),
+    ("name: bad name\n", 1, "name: must be an id"),
+])
+def test_malformed_files_name_line_and_reason(tmp_path, text, line, fragment):
+    p = _write(tmp_path, text)
+    with pytest.raises(WorkloadError) as e:
+        load_workload(p)
+    msg = str(e.value)
+    assert msg.startswith(f"{p}:{line}:"), msg
+    assert fragment in msg, msg
+
+
+@pytest.mark.parametrize("body,line,fragment", [
+    ("traces: [1, 99]\n", 6, "unknown task 'T99'"),
+    ("traces: [1, 9]\n", 6, "needs a 'arm' agent"),
+    ("traces: [1]\nrequests:\n  - {time: 1, task: T1, scene: 40}\n", 8, "index 40 is out of range"),
+    ("traces: [1]\nrequests:\n  - {time: 1, task: T6, robot_id: tello0}\n", 8, "no TUF for category 'urgent'"),
+])
+def test_catalog_errors_name_line(tmp_path, catalog, robots, body, line, fragment):
+    head = ("name: x\nduration_s: 10\nevents: {rate_per_s: 1}\nagents: {tello: 2}\n"
+            "tuf: {normal: {ert: 1, alpha: -2, beta: 1}}\n")
+    p = _write(tmp_path, head + body)
+    w = load_workload(p)
+    with pytest.raises(WorkloadError) as e:
+        expand(w, catalog, robots)
+    msg = str(e.value)
+    assert fragment in msg, msg
+    assert msg.startswith(f"{p}:{line}:" if "TUF" not in fragment else f"{p}:5:"), msg
+
+
+def test_explicit_agent_must_match_task_robot(tmp_path, catalog, robots):
+    p = _write(tmp_path, """
+        name: x
+        agents: [{robot_id: a1, robot_type: arm}, {robot_id: d1, robot_type: tello}]
+        tuf: {normal: {ert: 1, alpha: -2, beta: 1}}
+        requests:
+          - {time: 1, task: T1, robot_id: a1}
+    """)
+    with pytest.raises(WorkloadError, match=r":5: requests\[0\]\.robot_id: agent 'a1' is a 'arm'"):
+        expand(load_workload(p), catalog, robots)
+
+
+def test_unknown_workload_name_lists_bundled():
+    with pytest.raises(WorkloadError, match="bundled workloads: .*WID1"):
+        load_workload("NOPE")
+
+
+def test_poisson_rate_is_respected_statistically(tmp_path, catalog, robots):
+    p = _write(tmp_path, GOOD.replace("duration_s: 30", "duration_s: 2000").replace("max_tasks_per_event: 3", "max_tasks_per_event: 1"))
+    n = len(expand(load_workload(p), catalog, robots))
+    mean = 0.5 * 2000
+    assert abs(n - mean) < 4 * math.sqrt(mean)
