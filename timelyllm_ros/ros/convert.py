@@ -1,0 +1,547 @@
+"""Conversion between the core types and ROS message field dicts.
+
+The transport port carries plain *field dicts* shaped exactly like the ROS messages in msg/ and
+action/ (nested messages as dicts, sequences as lists, `byte` fields as 1-byte `bytes`, as rclpy
+has them).  One converter per message, here and nowhere else, so the in-process transport, the
+rclpy transport and the tests all agree on the wire format.  `rosbags` (pure Python) gives a CDR
+round-trip of the same dicts, which is how the formats are checked without ROS installed.
+
+Untrusted input (a topic message from any node) is validated here before it becomes a core type;
+errors name the field.
+"""
+
+from __future__ import annotations
+
+import math
+import time as _time
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from timelyllm_ros.core.types import (
+    GenState,
+    Generation,
+    PlanRequest,
+    ResultCode,
+    Segment,
+    SegmentGoal,
+    SegmentResult,
+    SkillCall,
+    Value,
+)
+
+PACKAGE = "timelyllm"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# ROS type names (pkg/kind/Name), as `ros2 interface show` spells them.
+PLAN_REQUEST = f"{PACKAGE}/msg/PlanRequest"
+SKILL_CALL = f"{PACKAGE}/msg/SkillCall"
+SEGMENT = f"{PACKAGE}/msg/Segment"
+REQUEST_STATUS = f"{PACKAGE}/msg/RequestStatus"
+PLANNER_STATUS = f"{PACKAGE}/msg/PlannerStatus"
+EXECUTE_SEGMENT = f"{PACKAGE}/action/ExecuteSegment"
+EXECUTE_SEGMENT_GOAL = EXECUTE_SEGMENT + "_Goal"
+EXECUTE_SEGMENT_RESULT = EXECUTE_SEGMENT + "_Result"
+EXECUTE_SEGMENT_FEEDBACK = EXECUTE_SEGMENT + "_Feedback"
+DIAGNOSTIC_ARRAY = "diagnostic_msgs/msg/DiagnosticArray"
+MARKER_ARRAY = "visualization_msgs/msg/MarkerArray"
+
+MSG_FILES = ("SkillCall", "PlanRequest", "Segment", "RequestStatus", "PlannerStatus")
+ACTION_FILES = ("ExecuteSegment",)
+
+VALUE_TYPES = ("none", "bool", "int", "float", "str")
+MAX_ARGS = 16
+MAX_TEXT = 4000
+
+
+class MessageError(ValueError):
+    """A message's fields do not describe a valid core object; the text says which and why."""
+
+
+# ----------------------------------------------------------------------------- primitives
+
+
+def time_fields(t: float | None = None) -> dict[str, int]:
+    """builtin_interfaces/Time from seconds (wall clock when None: ROS stamps are wall time)."""
+    t = _time.time() if t is None else float(t)
+    if not math.isfinite(t) or t < 0:
+        t = 0.0
+    sec = int(math.floor(t))
+    nsec = int(round((t - sec) * 1e9))
+    if nsec >= 1_000_000_000:
+        sec, nsec = sec + 1, nsec - 1_000_000_000
+    return {"sec": sec, "nanosec": nsec}
+
+
+def time_from_fields(d: Mapping[str, Any]) -> float:
+    return float(d.get("sec", 0)) + float(d.get("nanosec", 0)) * 1e-9
+
+
+def value_to_text(v: Value) -> tuple[str, str]:
+    """A skill/segment return value as (text, type) for a string message field."""
+    if v is None:
+        return "", "none"
+    if isinstance(v, bool):  # before int: bool is an int subclass
+        return ("true" if v else "false"), "bool"
+    if isinstance(v, int):
+        return str(v), "int"
+    if isinstance(v, float):
+        return repr(v), "float"
+    if isinstance(v, str):
+        return v, "str"
+    raise MessageError(f"value {v!r} has unsupported type {type(v).__name__}")
+
+
+def value_from_text(text: str, typ: str) -> Value:
+    """Inverse of value_to_text; raises MessageError on a type/text mismatch."""
+    if not isinstance(text, str):
+        raise MessageError(f"value must be text, got {type(text).__name__}")
+    if typ in ("none", ""):
+        return None
+    if typ == "bool":
+        if text not in ("true", "false"):
+            raise MessageError(f"bool value must be 'true' or 'false', got {text!r}")
+        return text == "true"
+    if typ == "int":
+        try:
+            return int(text)
+        except ValueError:
+            raise MessageError(f"int value expected, got {text!r}") from None
+    if typ == "float":
+        try:
+            f = float(text)
+        except ValueError:
+            raise MessageError(f"float value expected, got {text!r}") from None
+        if not math.isfinite(f):
+            raise MessageError(f"float value must be finite, got {text!r}")
+        return f
+    if typ == "str":
+        return text
+    raise MessageError(f"value type must be one of {VALUE_TYPES}, got {typ!r}")
+
+
+def _str(d: Mapping[str, Any], key: str, *, max_len: int = MAX_TEXT) -> str:
+    v = d.get(key, "")
+    if not isinstance(v, str):
+        raise MessageError(f"field {key!r} must be a string, got {type(v).__name__}")
+    if len(v) > max_len:
+        raise MessageError(f"field {key!r} is longer than {max_len} characters")
+    return v
+
+
+def _float(d: Mapping[str, Any], key: str, default: float = 0.0) -> float:
+    v = d.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise MessageError(f"field {key!r} must be a finite number, got {v!r}")
+    return float(v)
+
+
+def _uint(d: Mapping[str, Any], key: str) -> int:
+    v = d.get(key, 0)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise MessageError(f"field {key!r} must be an unsigned int, got {v!r}")
+    return v
+
+
+# ----------------------------------------------------------------------------- skill calls
+
+
+def skill_call_to_fields(c: SkillCall) -> dict[str, Any]:
+    texts, types = [], []
+    for a in c.args:
+        t, ty = value_to_text(a)
+        texts.append(t)
+        types.append(ty)
+    return {"name": c.name, "abbr": c.abbr, "args": texts, "arg_types": types}
+
+
+def skill_call_from_fields(d: Mapping[str, Any]) -> SkillCall:
+    if not isinstance(d, Mapping):
+        raise MessageError(f"skill call must be a message, got {type(d).__name__}")
+    name, abbr = _str(d, "name", max_len=64), _str(d, "abbr", max_len=64)
+    if not name and not abbr:
+        raise MessageError("skill call has neither name nor abbr")
+    args, types = list(d.get("args", ())), list(d.get("arg_types", ()))
+    if len(args) != len(types):
+        raise MessageError(f"skill call {abbr or name}: {len(args)} args but {len(types)} arg_types")
+    if len(args) > MAX_ARGS:
+        raise MessageError(f"skill call {abbr or name}: more than {MAX_ARGS} args")
+    return SkillCall(name=name or abbr, abbr=abbr or name,
+                     args=tuple(value_from_text(a, t) for a, t in zip(args, types)))
+
+
+# ----------------------------------------------------------------------------- plan requests
+
+
+def plan_request_to_fields(r: PlanRequest, stamp: float | None = None) -> dict[str, Any]:
+    return {
+        "stamp": time_fields(stamp),
+        "request_id": r.request_id,
+        "robot_id": r.robot_id,
+        "robot_type": r.robot_type,
+        "task": r.task,
+        "scene": r.scene,
+        "task_type": r.task_type,
+        "category": r.category,
+        "tuf_ert": float(r.tuf.ert),
+        "tuf_alpha": float(r.tuf.alpha),
+        "tuf_beta": float(r.tuf.beta),
+        "consume_rate": float(r.consume_rate or 0.0),
+    }
+
+
+def plan_request_mapping(d: Mapping[str, Any]) -> dict[str, Any]:
+    """PlanRequest message fields -> the mapping `PlanRequest.from_mapping` /
+    `Planner.submit_mapping` validate (TUF nested, consume_rate 0 -> unset).
+
+    Only shape errors are raised here; the planner does the semantic validation so that there is
+    one place that decides what a valid request is.
+    """
+    if not isinstance(d, Mapping):
+        raise MessageError(f"plan request must be a message, got {type(d).__name__}")
+    rate = _float(d, "consume_rate")
+    m: dict[str, Any] = {
+        "request_id": _str(d, "request_id", max_len=256),
+        "robot_id": _str(d, "robot_id", max_len=256),
+        "robot_type": _str(d, "robot_type", max_len=256),
+        "task": _str(d, "task", max_len=1 << 20),
+        "scene": _str(d, "scene", max_len=1 << 20),
+        "task_type": _str(d, "task_type", max_len=256),
+        "category": _str(d, "category", max_len=64) or "normal",
+        "tuf": {"ert": _float(d, "tuf_ert"), "alpha": _float(d, "tuf_alpha"), "beta": _float(d, "tuf_beta")},
+        "consume_rate": rate if rate != 0.0 else None,
+    }
+    return m
+
+
+# ----------------------------------------------------------------------------- segments / goals
+
+
+def segment_to_fields(request_id: str, s: Segment) -> dict[str, Any]:
+    return {
+        "request_id": request_id,
+        "index": int(s.index),
+        "text": s.text,
+        "calls": [skill_call_to_fields(c) for c in s.calls],
+        "blocking": bool(s.blocking),
+        "token_count": int(s.token_count),
+        "est_exec_s": float(s.est_exec_s),
+    }
+
+
+def segment_goal_to_fields(g: SegmentGoal) -> dict[str, Any]:
+    return {
+        "request_id": g.request_id,
+        "robot_id": g.robot_id,
+        "robot_type": g.robot_type,
+        "segment_index": int(g.segment_index),
+        "text": g.text,
+        "calls": [skill_call_to_fields(c) for c in g.calls],
+        "est_exec_s": float(g.est_exec_s),
+        "blocking": bool(g.blocking),
+    }
+
+
+def segment_goal_from_fields(d: Mapping[str, Any]) -> SegmentGoal:
+    """Validate an ExecuteSegment goal from the network."""
+    if not isinstance(d, Mapping):
+        raise MessageError(f"goal must be a message, got {type(d).__name__}")
+    calls = d.get("calls", [])
+    if not isinstance(calls, (list, tuple)):
+        raise MessageError("field 'calls' must be a sequence")
+    est = _float(d, "est_exec_s")
+    if est < 0:
+        raise MessageError(f"field 'est_exec_s' must be >= 0, got {est}")
+    blocking = d.get("blocking", False)
+    if not isinstance(blocking, bool):
+        raise MessageError("field 'blocking' must be a bool")
+    return SegmentGoal(
+        request_id=_str(d, "request_id", max_len=256), robot_id=_str(d, "robot_id", max_len=256),
+        robot_type=_str(d, "robot_type", max_len=256), segment_index=_uint(d, "segment_index"),
+        text=_str(d, "text"), calls=tuple(skill_call_from_fields(c) for c in calls),
+        est_exec_s=est, blocking=blocking,
+    )
+
+
+def execute_result_fields(*, code: ResultCode, error: str = "", call_durations_s: Iterable[float] = (),
+                          calls_done: int = 0, value: Value = None, exec_duration_s: float = 0.0) -> dict[str, Any]:
+    """ExecuteSegment result as an executor reports it (durations on the executor's clock)."""
+    text, typ = value_to_text(value)
+    return {
+        "success": code == ResultCode.OK,
+        "error_code": int(code),
+        "error_message": error,
+        "call_durations_s": [float(x) for x in call_durations_s],
+        "calls_done": int(calls_done),
+        "value": text,
+        "value_type": typ,
+        "exec_duration_s": float(exec_duration_s),
+    }
+
+
+def segment_result_from_fields(d: Mapping[str, Any], *, request_id: str, segment_index: int,
+                               received_at: float) -> SegmentResult:
+    """Executor result -> SegmentResult on the planner's clock.
+
+    Executors time on their own clock, so only durations cross the wire: the action is taken to
+    have ended when the result arrived (`received_at`, planner clock) and to have started
+    `exec_duration_s` earlier.  A malformed result becomes an ABORTED result saying why, so the
+    planner always hears back.
+    """
+    try:
+        if not isinstance(d, Mapping):
+            raise MessageError(f"result must be a message, got {type(d).__name__}")
+        code_raw = _uint(d, "error_code")
+        try:
+            code = ResultCode(code_raw)
+        except ValueError:
+            raise MessageError(f"unknown error_code {code_raw}") from None
+        if bool(d.get("success", False)) != (code == ResultCode.OK):
+            raise MessageError(f"success={d.get('success')!r} contradicts error_code {code.name}")
+        durs = [float(x) for x in d.get("call_durations_s", ())]
+        if any(not math.isfinite(x) or x < 0 for x in durs):
+            raise MessageError("call_durations_s must be finite and >= 0")
+        dur = _float(d, "exec_duration_s")
+        if dur < 0:
+            raise MessageError("exec_duration_s must be >= 0")
+        value = value_from_text(d.get("value", ""), d.get("value_type", "none"))
+        return SegmentResult(
+            request_id=request_id, segment_index=segment_index, code=code,
+            exec_start=received_at - dur, exec_end=received_at, call_durations_s=tuple(durs),
+            calls_done=_uint(d, "calls_done"), value=value, error=_str(d, "error_message"),
+        )
+    except (MessageError, TypeError, ValueError) as e:
+        return SegmentResult(request_id=request_id, segment_index=segment_index, code=ResultCode.ABORTED,
+                             exec_start=received_at, exec_end=received_at,
+                             error=f"malformed executor result: {e}")
+
+
+def feedback_fields(calls_done: int, current_call: str, elapsed_s: float) -> dict[str, Any]:
+    return {"calls_done": int(calls_done), "current_call": current_call, "elapsed_s": float(elapsed_s)}
+
+
+# ----------------------------------------------------------------------------- status
+
+
+def generation_utility(gen: Generation) -> float:
+    """Utility accrued so far (TimelyLLM Eq. 3): TUF0 of the response time of the first segment
+    plus TUF1 of each later segment's waiting time, counting only segments whose action start is
+    known.  A planner that tracks utility itself (gen.extra['utility']) is believed instead."""
+    if "utility" in gen.extra:
+        return float(gen.extra["utility"])
+    tuf, total, prev_end = gen.request.tuf, 0.0, None
+    for seg in gen.segments:
+        start = seg.exec_start if seg.exec_start is not None else seg.dispatched_at
+        if start is None:
+            break
+        if seg.index == 0:
+            total += tuf(start - gen.request.arrival)
+        elif prev_end is not None:
+            total += tuf.suspended(start - prev_end)
+        prev_end = seg.exec_end
+    return total
+
+
+def request_status_fields(gen: Generation, *, stamp: float | None = None) -> dict[str, Any]:
+    first = gen.segments[0] if gen.segments else None
+    start = None
+    if first is not None:
+        start = first.exec_start if first.exec_start is not None else first.dispatched_at
+    return {
+        "stamp": time_fields(stamp),
+        "request_id": gen.request.request_id,
+        "robot_id": gen.request.robot_id,
+        "state": gen.state.value,
+        "terminal": gen.state.terminal,
+        "segments_dispatched": sum(1 for s in gen.segments if s.dispatched_at is not None),
+        "segments_done": sum(1 for s in gen.segments if s.ok is not None),
+        "response_time_s": (start - gen.request.arrival) if start is not None else -1.0,
+        "utility": generation_utility(gen),
+        "reason": gen.reason,
+    }
+
+
+def rejected_status_fields(request_id: str, robot_id: str, reason: str, *,
+                           stamp: float | None = None) -> dict[str, Any]:
+    """Status for a request that was never admitted: the sender always hears back."""
+    return {
+        "stamp": time_fields(stamp), "request_id": request_id, "robot_id": robot_id,
+        "state": "rejected", "terminal": True, "segments_dispatched": 0, "segments_done": 0,
+        "response_time_s": -1.0, "utility": 0.0, "reason": reason,
+    }
+
+
+def _get(obj: Any, key: str, default: Any = 0) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def planner_status_fields(status: Any, *, stamp: float | None = None) -> dict[str, Any]:
+    """The planner's status (object or mapping) -> PlannerStatus fields.
+
+    Queue lengths may come as `queues`/`queue_lengths` keyed by GenState (or its value) or as one
+    attribute per state."""
+    queues = _get(status, "queues", None) or _get(status, "queue_lengths", None) or {}
+    out: dict[str, Any] = {"stamp": time_fields(stamp)}
+    for st in GenState:
+        n = queues.get(st, queues.get(st.value)) if queues else None
+        if n is None:
+            n = _get(status, st.value, 0)
+        out[st.value] = int(n or 0)
+    out["batch_size"] = int(_get(status, "batch_size", 0) or 0)
+    out["kv_usage"] = float(_get(status, "kv_usage", 0.0) or 0.0)
+    out["tokens_per_s"] = float(_get(status, "tokens_per_s", 0.0) or 0.0)
+    out["accrued_utility"] = float(_get(status, "accrued_utility", 0.0) or 0.0)
+    return out
+
+
+# ----------------------------------------------------------------------------- rosbags (CDR)
+
+
+def interface_dir() -> Path:
+    """Where msg/ and action/ live: the source tree, else the installed ROS share directory."""
+    if (REPO_ROOT / "msg").is_dir():
+        return REPO_ROOT
+    try:  # installed with colcon: share/timelyllm/{msg,action}
+        from ament_index_python.packages import get_package_share_directory  # type: ignore
+
+        return Path(get_package_share_directory(PACKAGE))
+    except Exception as e:  # pragma: no cover - only without the source tree
+        raise FileNotFoundError(f"cannot find the {PACKAGE} msg/ and action/ directories") from e
+
+
+def split_action(text: str) -> tuple[str, str, str]:
+    """An .action file is goal, result and feedback message sections separated by `---` lines."""
+    parts: list[list[str]] = [[]]
+    for line in text.splitlines():
+        if line.strip() == "---":
+            parts.append([])
+        else:
+            parts[-1].append(line)
+    if len(parts) != 3:
+        raise MessageError(f"an action needs exactly 3 sections separated by '---', got {len(parts)}")
+    goal, result, feedback = ("\n".join(p) + "\n" for p in parts)
+    return goal, result, feedback
+
+
+def interface_types(root: Path | None = None) -> dict[str, Any]:
+    """All of this package's interfaces parsed by rosbags (typename -> definition)."""
+    from rosbags.typesys import get_types_from_msg
+
+    root = interface_dir() if root is None else root
+    types: dict[str, Any] = {}
+    for name in MSG_FILES:
+        types.update(get_types_from_msg((root / "msg" / f"{name}.msg").read_text(), f"{PACKAGE}/msg/{name}"))
+    for name in ACTION_FILES:
+        sections = split_action((root / "action" / f"{name}.action").read_text())
+        for suffix, text in zip(("Goal", "Result", "Feedback"), sections):
+            # Parsed under msg/ so that unqualified names (SkillCall) resolve to this package's
+            # messages, as rosidl resolves them; then filed under the action's own name.
+            parsed = get_types_from_msg(text, f"{PACKAGE}/msg/{name}_{suffix}")
+            types[f"{PACKAGE}/action/{name}_{suffix}"] = parsed.pop(f"{PACKAGE}/msg/{name}_{suffix}")
+            types.update(parsed)
+    return types
+
+
+@lru_cache(maxsize=1)
+def typestore():
+    """A rosbags typestore for ROS 2 Jazzy (builtin_interfaces, diagnostic_msgs, ...) plus ours."""
+    from rosbags.typesys import Stores, get_typestore
+
+    ts = get_typestore(Stores.ROS2_JAZZY)
+    ts.register(interface_types())
+    return ts
+
+
+_NUMPY_DTYPES = {
+    "bool": "bool", "byte": "uint8", "char": "uint8", "uint8": "uint8", "int8": "int8",
+    "uint16": "uint16", "int16": "int16", "uint32": "uint32", "int32": "int32",
+    "uint64": "uint64", "int64": "int64", "float32": "float32", "float64": "float64",
+}
+
+
+def _node_from_fields(ts, node: tuple, value: Any) -> Any:
+    import numpy as np
+
+    kind, detail = node
+    kind = int(kind)
+    if kind == 1:  # BASE
+        typ = detail[0]
+        if typ == "byte" and isinstance(value, (bytes, bytearray)):
+            if len(value) != 1:
+                raise MessageError(f"byte field needs exactly 1 byte, got {value!r}")
+            return value[0]
+        return value
+    if kind == 2:  # NAME (nested message)
+        return to_rosbags(detail, value, ts)
+    # ARRAY (3) / SEQUENCE (4): detail = (element node, size)
+    elem, _size = detail
+    if int(elem[0]) == 1 and elem[1][0] in _NUMPY_DTYPES:
+        items = [_node_from_fields(ts, elem, v) for v in value]
+        return np.array(items, dtype=_NUMPY_DTYPES[elem[1][0]])
+    return [_node_from_fields(ts, elem, v) for v in value]
+
+
+def to_rosbags(typename: str, fields: Mapping[str, Any], ts=None) -> Any:
+    """Field dict -> rosbags message object (missing fields take ROS defaults)."""
+    ts = typestore() if ts is None else ts
+    cls = ts.types[typename]
+    _consts, defs = ts.fielddefs[typename]
+    unknown = set(fields) - {n for n, _ in defs}
+    if unknown:
+        raise MessageError(f"{typename} has no fields {sorted(unknown)}")
+    kwargs = {}
+    for name, node in defs:
+        if name in fields:
+            kwargs[name] = _node_from_fields(ts, node, fields[name])
+        else:
+            kwargs[name] = _default(ts, node)
+    return cls(**kwargs)
+
+
+def _default(ts, node: tuple) -> Any:
+    import numpy as np
+
+    kind, detail = int(node[0]), node[1]
+    if kind == 1:
+        typ = detail[0]
+        return "" if typ in ("string", "wstring") else (False if typ == "bool" else (0.0 if typ.startswith("float") else 0))
+    if kind == 2:
+        return to_rosbags(detail, {}, ts)
+    elem, size = detail
+    if kind == 3:
+        return np.zeros(size, dtype=_NUMPY_DTYPES[elem[1][0]]) if int(elem[0]) == 1 and elem[1][0] in _NUMPY_DTYPES \
+            else [_default(ts, elem) for _ in range(size)]
+    if int(elem[0]) == 1 and elem[1][0] in _NUMPY_DTYPES:
+        return np.zeros(0, dtype=_NUMPY_DTYPES[elem[1][0]])
+    return []
+
+
+def from_rosbags(msg: Any, ts=None) -> dict[str, Any]:
+    """rosbags message object -> field dict (the inverse of to_rosbags)."""
+    ts = typestore() if ts is None else ts
+    typename = msg.__msgtype__
+    _consts, defs = ts.fielddefs[typename]
+    return {name: _node_to_fields(ts, node, getattr(msg, name)) for name, node in defs}
+
+
+def _node_to_fields(ts, node: tuple, value: Any) -> Any:
+    kind, detail = int(node[0]), node[1]
+    if kind == 1:
+        if detail[0] == "byte":
+            return bytes([int(value)])
+        if hasattr(value, "item"):  # numpy scalar
+            return value.item()
+        return value
+    if kind == 2:
+        return from_rosbags(value, ts)
+    elem = detail[0]
+    return [_node_to_fields(ts, elem, v) for v in value]
+
+
+def cdr_roundtrip(typename: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Serialise fields as CDR (what DDS puts on the wire) and read them back."""
+    ts = typestore()
+    raw = ts.serialize_cdr(to_rosbags(typename, fields, ts), typename)
+    return from_rosbags(ts.deserialize_cdr(bytes(raw), typename), ts)

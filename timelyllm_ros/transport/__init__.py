@@ -1,0 +1,1 @@
+"""Transport port (topics, actions, timers) and its implementations: in-process and rclpy."""

@@ -1,0 +1,132 @@
+"""The transport port: topics, actions and timers, the only ROS-shaped surface nodes touch.
+
+Nodes are written against this port so the same node code runs over rclpy (a real ROS 2 graph)
+and over the in-process implementation (tests, single-process mode).  Messages cross the port as
+*field dicts* shaped like the ROS interfaces (see `timelyllm_ros.ros.convert`); `msg_type` is the
+ROS type name, e.g. "timelyllm/msg/PlanRequest" or "timelyllm/action/ExecuteSegment".
+
+The action half mirrors rclpy's semantics on purpose (goal/cancel callbacks, a server goal handle
+with publish_feedback / is_cancel_requested / succeed / abort / canceled, "execute callback
+returned without a terminal state" = aborted) so in-process tests exercise what rclpy would do.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+Fields = dict[str, Any]
+
+# QoS names the port understands; each implementation maps them to its own profiles.
+QOS_DEFAULT = "default"  # reliable, keep last 10
+QOS_RELIABLE_DEEP = "reliable_deep"  # reliable, keep last 1000: requests/results must not be dropped
+QOS_LATCHED = "latched"  # reliable, transient local, keep last 1: late joiners get the last value
+QOS_SENSOR = "sensor"  # best effort, keep last 5
+QOS_NAMES = (QOS_DEFAULT, QOS_RELIABLE_DEEP, QOS_LATCHED, QOS_SENSOR)
+
+
+class GoalStatus(enum.Enum):
+    """Terminal status of an action goal as the client sees it (action_msgs/GoalStatus)."""
+
+    SUCCEEDED = "succeeded"
+    ABORTED = "aborted"
+    CANCELED = "canceled"
+    REJECTED = "rejected"  # the server refused the goal, or there is no server
+    UNKNOWN = "unknown"  # transport failure: the result could not be obtained
+
+
+@dataclass(frozen=True, slots=True)
+class GoalOutcome:
+    status: GoalStatus
+    result: Fields | None = None  # the action's Result fields (None when rejected/unknown)
+    error: str = ""  # transport-level reason (no server, exception in the server, ...)
+
+
+class ServerGoalHandle(Protocol):
+    """What an action server's execute callback gets (same surface as rclpy's)."""
+
+    @property
+    def request(self) -> Fields: ...
+
+    @property
+    def is_cancel_requested(self) -> bool: ...
+
+    def publish_feedback(self, feedback: Fields) -> None: ...
+
+    def succeed(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+    def canceled(self) -> None: ...
+
+
+ExecuteCallback = Callable[[ServerGoalHandle], Fields]
+GoalCallback = Callable[[Fields], bool]  # True = accept
+CancelCallback = Callable[[ServerGoalHandle], bool]  # True = accept the cancel request
+
+
+class ClientGoal(Protocol):
+    """Handle of a goal sent by an action client."""
+
+    def cancel(self) -> None:
+        """Ask the server to cancel (asynchronous; the outcome still arrives via on_result)."""
+        ...
+
+
+class ActionClient(Protocol):
+    def server_is_ready(self) -> bool: ...
+
+    def send_goal(self, goal: Fields, *, on_result: Callable[[GoalOutcome], None],
+                  on_feedback: Callable[[Fields], None] | None = None,
+                  on_accepted: Callable[[bool], None] | None = None) -> ClientGoal:
+        """Send a goal; exactly one `on_result` call follows, whatever happens (rejection and
+        transport failures included)."""
+        ...
+
+
+class Handle(Protocol):
+    def close(self) -> None: ...
+
+
+class Publisher(Protocol):
+    def publish(self, fields: Fields) -> None: ...
+
+
+class Transport(Protocol):
+    def publisher(self, topic: str, msg_type: str, *, qos: str = QOS_DEFAULT) -> Publisher: ...
+
+    def subscribe(self, topic: str, msg_type: str, callback: Callable[[Fields], None], *,
+                  qos: str = QOS_DEFAULT) -> Handle: ...
+
+    def action_client(self, name: str, action_type: str) -> ActionClient: ...
+
+    def action_server(self, name: str, action_type: str, execute: ExecuteCallback, *,
+                      goal_callback: GoalCallback | None = None,
+                      cancel_callback: CancelCallback | None = None) -> Handle: ...
+
+    def timer(self, period_s: float, callback: Callable[[], None]) -> Handle: ...
+
+    def close(self) -> None: ...
+
+
+def join_name(namespace: str, name: str) -> str:
+    """ROS-style name resolution for relative names: ("drone1", "execute_segment") ->
+    "/drone1/execute_segment"; absolute names are kept."""
+    if name.startswith("/"):
+        return name
+    ns = "/" + namespace.strip("/") if namespace.strip("/") else ""
+    return f"{ns}/{name}"
+
+
+@dataclass
+class Closer:
+    """A Handle made of a close function (idempotent)."""
+
+    fn: Callable[[], None]
+    closed: bool = field(default=False)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.fn()

@@ -1,0 +1,359 @@
+"""The transport port over rclpy (a real ROS 2 graph).
+
+One `RclpyTransport` = one rclpy Node spun by a MultiThreadedExecutor on a background thread, with
+every entity in one ReentrantCallbackGroup: an action server's execute callback can then run for
+seconds while cancel requests, other goals, subscriptions and timers are served on other threads.
+
+Field dicts are turned into generated message classes with rosidl_runtime_py's
+`set_message_fields` and back with `message_to_ordereddict` (the functions `ros2 topic pub/echo`
+use).  rclpy is imported lazily: this module imports without ROS, and `RclpyTransport` raises a
+clear error when rclpy is missing.
+
+NOT RUN in this repository's CI-less development environment (no ROS 2 there); it is written
+against rclpy's Jazzy API (rclpy/node.py, rclpy/action/{client,server}.py) and is exercised by
+.github/workflows/ros.yml in a ros:jazzy container.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from collections import OrderedDict
+from typing import Any, Callable
+
+from .base import (
+    QOS_DEFAULT,
+    QOS_LATCHED,
+    QOS_NAMES,
+    QOS_RELIABLE_DEEP,
+    QOS_SENSOR,
+    CancelCallback,
+    Closer,
+    ExecuteCallback,
+    Fields,
+    GoalCallback,
+    GoalOutcome,
+    GoalStatus,
+)
+
+log = logging.getLogger(__name__)
+
+
+class RclpyUnavailable(ImportError):
+    """rclpy (ROS 2) is not installed / sourced in this Python."""
+
+
+def _rclpy():
+    try:
+        import rclpy  # noqa: F401
+        import rclpy.action  # noqa: F401
+        import rclpy.callback_groups  # noqa: F401
+        import rclpy.executors  # noqa: F401
+        import rclpy.node  # noqa: F401
+        import rclpy.qos  # noqa: F401
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise RclpyUnavailable(
+            "rclpy is not importable: source a ROS 2 (Jazzy) setup.bash and use its Python "
+            f"(and a venv created with --system-site-packages). Original error: {e}") from e
+    return rclpy
+
+
+def message_class(type_name: str) -> Any:
+    """'timelyllm/msg/PlanRequest' -> timelyllm.msg.PlanRequest (also 'pkg/action/Name')."""
+    parts = type_name.split("/")
+    if len(parts) != 3:
+        raise ValueError(f"type name must be pkg/kind/Name, got {type_name!r}")
+    pkg, kind, name = parts
+    return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
+
+
+def to_msg(cls: Any, fields: Fields) -> Any:
+    from rosidl_runtime_py.set_message import set_message_fields
+
+    msg = cls()
+    set_message_fields(msg, fields)
+    return msg
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, (dict, OrderedDict)):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+def from_msg(msg: Any) -> Fields:
+    """Generated message -> field dict.  (rosidl's converter turns `byte` fields into 1-char
+    strings; none of the messages this package *subscribes* to has one.)"""
+    from rosidl_runtime_py.convert import message_to_ordereddict
+
+    return _plain(message_to_ordereddict(msg))
+
+
+def qos_profile(name: str) -> Any:
+    from rclpy.qos import (
+        DurabilityPolicy,
+        HistoryPolicy,
+        QoSProfile,
+        ReliabilityPolicy,
+        qos_profile_sensor_data,
+    )
+
+    if name == QOS_DEFAULT:
+        return QoSProfile(depth=10)
+    if name == QOS_RELIABLE_DEEP:
+        return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+    if name == QOS_LATCHED:
+        return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    if name == QOS_SENSOR:
+        return qos_profile_sensor_data
+    raise ValueError(f"unknown QoS {name!r}; known: {QOS_NAMES}")
+
+
+_STATUS = {4: GoalStatus.SUCCEEDED, 5: GoalStatus.CANCELED, 6: GoalStatus.ABORTED}  # action_msgs/GoalStatus
+
+
+class _ServerGoal:
+    """Port goal handle over rclpy's ServerGoalHandle."""
+
+    def __init__(self, handle: Any, action_cls: Any) -> None:
+        self._h, self._cls = handle, action_cls
+        self._request = from_msg(handle.request)
+
+    @property
+    def request(self) -> Fields:
+        return self._request
+
+    @property
+    def is_cancel_requested(self) -> bool:
+        return bool(self._h.is_cancel_requested)
+
+    def publish_feedback(self, feedback: Fields) -> None:
+        self._h.publish_feedback(to_msg(self._cls.Feedback, feedback))
+
+    def succeed(self) -> None:
+        self._h.succeed()
+
+    def abort(self) -> None:
+        self._h.abort()
+
+    def canceled(self) -> None:
+        self._h.canceled()
+
+
+class _ClientGoal:
+    def __init__(self, on_result: Callable[[GoalOutcome], None]) -> None:
+        self._on_result = on_result
+        self._lock = threading.Lock()
+        self._handle: Any = None  # rclpy keeps only a weak reference: hold it here
+        self._cancel_pending = False
+        self._done = False
+
+    def attach(self, handle: Any) -> None:
+        with self._lock:
+            self._handle = handle
+            cancel = self._cancel_pending
+        if cancel:
+            handle.cancel_goal_async()
+
+    def finish(self, outcome: GoalOutcome) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+            self._handle = None
+        try:
+            self._on_result(outcome)
+        except Exception:
+            log.exception("action result callback failed")
+
+    def cancel(self) -> None:
+        with self._lock:
+            h, done = self._handle, self._done
+            if h is None and not done:
+                self._cancel_pending = True
+        if h is not None and not done:
+            h.cancel_goal_async()
+
+
+class _ActionClient:
+    def __init__(self, t: "RclpyTransport", name: str, action_type: str) -> None:
+        from rclpy.action import ActionClient
+
+        self._cls = message_class(action_type)
+        self._client = ActionClient(t.node, self._cls, name, callback_group=t.group)
+        self._node = t.node
+
+    def server_is_ready(self) -> bool:
+        return bool(self._client.server_is_ready())
+
+    def send_goal(self, goal: Fields, *, on_result: Callable[[GoalOutcome], None],
+                  on_feedback: Callable[[Fields], None] | None = None,
+                  on_accepted: Callable[[bool], None] | None = None) -> _ClientGoal:
+        msg = to_msg(self._cls.Goal, goal)
+        cg = _ClientGoal(on_result)
+        fb_cb = None
+        if on_feedback is not None:
+            def fb_cb(m: Any) -> None:  # FeedbackMessage: goal_id + feedback
+                on_feedback(from_msg(m.feedback))
+
+        def on_response(fut: Any) -> None:
+            try:
+                handle = fut.result()
+            except Exception as e:
+                if on_accepted:
+                    on_accepted(False)
+                cg.finish(GoalOutcome(GoalStatus.UNKNOWN, None, f"sending the goal failed: {e}"))
+                return
+            accepted = handle is not None and handle.accepted
+            if on_accepted:
+                on_accepted(accepted)
+            if not accepted:
+                cg.finish(GoalOutcome(GoalStatus.REJECTED, None, "goal rejected by the action server"))
+                return
+            cg.attach(handle)
+            handle.get_result_async().add_done_callback(on_result_response)
+
+        def on_result_response(fut: Any) -> None:
+            try:
+                resp = fut.result()  # GetResult response: status + result
+                status = _STATUS.get(int(resp.status), GoalStatus.UNKNOWN)
+                cg.finish(GoalOutcome(status, from_msg(resp.result),
+                                      "" if status != GoalStatus.UNKNOWN else f"goal status {resp.status}"))
+            except Exception as e:
+                cg.finish(GoalOutcome(GoalStatus.UNKNOWN, None, f"getting the result failed: {e}"))
+
+        self._client.send_goal_async(msg, feedback_callback=fb_cb).add_done_callback(on_response)
+        return cg
+
+    def close(self) -> None:
+        self._client.destroy()
+
+
+class RclpyTransport:
+    """One ROS 2 node.  `parameters()` reads ROS parameters with defaults (entry scripts use it
+    to build the node's config; the node code itself never sees rclpy)."""
+
+    def __init__(self, node_name: str, namespace: str = "", *, args: list[str] | None = None,
+                 num_threads: int | None = None) -> None:
+        rclpy = _rclpy()
+        from rclpy.callback_groups import ReentrantCallbackGroup
+        from rclpy.executors import MultiThreadedExecutor
+        from rclpy.node import Node
+
+        self._owns_context = False
+        if not rclpy.ok():
+            rclpy.init(args=args)
+            self._owns_context = True
+        self.node = Node(node_name, namespace=namespace or None)
+        self.group = ReentrantCallbackGroup()
+        self.executor = MultiThreadedExecutor(num_threads=num_threads)
+        self.executor.add_node(self.node)
+        self._publishers: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._handles: list[Any] = []
+        self._spin = threading.Thread(target=self.executor.spin, name=f"spin-{node_name}", daemon=True)
+        self._spin.start()
+
+    # -- parameters (not part of the port) -------------------------------------------------
+    def parameters(self, defaults: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for name, default in defaults.items():
+            if not self.node.has_parameter(name):
+                self.node.declare_parameter(name, default)
+            out[name] = self.node.get_parameter(name).value
+        return out
+
+    # -- topics ------------------------------------------------------------------------------
+    def publisher(self, topic: str, msg_type: str, *, qos: str = QOS_DEFAULT) -> Any:
+        key = f"{topic}|{msg_type}|{qos}"
+        with self._lock:
+            pub = self._publishers.get(key)
+            if pub is None:
+                cls = message_class(msg_type)
+                ros_pub = self.node.create_publisher(cls, topic, qos_profile(qos))
+                pub = _Publisher(ros_pub, cls)
+                self._publishers[key] = pub
+        return pub
+
+    def publish(self, topic: str, msg_type: str, fields: Fields, *, qos: str = QOS_DEFAULT) -> None:
+        self.publisher(topic, msg_type, qos=qos).publish(fields)
+
+    def subscribe(self, topic: str, msg_type: str, callback: Callable[[Fields], None], *,
+                  qos: str = QOS_DEFAULT) -> Closer:
+        cls = message_class(msg_type)
+        sub = self.node.create_subscription(cls, topic, lambda m: callback(from_msg(m)), qos_profile(qos),
+                                            callback_group=self.group)
+        h = Closer(lambda: self.node.destroy_subscription(sub))
+        self._handles.append(h)
+        return h
+
+    # -- actions -----------------------------------------------------------------------------
+    def action_client(self, name: str, action_type: str) -> _ActionClient:
+        c = _ActionClient(self, name, action_type)
+        self._handles.append(c)
+        return c
+
+    def action_server(self, name: str, action_type: str, execute: ExecuteCallback, *,
+                      goal_callback: GoalCallback | None = None,
+                      cancel_callback: CancelCallback | None = None) -> Closer:
+        from rclpy.action import ActionServer, CancelResponse, GoalResponse
+
+        cls = message_class(action_type)
+
+        def on_goal(request: Any) -> Any:
+            if goal_callback is None:
+                return GoalResponse.ACCEPT
+            try:
+                return GoalResponse.ACCEPT if goal_callback(from_msg(request)) else GoalResponse.REJECT
+            except Exception:
+                log.exception("goal callback failed; rejecting")
+                return GoalResponse.REJECT
+
+        def on_cancel(handle: Any) -> Any:
+            # rclpy's default rejects every cancel; the port's default accepts.
+            if cancel_callback is None:
+                return CancelResponse.ACCEPT
+            return CancelResponse.ACCEPT if cancel_callback(_ServerGoal(handle, cls)) else CancelResponse.REJECT
+
+        def on_execute(handle: Any) -> Any:
+            result = execute(_ServerGoal(handle, cls))
+            return to_msg(cls.Result, result or {})
+
+        server = ActionServer(self.node, cls, name, on_execute, callback_group=self.group,
+                              goal_callback=on_goal, cancel_callback=on_cancel)
+        h = Closer(server.destroy)
+        self._handles.append(h)
+        return h
+
+    # -- timers ------------------------------------------------------------------------------
+    def timer(self, period_s: float, callback: Callable[[], None]) -> Closer:
+        t = self.node.create_timer(period_s, callback, callback_group=self.group)
+        h = Closer(lambda: self.node.destroy_timer(t))
+        self._handles.append(h)
+        return h
+
+    def close(self) -> None:
+        for h in reversed(self._handles):
+            try:
+                h.close()
+            except Exception:
+                log.exception("closing %r failed", h)
+        self._handles.clear()
+        self.executor.shutdown()
+        self.node.destroy_node()
+        if self._owns_context:
+            import rclpy
+
+            rclpy.try_shutdown()
+
+
+class _Publisher:
+    def __init__(self, pub: Any, cls: Any) -> None:
+        self._pub, self._cls = pub, cls
+
+    def publish(self, fields: Fields) -> None:
+        self._pub.publish(to_msg(self._cls, fields))
