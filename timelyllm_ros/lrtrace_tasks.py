@@ -399,8 +399,10 @@ BOOKS = {"science fiction": "Dune", "mystery": "The Hound of the Baskervilles", 
 
 def _c3(rng: random.Random) -> tuple[str, str]:
     g = rng.choice(list(BOOKS))
-    return (f"user likes: {g}",
-            f"Since you like {g}, I recommend {BOOKS[g]}. It is a classic of the genre. I hope you enjoy it.")
+    n = rng.choice(range(10, 95, 5))
+    return (f"user likes: {g}; reading time: {n} minutes a day",
+            f"Since you like {g}, I recommend {BOOKS[g]}. It is a classic of the genre. "
+            f"If you read {n} minutes a day, you will enjoy it soon.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -487,6 +489,30 @@ def outcome_paths(steps: Sequence[Step], rng: random.Random, p_annotate: float =
             out.append((st.stmt, None))
         i += 1
     return out
+
+
+HELD_OUT_SEED = 777
+
+
+@dataclass(frozen=True, slots=True)
+class EvalItem:
+    task_id: str
+    robot_type: str
+    task: str
+    scene: str
+    plan: str
+    source: str  # "file" (the committed task file) | "generated" (held-out draw)
+
+
+def held_out(tasks: dict[str, TaskDef], n_generated: int = 10, seed: int = HELD_OUT_SEED) -> list[EvalItem]:
+    """Evaluation scenes never used for training: every scene of the task file plus `n_generated`
+    fresh draws per task (seeded).  The model build skips all of them."""
+    items = [EvalItem(tid, t.robot_type, t.task, s.scene, s.plan, "file")
+             for tid, t in tasks.items() for s in t.scenes]
+    seen = {(i.task_id, i.scene) for i in items}
+    for ex in generate_many([t for t in tasks if t in RULES], n_generated, seed, exclude_scenes=seen):
+        items.append(EvalItem(ex.task_id, ex.robot_type, ex.task, ex.scene, ex.plan, "generated"))
+    return items
 
 
 def dump_reference_file(path: str | Path, n_per_task: int = 6, seed: int = 20240601) -> None:
