@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Callable, MutableMapping, NamedTuple, Union
 
@@ -38,6 +39,7 @@ MAX_CALLS = 32  # skill calls written in one statement
 MAX_TEXT = 4096  # characters in one statement
 MAX_NUMBER_CHARS = 24  # longer numeric literals are rejected before int()/float()
 MAX_STEPS = 1000  # skill calls one run_statement may execute (loops multiply calls)
+MAX_LOOP_PRODUCT = 1000  # product of nested loop counts in one statement
 
 RETURNED = "__returned__"  # env key: True once the plan executed `->`
 RETURN_VALUE = "__return_value__"
@@ -196,6 +198,20 @@ def _unescape(raw: str, pos: int) -> str:
         return c
 
     return _ESCAPE_RE.sub(sub, raw[1:-1])
+
+
+_BIDI_CONTROLS = frozenset(chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
+
+
+def text_problem(s: str) -> str | None:
+    """None if free text (a chat sentence) is safe to show or speak: no control characters
+    except newline/tab/CR, no bidi overrides (spoofing), no surrogates or unassigned code points."""
+    for c in s:
+        if c.isprintable() or c in "\n\t\r ":
+            continue
+        if c in _BIDI_CONTROLS or unicodedata.category(c) in ("Cc", "Cs", "Co", "Cn"):
+            return f"text contains control character U+{ord(c):04X}"
+    return None
 
 
 def string_problem(s: str, *, allow_newlines: bool = False) -> str | None:
@@ -462,6 +478,13 @@ def parse_statement(text: str, robot: RobotSpec, *, check: bool = True) -> Parse
     t = p.peek()
     if t.kind != "end":
         raise MiniSpecError(f"expected end of statement, got {_desc(t)} (one statement per segment)", t.pos)
+    if check:
+        product = max_loop_product((stmt,))
+        if product > MAX_LOOP_PRODUCT:
+            raise MiniSpecError(f"nested loops repeat {product} times (at most {MAX_LOOP_PRODUCT})", 0)
+        steps = statement_calls(stmt)
+        if steps > MAX_STEPS:
+            raise MiniSpecError(f"statement may execute {steps} skill calls (at most {MAX_STEPS})", 0)
     return Parsed(stmt, tuple(p.calls))
 
 

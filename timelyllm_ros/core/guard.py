@@ -1,0 +1,203 @@
+"""Dispatch guard: the single validation point every segment passes before a robot sees it.
+
+The guard trusts nothing it is given: it re-parses the segment text itself (syntax only; the
+schema checks below are its own code, not the parser's), requires the goal's call list to be
+exactly the calls written in the text (so no one can smuggle a different call list past it),
+checks every call against the robot schema, and applies hard limits that do not come from the
+YAML (the Tello SDK's ranges, the arm's workspace), so that a loosened schema file cannot make a
+robot fly 5 km.  Pure: no I/O, never raises — anything unexpected is a rejection with a reason.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .minispec import (MAX_LOOP, MAX_LOOP_PRODUCT, MAX_STEPS, Cond, Else, Loop, MiniSpecError, Stmt, parse_statement,
+                       statement_calls, string_problem, text_problem)
+from .robots import RobotSpec, SkillSpec
+from .types import SkillCall
+
+MAX_SEGMENT_CALLS = 32  # calls written in one segment
+MAX_SEGMENT_CHARS = 4096  # MiniSpec segment text
+MAX_STRING_CHARS = 2000  # any string argument, whatever the schema says
+
+_TELLO_MOVE = ((20, 500),)  # djitellopy move_*: int cm in [20, 500]
+_TELLO_TURN = ((1, 360),)  # rotate_(counter_)clockwise: int degrees in [1, 360]
+# robot_type -> skill name -> (lo, hi) per numeric argument (None: not numeric / no hard limit)
+HARD_LIMITS: dict[str, dict[str, tuple[tuple[float, float] | None, ...]]] = {
+    "tello": {
+        "move_forward": _TELLO_MOVE, "move_backward": _TELLO_MOVE, "move_left": _TELLO_MOVE,
+        "move_right": _TELLO_MOVE, "move_up": _TELLO_MOVE, "move_down": _TELLO_MOVE,
+        "turn_cw": _TELLO_TURN, "turn_ccw": _TELLO_TURN, "delay": ((0, 10000),),
+    },
+    "arm": {
+        "move_to": ((-80, 80), (-80, 80), (0, 90)),
+        "rotate_wrist": ((-180, 180),),
+    },
+}
+# Skills whose numeric arguments must be ints on the real robot whatever the YAML says.
+INT_ONLY = {"tello": set(HARD_LIMITS["tello"]), "arm": {"move_to", "rotate_wrist"}}
+
+
+@dataclass(frozen=True, slots=True)
+class GuardVerdict:
+    ok: bool
+    reason: str = ""  # why the segment was rejected ('' when ok)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+_OK = GuardVerdict(True)
+
+
+def check_segment(robot: RobotSpec, text: str, calls: Any) -> GuardVerdict:
+    """Accept a segment only if `text` is one valid statement for `robot` and `calls` are exactly
+    its calls, each within the schema and the robot's hard limits."""
+    try:
+        reason = _check(robot, text, calls)
+    except Exception as e:  # noqa: BLE001 - the guard must never take the planner down
+        return GuardVerdict(False, f"internal guard error: {type(e).__name__}: {e}")
+    return _OK if reason is None else GuardVerdict(False, reason)
+
+
+def check_goal(robot: RobotSpec, goal: Any) -> GuardVerdict:
+    """check_segment for a SegmentGoal (robot type included)."""
+    try:
+        if getattr(goal, "robot_type", None) != robot.robot_type:
+            return GuardVerdict(False, f"goal is for robot type {getattr(goal, 'robot_type', None)!r}, "
+                                       f"not {robot.robot_type!r}")
+        return check_segment(robot, goal.text, goal.calls)
+    except Exception as e:  # noqa: BLE001
+        return GuardVerdict(False, f"internal guard error: {type(e).__name__}: {e}")
+
+
+def _check(robot: RobotSpec, text: Any, calls: Any) -> str | None:
+    if not isinstance(robot, RobotSpec):
+        return f"robot must be a RobotSpec, got {type(robot).__name__}"
+    if not isinstance(text, str):
+        return f"segment text must be a string, got {type(text).__name__}"
+    if not text.strip():
+        return "empty segment"
+    if not isinstance(calls, (tuple, list)):
+        return f"calls must be a tuple of SkillCall, got {type(calls).__name__}"
+    if len(calls) > MAX_SEGMENT_CALLS:
+        return f"{len(calls)} calls in one segment (at most {MAX_SEGMENT_CALLS})"
+    for c in calls:
+        if type(c) is not SkillCall:
+            return f"calls must be SkillCall objects, got {type(c).__name__}"
+    if robot.language == "sentence":
+        return _check_chat(robot, text, tuple(calls))
+    if robot.language != "minispec":
+        return f"unknown robot language {robot.language!r}"
+    if len(text) > MAX_SEGMENT_CHARS:
+        return f"segment longer than {MAX_SEGMENT_CHARS} characters"
+    try:
+        stmt, parsed = parse_statement(text, robot, check=False)
+    except MiniSpecError as e:
+        return f"invalid statement: {e}"
+    if not _same_calls(parsed, tuple(calls)):
+        return (f"goal calls {[str(c) for c in calls]} differ from the calls in the text "
+                f"{[str(c) for c in parsed]}")
+    for c in parsed:
+        reason = _check_call(robot, c)
+        if reason:
+            return reason
+    product = _loop_product(stmt)
+    if product > MAX_LOOP_PRODUCT:
+        return f"nested loops repeat {product} times (at most {MAX_LOOP_PRODUCT})"
+    steps = statement_calls(stmt)
+    if steps > MAX_STEPS:
+        return f"segment may execute {steps} skill calls (at most {MAX_STEPS})"
+    return None
+
+
+def _check_chat(robot: RobotSpec, text: str, calls: tuple[SkillCall, ...]) -> str | None:
+    say = robot.skill("say")
+    if say is None or len(say.args) != 1:
+        return f"chat robot {robot.robot_type!r} has no say(text) skill"
+    if len(calls) != 1:
+        return f"a chat segment is exactly one say() call, got {len(calls)} calls"
+    c = calls[0]
+    if c.name != say.name or c.abbr not in (say.abbr, say.name) or len(c.args) != 1:
+        return f"a chat segment is exactly one say(text) call, got {c}"
+    arg = c.args[0]
+    if type(arg) is not str or arg != text.strip():
+        return "say() text differs from the segment text"
+    limit = min(say.args[0].max_len, 8 * MAX_STRING_CHARS)
+    if len(arg) > limit:
+        return f"chat segment longer than {limit} characters"
+    return text_problem(arg)
+
+
+def _same_calls(a: tuple[SkillCall, ...], b: tuple[SkillCall, ...]) -> bool:
+    """Equality that does not let 1 stand for True or 50.0 for 50."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x.name != y.name or x.abbr != y.abbr or type(x.args) is not tuple or type(y.args) is not tuple:
+            return False
+        if len(x.args) != len(y.args):
+            return False
+        for u, v in zip(x.args, y.args):
+            if type(u) is not type(v) or u != v:
+                return False
+    return True
+
+
+def _check_call(robot: RobotSpec, c: SkillCall) -> str | None:
+    spec: SkillSpec | None = robot.skills.get(c.name)
+    if spec is None:
+        return f"unknown skill {c.name!r} for robot type {robot.robot_type!r}"
+    if c.abbr not in (spec.abbr, spec.name):
+        return f"{c.abbr!r} is not a name of skill {spec.name!r}"
+    if len(c.args) != len(spec.args):
+        return f"{c.abbr}: takes {len(spec.args)} argument(s), got {len(c.args)}"
+    hard = HARD_LIMITS.get(robot.robot_type, {}).get(spec.name, ())
+    int_only = spec.name in INT_ONLY.get(robot.robot_type, ())
+    for i, (a, v) in enumerate(zip(spec.args, c.args)):
+        where = f"{c.abbr}: argument {a.name!r}"
+        if a.type == "str":
+            if type(v) is not str:
+                return f"{where} must be a string, got {v!r}"
+            if len(v) > min(a.max_len, MAX_STRING_CHARS):
+                return f"{where} longer than {min(a.max_len, MAX_STRING_CHARS)} characters"
+            problem = string_problem(v)
+            if problem:
+                return f"{where}: {problem}"
+            if a.choices and v not in a.choices:
+                return f"{where} must be one of {list(a.choices)}"
+            continue
+        if a.type == "int" or int_only:
+            if type(v) is not int:
+                return f"{where} must be an int, got {v!r}"
+        elif a.type == "float":
+            if type(v) not in (int, float) or not math.isfinite(v):
+                return f"{where} must be a finite number, got {v!r}"
+        else:
+            return f"{where} has unknown type {a.type!r}"
+        if (a.min is not None and v < a.min) or (a.max is not None and v > a.max):
+            return f"{where}={v} outside {a.min}..{a.max}"
+        lim = hard[i] if i < len(hard) else None
+        if lim is not None and not lim[0] <= v <= lim[1]:
+            return f"{where}={v} outside the robot's hard limit {lim[0]}..{lim[1]}"
+        problem = a.check(v)  # the schema's own check as well
+        if problem:
+            return f"{c.abbr}: {problem}"
+    return None
+
+
+def _loop_product(stmt: Stmt) -> int:
+    """Largest product of nested loop counts; also rejects counts above MAX_LOOP via the value."""
+    if isinstance(stmt, Loop):
+        inner = max((_loop_product(s) for s in stmt.body), default=1)
+        count = stmt.count if 1 <= stmt.count <= MAX_LOOP else MAX_LOOP_PRODUCT + 1
+        return count * inner
+    if isinstance(stmt, Cond):
+        return max((_loop_product(s) for s in stmt.body), default=1)
+    if isinstance(stmt, Else):
+        return max([_loop_product(s) for s in stmt.body] + ([_loop_product(stmt.cond)] if stmt.cond else []),
+                   default=1)
+    return 1

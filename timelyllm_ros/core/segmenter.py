@@ -1,0 +1,416 @@
+"""Incremental stop checker: detokenised text deltas in, complete executable segments out.
+
+The planner feeds each new token's text as it is generated; the segmenter keeps a tiny state
+machine (quote / escape, brace depth, paren depth; for chat: sentence-end candidate, newline run)
+and parses only the statement that just closed, so the cost per token is constant and the
+generation can be suspended the moment a robot has something to execute (paper §4.1).
+
+MiniSpec (TypeFly stream semantics): a top-level statement is complete at its `;`, or at the `}`
+closing a top-level block (loop, conditional, else); with `eager_close=True` also at the `)`
+closing a top-level call / assignment / return (TypeFly executes those at `)`).  A trailing
+statement without `;` (e.g. a final `tp`) completes on `finish()`.  An empty statement (a lone
+`;` after a block) is skipped.
+
+Chat robots (language `sentence`): a segment is a sentence (`.`, `!`, `?` plus closing quotes or
+brackets, followed by whitespace; decimals, "e.g.", "Dr." and initials do not end a sentence) or,
+with mode='paragraph', a paragraph (ends at a blank line); a blank line ends a sentence too.
+Each chat segment is one `say(text)` call.
+
+Offsets are in characters of the cumulative text: `Cut.end` is just past the statement (its `;`
+or `}` included), so the planner knows exactly which tokens lie beyond the segment.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from .minispec import MiniSpecError, Stmt, parse_statement, text_problem
+from .robots import RobotSpec
+from .types import SkillCall
+
+MODES = ("statement", "sentence", "paragraph")
+_WS = frozenset(" \t\n\r\f\v")  # what the MiniSpec lexer treats as whitespace (ASCII)
+_SIMPLE_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_-")
+_CLOSERS = frozenset("\"')]}\u201d\u2019\u00bb")
+_ABBREVIATIONS = frozenset(
+    "mr mrs ms dr prof sr jr st vs cf approx fig figs no nos vol eq eqs ca inc ltd co dept est "
+    "jan feb mar apr jun jul aug sep sept oct nov dec al".split()
+)
+DEFAULT_MAX_STATEMENT_CHARS = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """One complete segment found in the generated text."""
+
+    start: int  # offset of the segment's first non-whitespace character
+    end: int  # offset just past the segment (its ';' or closing '}' included)
+    text: str  # the segment text, stripped
+    calls: tuple[SkillCall, ...]  # skill calls in textual order (empty when error is set)
+    blocking: bool  # some called skill is blocking: the plan needs its value to go on
+    error: str = ""  # '' when the segment is valid for the robot
+    stmt: Stmt | None = None  # parsed MiniSpec statement (None for chat segments and errors)
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+class Segmenter:
+    """Splits one generation's streamed text into executable segments for one robot type."""
+
+    def __init__(self, robot: RobotSpec, *, mode: str | None = None, eager_close: bool = False,
+                 max_statement_chars: int | None = None) -> None:
+        if mode is None:
+            mode = "statement" if robot.language == "minispec" else "sentence"
+        if mode not in MODES:
+            raise ValueError(f"segmenter mode must be one of {MODES}, got {mode!r}")
+        if (mode == "statement") != (robot.language == "minispec"):
+            raise ValueError(f"mode {mode!r} does not fit robot {robot.robot_type!r} "
+                             f"(language {robot.language!r})")
+        self.robot = robot
+        self.mode = mode
+        self.eager_close = eager_close
+        self._say = None
+        if mode != "statement":
+            self._say = robot.skill("say")
+            if self._say is None or len(self._say.args) != 1 or self._say.args[0].type != "str":
+                raise ValueError(f"chat robot {robot.robot_type!r} needs a skill say(text: str)")
+            limit = self._say.args[0].max_len
+        else:
+            limit = DEFAULT_MAX_STATEMENT_CHARS
+        self.max_statement_chars = max_statement_chars or limit
+        if self.max_statement_chars <= 0:
+            raise ValueError("max_statement_chars must be > 0")
+        self._parts: list[str] = []  # every delta (the cumulative text, for rollback)
+        self._clean: list[int] = [0]  # offsets where the scanner state is the initial one
+        self._finished = False
+        self._reset(0)
+
+    # ------------------------------------------------------------ public API
+
+    @property
+    def text(self) -> str:
+        """All text fed so far (including injected text)."""
+        if len(self._parts) > 1:
+            self._parts = ["".join(self._parts)]
+        return self._parts[0] if self._parts else ""
+
+    @property
+    def length(self) -> int:
+        return self._base + len(self._pending)
+
+    @property
+    def pending(self) -> str:
+        """Text after the last cut that is not a segment yet."""
+        return self._pending
+
+    @property
+    def in_segment(self) -> bool:
+        """True while a started segment waits for its end (non-whitespace text pending)."""
+        return self._first >= 0
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def feed(self, delta: str) -> list[Cut]:
+        """Add newly generated text; return the segments it completed, in order."""
+        if not isinstance(delta, str):
+            raise TypeError(f"delta must be str, got {type(delta).__name__}")
+        if self._finished:
+            raise ValueError("feed() after finish(): the generation already ended")
+        if not delta:
+            return []
+        self._parts.append(delta)
+        if self.mode == "statement":
+            return self._scan_statements(delta)
+        return self._scan_sentences(delta)
+
+    def finish(self) -> list[Cut]:
+        """End of generation: the trailing segment without a terminator, if any."""
+        if self._finished:
+            return []
+        self._finished = True
+        if self._first < 0:
+            return []
+        buf, first = self._pending, self._first
+        body = buf[first:].rstrip()
+        if self.mode == "statement":
+            if self._quote:
+                cut = self._error(first, len(buf), "unterminated string at end of generation")
+            elif self._brace > 0:
+                cut = self._error(first, len(buf), f"missing {self._brace} '}}' at end of generation")
+            elif self._paren > 0:
+                cut = self._error(first, len(buf), "missing ')' at end of generation")
+            else:
+                cut = self._statement(first, first + len(body))
+        else:
+            cut = self._chat(first, first + len(body))
+        self._advance(len(buf))
+        return [cut]
+
+    def rollback(self, offset: int) -> None:
+        """Forget the text past `offset` (tokens the planner dropped), as if never fed.
+
+        Segments that ended after `offset` are forgotten too; the caller must not have dispatched
+        them.  Re-scans at most the text since the last segment end at or before `offset`.
+        """
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= self.length:
+            raise ValueError(f"rollback offset must be an int in 0..{self.length}, got {offset!r}")
+        text = self.text[:offset]
+        k = bisect.bisect_right(self._clean, offset)
+        point = self._clean[k - 1]
+        del self._clean[k:]
+        self._parts = [text[:point]]
+        self._finished = False
+        self._reset(point)
+        rest = text[point:]
+        if rest:
+            self._parts.append(rest)
+            scan = self._scan_statements if self.mode == "statement" else self._scan_sentences
+            cuts = scan(rest)
+            if cuts:  # cannot happen: point is the last segment end at or before offset
+                raise AssertionError(f"rollback re-scan produced segments: {cuts}")
+
+    def inject(self, text: str) -> None:
+        """Append text that is not plan output (a blocking skill's result shown to the LLM).
+
+        Only allowed between segments; the injected text is never segmented.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"inject() needs str, got {type(text).__name__}")
+        if self._first >= 0:
+            raise ValueError("inject() in the middle of a segment; roll back to its start first")
+        if not text:
+            return
+        self._parts.append(text)
+        self._reset(self.length + len(text))
+        self._clean.append(self._base)
+
+    # ------------------------------------------------------------ internals
+
+    def _reset(self, base: int) -> None:
+        self._base = base  # offset of _pending[0] in the cumulative text
+        self._pending = ""
+        self._first = -1  # index in _pending of the segment's first non-whitespace char
+        self._kind = ""  # that character (statement kind)
+        self._quote = False
+        self._escape = False
+        self._brace = 0
+        self._paren = 0
+        self._last = -1  # chat: index of the last non-whitespace char
+        self._cand = -1  # chat: index just past a sentence-end candidate
+        self._word = ""  # chat: the word being read
+        self._nl = 0  # chat: newlines in the current whitespace run
+        self._bol = True  # chat: the next word starts a line
+        self._wbol = True  # chat: the current word started a line
+
+    def _advance(self, upto: int) -> None:
+        """Drop _pending[:upto] (consumed by a cut or an empty statement)."""
+        self._base += upto
+        self._pending = self._pending[upto:]
+        self._first = -1
+        self._kind = ""
+        if self._clean[-1] != self._base:
+            self._clean.append(self._base)
+
+    def _error(self, first: int, end: int, message: str) -> Cut:
+        text = self._pending[first:end].strip()
+        return Cut(self._base + first, self._base + end, text, (), False,
+                   f"{message} (offset {self._base + end - 1})")
+
+    def _statement(self, first: int, end: int) -> Cut:
+        text = self._pending[first:end].rstrip()
+        start = self._base + first
+        try:
+            stmt, calls = parse_statement(text, self.robot)
+        except MiniSpecError as e:
+            return Cut(start, self._base + end, text, (), False,
+                       f"{e.message} in {text[:80]!r} (offset {start + e.pos})")
+        blocking = False
+        for c in calls:
+            spec = self.robot.skills[c.name]
+            if spec.blocking:
+                blocking = True
+                break
+        return Cut(start, self._base + end, text, calls, blocking, "", stmt)
+
+    def _chat(self, first: int, end: int) -> Cut:
+        assert self._say is not None
+        text = self._pending[first:end].strip()
+        start = self._base + first
+        problem = self._say.args[0].check(text) or text_problem(text)
+        if problem:
+            return Cut(start, self._base + end, text, (), False, f"{problem} (offset {start})")
+        return Cut(start, self._base + end, text, (SkillCall(self._say.name, self._say.abbr, (text,)),),
+                   self._say.blocking)
+
+    def _scan_statements(self, delta: str) -> list[Cut]:
+        cuts: list[Cut] = []
+        buf = self._pending + delta
+        self._pending = buf
+        j = len(buf) - len(delta)
+        n = len(buf)
+        first, kind = self._first, self._kind
+        quote, esc, br, pa = self._quote, self._escape, self._brace, self._paren
+        eager = self.eager_close
+        ws = _WS
+        while j < n:
+            c = buf[j]
+            j += 1
+            if quote:
+                if esc:
+                    esc = False
+                elif c == "\\":
+                    esc = True
+                elif c == "'":
+                    quote = False
+                continue
+            if c in ws:
+                continue
+            if first < 0:
+                first, kind = j - 1, c
+            if c == "'":
+                quote = True
+                continue
+            end = 0  # > 0: a statement ends at j; error message in msg
+            msg = ""
+            if c == "(":
+                pa += 1
+            elif c == ")":
+                pa -= 1
+                if pa < 0:
+                    end, msg = j, "unbalanced ')'"
+                elif eager and pa == 0 and br == 0 and kind in _SIMPLE_START:
+                    end = j
+            elif c == "{":
+                if pa:
+                    end, msg = j, "'{' inside a call's parentheses"
+                else:
+                    br += 1
+            elif c == "}":
+                if pa:
+                    end, msg = j, "'}' inside a call's parentheses"
+                else:
+                    br -= 1
+                    if br == 0:
+                        end = j
+                    elif br < 0:
+                        end, msg = j, "unbalanced '}'"
+            elif c == ";":
+                if pa:
+                    end, msg = j, "';' inside a call's parentheses"
+                elif br == 0:
+                    if first == j - 1:  # empty statement
+                        self._pending, self._first = buf, -1
+                        self._advance(j)
+                        buf, n, j, first = self._pending, len(self._pending), 0, -1
+                        continue
+                    end = j
+            if end:
+                self._pending = buf
+                if msg:
+                    cuts.append(self._error(first, end, msg))
+                else:
+                    cuts.append(self._statement(first, end))
+                self._advance(end)
+                buf, n, j = self._pending, len(self._pending), 0
+                first, kind, quote, esc, br, pa = -1, "", False, False, 0, 0
+        self._pending = buf
+        self._first, self._kind = first, kind
+        self._quote, self._escape, self._brace, self._paren = quote, esc, br, pa
+        if first >= 0 and n - first > self.max_statement_chars:
+            cuts.append(self._error(first, n, f"statement longer than {self.max_statement_chars} "
+                                              "characters without an end"))
+            self._advance(n)
+            self._quote, self._escape, self._brace, self._paren = False, False, 0, 0
+        return cuts
+
+    def _scan_sentences(self, delta: str) -> list[Cut]:
+        cuts: list[Cut] = []
+        buf = self._pending + delta
+        j = len(buf) - len(delta)
+        n = len(buf)
+        first, last, cand, word, nl = self._first, self._last, self._cand, self._word, self._nl
+        bol, wbol = self._bol, self._wbol
+        sentences = self.mode == "sentence"
+        limit = self.max_statement_chars
+        while j < n:
+            c = buf[j]
+            j += 1
+            if c.isspace():
+                end = 0
+                if cand >= 0:
+                    end = cand
+                elif c == "\n" and first >= 0:
+                    nl += 1
+                    if nl >= 2:
+                        end = last + 1
+                if end:
+                    self._pending, self._first = buf, first
+                    cuts.append(self._chat(first, end))
+                    self._advance(end)
+                    buf, n, j = self._pending, len(self._pending), j - end
+                    first, last, cand = -1, -1, -1
+                    nl = 1 if c == "\n" else 0
+                if c == "\n":
+                    bol = True
+                word = ""
+                continue
+            nl = 0
+            if not word:  # a word starts: remember whether it starts a line
+                wbol, bol = bol or first < 0, False
+            if first < 0:
+                first = j - 1
+            last = j - 1
+            if sentences:
+                if c in ".!?":
+                    if c == "." and _not_sentence_end(word, wbol):
+                        cand = -1
+                    else:
+                        cand = j
+                elif cand == j - 1 and c in _CLOSERS:
+                    cand = j
+                else:
+                    cand = -1
+            if len(word) < 24:
+                word += c
+            if j - first > limit:  # overlong: cut at the last space inside the limit, re-scan the rest
+                head = buf[first:first + limit]
+                sp = max(head.rfind(" "), head.rfind("\n"))
+                end = first + sp if sp > 0 else first + limit
+                self._pending, self._first = buf, first
+                cuts.append(self._chat(first, end))
+                self._advance(end)
+                rest = self._pending
+                self._reset(self._base)
+                cuts.extend(self._scan_sentences(rest))
+                return cuts
+        self._pending = buf
+        self._first, self._last, self._cand, self._word, self._nl = first, last, cand, word, nl
+        self._bol, self._wbol = bol, wbol
+        return cuts
+
+
+def _not_sentence_end(word: str, starts_line: bool) -> bool:
+    """True if a '.' after `word` is not a sentence end (abbreviation, initial, list number)."""
+    if not word:
+        return False
+    w = word.lower().lstrip("(\"'\u201c\u2018")
+    if w in _ABBREVIATIONS:
+        return True
+    parts = w.split(".")
+    if len(parts) >= 2 and all(len(p) == 1 and p.isalpha() for p in parts):
+        return True  # e.g / i.e / U.S
+
+    if len(w) == 1 and w.isalpha() and word[-1].isupper() and word[-1] != "I":
+        return True  # an initial: "J. Smith"
+    return starts_line and word.isdigit()  # a list number: "1. First ..."
+
+
+def segment_text(robot: RobotSpec, text: str, *, mode: str | None = None, eager_close: bool = False) -> list[Cut]:
+    """Segments of a complete text (reference plans, offline checks)."""
+    seg = Segmenter(robot, mode=mode, eager_close=eager_close)
+    return seg.feed(text) + seg.finish()
