@@ -1,0 +1,759 @@
+"""Simulated LLM engine: vLLM-like continuous batching and paged KV memory on a virtual clock.
+
+Why: the scheduling experiments of the paper (RTX 4090, Llama3-8B) cannot run on this machine's
+CPU, and a faithful *cost model* is what the scheduler reacts to anyway.  The engine therefore
+produces scripted text (`set_script`) but charges each iteration the time a real GPU would take
+(`LatencyProfile`, calibrated in profiles/*.yaml and docs/simulator.md), and keeps an exact
+account of KV blocks: a prefix cache keyed by chained block hashes (vLLM's automatic prefix
+caching: full blocks only), LRU eviction of unreferenced cached blocks, recompute-preemption of
+the youngest running generation when memory runs out, and the four context-switch modes of a
+suspended generation (cache / preserve / discard / swap, see LAMPS/InferCept).
+
+Pure: no I/O except `LatencyProfile.from_yaml`, and time only from the injected VirtualClock,
+which `step()` advances by the modelled iteration latency.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from ..core.clock import VirtualClock
+from ..sim.tokenizer import SimTokenizer
+from .base import EngineError, EngineOutput, EngineStats, Tokenizer
+
+PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
+DEFAULT_PROFILE = PROFILES_DIR / "rtx4090_llama3_8b.yaml"
+KV_MODES = frozenset({"cache", "preserve", "discard", "swap"})
+
+
+class ProfileError(ValueError):
+    """A latency profile is malformed; the message names the field."""
+
+
+class KVCapacityError(EngineError):
+    """A generation cannot get KV blocks even after evicting and preempting everything allowed."""
+
+
+# --------------------------------------------------------------------------------------------
+# Latency profile
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class LatencyProfile:
+    """Cost model of one engine iteration (seconds) and the KV memory it runs in.
+
+    step time = decode_base_s + decode_s_per_extra_seq * (seqs - 1)
+                + decode_s_per_context_token * (context tokens of all seqs in the step)
+                + [prefill_base_s + prefill_s_per_token * P   if P > 0 uncached prompt tokens]
+                + swap_s_per_block * (blocks copied host<->GPU for this step)
+                + tokenize_s * (new requests) + detokenize_s * (tokens output)
+    Every sequence in the step yields one token (a prefill yields the first token, as in
+    Table 1's "Decoding 0 token").
+    """
+
+    prefill_s_per_token: float
+    decode_base_s: float  # one decode iteration at batch 1, context excluded
+    kv_block_size: int  # tokens per KV block
+    kv_capacity_blocks: int  # GPU KV blocks
+    prefill_base_s: float = 0.0  # fixed cost of an iteration that prefills (launch, scheduling)
+    decode_s_per_extra_seq: float = 0.0  # batch scaling: each extra sequence in the iteration
+    decode_s_per_context_token: float = 0.0  # attention: KV read per context token per sequence
+    swap_s_per_block: float = 0.0  # host<->GPU copy of one block (either direction)
+    host_capacity_blocks: int | None = None  # host (CPU) blocks for swapped KV; None = unbounded
+    network_latency_s: float = 0.0  # per dispatched segment (used by robots/runner, not here)
+    tokenize_s: float = 0.0  # tokenising one new request's prompt (charged once per request)
+    detokenize_s: float = 0.0  # per output token
+    name: str = ""
+    description: str = ""
+
+    _REQUIRED = ("prefill_s_per_token", "decode_base_s", "kv_block_size", "kv_capacity_blocks")
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("name", "description"):
+                if not isinstance(v, str):
+                    raise ProfileError(f"profile {f.name} must be a string, got {v!r}")
+                continue
+            if f.name in ("kv_block_size", "kv_capacity_blocks", "host_capacity_blocks"):
+                if v is None and f.name == "host_capacity_blocks":
+                    continue
+                if isinstance(v, bool) or not isinstance(v, int) or v < (0 if f.name == "host_capacity_blocks" else 1):
+                    raise ProfileError(f"profile {f.name} must be a positive integer, got {v!r}")
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ProfileError(f"profile {f.name} must be a finite number >= 0, got {v!r}")
+        if self.decode_base_s <= 0:
+            raise ProfileError("profile decode_base_s must be > 0 (a step must take time)")
+
+    # --- loading --------------------------------------------------------------------------
+    @classmethod
+    def from_mapping(cls, data: Any, source: str = "<profile>") -> "LatencyProfile":
+        if not isinstance(data, Mapping):
+            raise ProfileError(f"{source}: a latency profile must be a mapping, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ProfileError(f"{source}: unknown profile keys {unknown}; known: {sorted(known)}")
+        missing = [k for k in cls._REQUIRED if k not in data]
+        if missing:
+            raise ProfileError(f"{source}: missing required profile keys {missing}")
+        try:
+            return cls(**dict(data))
+        except ProfileError as e:
+            raise ProfileError(f"{source}: {e}") from None
+
+    @classmethod
+    def from_yaml(cls, path: str | Path = DEFAULT_PROFILE) -> "LatencyProfile":
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as e:
+            raise ProfileError(f"{path}: cannot read latency profile: {e}") from e
+        return cls.from_mapping(data, str(path))
+
+    # --- cost model -------------------------------------------------------------------------
+    def step_s(self, *, seqs: int, prefill_tokens: int = 0, context_tokens: int = 0,
+               swap_blocks: int = 0, new_requests: int = 0, output_tokens: int | None = None) -> float:
+        """Modelled duration of one iteration (see the class docstring)."""
+        if seqs <= 0 and prefill_tokens <= 0 and swap_blocks <= 0:
+            return 0.0
+        t = 0.0
+        if seqs > 0:
+            t += self.decode_base_s + self.decode_s_per_extra_seq * (seqs - 1)
+            t += self.decode_s_per_context_token * context_tokens
+        if prefill_tokens > 0:
+            t += self.prefill_base_s + self.prefill_s_per_token * prefill_tokens
+        t += self.swap_s_per_block * swap_blocks
+        t += self.tokenize_s * new_requests
+        t += self.detokenize_s * (seqs if output_tokens is None else output_tokens)
+        return t
+
+
+# --------------------------------------------------------------------------------------------
+# KV block pool with a prefix cache
+# --------------------------------------------------------------------------------------------
+
+_ROOT_HASH = 0x7131E11  # parent "hash" of the first block of every sequence
+
+
+def block_hash(parent: int, tokens: Sequence[int]) -> int:
+    """Chained hash of a full block (vLLM: hash(parent_hash, block token ids)).
+
+    Python's hash of a tuple of ints is stable across processes (PYTHONHASHSEED only salts
+    str/bytes), so runs are reproducible.
+    """
+    return hash((parent, tuple(tokens)))
+
+
+@dataclass(slots=True)
+class _Block:
+    bid: int
+    ref: int = 0
+    hash: int | None = None  # registered in the prefix cache
+    parent: int = 0
+    tokens: tuple[int, ...] = ()  # content of a registered block (guards against hash collisions)
+
+
+class _BlockPool:
+    """Fixed pool of KV blocks: free unhashed blocks, an LRU of free cached blocks, refcounts."""
+
+    def __init__(self, n: int) -> None:
+        self.blocks = [_Block(i) for i in range(n)]
+        self.free_plain: deque[int] = deque(range(n))
+        self.free_cached: OrderedDict[int, None] = OrderedDict()  # oldest first
+        self.by_hash: dict[int, int] = {}
+        self.evictions = 0
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free_plain) + len(self.free_cached)
+
+    def lookup(self, parent: int, tokens: tuple[int, ...]) -> int | None:
+        h = block_hash(parent, tokens)
+        bid = self.by_hash.get(h)
+        if bid is None:
+            return None
+        b = self.blocks[bid]
+        return bid if (b.parent == parent and b.tokens == tokens) else None
+
+    def take(self, bid: int) -> None:
+        """Reference a block (a cache hit or a block kept by its owner)."""
+        b = self.blocks[bid]
+        if b.ref == 0 and b.hash is not None:
+            self.free_cached.pop(bid, None)
+        b.ref += 1
+
+    def allocate(self) -> int | None:
+        """A fresh block: an unhashed free one first, else evict the least recently used cached one."""
+        if self.free_plain:
+            bid = self.free_plain.popleft()
+        elif self.free_cached:
+            bid, _ = self.free_cached.popitem(last=False)
+            self._unregister(self.blocks[bid])
+            self.evictions += 1
+        else:
+            return None
+        self.blocks[bid].ref = 1
+        return bid
+
+    def release(self, bid: int, *, drop: bool = False) -> None:
+        """Drop one reference; an unreferenced block stays cached (LRU) unless `drop` or unhashed."""
+        b = self.blocks[bid]
+        if b.ref <= 0:
+            raise EngineError(f"KV block {bid} released more often than taken")
+        b.ref -= 1
+        if b.ref:
+            return
+        if drop and b.hash is not None:
+            self._unregister(b)
+        if b.hash is not None:
+            self.free_cached[bid] = None
+            self.free_cached.move_to_end(bid)
+        else:
+            self.free_plain.append(bid)
+
+    def register(self, bid: int, parent: int, tokens: tuple[int, ...]) -> None:
+        """Publish a full, computed block in the prefix cache (first writer wins, like vLLM)."""
+        b = self.blocks[bid]
+        if b.hash is not None:
+            return
+        h = block_hash(parent, tokens)
+        if h in self.by_hash:
+            return
+        b.hash, b.parent, b.tokens = h, parent, tokens
+        self.by_hash[h] = bid
+
+    def drop(self, bid: int) -> None:
+        """Remove an unreferenced block from the prefix cache (its content is no longer wanted)."""
+        b = self.blocks[bid]
+        if b.ref == 0 and b.hash is not None:
+            self.free_cached.pop(bid, None)
+            self._unregister(b)
+            self.free_plain.append(bid)
+
+    def _unregister(self, b: _Block) -> None:
+        if b.hash is not None and self.by_hash.get(b.hash) == b.bid:
+            del self.by_hash[b.hash]
+        b.hash, b.parent, b.tokens = None, 0, ()
+
+
+# --------------------------------------------------------------------------------------------
+# Engine
+# --------------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class EngineCounters:
+    """Cumulative figures for metrics (all since construction)."""
+
+    steps: int = 0
+    busy_s: float = 0.0  # virtual time spent in steps
+    prefill_tokens: int = 0  # prompt tokens actually computed (uncached)
+    cached_tokens: int = 0  # prompt tokens served from KV (prefix cache, preserved, swapped in)
+    decode_tokens: int = 0  # tokens output
+    evictions: int = 0  # cached blocks reclaimed for new allocations
+    swap_in_blocks: int = 0
+    swap_out_blocks: int = 0
+    preemptions: int = 0  # running generations preempted (recompute) for lack of KV blocks
+    readmissions: int = 0  # preempted generations brought back
+
+
+@dataclass(slots=True)
+class _Seq:
+    gen_id: str
+    tokens: list[int]  # prompt (as given to add) + tokens generated since
+    num_prompt: int
+    max_tokens: int
+    order: int  # admission order; the largest is the youngest
+    blocks: list[int] = field(default_factory=list)
+    hashes: list[int] = field(default_factory=list)  # chained hashes of full computed blocks
+    computed: int = 0  # tokens whose KV is in `blocks`
+    generated: int = 0  # tokens output since add
+    report_cached: int | None = None  # num_cached_tokens for the first output
+    new_request: bool = False  # first add of this gen id: charge tokenisation
+    swap_in: int = 0  # blocks to copy from host in the next step
+    prefilling: bool = True  # the next step computes its uncached prompt tokens
+    waiting: bool = False  # preempted by the engine, waiting to be re-admitted
+
+
+@dataclass(slots=True)
+class _Suspended:
+    """KV left behind by an aborted generation."""
+
+    mode: str
+    tokens: list[int]  # tokens whose KV existed at abort
+    pinned: list[int] = field(default_factory=list)  # preserve: block ids still referenced
+    host: dict[int, tuple[int, ...]] = field(default_factory=dict)  # swap: block index -> tokens
+
+
+class SimulatedEngine:
+    """Engine protocol implementation that scripts its text and models its time and memory.
+
+    Admission is the planner's job; the engine only guards memory: an `add` that cannot get
+    blocks evicts cached blocks, then preempts (recompute) the youngest running generation, and
+    raises KVCapacityError (changing nothing) if even that cannot make room.
+    """
+
+    kv_modes = KV_MODES
+
+    def __init__(self, clock: VirtualClock, profile: LatencyProfile | None = None,
+                 tokenizer: Tokenizer | None = None) -> None:
+        self.clock = clock
+        self.profile = profile if profile is not None else LatencyProfile.from_yaml(DEFAULT_PROFILE)
+        self.tokenizer: Tokenizer = tokenizer if tokenizer is not None else SimTokenizer()
+        self.eos_token_id: int = int(getattr(self.tokenizer, "eos_token_id", 0))
+        self.counters = EngineCounters()
+        self._bs = self.profile.kv_block_size
+        self._pool = _BlockPool(self.profile.kv_capacity_blocks)
+        self._scripts: dict[str, list[int]] = {}
+        self._script_pos: dict[str, int] = {}
+        self._seqs: dict[str, _Seq] = {}  # running or waiting (preempted), insertion = admission
+        self._suspended: dict[str, _Suspended] = {}
+        self._started: set[str] = set()  # gen ids ever added (tokenisation charged once)
+        self._host_used = 0
+        self._pending_swap_out = 0
+        self._order = 0
+        self._last_decode_s = 0.0
+        self._healthy = True
+
+    # --- scripting ----------------------------------------------------------------------------
+    def set_script(self, gen_id: str, text: str) -> None:
+        """What the simulated LLM will generate for gen_id (then EOS)."""
+        if not isinstance(text, str):
+            raise TypeError(f"script for {gen_id!r} must be a str, got {type(text).__name__}")
+        ids = self.tokenizer.encode(text)
+        if self._script_pos.get(gen_id, 0) > 0 and ids != self._scripts.get(gen_id):
+            raise ValueError(f"generation {gen_id!r} already produced tokens of another script")
+        self._scripts[gen_id] = ids
+        self._script_pos.setdefault(gen_id, 0)
+
+    def script_position(self, gen_id: str) -> int:
+        """Script tokens already output for gen_id (resumption continues here)."""
+        return self._script_pos.get(gen_id, 0)
+
+    # --- Engine protocol ----------------------------------------------------------------------
+    def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int) -> None:
+        if gen_id not in self._scripts:
+            raise ValueError(f"no script for generation {gen_id!r}: call set_script first")
+        if gen_id in self._seqs:
+            raise ValueError(f"generation {gen_id!r} is already in the engine")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+        prompt = list(prompt_ids)
+        if not prompt:
+            raise ValueError(f"generation {gen_id!r}: prompt_ids is empty")
+        for t in prompt:
+            if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+                raise ValueError(f"generation {gen_id!r}: bad token id {t!r}")
+        need_total = self._blocks_for(len(prompt))
+        if need_total > self.profile.kv_capacity_blocks:
+            raise KVCapacityError(
+                f"generation {gen_id!r}: prompt of {len(prompt)} tokens needs {need_total} KV blocks, "
+                f"the engine has {self.profile.kv_capacity_blocks}")
+        self._order += 1
+        seq = _Seq(gen_id, prompt, len(prompt), max_tokens, self._order,
+                   new_request=gen_id not in self._started)
+        susp = self._suspended.pop(gen_id, None)
+        self._claim_cached(seq, susp)
+        try:
+            self._allocate_rest(seq, may_preempt=True)
+        except KVCapacityError:
+            self._release_seq(seq)
+            if susp is not None:  # give the suspended KV back untouched
+                self._suspended[gen_id] = susp
+                self._repin(susp)
+            raise
+        seq.report_cached = seq.computed
+        self.counters.cached_tokens += seq.computed
+        self._started.add(gen_id)
+        self._seqs[gen_id] = seq
+
+    def abort(self, gen_id: str, kv: str = "cache") -> None:
+        """Suspend gen_id now; its KV is kept according to `kv` (see KV_MODES)."""
+        if kv not in KV_MODES:
+            raise ValueError(f"unknown kv mode {kv!r}; one of {sorted(KV_MODES)}")
+        seq = self._seqs.pop(gen_id, None)
+        if seq is None:
+            old = self._suspended.get(gen_id)
+            if old is not None and old.mode != kv:
+                self._suspended[gen_id] = self._convert(old, kv)
+            return
+        if seq.waiting:  # preempted: its KV is already back in the prefix cache
+            susp = _Suspended("cache", list(seq.tokens))
+            self._suspended[gen_id] = susp if kv == "cache" else self._convert(susp, kv)
+            return
+        self._suspended[gen_id] = self._suspend(seq, kv)
+
+    def step(self) -> list[EngineOutput]:
+        """One continuous-batching iteration over every running generation."""
+        self._readmit()
+        self._grow_for_decode()
+        batch = [s for s in self._seqs.values() if not s.waiting]
+        if not batch:
+            if any(s.waiting for s in self._seqs.values()):
+                raise KVCapacityError(
+                    f"no generation can run: {self._pinned_blocks()} KV blocks are pinned by preserved "
+                    f"generations and {len(self._seqs)} preempted ones cannot be re-admitted")
+            return []
+        prefill = sum(len(s.tokens) - s.computed for s in batch if s.prefilling)
+        swap_in = sum(s.swap_in for s in batch)
+        swap = swap_in + self._pending_swap_out
+        context = sum(len(s.tokens) for s in batch)
+        new = sum(1 for s in batch if s.new_request)
+        dt = self.profile.step_s(seqs=len(batch), prefill_tokens=prefill, context_tokens=context,
+                                 swap_blocks=swap, new_requests=new)
+        self.clock.advance(dt)
+        self.counters.steps += 1
+        self.counters.busy_s += dt
+        self.counters.prefill_tokens += prefill
+        self.counters.swap_in_blocks += swap_in
+        self._pending_swap_out = 0
+        if prefill == 0:
+            self._last_decode_s = dt
+        outputs: list[EngineOutput] = []
+        for s in batch:
+            s.computed = len(s.tokens)
+            self._register_full_blocks(s)
+            s.swap_in = 0
+            s.new_request = False
+            s.prefilling = False
+            outputs.append(self._emit(s))
+        self.counters.decode_tokens += len(outputs)
+        return outputs
+
+    def has_unfinished(self) -> bool:
+        return bool(self._seqs)
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            kv_total_blocks=self.profile.kv_capacity_blocks,
+            kv_free_blocks=self._pool.num_free,
+            block_size=self._bs,
+            running=sum(1 for s in self._seqs.values() if not s.waiting),
+            tokens_per_s=(1.0 / self._last_decode_s) if self._last_decode_s > 0 else 0.0,
+            healthy=self._healthy,
+        )
+
+    def shutdown(self) -> None:
+        for gid in list(self._seqs):
+            self.abort(gid, "discard")
+        for gid in list(self._suspended):
+            self.abort(gid, "discard")
+        self._suspended.clear()
+
+    # --- extra introspection (metrics, tests) --------------------------------------------------
+    @property
+    def preempted(self) -> frozenset[str]:
+        """Generations the engine preempted for memory and will re-admit by itself."""
+        return frozenset(g for g, s in self._seqs.items() if s.waiting)
+
+    @property
+    def pinned_blocks(self) -> int:
+        return self._pinned_blocks()
+
+    @property
+    def host_blocks(self) -> int:
+        return self._host_used
+
+    def suspended_mode(self, gen_id: str) -> str | None:
+        s = self._suspended.get(gen_id)
+        return s.mode if s else None
+
+    def predict_step_s(self) -> float:
+        """What the next step would cost if nothing changes before it (for estimators)."""
+        batch = [s for s in self._seqs.values() if not s.waiting]
+        prefill = sum(len(s.tokens) - s.computed for s in batch if s.prefilling)
+        return self.profile.step_s(
+            seqs=len(batch), prefill_tokens=prefill, context_tokens=sum(len(s.tokens) for s in batch),
+            swap_blocks=sum(s.swap_in for s in batch) + (self._pending_swap_out if batch else 0),
+            new_requests=sum(1 for s in batch if s.new_request))
+
+    # --- internals: output --------------------------------------------------------------------
+    def _emit(self, s: _Seq) -> EngineOutput:
+        script = self._scripts[s.gen_id]
+        pos = self._script_pos[s.gen_id]
+        if pos < len(script):
+            tok, text = script[pos], self.tokenizer.decode([script[pos]])
+            self._script_pos[s.gen_id] = pos + 1
+            reason = ""
+        else:
+            tok, text, reason = self.eos_token_id, "", "stop"
+        s.tokens.append(tok)
+        s.generated += 1
+        if not reason and s.generated >= s.max_tokens:
+            reason = "length"
+        cached, s.report_cached = s.report_cached, None
+        if reason:
+            del self._seqs[s.gen_id]
+            self._release_seq(s)  # finished: KV stays in the prefix cache (vLLM)
+        return EngineOutput(s.gen_id, (tok,), text, finished=bool(reason), finish_reason=reason,
+                            num_cached_tokens=cached)
+
+    # --- internals: blocks --------------------------------------------------------------------
+    def _blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self._bs)
+
+    def _pinned_blocks(self) -> int:
+        return sum(len(s.pinned) for s in self._suspended.values())
+
+    def _claim_cached(self, seq: _Seq, susp: _Suspended | None) -> None:
+        """Reuse what KV exists for seq.tokens: preserved blocks, prefix-cache hits, host copies.
+
+        At most len(tokens) - 1 tokens are reused: the last prompt token must be computed to get
+        the next token's logits (vLLM does the same).
+        """
+        bs, toks, pool = self._bs, seq.tokens, self._pool
+        limit = len(toks) - 1
+        pinned = list(susp.pinned) if susp and susp.mode == "preserve" else []
+        host = susp.host if susp and susp.mode == "swap" else {}
+        old = susp.tokens if susp else []
+        parent = _ROOT_HASH
+        j = 0
+        while j * bs < limit:
+            lo, hi = j * bs, min((j + 1) * bs, limit)
+            want = tuple(toks[lo:(j + 1) * bs])
+            full = len(want) == bs and (j + 1) * bs <= limit
+            # 1. the generation's own preserved block
+            if j < len(pinned):
+                have = len(old) - lo
+                n = min(have, hi - lo)
+                if n > 0 and old[lo:lo + n] == list(toks[lo:lo + n]):
+                    b = pool.blocks[pinned[j]]
+                    if n < bs and (b.hash is not None or b.ref > 1):
+                        pass  # would overwrite a shared block: recompute it instead
+                    else:
+                        seq.blocks.append(pinned[j])
+                        pinned[j] = -1  # ownership moves to seq (its reference is reused)
+                        seq.computed = lo + n
+                        if full:
+                            seq.hashes.append(block_hash(parent, want))
+                            parent = seq.hashes[-1]
+                        if n < hi - lo or not full:
+                            break
+                        j += 1
+                        continue
+                break
+            # 2. the prefix cache (full blocks only)
+            if full:
+                bid = pool.lookup(parent, want)
+                if bid is not None:
+                    pool.take(bid)
+                    seq.blocks.append(bid)
+                    seq.computed = (j + 1) * bs
+                    parent = block_hash(parent, want)
+                    seq.hashes.append(parent)
+                    j += 1
+                    continue
+            # 3. the generation's host copy (swap)
+            hv = host.get(j)
+            if hv is not None:
+                n = min(len(hv), hi - lo)
+                if n > 0 and list(hv[:n]) == list(toks[lo:lo + n]):
+                    bid = self._alloc(seq, may_preempt=False)
+                    if bid is None:
+                        break  # no room to swap in: recompute instead
+                    seq.blocks.append(bid)
+                    seq.swap_in += 1
+                    seq.computed = lo + n
+                    if full and n == bs:
+                        parent = block_hash(parent, want)
+                        seq.hashes.append(parent)
+                        j += 1
+                        continue
+            break
+        # whatever of the suspended KV was not reused is let go now
+        for bid in pinned:
+            if bid >= 0:
+                pool.release(bid)
+        if susp is not None and susp.mode == "swap":
+            self._host_used -= len(susp.host)
+
+    def _allocate_rest(self, seq: _Seq, *, may_preempt: bool) -> None:
+        """Blocks for all of seq.tokens (what the next step computes)."""
+        need = self._blocks_for(len(seq.tokens)) - len(seq.blocks)
+        if need <= 0:
+            return
+        if need > self._pool.num_free and may_preempt:
+            reclaimable = self._reclaimable_by_preemption(exclude=seq.gen_id)
+            if need > self._pool.num_free + reclaimable:
+                raise KVCapacityError(
+                    f"generation {seq.gen_id!r} needs {need} more KV blocks; free {self._pool.num_free}, "
+                    f"reclaimable by preempting running generations {reclaimable}, "
+                    f"pinned by preserved generations {self._pinned_blocks()}")
+        for _ in range(need):
+            bid = self._alloc(seq, may_preempt=may_preempt)
+            if bid is None:
+                raise KVCapacityError(f"generation {seq.gen_id!r}: out of KV blocks")
+            seq.blocks.append(bid)
+
+    def _alloc(self, seq: _Seq, *, may_preempt: bool) -> int | None:
+        while True:
+            bid = self._pool.allocate()
+            if bid is not None:
+                self.counters.evictions = self._pool.evictions
+                return bid
+            if not may_preempt:
+                return None
+            victim = self._youngest_running(exclude=seq.gen_id)
+            if victim is None:
+                return None
+            self._preempt(victim)
+
+    def _reclaimable_by_preemption(self, exclude: str) -> int:
+        """Blocks that would become free if every running generation but `exclude` were preempted."""
+        refs: dict[int, int] = {}
+        for s in self._seqs.values():
+            if s.waiting or s.gen_id == exclude:
+                continue
+            for bid in s.blocks:
+                refs[bid] = refs.get(bid, 0) + 1
+        return sum(1 for bid, n in refs.items() if self._pool.blocks[bid].ref == n)
+
+    def _youngest_running(self, exclude: str | None = None) -> _Seq | None:
+        best = None
+        for s in self._seqs.values():
+            if s.waiting or s.gen_id == exclude:
+                continue
+            if best is None or s.order > best.order:
+                best = s
+        return best
+
+    def _preempt(self, s: _Seq) -> None:
+        """vLLM recompute preemption: free its KV (it stays cached), re-prefill when re-admitted."""
+        self._release_seq(s)
+        s.waiting = True
+        s.prefilling = True
+        s.swap_in = 0
+        self.counters.preemptions += 1
+
+    def _readmit(self) -> None:
+        """Bring back preempted generations (oldest first) while blocks allow, without preempting."""
+        for s in list(self._seqs.values()):
+            if not s.waiting:
+                continue
+            if self._blocks_for(len(s.tokens)) > self._pool.num_free + self._cached_prefix_blocks(s):
+                break
+            self._claim_cached(s, None)
+            try:
+                self._allocate_rest(s, may_preempt=False)
+            except KVCapacityError:
+                self._release_seq(s)
+                break
+            s.waiting = False
+            self.counters.cached_tokens += s.computed
+            self.counters.readmissions += 1
+            # keep admission order: it is the oldest again only if it was; order is unchanged
+
+    def _cached_prefix_blocks(self, s: _Seq) -> int:
+        """Referenced (in-use) cached blocks that s would hit: they need no free block."""
+        bs, parent, n = self._bs, _ROOT_HASH, 0
+        limit = len(s.tokens) - 1
+        for j in range(limit // bs):
+            want = tuple(s.tokens[j * bs:(j + 1) * bs])
+            bid = self._pool.lookup(parent, want)
+            if bid is None:
+                break
+            if self._pool.blocks[bid].ref > 0:
+                n += 1
+            parent = block_hash(parent, want)
+        return n
+
+    def _grow_for_decode(self) -> None:
+        """Every running generation needs a slot for the token it computes this step."""
+        for s in sorted((s for s in self._seqs.values() if not s.waiting), key=lambda s: s.order):
+            if s.waiting:  # preempted while an older one grew
+                continue
+            need = self._blocks_for(len(s.tokens)) - len(s.blocks)
+            while need > 0:
+                bid = self._pool.allocate()
+                if bid is None:
+                    victim = self._youngest_running()
+                    if victim is None:
+                        break
+                    self._preempt(victim)
+                    if victim is s:
+                        break
+                    continue
+                s.blocks.append(bid)
+                need -= 1
+            self.counters.evictions = self._pool.evictions
+
+    def _register_full_blocks(self, s: _Seq) -> None:
+        bs = self._bs
+        while len(s.hashes) < s.computed // bs:
+            j = len(s.hashes)
+            want = tuple(s.tokens[j * bs:(j + 1) * bs])
+            parent = s.hashes[-1] if s.hashes else _ROOT_HASH
+            self._pool.register(s.blocks[j], parent, want)
+            s.hashes.append(block_hash(parent, want))
+
+    def _release_seq(self, s: _Seq, *, drop: bool = False) -> None:
+        for bid in s.blocks:
+            self._pool.release(bid, drop=drop)
+        s.blocks.clear()
+        s.hashes.clear()
+        s.computed = 0
+
+    def _suspend(self, s: _Seq, kv: str) -> _Suspended:
+        pool, bs = self._pool, self._bs
+        kept = list(s.tokens[:s.computed])
+        covered = self._blocks_for(s.computed)
+        extra = s.blocks[covered:]  # allocated for tokens never computed
+        for bid in extra:
+            pool.release(bid)
+        blocks = s.blocks[:covered]
+        s.blocks = []
+        if kv == "preserve":
+            return _Suspended("preserve", kept, pinned=blocks)
+        if kv == "swap":
+            host: dict[int, tuple[int, ...]] = {}
+            room = (self.profile.host_capacity_blocks - self._host_used
+                    if self.profile.host_capacity_blocks is not None else len(blocks))
+            for j, bid in enumerate(blocks):
+                private = pool.blocks[bid].ref == 1
+                if private and len(host) < room:
+                    host[j] = tuple(kept[j * bs:(j + 1) * bs])
+            self._host_used += len(host)
+            self._pending_swap_out += len(host)
+            self.counters.swap_out_blocks += len(host)
+            for bid in blocks:  # the GPU copies stay in the prefix cache until evicted
+                pool.release(bid)
+            return _Suspended("swap", kept, host=host)
+        for bid in blocks:
+            pool.release(bid, drop=(kv == "discard"))
+        return _Suspended(kv, kept)
+
+    def _repin(self, susp: _Suspended) -> None:
+        """Undo _claim_cached's release of a preserved/swapped record after a failed add."""
+        if susp.mode == "preserve":
+            for bid in susp.pinned:
+                self._pool.take(bid)
+        elif susp.mode == "swap":
+            self._host_used += len(susp.host)
+
+    def _convert(self, old: _Suspended, kv: str) -> _Suspended:
+        """Change how an already-suspended generation's KV is kept (e.g. cancel -> discard)."""
+        pool = self._pool
+        if old.mode == "preserve":
+            for bid in old.pinned:
+                pool.release(bid, drop=(kv == "discard"))
+        elif old.mode == "swap":
+            self._host_used -= len(old.host)
+        if kv == "discard":
+            # drop whatever of its blocks is still cached and unreferenced
+            parent, bs = _ROOT_HASH, self._bs
+            for j in range(len(old.tokens) // bs):
+                want = tuple(old.tokens[j * bs:(j + 1) * bs])
+                bid = pool.lookup(parent, want)
+                if bid is None:
+                    break
+                pool.drop(bid)
+                parent = block_hash(parent, want)
+        # preserve/swap cannot be re-created after the fact: what is left is cached KV
+        return _Suspended("cache" if kv in ("preserve", "swap") else kv, old.tokens)

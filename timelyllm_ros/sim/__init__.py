@@ -1,0 +1,1 @@
+"""Simulation: virtual-time robots, prompts and tokeniser for the simulated engine."""

@@ -1,0 +1,94 @@
+"""Prompts for the simulated engine: a fixed per-robot-type prefix plus the request's own part.
+
+Why: the paper (§4.1) pre-stores the fixed part of every request (skill set, guidance, examples)
+on the server, so all requests of one robot type share a long identical prefix (Table 1's
+prompt is 2,884 tokens) that the prefix cache computes once.  The simulator reproduces the
+*shape* of such prompts - their lengths and their shared prefix - without a real prompt text.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..core.robots import RobotSpec
+from ..core.types import PlanRequest, Segment
+from .tokenizer import SimTokenizer
+
+# Table 1: 2,884 prompt tokens.  The prefix is the fixed part; the task and scene make up the rest.
+DEFAULT_PREFIX_TOKENS = 2800
+
+
+class SimPromptSource:
+    """PromptSource for the simulated engine.
+
+    `prompt_ids(request)` = prefix(robot_type) + tokens of the task and scene, and registers the
+    request's `reference_plan` as the engine's script for its generation, so the simulated LLM
+    "generates" that plan.  `result_ids` is empty: the script already contains the whole plan.
+    """
+
+    def __init__(self, engine: Any, tokenizer: SimTokenizer | None = None, *,
+                 prefix_tokens: int | Mapping[str, int] = DEFAULT_PREFIX_TOKENS,
+                 robots: Mapping[str, RobotSpec] | None = None) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer if tokenizer is not None else engine.tokenizer
+        if isinstance(prefix_tokens, Mapping):
+            for k, v in prefix_tokens.items():
+                self._check_len(v, f"prefix_tokens[{k!r}]")
+            self._prefix_len: dict[str, int] = dict(prefix_tokens)
+            self._default_len = DEFAULT_PREFIX_TOKENS
+        else:
+            self._check_len(prefix_tokens, "prefix_tokens")
+            self._prefix_len = {}
+            self._default_len = int(prefix_tokens)
+        self.robots = dict(robots or {})
+        self._prefixes: dict[str, list[int]] = {}
+
+    @staticmethod
+    def _check_len(v: Any, what: str) -> None:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{what} must be an int >= 0, got {v!r}")
+
+    def prefix_ids(self, robot_type: str) -> list[int]:
+        """The fixed prefix of a robot type (built once, then identical for every request)."""
+        ids = self._prefixes.get(robot_type)
+        if ids is None:
+            ids = self._build_prefix(robot_type, self._prefix_len.get(robot_type, self._default_len))
+            self._prefixes[robot_type] = ids
+        return list(ids)
+
+    def request_text(self, request: PlanRequest) -> str:
+        return f"\n\n# Task\n{request.task}\n# Scene\n{request.scene}\n# Plan\n"
+
+    def prompt_ids(self, request: PlanRequest) -> list[int]:
+        if request.reference_plan is None:
+            raise ValueError(
+                f"request {request.request_id!r} has no reference_plan: the simulated LLM needs one")
+        set_script = getattr(self.engine, "set_script", None)
+        if set_script is None:
+            raise TypeError("SimPromptSource needs an engine with set_script (the SimulatedEngine)")
+        set_script(request.request_id, request.reference_plan)
+        return self.prefix_ids(request.robot_type) + self.tokenizer.encode(self.request_text(request))
+
+    def result_ids(self, request: PlanRequest, segment: Segment, value: Any) -> list[int]:
+        return []
+
+    # --- prefix text ------------------------------------------------------------------------
+    def _build_prefix(self, robot_type: str, n: int) -> list[int]:
+        """Exactly n tokens of plausible, deterministic prompt text for this robot type."""
+        if n == 0:
+            return []
+        head = [f"# You plan for a robot of type {robot_type}."]
+        spec = self.robots.get(robot_type)
+        if spec is not None:
+            head.append(f"# {spec.description}")
+            head.append(f"# Language: {spec.language}. Skills:")
+            for s in spec.skills.values():
+                args = ", ".join(f"{a.name}:{a.type}" for a in s.args)
+                head.append(f"{s.abbr}: {s.name}({args}) -> {s.returns}; {s.description}")
+        ids = self.tokenizer.encode("\n".join(head) + "\n")
+        i = 0
+        while len(ids) < n:
+            i += 1
+            ids += self.tokenizer.encode(
+                f"# Example {i}: task {i} in scene {i * 7 % 13}; plan with the skills above.\n")
+        return ids[:n]
