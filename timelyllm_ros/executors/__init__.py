@@ -1,0 +1,1 @@
+"""Executor backends (simulated robots, djitellopy Tello) and the Tello UDP emulator."""

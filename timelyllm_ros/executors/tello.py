@@ -1,0 +1,300 @@
+"""DJI Tello backend over djitellopy 2.5.0.
+
+MiniSpec skills map to SDK calls (mf -> move_forward, tc -> rotate_clockwise, ...); perception
+skills (iv, ox, ...) are answered by a pluggable `Perception` (simulated by default, since the
+video pipeline is not part of this project); high-level skills (scan, orienting, approach, goto)
+run TypeFly's macros through the SDK and the perception source.
+
+Safety rules:
+* every argument is validated against the robot YAML *and* the Tello SDK's own limits (moves
+  20-500 cm, turns 1-360 degrees, ints only) before any SDK command of the segment is sent;
+* one SDK command at a time (a lock shared with the keep-alive thread);
+* cancel / timeout sends `stop` at once (the Tello hovers), and the goal ends with a result
+  right away; the interrupted SDK call finishes on its worker thread;
+* an SDK timeout (no reply within `response_timeout_s` x `retry_count`) fails the call.
+
+djitellopy details this relies on (read from its 2.5.0 source): `send_control_command`'s timeout
+default is bound at import (7 s) so `Tello.RESPONSE_TIMEOUT` changes nothing, and `timeout` must be
+an int (`@enforce_types`); takeoff uses `Tello.TAKEOFF_TIMEOUT` (20 s).  Our subclass passes the
+configured timeouts explicitly.  Replies are queued per drone IP and popped FIFO, so a stale reply
+(e.g. to `stop`, or one that came after a timeout) is dropped before each new command.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from timelyllm_ros.core.robots import RobotSpec, SkillSpec
+from timelyllm_ros.core.types import SegmentGoal, SkillCall, Value
+
+from .base import (
+    CallContext,
+    Disconnected,
+    ExecError,
+    Perception,
+    SimulatedPerception,
+    SkillFailed,
+    SkillRejected,
+    SkillTimeout,
+)
+
+log = logging.getLogger(__name__)
+
+# MiniSpec skill (full name) -> (djitellopy method, min, max)
+MOTION = {
+    "move_forward": ("move_forward", 20, 500),
+    "move_backward": ("move_back", 20, 500),
+    "move_left": ("move_left", 20, 500),
+    "move_right": ("move_right", 20, 500),
+    "move_up": ("move_up", 20, 500),
+    "move_down": ("move_down", 20, 500),
+    "turn_cw": ("rotate_clockwise", 1, 360),
+    "turn_ccw": ("rotate_counter_clockwise", 1, 360),
+}
+TURNS = ("turn_cw", "turn_ccw")
+PERCEPTION = {"is_visible", "object_x", "object_y", "object_width", "object_height", "probe"}
+LOCAL = {"log", "delay", "take_picture", "re_plan"}
+MACROS = {"scan", "scan_abstract", "orienting", "approach", "goto"}
+
+
+@dataclass
+class TelloConfig:
+    host: str = "192.168.10.1"  # the drone's IP (its own Wi-Fi AP by default)
+    control_port: int = 8889  # the drone's command port (emulator: 9889)
+    takeoff_on_first_goal: bool = True
+    land_on_close: bool = True
+    keepalive_s: float = 5.0  # send `keepalive` after this long without a command (Tello lands at 15 s)
+    response_timeout_s: int = 7  # per SDK command (djitellopy wants an int)
+    takeoff_timeout_s: int = 20
+    retry_count: int = 3  # djitellopy attempts per command
+    move_settle_s: float = 0.5  # TypeFly waits after moves / turns before the next perception
+    turn_settle_s: float = 2.5
+    wait_for_state: bool = True  # connect() waits for the first state packet
+
+
+def _tello_class() -> Any:
+    """djitellopy's Tello with explicit per-command timeouts and stale-reply dropping."""
+    from djitellopy import Tello
+
+    class _Tello(Tello):  # type: ignore[misc, valid-type]
+        response_timeout_s = 7
+        takeoff_timeout_s = 20
+
+        def send_control_command(self, command: str, timeout: int | None = None) -> bool:
+            timeout = self.takeoff_timeout_s if command == "takeoff" else self.response_timeout_s
+            self.get_own_udp_object()["responses"].clear()  # never take an old reply for this one
+            return Tello.send_control_command(self, command, timeout=int(timeout))
+
+    return _Tello
+
+
+class TelloBackend:
+    def __init__(self, robot: RobotSpec, config: TelloConfig | None = None, *,
+                 perception: Perception | None = None, tello_factory: Callable[[], Any] | None = None) -> None:
+        self.robot = robot
+        self.config = config or TelloConfig()
+        self.perception = perception or SimulatedPerception()
+        self._factory = tello_factory
+        self.tello: Any = None
+        self._sdk_lock = threading.Lock()
+        self._worker = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tello-sdk")
+        self._last_cmd = time.monotonic()
+        self._closing = threading.Event()
+        self._keepalive: threading.Thread | None = None
+        self.flying = False
+        self.log_lines: list[str] = []  # `l(...)` output
+        self.pictures = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        c = self.config
+        if self._factory is not None:
+            t = self._factory()
+        else:
+            cls = _tello_class()
+            t = cls(host=c.host, retry_count=c.retry_count)
+            t.address = (c.host, c.control_port)  # djitellopy assumes 8889; emulators listen elsewhere
+            t.response_timeout_s = c.response_timeout_s
+            t.takeoff_timeout_s = c.takeoff_timeout_s
+        self.tello = t
+        try:
+            self._sdk(lambda: t.connect(c.wait_for_state), "connect")
+        except ExecError as e:
+            raise Disconnected(f"Tello at {c.host}: {e}") from e
+        if c.keepalive_s > 0:
+            self._keepalive = threading.Thread(target=self._keepalive_loop, name="tello-keepalive", daemon=True)
+            self._keepalive.start()
+
+    def close(self) -> None:
+        self._closing.set()
+        if self.tello is not None and self.flying and self.config.land_on_close:
+            try:
+                self._sdk(self.tello.land, "land")
+                self.flying = False
+            except ExecError as e:
+                log.error("landing on close failed: %s", e)
+        if self._keepalive is not None:
+            self._keepalive.join(timeout=2)
+        self._worker.shutdown(wait=False, cancel_futures=True)
+
+    def _keepalive_loop(self) -> None:
+        period = min(0.5, self.config.keepalive_s / 2)
+        while not self._closing.wait(period):
+            if not self.flying or time.monotonic() - self._last_cmd < self.config.keepalive_s:
+                continue
+            if not self._sdk_lock.acquire(blocking=False):
+                continue  # a command is in flight: the drone is not idle
+            try:
+                self.tello.send_keepalive()
+                self._last_cmd = time.monotonic()
+            except Exception as e:
+                log.warning("Tello keepalive failed: %s", e)
+            finally:
+                self._sdk_lock.release()
+
+    # ------------------------------------------------------------------ SDK access
+
+    def _sdk(self, fn: Callable[[], Any], what: str) -> Any:
+        """Run one SDK call under the SDK lock, mapping djitellopy errors to ExecErrors."""
+        with self._sdk_lock:
+            try:
+                return fn()
+            except TypeError as e:  # @enforce_types: a non-int reached the SDK (validation bug)
+                raise SkillRejected(f"{what}: {e}") from e
+            except Exception as e:
+                text = str(e)
+                if "Did not receive a response" in text or "Aborting command" in text:
+                    raise SkillTimeout(f"{what}: Tello did not answer ({text})") from e
+                if "state packet" in text:
+                    raise SkillTimeout(f"{what}: {text}") from e
+                raise SkillFailed(f"{what}: {text}") from e
+            finally:
+                self._last_cmd = time.monotonic()
+
+    def _sdk_wait(self, fn: Callable[[], Any], what: str, ctx: CallContext) -> Any:
+        """An SDK call on the worker thread; the goal stops waiting on cancel / deadline (the
+        drone is told to `stop` by halt())."""
+        fut = self._worker.submit(self._sdk, fn, what)
+        while True:
+            try:
+                return fut.result(timeout=0.02)
+            except cf.TimeoutError:
+                ctx.check()
+
+    def halt(self, reason: str) -> None:
+        """Hover now.  Sent without taking the SDK lock (the interrupted command holds it) and
+        without waiting for the reply; the reply is dropped before the next command."""
+        if self.tello is None or not self.flying:
+            return
+        log.info("Tello stop: %s", reason)
+        try:
+            self.tello.send_command_without_return("stop")
+        except Exception as e:
+            log.error("sending stop failed: %s", e)
+
+    # ------------------------------------------------------------------ validation
+
+    def validate(self, call: SkillCall, spec: SkillSpec) -> str | None:
+        if spec.name in MOTION:
+            _, lo, hi = MOTION[spec.name]
+            if len(call.args) != 1:
+                return f"Tello {spec.name} takes one argument"
+            v = call.args[0]
+            if isinstance(v, bool) or not isinstance(v, int):
+                return f"Tello {spec.name} needs an int, got {v!r}"
+            if not lo <= v <= hi:
+                return f"Tello {spec.name} must be within {lo}..{hi}, got {v}"
+            return None
+        if spec.name in PERCEPTION | LOCAL | MACROS:
+            return None
+        return f"Tello backend has no implementation of skill {spec.name!r}"
+
+    # ------------------------------------------------------------------ execution
+
+    def begin_goal(self, goal: SegmentGoal, ctx: CallContext) -> None:
+        if not self.flying and self.config.takeoff_on_first_goal:
+            self._sdk_wait(self.tello.takeoff, "takeoff", ctx)
+            self.flying = True
+
+    def _motion(self, name: str, amount: int, ctx: CallContext) -> None:
+        method, _, _ = MOTION[name]
+        fn = getattr(self.tello, method)
+        self._sdk_wait(lambda: fn(int(amount)), f"{method}({amount})", ctx)
+        ctx.sleep(self.config.turn_settle_s if name in TURNS else self.config.move_settle_s)
+
+    def _perceive(self, name: str, obj: Value) -> Value:
+        spec = self.robot.skills[name]
+        return self.perception.query(SkillCall(name, spec.abbr, (obj,)), spec)
+
+    def call(self, call: SkillCall, spec: SkillSpec, ctx: CallContext) -> Value:
+        name = spec.name
+        if name in MOTION:
+            if not self.flying:
+                raise SkillFailed(f"{call}: the Tello is not flying (takeoff_on_first_goal is off)")
+            self._motion(name, call.args[0], ctx)  # type: ignore[arg-type]
+            return None
+        if name in PERCEPTION:
+            return self.perception.query(call, spec)
+        if name == "log":
+            self.log_lines.append(str(call.args[0]))
+            log.info("plan log: %s", call.args[0])
+            return None
+        if name == "delay":
+            ctx.sleep(int(call.args[0]) / 1000.0)  # type: ignore[arg-type]
+            return None
+        if name == "take_picture":
+            self.pictures += 1
+            return None
+        if name == "re_plan":
+            return None
+        return self._macro(name, call, spec, ctx)
+
+    def _macro(self, name: str, call: SkillCall, spec: SkillSpec, ctx: CallContext) -> Value:
+        """TypeFly's high-level skills, through the SDK and the perception source."""
+        arg = call.args[0] if call.args else None
+        if name == "scan":  # 8{?iv($1)==True{->True}tc(45)}->False
+            for _ in range(8):
+                if self._perceive("is_visible", arg) is True:
+                    return True
+                self._motion("turn_cw", 45, ctx)
+            return False
+        if name == "scan_abstract":  # like scan, answering a question about the view
+            for _ in range(8):
+                answer = self.perception.query(call, spec)
+                if answer:
+                    return answer
+                self._motion("turn_cw", 45, ctx)
+            return ""
+        if name == "orienting":
+            return self._orient(arg, ctx)
+        if name == "approach":
+            return self._approach(arg, ctx)
+        if name == "goto":
+            return self._orient(arg, ctx) and self._approach(arg, ctx)
+        raise SkillRejected(f"{call}: no Tello implementation")
+
+    def _orient(self, obj: Value, ctx: CallContext) -> bool:
+        """Turn by 15 degrees until the object is horizontally centred (0.4 < x < 0.6)."""
+        for _ in range(4):
+            x = self._perceive("object_x", obj)
+            if not isinstance(x, float) or x < 0:
+                return False
+            if 0.4 <= x <= 0.6:
+                return True
+            self._motion("turn_ccw" if x < 0.5 else "turn_cw", 15, ctx)
+        return False
+
+    def _approach(self, obj: Value, ctx: CallContext) -> bool:
+        """6{?oh($1)<0.5{mf(40)};->True}->False, as TypeFly writes it."""
+        h = self._perceive("object_height", obj)
+        if not isinstance(h, float) or h < 0:
+            return False
+        if h < 0.5:
+            self._motion("move_forward", 40, ctx)
+        return True

@@ -1,0 +1,244 @@
+"""A DJI Tello emulator speaking the Tello SDK 2.0 text protocol over real UDP.
+
+It binds `host:port` (a loopback address per drone, e.g. 127.0.0.2:9889, because djitellopy
+binds local UDP 8889/8890 itself and tells drones apart by source IP), answers commands with
+`ok` / `error ...` / a value, and once in SDK mode streams state lines
+(`pitch:0;roll:0;yaw:0;...;bat:87;...`) to the client's state port from the same address.
+
+Motion commands take `move_s_per_cm * distance` (turns: `turn_s_per_deg * degrees`) before the
+reply, as a real Tello only answers when the motion is done; `stop` / `emergency` are handled at
+once and interrupt a motion in progress (the interrupted command answers `error interrupted` --
+the emulator's choice; the SDK documents only that `stop` hovers "at any time").  The drone
+lands itself after `auto_land_s` without any command, like a Tello after 15 s.
+
+Every command received is recorded (`commands()`), and `responding = False` makes it go silent
+(commands still recorded) to test timeouts.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+MOVES = {"forward": (1, 0, 0), "back": (-1, 0, 0), "left": (0, -1, 0), "right": (0, 1, 0),
+         "up": (0, 0, 1), "down": (0, 0, -1)}
+READS = ("battery?", "speed?", "time?", "height?", "temp?", "attitude?", "baro?", "tof?", "wifi?",
+         "sdk?", "sn?")
+
+
+@dataclass
+class DroneState:
+    sdk_mode: bool = False
+    flying: bool = False
+    x: float = 0.0  # cm, body frame at takeoff
+    y: float = 0.0
+    h: int = 0  # height cm
+    yaw: int = 0  # degrees, -180..180
+    bat: int = 87
+    speed: int = 100  # cm/s
+    flight_time_s: float = 0.0
+    auto_landed: int = 0
+
+
+class TelloEmulator:
+    def __init__(self, host: str = "127.0.0.2", port: int = 9889, *, state_port: int = 8890,
+                 state_hz: float = 10.0, battery: int = 87, move_s_per_cm: float = 0.0,
+                 turn_s_per_deg: float = 0.0, takeoff_s: float = 0.0, auto_land_s: float = 15.0) -> None:
+        self.host, self.port, self.state_port = host, port, state_port
+        self.state_hz = state_hz
+        self.move_s_per_cm, self.turn_s_per_deg, self.takeoff_s = move_s_per_cm, turn_s_per_deg, takeoff_s
+        self.auto_land_s = auto_land_s
+        self.state = DroneState(bat=battery)
+        self.responding = True
+        self._log: list[str] = []
+        self._lock = threading.Lock()
+        self._stop_motion = threading.Event()
+        self._closed = threading.Event()
+        self._busy = threading.Lock()  # one motion at a time, as on the drone
+        self._client: tuple[str, int] | None = None
+        self._last_cmd = time.monotonic()
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, port))
+        self._sock.settimeout(0.1)
+        self._threads = [threading.Thread(target=self._recv_loop, name=f"tello-emu-{host}", daemon=True),
+                         threading.Thread(target=self._state_loop, name=f"tello-state-{host}", daemon=True)]
+
+    # ------------------------------------------------------------------ control
+
+    def start(self) -> "TelloEmulator":
+        for t in self._threads:
+            t.start()
+        return self
+
+    def close(self) -> None:
+        self._closed.set()
+        self._stop_motion.set()
+        for t in self._threads:
+            t.join(timeout=2)
+        self._sock.close()
+
+    def __enter__(self) -> "TelloEmulator":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def commands(self) -> list[str]:
+        with self._lock:
+            return list(self._log)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._log.clear()
+
+    # ------------------------------------------------------------------ protocol
+
+    def _send(self, text: str, addr: tuple[str, int]) -> None:
+        if self.responding and not self._closed.is_set():
+            try:
+                self._sock.sendto(text.encode(), addr)
+            except OSError as e:
+                log.warning("emulator %s: send failed: %s", self.host, e)
+
+    def _recv_loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                data, addr = self._sock.recvfrom(1024)
+            except socket.timeout:
+                self._check_auto_land()
+                continue
+            except OSError:
+                return
+            try:
+                cmd = data.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                self._send("error", addr)
+                continue
+            with self._lock:
+                self._log.append(cmd)
+                self._last_cmd = time.monotonic()
+            if cmd in ("stop", "emergency"):  # "works at any time": interrupts a motion
+                self._stop_motion.set()
+                if cmd == "emergency":
+                    self.state.flying, self.state.h = False, 0
+                self._send("ok", addr)
+                continue
+            # Everything else runs on its own thread so the receiver stays free for `stop`.
+            threading.Thread(target=self._handle, args=(cmd, addr), daemon=True).start()
+
+    def _handle(self, cmd: str, addr: tuple[str, int]) -> None:
+        with self._busy:
+            reply = self._execute(cmd, addr)
+        if reply is not None:
+            self._send(reply, addr)
+
+    def _motion(self, seconds: float) -> bool:
+        """Wait out a motion; False if it was interrupted by stop/emergency."""
+        self._stop_motion.clear()
+        if seconds <= 0:
+            return True
+        return not self._stop_motion.wait(seconds)
+
+    def _execute(self, cmd: str, addr: tuple[str, int]) -> str | None:
+        s = self.state
+        parts = cmd.split()
+        if not parts:
+            return "error"
+        word, args = parts[0], parts[1:]
+        if word == "command":
+            s.sdk_mode = True
+            self._client = (addr[0], self.state_port)
+            return "ok"
+        if not s.sdk_mode:
+            return "error not in SDK mode"
+        if word in READS and not args:
+            return {"battery?": str(s.bat), "speed?": f"{s.speed:.1f}", "time?": f"{int(s.flight_time_s)}s",
+                    "height?": f"{s.h // 10}dm", "temp?": "60~63C", "attitude?": f"pitch:0;roll:0;yaw:{s.yaw};",
+                    "baro?": "1.23", "tof?": f"{max(s.h, 10) * 10}mm", "wifi?": "90", "sdk?": "20",
+                    "sn?": "0TQZEMU" + self.host.replace(".", "")}[word]
+        if word in ("keepalive", "streamon", "streamoff", "motoron", "motoroff"):
+            return "ok"
+        if word == "speed":
+            v = _int(args, 10, 100)
+            if v is None:
+                return "error out of range"
+            s.speed = v
+            return "ok"
+        if word == "takeoff":
+            if s.flying:
+                return "error already flying"
+            if not self._motion(self.takeoff_s):
+                return "error interrupted"
+            s.flying, s.h = True, 80
+            return "ok"
+        if word == "land":
+            if not s.flying:
+                return "error not flying"
+            s.flying, s.h = False, 0
+            return "ok"
+        if word in MOVES:
+            d = _int(args, 20, 500)
+            if d is None:
+                return "error out of range"
+            if not s.flying:
+                return "error not flying"
+            done = self._motion(d * self.move_s_per_cm)
+            fx, fy, fz = MOVES[word]
+            yaw = math.radians(s.yaw)
+            s.x += d * (fx * math.cos(yaw) - fy * math.sin(yaw))
+            s.y += d * (fx * math.sin(yaw) + fy * math.cos(yaw))
+            s.h = max(0, s.h + fz * d)
+            return "ok" if done else "error interrupted"
+        if word in ("cw", "ccw"):
+            a = _int(args, 1, 360)
+            if a is None:
+                return "error out of range"
+            if not s.flying:
+                return "error not flying"
+            done = self._motion(a * self.turn_s_per_deg)
+            s.yaw = ((s.yaw + (a if word == "cw" else -a) + 180) % 360) - 180
+            return "ok" if done else "error interrupted"
+        return f"unknown command: {cmd}"
+
+    def _check_auto_land(self) -> None:
+        with self._lock:
+            idle = time.monotonic() - self._last_cmd
+        if self.state.flying and idle > self.auto_land_s and not self._busy.locked():
+            self.state.flying, self.state.h = False, 0
+            self.state.auto_landed += 1
+            log.info("emulator %s: no command for %.1f s, landing", self.host, idle)
+
+    def state_line(self) -> str:
+        s = self.state
+        return (f"mid:-1;x:0;y:0;z:0;mpry:0,0,0;pitch:0;roll:0;yaw:{s.yaw};vgx:0;vgy:0;vgz:0;"
+                f"templ:60;temph:63;tof:{max(s.h, 10)};h:{s.h};bat:{s.bat};baro:1.23;"
+                f"time:{int(s.flight_time_s)};agx:0.00;agy:0.00;agz:-1000.00;\r\n")
+
+    def _state_loop(self) -> None:
+        period = 1.0 / self.state_hz
+        last = time.monotonic()
+        while not self._closed.wait(period):
+            now = time.monotonic()
+            if self.state.flying:
+                self.state.flight_time_s += now - last
+            last = now
+            self._check_auto_land()
+            if self._client is not None:
+                self._send(self.state_line(), self._client)
+
+
+def _int(args: list[str], lo: int, hi: int) -> int | None:
+    if len(args) != 1:
+        return None
+    try:
+        v = int(args[0])
+    except ValueError:
+        return None
+    return v if lo <= v <= hi else None

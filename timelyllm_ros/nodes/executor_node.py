@@ -1,0 +1,132 @@
+"""Executor node: the `<robot_id>/execute_segment` action server over the transport port.
+
+A thin shell around `SegmentExecutor`: validate the goal message, run segments one at a time in
+the order their goals were accepted (segment k+1 of a plan may arrive while k still runs), turn
+the report into the action result and a terminal goal state.  Cancellation arrives through the
+goal handle while the segment runs (transports execute goals on their own threads).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from timelyllm_ros.core.types import ResultCode
+from timelyllm_ros.executors.base import ExecReport, SegmentExecutor
+from timelyllm_ros.ros import convert
+from timelyllm_ros.transport.base import Fields, ServerGoalHandle, Transport
+
+log = logging.getLogger(__name__)
+
+ACTION_NAME = "execute_segment"
+
+
+class _Turns:
+    """Goals run in acceptance order; a goal that gives up its turn (cancelled while queued)
+    is skipped without holding up the others."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._next = 0
+        self._serving = 0
+        self._left: set[int] = set()
+
+    def take(self) -> int:
+        with self._cv:
+            t = self._next
+            self._next += 1
+            return t
+
+    def wait(self, ticket: int, give_up: Any) -> bool:
+        """Block until it is `ticket`'s turn; False (turn released) if give_up() became true."""
+        with self._cv:
+            while self._serving != ticket:
+                if give_up():
+                    self._left.add(ticket)
+                    return False
+                self._cv.wait(0.05)
+            return True
+
+    def release(self, ticket: int) -> None:
+        with self._cv:
+            if ticket == self._serving:
+                self._serving += 1
+                while self._serving in self._left:
+                    self._left.discard(self._serving)
+                    self._serving += 1
+            else:
+                self._left.add(ticket)
+            self._cv.notify_all()
+
+
+class ExecutorNode:
+    def __init__(self, transport: Transport, executor: SegmentExecutor, *, robot_id: str,
+                 action_name: str = ACTION_NAME) -> None:
+        self.transport = transport
+        self.executor = executor
+        self.robot_id = robot_id
+        self._turns = _Turns()
+        self._tickets: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()
+        self.reports: list[tuple[str, int, ExecReport]] = []  # (request, segment, report), newest last
+        self._server = transport.action_server(action_name, convert.EXECUTE_SEGMENT, self._execute,
+                                               goal_callback=self._on_goal)
+
+    def close(self) -> None:
+        self._server.close()
+        self.executor.close()
+
+    def _on_goal(self, request: Fields) -> bool:
+        """Accept well-formed goals for this robot; the ticket fixes the execution order."""
+        try:
+            goal = convert.segment_goal_from_fields(request)
+        except convert.MessageError as e:
+            log.warning("%s: rejecting malformed goal: %s", self.robot_id, e)
+            return False
+        if goal.robot_id and goal.robot_id != self.robot_id:
+            log.warning("%s: rejecting goal for robot %r", self.robot_id, goal.robot_id)
+            return False
+        key = (goal.request_id, goal.segment_index)
+        with self._lock:
+            if key in self._tickets:
+                log.warning("%s: rejecting duplicate goal %s", self.robot_id, key)
+                return False
+            self._tickets[key] = self._turns.take()
+        return True
+
+    def _execute(self, handle: ServerGoalHandle) -> Fields:
+        try:
+            goal = convert.segment_goal_from_fields(handle.request)
+        except convert.MessageError as e:  # the goal callback normally catches this
+            handle.abort()
+            return convert.execute_result_fields(code=ResultCode.REJECTED, error=str(e))
+        key = (goal.request_id, goal.segment_index)
+        with self._lock:
+            ticket = self._tickets.get(key)
+        if ticket is None:  # a transport without goal callbacks: take a turn now
+            ticket = self._turns.take()
+        try:
+            if not self._turns.wait(ticket, lambda: handle.is_cancel_requested):
+                report = ExecReport(ResultCode.CANCELLED, "cancelled before it started")
+            else:
+                try:
+                    report = self.executor.execute(
+                        goal, cancel_requested=lambda: handle.is_cancel_requested,
+                        on_feedback=lambda n, cur, el: handle.publish_feedback(
+                            convert.feedback_fields(n, cur, el)))
+                finally:
+                    self._turns.release(ticket)
+        finally:
+            with self._lock:
+                self._tickets.pop(key, None)
+        self.reports.append((goal.request_id, goal.segment_index, report))
+        if report.code == ResultCode.OK:
+            handle.succeed()
+        elif report.code == ResultCode.CANCELLED and handle.is_cancel_requested:
+            handle.canceled()
+        else:
+            handle.abort()
+        return convert.execute_result_fields(
+            code=report.code, error=report.error, call_durations_s=report.call_durations_s,
+            calls_done=report.calls_done, value=report.value, exec_duration_s=report.exec_duration_s)
