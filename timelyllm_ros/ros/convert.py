@@ -461,18 +461,41 @@ _NUMPY_DTYPES = {
 }
 
 
+_INT_RANGES = {f"{u}int{b}": ((0, 2**b - 1) if u else (-(2 ** (b - 1)), 2 ** (b - 1) - 1))
+               for u in ("", "u") for b in (8, 16, 32, 64)}
+_INT_RANGES.update({"char": (0, 255), "byte": (0, 255)})
+
+
+def _check_base(typ: str, value: Any) -> Any:
+    """Type-check one primitive the way the generated rclpy setters do (no silent coercion)."""
+    if typ == "byte" and isinstance(value, (bytes, bytearray)):
+        if len(value) != 1:
+            raise MessageError(f"byte field needs exactly 1 byte, got {value!r}")
+        return value[0]
+    if typ == "bool":
+        if not isinstance(value, bool):
+            raise MessageError(f"bool field got {value!r}")
+    elif typ in ("string", "wstring"):
+        if not isinstance(value, str):
+            raise MessageError(f"string field got {type(value).__name__} {value!r}")
+    elif typ in _INT_RANGES:
+        lo, hi = _INT_RANGES[typ]
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise MessageError(f"{typ} field got {value!r}")
+    elif typ.startswith("float"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise MessageError(f"{typ} field got {value!r}")
+        return float(value)
+    return value
+
+
 def _node_from_fields(ts, node: tuple, value: Any) -> Any:
     import numpy as np
 
     kind, detail = node
     kind = int(kind)
     if kind == 1:  # BASE
-        typ = detail[0]
-        if typ == "byte" and isinstance(value, (bytes, bytearray)):
-            if len(value) != 1:
-                raise MessageError(f"byte field needs exactly 1 byte, got {value!r}")
-            return value[0]
-        return value
+        return _check_base(detail[0], value)
     if kind == 2:  # NAME (nested message)
         return to_rosbags(detail, value, ts)
     # ARRAY (3) / SEQUENCE (4): detail = (element node, size)

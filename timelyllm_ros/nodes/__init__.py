@@ -1,0 +1,1 @@
+"""Nodes: thin shells over the transport port (executor node, planner node)."""
