@@ -1,0 +1,265 @@
+"""LAMPS (Shahout et al., "Fast Inference for Augmented LLMs") as planner policies.
+
+Robots executing skills are LAMPS's API calls.  Two ideas, both usable separately:
+
+1. **Handling** (`kv_mode`): at every suspension pick preserve / discard / swap by InferCept's
+   minimum memory waste (core/kv_handling.py), with T_INT = predicted idle time of the KV (the
+   dispatched segment's estimated execution from the ExecTimeEstimator; minus G for non-blocking
+   segments, which are resumed just in time), C from the generation's private context and the
+   running batch, T_fwd / T_swap from the latency profile.
+
+2. **Ranking** (`select`): smallest memory-over-time area of the remaining work first, with
+   starvation prevention.  The paper gives no closed form; ours (M dropped, it is common):
+
+       area(g) = resume + decode + call
+       resume  = C * T_fwd(C)          if g's KV was discarded at its last suspension
+                 C * T_swap(C)         if swapped (the swap-in)         (0 if preserved / new)
+       decode  = tau * (n*C + n*(n+1)/2)      memory grows from C to C+n while n tokens decode
+       call    = C' * {T | T_fwd(C') | 2*T_swap(C')}   the handling chosen for the call that ends
+                 the next segment (C' = C + n, same waste rule as 1.)
+
+   C = private context now, tau = measured time per decoded token (ctx.token_s), n = predicted
+   tokens of the next segment (mean of g's past segments, else the robot's max_segment_tokens),
+   T = predicted idle time of the next call (mean estimated execution of g's past segments, else
+   the robot's mean nominal skill time).  As in LAMPS, each segment is scored as a new request
+   ("each API call treated independently").  Without calls this is SJF on output length.
+
+   Starvation (paper §4.4): a per-generation counter grows by one for every scheduling iteration
+   in which it is ready but not running and resets when it runs or returns from a call; at
+   `starvation_threshold` (100) the generation is marked starving and goes ahead of all
+   non-starving ones (LAMPS order among the starving) until it completes.
+
+Registered policies:
+
+    lamps            LAMPS ranking + waste-based handling (+ just-in-time resume of non-blocking)
+    infercept        FCFS + waste-based handling (InferCept: dynamic handling, FCFS scheduling)
+    fcfs-preserve    FCFS, preserve every suspension ("preserve everything")
+    fcfs-discard     FCFS, discard every suspension (vLLM without prefix caching: API call =
+                     end of request, recompute on return); plain `fcfs` is vLLM with prefix caching
+    fcfs-swap        FCFS, swap every suspension
+    timelyllm-lamps  TimelyLLM priority (Eq. 4) + waste-based handling, to report time utility
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from ..kv_handling import HANDLINGS, KVCostModel, choose, other_context, predicted_idle, private_context
+from ..types import Generation, GenState, Segment
+from . import register
+from .base import Policy, PolicyContext, Selection
+from .timelyllm import TimelyLLM
+
+_STARVE = "lamps_starving"
+_COUNT = "lamps_wait"
+_SEEN = "lamps_seen"
+_KV = "lamps_kv"  # handling chosen at the last suspension
+_SCORE = "lamps_score"
+
+
+def _default_cost() -> KVCostModel:
+    """The default latency profile's costs (read once, when a policy is built without one)."""
+    from ...engines.simulated import LatencyProfile  # engines import core, not the reverse at import time
+    return KVCostModel.from_profile(LatencyProfile.from_yaml())
+
+
+def _cost_from(cost: Any, profile: Any) -> KVCostModel:
+    if isinstance(cost, KVCostModel):
+        return cost
+    if isinstance(cost, dict):
+        return KVCostModel(**cost)
+    if cost is not None:
+        raise ValueError(f"cost must be a KVCostModel or a mapping, got {type(cost).__name__}")
+    if profile is not None:
+        return KVCostModel.from_profile(profile)
+    return _default_cost()
+
+
+class WasteHandling:
+    """Mixin: `kv_mode` by minimum memory waste, restricted to `allowed` handlings."""
+
+    cost: KVCostModel
+    allowed: tuple[str, ...]
+    _last_running: Sequence[Generation]
+
+    def decide(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> tuple[str, Any]:
+        running = ctx.running if ctx.running else self._last_running
+        t_int = predicted_idle(seg, ctx.seg_gen_s)
+        return choose(t_int, private_context(g), other_context(g, running), self.cost, self.allowed)
+
+    def kv_mode(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> str:
+        if seg is None:
+            mode = "preserve" if "preserve" in self.allowed else self.allowed[0]
+        else:
+            mode, _ = self.decide(g, seg, ctx)
+        g.extra[_KV] = mode
+        g.extra.setdefault("kv_modes", {}).setdefault(mode, 0)
+        g.extra["kv_modes"][mode] += 1
+        return mode
+
+
+def _check_allowed(allowed: Sequence[str]) -> tuple[str, ...]:
+    bad = [h for h in allowed if h not in HANDLINGS]
+    if bad or not allowed:
+        raise ValueError(f"allowed handlings must be a non-empty subset of {HANDLINGS}, got {list(allowed)}")
+    return tuple(h for h in HANDLINGS if h in allowed)
+
+
+class LAMPS(WasteHandling, Policy):
+    """Memory-over-time ranking + waste-based handling + starvation prevention."""
+
+    name = "lamps"
+
+    def __init__(self, *, cost: Any = None, profile: Any = None,
+                 allowed: Sequence[str] = HANDLINGS, starvation_threshold: int = 100,
+                 score_interval: int = 1, jit_resume: bool = True) -> None:
+        if isinstance(starvation_threshold, bool) or not isinstance(starvation_threshold, int) \
+                or starvation_threshold < 1:
+            raise ValueError(f"starvation_threshold must be an int >= 1, got {starvation_threshold!r}")
+        if isinstance(score_interval, bool) or not isinstance(score_interval, int) or score_interval < 1:
+            raise ValueError(f"score_interval must be an int >= 1, got {score_interval!r}")
+        self.cost = _cost_from(cost, profile)
+        self.allowed = _check_allowed(allowed)
+        self.starvation_threshold = starvation_threshold
+        self.score_interval = score_interval
+        self.jit_resume = jit_resume
+        self._last_running: Sequence[Generation] = ()
+
+    # ----------------------------------------------------------------- predictions
+    def predict_tokens(self, g: Generation, ctx: PolicyContext) -> float:
+        done = [s.token_count for s in g.segments if s.token_count > 0]
+        if done:
+            return sum(done) / len(done)
+        robot = ctx.robots.get(g.request.robot_type)
+        return float(robot.max_segment_tokens) if robot else 16.0
+
+    def predict_call_s(self, g: Generation, ctx: PolicyContext) -> float:
+        if g.segments:
+            return sum(s.est_exec_s for s in g.segments) / len(g.segments)
+        robot = ctx.robots.get(g.request.robot_type)
+        if not robot or not robot.skills:
+            return 0.0
+        return sum(s.exec_time.nominal() for s in robot.skills.values()) / len(robot.skills)
+
+    def area(self, g: Generation, ctx: PolicyContext, running: Sequence[Generation] = ()) -> float:
+        """Memory-over-time of g's next segment and the call after it (token-seconds)."""
+        c = private_context(g)
+        last = g.extra.get(_KV) if g.segments else None
+        resume = 0.0
+        if last == "discard":
+            resume = c * self.cost.t_fwd(c)
+        elif last == "swap":
+            resume = c * self.cost.t_swap(c)
+        n = self.predict_tokens(g, ctx)
+        tau = max(ctx.token_s, 0.0)
+        decode = tau * (n * c + n * (n + 1) / 2)
+        c2 = c + n
+        t_call = self.predict_call_s(g, ctx)
+        mode, _ = choose(t_call, c2, other_context(g, running), self.cost, self.allowed)
+        call = c2 * (t_call if mode == "preserve" else
+                     self.cost.t_fwd(c2) if mode == "discard" else 2 * self.cost.t_swap(c2))
+        return resume + decode + call
+
+    # ----------------------------------------------------------------- scheduling
+    def eligible(self, g: Generation, ctx: PolicyContext, now: float) -> bool:
+        """Just-in-time resume: a non-blocking suspended generation waits until its robot's
+        current action is about G from its end (nothing is gained by holding KV earlier)."""
+        if not self.jit_resume or g.state is not GenState.SUSPENDED or not g.segments:
+            return True
+        if g.segments[-1].blocking:
+            return True  # it came back from a result: run it
+        end = g.prev_exec_end_estimate()
+        return end is None or now >= end - ctx.seg_gen_s
+
+    def _count(self, g: Generation, it: int) -> None:
+        """Starvation counter: +1 per consecutive iteration spent ready; reset otherwise."""
+        if g.extra.get(_SEEN) == it - 1:
+            g.extra[_COUNT] = g.extra.get(_COUNT, 0) + 1
+        else:
+            g.extra[_COUNT] = 0  # newly ready: arrived, returned from a call, or was running
+        g.extra[_SEEN] = it
+        if g.extra[_COUNT] >= self.starvation_threshold and not g.extra.get(_STARVE):
+            g.extra[_STARVE] = True
+            g.extra["lamps_starved_at"] = it
+
+    def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
+               now: float) -> Selection:
+        self._last_running = list(running)
+        it = ctx.iteration
+        order = []
+        for g in ready:
+            self._count(g, it)
+            if not self.eligible(g, ctx, now):
+                continue
+            cached = g.extra.get(_SCORE)
+            if cached is None or it - cached[0] >= self.score_interval or cached[2] != len(g.segments):
+                g.extra[_SCORE] = (it, self.area(g, ctx, running), len(g.segments))
+            g.priority = -g.extra[_SCORE][1]
+            order.append(g)
+        order.sort(key=lambda g: (not g.extra.get(_STARVE, False), -g.priority, g.ready_since,
+                                  g.request.arrival, g.gen_id))
+        return Selection(order=order)
+
+    def priority(self, g, ctx, now):
+        return -self.area(g, ctx, ctx.running)
+
+    def params(self) -> dict:
+        return {"allowed": list(self.allowed), "starvation_threshold": self.starvation_threshold,
+                "score_interval": self.score_interval, "jit_resume": self.jit_resume,
+                "cost": {"prefill_s_per_token": self.cost.prefill_s_per_token,
+                         "prefill_base_s": self.cost.prefill_base_s,
+                         "swap_s_per_block": self.cost.swap_s_per_block, "block_size": self.cost.block_size}}
+
+
+class FCFSHandling(WasteHandling, Policy):
+    """FCFS order with a fixed handling, or the waste-based one (InferCept)."""
+
+    name = "infercept"
+
+    def __init__(self, *, handling: str = "waste", cost: Any = None, profile: Any = None,
+                 allowed: Sequence[str] = HANDLINGS) -> None:
+        if handling not in ("waste",) + HANDLINGS:
+            raise ValueError(f"handling must be 'waste' or one of {HANDLINGS}, got {handling!r}")
+        self.handling = handling
+        self.cost = _cost_from(cost, profile) if handling == "waste" else KVCostModel(0.0)
+        self.allowed = _check_allowed(allowed) if handling == "waste" else (handling,)
+        self._last_running: Sequence[Generation] = ()
+        self.name = "infercept" if handling == "waste" else f"fcfs-{handling}"
+
+    def priority(self, g, ctx, now):
+        return -g.request.arrival
+
+    def select(self, ready, running, ctx, now):
+        self._last_running = list(running)
+        return super().select(ready, running, ctx, now)
+
+    def params(self) -> dict:
+        return {"handling": self.handling, "allowed": list(self.allowed)}
+
+
+class TimelyLLMLAMPS(WasteHandling, TimelyLLM):
+    """TimelyLLM's Eq. 4 priority with LAMPS's handling choice at every suspension."""
+
+    name = "timelyllm-lamps"
+
+    def __init__(self, *, cost: Any = None, profile: Any = None, allowed: Sequence[str] = HANDLINGS,
+                 min_slack_s: float | None = None) -> None:
+        TimelyLLM.__init__(self, min_slack_s=min_slack_s)
+        self.cost = _cost_from(cost, profile)
+        self.allowed = _check_allowed(allowed)
+        self._last_running: Sequence[Generation] = ()
+
+    def select(self, ready, running, ctx, now):
+        self._last_running = list(running)
+        return super().select(ready, running, ctx, now)
+
+    def params(self) -> dict:
+        return {**TimelyLLM.params(self), "allowed": list(self.allowed)}
+
+
+register("lamps", LAMPS)
+register("infercept", lambda **kw: FCFSHandling(handling="waste", **kw))
+for _h in HANDLINGS:
+    register(f"fcfs-{_h}", lambda _h=_h, **kw: FCFSHandling(handling=_h, **kw))
+register("timelyllm-lamps", TimelyLLMLAMPS)
