@@ -192,10 +192,11 @@ class LAMPS(WasteHandling, Policy):
             self._count(g, it)
             if not self.eligible(g, ctx, now):
                 continue
-            cached = g.extra.get(_SCORE)
-            if cached is None or it - cached[0] >= self.score_interval or cached[2] != len(g.segments):
-                g.extra[_SCORE] = (it, self.area(g, ctx, running), len(g.segments))
-            g.priority = -g.extra[_SCORE][1]
+            cached = g.extra.get(_SCORE)  # (policy, iteration, area, segments)
+            if (cached is None or cached[0] != id(self) or it - cached[1] >= self.score_interval
+                    or cached[3] != len(g.segments)):
+                g.extra[_SCORE] = (id(self), it, self.area(g, ctx, running), len(g.segments))
+            g.priority = -g.extra[_SCORE][2]
             order.append(g)
         order.sort(key=lambda g: (not g.extra.get(_STARVE, False), -g.priority, g.ready_since,
                                   g.request.arrival, g.gen_id))

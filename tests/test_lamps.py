@@ -1,0 +1,199 @@
+"""LAMPS: InferCept waste formulas against hand-computed values, the handling choice, the
+memory-area ranking, starvation prevention, and the registered policy variants."""
+
+import pytest
+
+from timelyllm_ros.core.exec_time import ExecTimeEstimator
+from timelyllm_ros.core.kv_handling import (KVCostModel, choose, other_context, predicted_idle,
+                                            private_context, waste)
+from timelyllm_ros.core.policies import PolicyContext, make_policy, policy_names
+from timelyllm_ros.core.policies.lamps import LAMPS
+from timelyllm_ros.core.robots import load_robots
+from timelyllm_ros.core.tuf import NORMAL
+from timelyllm_ros.core.types import Generation, GenState, PlanRequest, Segment
+from timelyllm_ros.engines.base import EngineStats
+
+ROBOTS = load_robots()
+COST = KVCostModel(prefill_s_per_token=1e-4, prefill_base_s=0.0, swap_s_per_block=1e-4, block_size=16)
+
+
+def ctx(running=(), iteration=1, G=0.1, token_s=0.02):
+    return PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS,
+                         stats=EngineStats(1000, 1000, 16, 0, 45.0), seg_gen_s=G, token_s=token_s,
+                         running=running, iteration=iteration)
+
+
+def gen(rid, prompt=1000, out=0, shared=0, arrival=0.0, segments=()):
+    g = Generation(request=PlanRequest(rid, "d1", "tello", "t", "s", NORMAL, arrival))
+    g.prompt_ids = [1] * prompt
+    g.output_ids = [2] * out
+    if shared:
+        g.cached_tokens.append(shared)
+    g.segments.extend(segments)
+    g.ready_since = arrival
+    return g
+
+
+def seg(est, blocking=True, tokens=8, index=0, end=0.0):
+    return Segment(index=index, text="s('x');", calls=(), blocking=blocking, token_count=tokens,
+                   gen_start=end - 0.1, gen_end=end, est_exec_s=est, dispatched_at=end)
+
+
+# ------------------------------------------------------------------ the formulas
+def test_waste_hand_computed():
+    # C_i = 1000, C_other = 3000, T_INT = 2 s
+    w = waste(2.0, 1000, 3000, COST)
+    assert w.preserve == pytest.approx(2.0 * 1000)  # T_INT * C_i
+    assert w.discard == pytest.approx(0.1 * 1000 + 0.1 * 3000)  # T_fwd = 1e-4 * 1000 = 0.1 s
+    assert w.swap == pytest.approx(2 * (63 * 1e-4) * 4000)  # ceil(1000/16) = 63 blocks
+    assert w.best() == "swap"
+    assert w.best(["preserve", "discard"]) == "discard"
+
+
+def test_choice_by_call_length():
+    # discard beats preserve once T_INT * C_i > T_fwd * (C_i + C_other): T* = 0.1 * 4000 / 1000 = 0.4 s
+    no_swap = ("preserve", "discard")
+    assert choose(0.39, 1000, 3000, COST, no_swap)[0] == "preserve"
+    assert choose(0.41, 1000, 3000, COST, no_swap)[0] == "discard"
+    # swap waste 50.4 token-s: preserve wins only below T = 50.4 / 1000 = 0.0504 s
+    assert choose(0.05, 1000, 3000, COST)[0] == "preserve"
+    assert choose(0.051, 1000, 3000, COST)[0] == "swap"
+    # short context, long call, costly swap: discard (paper: long call + short context -> discard)
+    slow_swap = KVCostModel(prefill_s_per_token=1e-4, swap_s_per_block=1e-2, block_size=16)
+    assert choose(5.0, 50, 100, slow_swap)[0] == "discard"
+    # ties go to the least work: zero-length call
+    assert choose(0.0, 1000, 0, COST)[0] == "preserve"
+
+
+def test_cost_model_from_profile_and_validation():
+    from timelyllm_ros.engines.simulated import LatencyProfile
+    p = LatencyProfile.from_yaml()
+    c = KVCostModel.from_profile(p)
+    assert c.prefill_s_per_token == p.prefill_s_per_token and c.block_size == p.kv_block_size
+    assert c.t_swap(17) == pytest.approx(2 * p.swap_s_per_block)
+    assert KVCostModel.from_profile({"prefill_s_per_token": 2e-4, "kv_block_size": 32}).block_size == 32
+    with pytest.raises(ValueError):
+        KVCostModel(prefill_s_per_token=-1)
+    with pytest.raises(ValueError):
+        waste(-1, 1, 1, COST)
+
+
+def test_private_context_and_idle():
+    g = gen("a", prompt=3000, out=40, shared=2800)
+    assert private_context(g) == 240
+    assert other_context(g, [g, gen("b", prompt=500)]) == 500
+    assert predicted_idle(seg(3.0, blocking=True), 0.1) == 3.0
+    assert predicted_idle(seg(3.0, blocking=False), 0.1) == pytest.approx(2.9)
+    assert predicted_idle(seg(0.05, blocking=False), 0.1) == 0.0
+    assert predicted_idle(None, 0.1) == 0.0
+
+
+# ------------------------------------------------------------------ kv_mode of the policies
+def test_kv_mode_uses_estimated_execution_and_batch():
+    p = LAMPS(cost=COST)
+    g = gen("a", prompt=1000)
+    others = [gen("b", prompt=3000)]
+    assert p.kv_mode(g, seg(2.0), ctx(running=others)) == "swap"
+    p2 = LAMPS(cost=COST, allowed=("preserve", "discard"))
+    assert p2.kv_mode(g, seg(2.0), ctx(running=others)) == "discard"
+    assert p2.kv_mode(g, seg(0.3), ctx(running=others)) == "preserve"
+    # the planner passes an empty running list at suspension: the last batch seen is used
+    p2.select([], others, ctx(running=others), 0.0)
+    assert p2.kv_mode(g, seg(0.41), ctx(running=())) == "discard"
+    assert g.extra["kv_modes"] == {"swap": 1, "discard": 2, "preserve": 1}
+
+
+@pytest.mark.parametrize("name,mode", [("fcfs-preserve", "preserve"), ("fcfs-discard", "discard"),
+                                       ("fcfs-swap", "swap")])
+def test_fixed_handling_baselines(name, mode):
+    p = make_policy(name)
+    assert p.kv_mode(gen("a"), seg(100.0), ctx()) == mode
+    assert p.kv_mode(gen("a"), seg(0.0), ctx()) == mode
+
+
+def test_registered_variants():
+    names = policy_names()
+    for n in ("lamps", "infercept", "fcfs-preserve", "fcfs-discard", "fcfs-swap", "timelyllm-lamps"):
+        assert n in names
+    tl = make_policy("timelyllm-lamps", cost=COST)
+    g = gen("a", prompt=1000)
+    assert tl.kv_mode(g, seg(2.0), ctx(running=[gen("b", prompt=3000)])) == "swap"
+    # TimelyLLM priority is unchanged
+    assert tl.priority(g, ctx(), 0.2) == make_policy("timelyllm").priority(g, ctx(), 0.2)
+    with pytest.raises(ValueError):
+        make_policy("lamps", starvation_threshold=0)
+    with pytest.raises(ValueError):
+        make_policy("lamps", allowed=("keep",))
+
+
+# ------------------------------------------------------------------ ranking
+def test_area_hand_computed():
+    p = LAMPS(cost=COST, allowed=("preserve",))
+    robot = ROBOTS["tello"]
+    g = gen("a", prompt=100)  # new: n = max_segment_tokens, T = mean nominal skill time
+    n = robot.max_segment_tokens
+    T = sum(s.exec_time.nominal() for s in robot.skills.values()) / len(robot.skills)
+    expected = 0.02 * (n * 100 + n * (n + 1) / 2) + (100 + n) * T
+    assert p.area(g, ctx()) == pytest.approx(expected)
+    # after a discarded segment of 8 tokens with E = 2 s: resume recompute + n = 8, T = 2
+    h = gen("b", prompt=100, out=8, segments=[seg(2.0, tokens=8)])
+    h.extra["lamps_kv"] = "discard"
+    expected = 108 * COST.t_fwd(108) + 0.02 * (8 * 108 + 36) + 116 * 2.0
+    assert p.area(h, ctx()) == pytest.approx(expected)
+
+
+def test_ranking_prefers_small_memory_area():
+    short_ctx = gen("small", prompt=200, arrival=5.0)
+    long_ctx = gen("big", prompt=4000, arrival=0.0)
+    long_call = gen("slow", prompt=200, arrival=1.0, out=8, segments=[seg(30.0, tokens=8)])
+    ready = [long_ctx, long_call, short_ctx]
+    # preserve only: the 30 s call pins 208 tokens for 30 s -> the largest area
+    sel = LAMPS(cost=COST, allowed=("preserve",)).select(ready, [], ctx(), 10.0)
+    assert [g.gen_id for g in sel.order] == ["small", "big", "slow"]
+    # with swap available the long call costs only two copies: its shorter segment (8 tokens)
+    # now ranks first - a longer job with memory-friendly handling goes ahead (paper §3.2.2)
+    sel = LAMPS(cost=COST).select(ready, [], ctx(), 10.0)
+    assert [g.gen_id for g in sel.order] == ["slow", "small", "big"]
+    fc = make_policy("infercept", cost=COST).select(ready, [], ctx(), 10.0)
+    assert [g.gen_id for g in fc.order] == ["big", "slow", "small"]
+
+
+def test_starvation_counter_threshold_and_reset():
+    p = LAMPS(cost=COST, starvation_threshold=3)
+    big = gen("big", prompt=5000)
+    for it in range(1, 4):  # ready in iterations 1..3 behind fresh small ones: counter 0, 1, 2
+        small = [gen(f"s{it}{i}", prompt=100, arrival=1.0) for i in range(2)]
+        sel = p.select([big] + small, [], ctx(iteration=it), 1.0)
+        assert sel.order[-1] is big and not big.extra.get("lamps_starving")
+    small = [gen(f"s4{i}", prompt=100, arrival=1.0) for i in range(2)]
+    sel = p.select([big] + small, [], ctx(iteration=4), 1.0)  # counter 3 = threshold
+    assert big.extra["lamps_starving"] and sel.order[0] is big
+    assert not any(s.extra.get("lamps_starving") for s in small)
+    # a gap (it ran or waited on a call) resets a non-starving counter
+    s = small[0]
+    p.select([s], [], ctx(iteration=5), 1.0)
+    assert s.extra["lamps_wait"] == 1
+    p.select([s], [], ctx(iteration=10), 1.0)
+    assert s.extra["lamps_wait"] == 0
+    # starving stays until completion, even after running in between
+    assert p.select([big] + small, [], ctx(iteration=21), 1.0).order[0] is big
+    # without the threshold being reached nothing is promoted (default 100)
+    q = LAMPS(cost=COST)
+    for it in range(1, 100):
+        q.select([big2 := gen("big2", prompt=5000)] if it == 1 else [big2], [], ctx(iteration=it), 1.0)
+    assert big2.extra["lamps_wait"] == 98 and not big2.extra.get("lamps_starving")
+    q.select([big2], [], ctx(iteration=101), 1.0)  # gap at 100: reset
+    assert big2.extra["lamps_wait"] == 0
+
+
+def test_jit_resume_holds_nonblocking_until_action_end():
+    p = LAMPS(cost=COST)
+    s0 = seg(5.0, blocking=False, end=0.0)
+    g = gen("a", prompt=100, out=8, segments=[s0])
+    g.state = GenState.SUSPENDED
+    assert p.select([g], [], ctx(G=0.1), 1.0).order == []  # action ends at 5.0
+    assert p.select([g], [], ctx(G=0.1, iteration=2), 4.95).order == [g]  # within G of the end
+    assert LAMPS(cost=COST, jit_resume=False).select([g], [], ctx(), 1.0).order == [g]
+    b = gen("b", prompt=100, out=8, segments=[seg(5.0, blocking=True, end=0.0)])
+    b.state = GenState.SUSPENDED  # returned from a blocking call: runs at once
+    assert p.select([b], [], ctx(), 1.0).order == [b]
