@@ -273,6 +273,7 @@ class _Seq:
     order: int  # admission order; the largest is the youngest
     blocks: list[int] = field(default_factory=list)
     hashes: list[int] = field(default_factory=list)  # chained hashes of full computed blocks
+    registered: int = 0  # leading full blocks already offered to the prefix cache
     computed: int = 0  # tokens whose KV is in `blocks`
     generated: int = 0  # tokens output since add
     report_cached: int | None = None  # num_cached_tokens for the first output
@@ -395,6 +396,12 @@ class SimulatedEngine:
         self._readmit()
         self._grow_for_decode()
         batch = [s for s in self._seqs.values() if not s.waiting]
+        for s in batch:
+            # vLLM registers blocks when it schedules them: a request prefilled in the same step
+            # as an earlier one with the same prefix reuses that prefix instead of computing it.
+            if s.prefilling:
+                self._upgrade_hits(s)
+            self._register_full_blocks(s, len(s.tokens))
         if not batch:
             if any(s.waiting for s in self._seqs.values()):
                 raise KVCapacityError(
@@ -419,7 +426,6 @@ class SimulatedEngine:
         outputs: list[EngineOutput] = []
         for s in batch:
             s.computed = len(s.tokens)
-            self._register_full_blocks(s)
             s.swap_in = 0
             s.new_request = False
             s.prefilling = False
@@ -568,7 +574,7 @@ class SimulatedEngine:
                         continue
             break
         # whatever of the suspended KV was not reused is let go now
-        for bid in pinned:
+        for bid in reversed(pinned):
             if bid >= 0:
                 pool.release(bid)
         if susp is not None and susp.mode == "swap":
@@ -684,20 +690,48 @@ class SimulatedEngine:
                 need -= 1
             self.counters.evictions = self._pool.evictions
 
-    def _register_full_blocks(self, s: _Seq) -> None:
+    def _register_full_blocks(self, s: _Seq, upto: int) -> None:
+        """Offer the full blocks of the first `upto` tokens to the prefix cache (decode blocks
+        too, as vLLM).  Called only inside step() for tokens that step computes."""
         bs = self._bs
-        while len(s.hashes) < s.computed // bs:
-            j = len(s.hashes)
+        for j in range(s.registered, upto // bs):
             want = tuple(s.tokens[j * bs:(j + 1) * bs])
-            parent = s.hashes[-1] if s.hashes else _ROOT_HASH
+            parent = s.hashes[j - 1] if j else _ROOT_HASH
+            if j == len(s.hashes):
+                s.hashes.append(block_hash(parent, want))
             self._pool.register(s.blocks[j], parent, want)
+        s.registered = max(s.registered, upto // bs)
+
+    def _upgrade_hits(self, s: _Seq) -> None:
+        """Swap freshly allocated blocks for blocks registered since add() (same-step sharing)."""
+        bs, pool = self._bs, self._pool
+        limit = len(s.tokens) - 1
+        while s.computed % bs == 0 and s.computed + bs <= limit:
+            j = s.computed // bs
+            if j >= len(s.blocks) or len(s.hashes) != j:
+                return
+            parent = s.hashes[j - 1] if j else _ROOT_HASH
+            want = tuple(s.tokens[j * bs:(j + 1) * bs])
+            bid = pool.lookup(parent, want)
+            if bid is None or bid == s.blocks[j]:
+                return
+            own, s.blocks[j] = s.blocks[j], bid
+            pool.take(bid)
+            pool.release(own)
             s.hashes.append(block_hash(parent, want))
+            s.computed += bs
+            self.counters.cached_tokens += bs
+            if s.report_cached is not None:
+                s.report_cached += bs
 
     def _release_seq(self, s: _Seq, *, drop: bool = False) -> None:
-        for bid in s.blocks:
+        # Tail first, as vLLM: the LRU then evicts a sequence's last blocks before its prefix,
+        # which keeps the shared prefix reachable (lookups stop at the first missing block).
+        for bid in reversed(s.blocks):
             self._pool.release(bid, drop=drop)
         s.blocks.clear()
         s.hashes.clear()
+        s.registered = 0
         s.computed = 0
 
     def _suspend(self, s: _Seq, kv: str) -> _Suspended:
@@ -705,7 +739,7 @@ class SimulatedEngine:
         kept = list(s.tokens[:s.computed])
         covered = self._blocks_for(s.computed)
         extra = s.blocks[covered:]  # allocated for tokens never computed
-        for bid in extra:
+        for bid in reversed(extra):
             pool.release(bid)
         blocks = s.blocks[:covered]
         s.blocks = []
@@ -722,10 +756,10 @@ class SimulatedEngine:
             self._host_used += len(host)
             self._pending_swap_out += len(host)
             self.counters.swap_out_blocks += len(host)
-            for bid in blocks:  # the GPU copies stay in the prefix cache until evicted
+            for bid in reversed(blocks):  # the GPU copies stay in the prefix cache until evicted
                 pool.release(bid)
             return _Suspended("swap", kept, host=host)
-        for bid in blocks:
+        for bid in reversed(blocks):
             pool.release(bid, drop=(kv == "discard"))
         return _Suspended(kv, kept)
 
@@ -741,7 +775,7 @@ class SimulatedEngine:
         """Change how an already-suspended generation's KV is kept (e.g. cancel -> discard)."""
         pool = self._pool
         if old.mode == "preserve":
-            for bid in old.pinned:
+            for bid in reversed(old.pinned):
                 pool.release(bid, drop=(kv == "discard"))
         elif old.mode == "swap":
             self._host_used -= len(old.host)

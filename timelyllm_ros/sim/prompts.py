@@ -14,8 +14,9 @@ from ..core.robots import RobotSpec
 from ..core.types import PlanRequest, Segment
 from .tokenizer import SimTokenizer
 
-# Table 1: 2,884 prompt tokens.  The prefix is the fixed part; the task and scene make up the rest.
-DEFAULT_PREFIX_TOKENS = 2800
+# Table 1: 2,884 prompt tokens.  The prefix is the fixed part; an LRTrace task + scene adds ~30-45
+# tokens with SimTokenizer, so requests land at ~2,880-2,895 tokens.
+DEFAULT_PREFIX_TOKENS = 2850
 
 
 class SimPromptSource:
