@@ -1,0 +1,148 @@
+"""Wall-clock serving of a workload in one process: the planner on a real engine, simulated robots.
+
+This is the single-process mode behind `timelyllm demo`: the same Planner as everywhere, driven in
+real time.  Robots are `SimulatedRobots` on the wall clock (their goals finish after the sampled
+execution time, for real), requests arrive at the workload's times.  One thread: the loop fires
+due events (arrivals, robot results), runs one planner step, and sleeps only when the planner has
+no engine work — so timings are those of the engine, not of a thread hand-off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from .core.clock import WallClock
+from .core.exec_time import ExecTimeEstimator
+from .core.metrics import summarize
+from .core.planner import Planner, PlannerConfig
+from .core.policies import DispatchMode, make_policy
+from .core.robots import RobotSpec
+from .core.types import GenState, Generation
+from .engines.base import Engine
+from .lrtrace import Arrival
+from .sim.robots import SimulatedRobots
+
+
+class WallEventLoop:
+    """Heap of (wall time, seq, callback) on a WallClock."""
+
+    def __init__(self, clock: WallClock) -> None:
+        self.clock = clock
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+
+    def schedule(self, t: float, callback: Callable[[], None]) -> None:
+        heapq.heappush(self._heap, (float(t), next(self._seq), callback))
+
+    def next_time(self) -> float | None:
+        return self._heap[0][0] if self._heap else None
+
+    def fire_due(self) -> int:
+        n, now = 0, self.clock.now()
+        while self._heap and self._heap[0][0] <= now:
+            _, _, cb = heapq.heappop(self._heap)
+            cb()
+            n += 1
+        return n
+
+
+@dataclass
+class Progress:
+    """What the live display shows (updated by the loop)."""
+
+    total: int
+    done: int = 0
+    segments: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    batch: int = 0
+    kv_usage: float = 0.0
+    tokens_per_s: float = 0.0
+    elapsed_s: float = 0.0
+
+
+@dataclass
+class ServeResult:
+    generations: list[Generation]
+    metrics: dict[str, Any]
+    wall_s: float
+    rejected: list[tuple[str, str]]
+    planner: Planner
+
+
+def serve_arrivals(arrivals: list[Arrival], *, engine: Engine, prompts: Any,
+                   robots: Mapping[str, RobotSpec], policy: str = "timelyllm",
+                   policy_params: Mapping[str, Any] | None = None, seed: int = 0,
+                   max_batch: int | None = None, config: PlannerConfig | None = None,
+                   on_progress: Callable[[Progress], None] | None = None,
+                   progress_every_s: float = 0.25, timeout_s: float = 600.0) -> ServeResult:
+    """Serve `arrivals` in real time until every accepted request is terminal."""
+    clock = WallClock()
+    loop = WallEventLoop(clock)
+    pol = make_policy(policy, **dict(policy_params or {}))
+    holder: dict[str, Planner] = {}
+    dispatcher = SimulatedRobots(clock, robots, post_result=lambda r: holder["p"].post_result(r),
+                                 schedule=loop.schedule, seed=seed)
+    planner = Planner(clock=clock, engine=engine, dispatcher=dispatcher, robots=robots, policy=pol,
+                      estimator=ExecTimeEstimator(dict(robots)), prompts=prompts, config=config)
+    holder["p"] = planner
+    if max_batch is not None:
+        planner.batcher = planner.fixed(max_batch)
+    elif pol.mode is not DispatchMode.SUSPEND:
+        planner.batcher = planner.fixed(256)  # vLLM-style continuous batching
+    rejected: list[tuple[str, str]] = []
+    prog = Progress(total=len(arrivals))
+
+    def arrive(a: Arrival) -> Callable[[], None]:
+        def submit() -> None:
+            req = dataclasses.replace(a.to_request(), arrival=clock.now())
+            res = planner.submit(req)
+            if not res.accepted:
+                rejected.append((a.request_id, res.reason))
+        return submit
+
+    for a in arrivals:
+        loop.schedule(a.time, arrive(a))
+    last_progress = -1.0
+    t0 = time.monotonic()
+    while True:
+        loop.fire_due()
+        ran = planner.step()
+        now = clock.now()
+        if on_progress and now - last_progress >= progress_every_s:
+            last_progress = now
+            st = planner.status()
+            terminal = sum(1 for g in planner.generations.values() if g.state.terminal)
+            prog.done, prog.counts, prog.batch = terminal + len(rejected), st.counts, st.batch_size
+            prog.segments = sum(len(g.segments) for g in planner.generations.values())
+            prog.kv_usage, prog.tokens_per_s, prog.elapsed_s = st.kv_usage, st.tokens_per_s, now
+            on_progress(prog)
+        if not planner.busy() and loop.next_time() is None:
+            break
+        if time.monotonic() - t0 > timeout_s:
+            for g in planner.live():
+                planner.cancel(g.gen_id, f"serve timeout after {timeout_s:.0f} s")
+            planner.step()
+            break
+        if not ran:
+            nxt = loop.next_time()
+            wait = 0.005 if nxt is None else min(0.005, max(0.0, nxt - clock.now()))
+            time.sleep(wait)
+    gens = list(planner.generations.values())
+    assert all(g.state.terminal for g in gens), [g.state for g in gens if not g.state.terminal]
+    return ServeResult(generations=gens, metrics=summarize(gens), wall_s=time.monotonic() - t0,
+                       rejected=rejected, planner=planner)
+
+
+def states(gens: list[Generation]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for g in gens:
+        out[g.state.value] = out.get(g.state.value, 0) + 1
+    return out
+
+
+__all__ = ["WallEventLoop", "Progress", "ServeResult", "serve_arrivals", "states", "GenState"]
