@@ -43,6 +43,8 @@ class PlannerListener(Protocol):
 
     def on_segment_dispatched(self, gen: Generation, seg: Segment) -> None: ...
 
+    def on_segment_result(self, gen: Generation, seg: Segment) -> None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class SubmitResult:
@@ -394,6 +396,10 @@ class Planner:
         seg.measured_s, seg.result, seg.ok, seg.error = res.call_durations_s, res.value, res.ok, res.error
         for call, d in zip(seg.calls, res.call_durations_s):
             self.estimator.update(g.request.robot_type, call, d)
+        for lst in self.listeners:
+            fn = getattr(lst, "on_segment_result", None)
+            if fn:
+                fn(g, seg)
         if g.state.terminal:
             return
         now = self.clock.now()
