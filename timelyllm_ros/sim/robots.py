@@ -122,8 +122,7 @@ class SimulatedRobots:
     def __init__(self, clock: Clock, robots: Mapping[str, RobotSpec],
                  post_result: Callable[[SegmentResult], None], schedule: Schedule, seed: int = 0,
                  network_latency_s: float = 0.008, faults: FaultConfig = FaultConfig(), *,
-                 perception_true_p: float = 0.8, answer: Answer | None = None,
-                 exclusive_robots: bool = False) -> None:
+                 perception_true_p: float = 0.8, answer: Answer | None = None) -> None:
         if isinstance(network_latency_s, bool) or not isinstance(network_latency_s, (int, float)) \
                 or not math.isfinite(network_latency_s) or network_latency_s < 0:
             raise ValueError(f"network_latency_s must be a finite number >= 0, got {network_latency_s!r}")
@@ -139,11 +138,6 @@ class SimulatedRobots:
         self.network_latency_s = float(network_latency_s)
         self.faults = faults
         self.answer = answer or default_answer(perception_true_p)
-        # exclusive_robots=False (benchmarks): each request's segments run in order on their own
-        # lane, so a trace that hands an agent a second task while the first still executes does
-        # not charge the LLM server for robot queueing (the paper measures serving, and its
-        # workloads keep more tasks in execution than they have agents).  True: one FIFO per robot.
-        self.exclusive_robots = exclusive_robots
         self._robots: dict[str, _Robot] = {}
         self._jobs: dict[str, list[_Job]] = {}  # by request id, not yet reported
         self._env: dict[str, dict[str, Value]] = {}  # per request: MiniSpec variables / if-chain
@@ -166,7 +160,7 @@ class SimulatedRobots:
         for job in list(self._jobs.get(request_id, ())):
             if job.done:
                 continue
-            robot = self._robots.get(self._lane(job.goal))
+            robot = self._robots.get(job.goal.robot_id)
             if robot is not None and robot.current is job:
                 assert job.start is not None
                 done, elapsed, t = 0, [], job.start
@@ -191,20 +185,18 @@ class SimulatedRobots:
         """Any goal not yet reported."""
         return any(not j.done for jobs in self._jobs.values() for j in jobs)
 
-    def _lane(self, goal: SegmentGoal) -> str:
-        return goal.robot_id if self.exclusive_robots else f"{goal.robot_id}/{goal.request_id}"
-
     def queue_length(self, robot_id: str) -> int:
-        return sum(sum(1 for j in r.queue if not j.done) + (1 if r.current is not None else 0)
-                   for r in self._robots.values() if r.robot_id == robot_id)
+        r = self._robots.get(robot_id)
+        if r is None:
+            return 0
+        return sum(1 for j in r.queue if not j.done) + (1 if r.current is not None else 0)
 
     # --- event handlers ----------------------------------------------------------------------
     def _arrive(self, job: _Job) -> None:
         if job.done:
             return
         g, now = job.goal, self.clock.now()
-        lane = self._lane(g)
-        robot = self._robots.setdefault(lane, _Robot(g.robot_id))
+        robot = self._robots.setdefault(g.robot_id, _Robot(g.robot_id))
         if self._disconnected(g.robot_id, now):
             self._report(job, ResultCode.DISCONNECTED, now, now, error=f"robot {g.robot_id} is disconnected")
             return
