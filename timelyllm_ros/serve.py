@@ -26,6 +26,7 @@ from .core.types import GenState, Generation
 from .engines.base import Engine
 from .lrtrace import Arrival
 from .sim.robots import SimulatedRobots
+from .sim.runner import _RequestLanes
 
 
 class WallEventLoop:
@@ -79,14 +80,17 @@ def serve_arrivals(arrivals: list[Arrival], *, engine: Engine, prompts: Any,
                    policy_params: Mapping[str, Any] | None = None, seed: int = 0,
                    max_batch: int | None = None, config: PlannerConfig | None = None,
                    on_progress: Callable[[Progress], None] | None = None,
-                   progress_every_s: float = 0.25, timeout_s: float = 600.0) -> ServeResult:
+                   progress_every_s: float = 0.25, timeout_s: float = 600.0,
+                   exclusive_agents: bool = False) -> ServeResult:
     """Serve `arrivals` in real time until every accepted request is terminal."""
     clock = WallClock()
     loop = WallEventLoop(clock)
     pol = make_policy(policy, **dict(policy_params or {}))
     holder: dict[str, Planner] = {}
-    dispatcher = SimulatedRobots(clock, robots, post_result=lambda r: holder["p"].post_result(r),
+    sim_robots = SimulatedRobots(clock, robots, post_result=lambda r: holder["p"].post_result(r),
                                  schedule=loop.schedule, seed=seed)
+    # each request executes in its own lane, as in the benchmark replay (sim/runner.py docstring)
+    dispatcher = sim_robots if exclusive_agents else _RequestLanes(sim_robots)
     planner = Planner(clock=clock, engine=engine, dispatcher=dispatcher, robots=robots, policy=pol,
                       estimator=ExecTimeEstimator(dict(robots)), prompts=prompts, config=config)
     holder["p"] = planner
