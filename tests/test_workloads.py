@@ -72,7 +72,7 @@ def test_mixed_small_has_all_robot_kinds_and_explicit_requests(catalog, robots):
     arr = expand(load_workload("mixed_small"), catalog, robots)
     assert {a.robot_type for a in arr} == {"tello", "arm", "chat"}
     byid = {a.request_id: a for a in arr}
-    assert byid["demo-arm"].robot_id == "arm0" and byid["demo-arm"].task_id == "T10"
+    assert byid["demo-arm"].robot_type == "arm" and byid["demo-arm"].task_id == "T10"
     assert byid["demo-arm"].reference_plan == catalog["T10"].scenes[2].plan
     assert byid["demo-urgent"].category == "urgent" and byid["demo-urgent"].tuf == URGENT
     assert len(byid) == len(arr)  # generated ids never collide with explicit ones
@@ -124,8 +124,8 @@ def test_agent_choice_prefers_idle_least_recently_used(tmp_path, catalog, robots
 
 def test_plan_exec_estimate(robots):
     tello = robots["tello"]
-    # mf(100): 1.2 + 0.02*100; tp: 0.5; scan: min_s 2.8
-    assert plan_exec_estimate("mf(100);tp;s('cat');", tello) == pytest.approx(3.2 + 0.5 + 2.8)
+    # mf(100): 1.2 + 0.02*100; tp: 0.5; scan: uniform 2.8-24 -> mean 13.4; 'mf' inside a string is no call
+    assert plan_exec_estimate("mf(100);tp;s('mf');", tello) == pytest.approx(3.2 + 0.5 + 13.4)
     words = "It is windy today. Hold on."
     assert plan_exec_estimate(words, robots["chat"]) == pytest.approx(6 * 0.2)
 

@@ -24,7 +24,7 @@ node tree, so they point at the offending key or value).
 
 Agent choice.  Arrivals are fixed before the simulation so every policy sees exactly the same
 requests.  Each task goes to an agent of its robot type; an agent counts as busy from the arrival of
-its request until ``arrival + nominal execution time of the reference plan + agent_busy_margin_s``
+its request until ``arrival + expected execution time of the reference plan + agent_busy_margin_s``
 (a policy-independent estimate of when the request will finish).  Among idle agents the least
 recently used one is chosen; if all are busy, the least recently used agent overall (ties: the
 lowest index).  A busy agent that receives another request simply gets a second concurrent request.
@@ -378,7 +378,9 @@ def list_workloads() -> list[str]:
 # --- expansion ------------------------------------------------------------------------------------
 
 def plan_exec_estimate(plan: str, robot: RobotSpec | None) -> float:
-    """Nominal execution time of a reference plan (profile means, variable skills at min_s).
+    """Expected execution time of a reference plan: profile means, variable skills at the mean of
+    their uniform range (not the scheduler's min_s: here an underestimate would hand a robot a new
+    task while it is still busy).
 
     A rough, policy-independent estimate used only to decide when an agent is free again; loops and
     conditionals count once.  Chat plans are read at the robot's words-per-minute.
@@ -398,7 +400,8 @@ def plan_exec_estimate(plan: str, robot: RobotSpec | None) -> float:
                 args[a.name] = float(s)
             except ValueError:
                 pass
-        total += spec.exec_time.nominal(args)
+        m = spec.exec_time
+        total += (float(m.min_s or 0.0) + float(m.max_s)) / 2 if m.variable else m.nominal(args)
     return total
 
 

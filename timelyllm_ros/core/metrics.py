@@ -171,3 +171,19 @@ def rounded(obj: Any, digits: int = ROUND_DIGITS) -> Any:
 def to_json(obj: Any, digits: int = ROUND_DIGITS) -> str:
     """Canonical JSON: sorted keys, rounded floats, fixed separators, trailing newline."""
     return json.dumps(rounded(obj, digits), sort_keys=True, indent=1, allow_nan=False) + "\n"
+
+
+def timeline_records(gens: Iterable[Generation]) -> list[dict[str, Any]]:
+    """Per request, per segment: generation and execution intervals (Fig. 6 traces), JSON-ready."""
+    out = []
+    for g in sorted(gens, key=lambda g: (g.request.arrival, g.gen_id)):
+        req = g.request
+        out.append({
+            "request_id": req.request_id, "robot_id": req.robot_id, "task_type": req.task_type,
+            "category": req.category, "arrival": req.arrival, "ert": req.tuf.ert, "state": g.state.value,
+            "finished_at": g.finished_at,
+            "segments": [{"index": s.index, "text": s.text, "tokens": s.token_count, "gen_start": s.gen_start,
+                          "gen_end": s.gen_end, "dispatched_at": s.dispatched_at, "exec_start": s.exec_start,
+                          "exec_end": s.exec_end, "est_exec_s": s.est_exec_s} for s in g.segments],
+        })
+    return out

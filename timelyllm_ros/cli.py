@@ -1,0 +1,225 @@
+"""The ``timelyllm`` console script.
+
+Subcommands are modular: each lives in a module with ``add_parser(subparsers)`` that registers it
+and sets ``func`` (returning an exit code).  ``bench`` is here; others (``demo``, ``plan-offline``,
+``serve``, ...) are picked up from ``SUBCOMMAND_MODULES`` when their module exists.
+
+``timelyllm bench`` replays an LRTrace workload in the discrete-event simulator for one or more
+policies and writes JSON results (byte-identical for the same seed), a per-task-type table and
+optional Fig. 5 / Fig. 6 style plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+EXIT_USAGE = 2
+SUBCOMMAND_MODULES = ("timelyllm_ros.demo", "timelyllm_ros.serve", "timelyllm_ros.offline.cli")
+
+
+class CliError(Exception):
+    """Bad user input: printed as one line, exit code 2."""
+
+
+def _positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _param(s: str) -> tuple[str, Any]:
+    """``name=value`` with a YAML value (numbers, booleans, strings)."""
+    import yaml
+
+    if "=" not in s:
+        raise argparse.ArgumentTypeError(f"expected name=value, got {s!r}")
+    k, v = s.split("=", 1)
+    try:
+        return k.strip(), yaml.safe_load(v)
+    except yaml.YAMLError as e:
+        raise argparse.ArgumentTypeError(f"bad value in {s!r}: {e}") from None
+
+
+# --------------------------------------------------------------------------------------- bench
+
+def add_bench(sub: Any) -> None:
+    p = sub.add_parser("bench", help="replay an LRTrace workload in the simulator for several policies",
+                       description="Replay an LRTrace workload (paper §7) in the discrete-event simulator.")
+    p.add_argument("--workload", required=True, help="bundled name (WID1, WID2, WID3, mixed_small) or YAML path")
+    p.add_argument("--policy", action="append", required=True, dest="policies", metavar="P",
+                   help="policy name; repeat for several (timelyllm, vllm, vllm-stream, fcfs, edf, ...)")
+    p.add_argument("--param", action="append", type=_param, default=[], metavar="NAME=VALUE",
+                   help="policy parameter, passed to every policy (repeatable)")
+    p.add_argument("--max-batch", type=_positive_int, default=None,
+                   help="fixed batch cap for every policy (default: latency-guided for segmenting "
+                        "policies, 256 for vllm/vllm-stream)")
+    p.add_argument("--seed", type=int, default=None, help="arrival + robot seed (default: the workload's)")
+    p.add_argument("--profile", default=None, help="engine latency profile YAML (default rtx4090_llama3_8b)")
+    p.add_argument("--exclusive-agents", action="store_true",
+                   help="each agent is one robot running its goals FIFO (default: per-request lanes)")
+    p.add_argument("--out", required=True, help="JSON results file")
+    p.add_argument("--plot", help="Fig. 5 style per-task-type bars (PNG)")
+    p.add_argument("--timeline", help="Fig. 6 style generation/execution trace (PNG)")
+    p.add_argument("--timeline-requests", help="comma-separated request ids for --timeline (default: "
+                   "the first event mixing urgent and normal requests)")
+    p.add_argument("--timeline-window", type=float, default=3.0, metavar="S",
+                   help="seconds after the first arrival shown in --timeline (default 3; 0 = all)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_bench)
+
+
+def _check_policies(names: Sequence[str]) -> None:
+    from .core.policies import policy_names
+
+    known = policy_names()
+    for n in names:
+        if n not in known:
+            raise CliError(f"unknown policy {n!r}; choose from {', '.join(known)}")
+    dup = sorted({n for n in names if list(names).count(n) > 1})
+    if dup:
+        raise CliError(f"policy {dup[0]!r} given twice")
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .core.metrics import to_json
+    from .engines.simulated import DEFAULT_PROFILE, ProfileError
+    from .lrtrace import WorkloadError, load_workload
+    from .sim.runner import run_simulation
+
+    console = Console(stderr=True)
+    _check_policies(args.policies)
+    try:
+        workload = load_workload(args.workload)
+    except WorkloadError as e:
+        raise CliError(str(e)) from None
+    profile = Path(args.profile) if args.profile else DEFAULT_PROFILE
+    if not profile.is_file():
+        raise CliError(f"profile {str(profile)!r} does not exist")
+    params = dict(args.param)
+    results: dict[str, Any] = {}
+    sims = {}
+    for name in args.policies:
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                      TimeElapsedColumn(), console=console, disable=args.no_progress, transient=True) as prog:
+            task = prog.add_task(f"{workload.name} / {name}", total=None, info="")
+
+            def update(now: float, done: int, total: int, _t=task, _p=prog) -> None:
+                _p.update(_t, total=total, completed=done, info=f"t={now:7.1f}s {done}/{total}")
+
+            try:
+                r = run_simulation(workload, name, max_batch=args.max_batch, seed=args.seed,
+                                   profile_path=profile, policy_params=params, progress=update,
+                                   exclusive_agents=args.exclusive_agents)
+            except (WorkloadError, ProfileError, ValueError) as e:
+                raise CliError(f"{name}: {e}") from None
+        sims[name] = r
+        results[name] = r.to_dict()
+        console.print(f"{workload.name} / {name}: {len(r.generations)} requests, virtual "
+                      f"{r.virtual_end_s:.1f} s, wall {r.wall_s:.2f} s")
+        print_table(Console(), r.metrics, f"{workload.name} — {name} ({r.batcher}, profile {r.profile})")
+    doc = {"workload": workload.name, "source": workload.source, "max_batch": args.max_batch,
+           "seed": args.seed if args.seed is not None else workload.seed, "policies": results}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(to_json(doc))
+    console.print(f"wrote {out}")
+    if args.plot or args.timeline:
+        from . import plots
+
+        if args.plot:
+            plots.plot_task_types({n: r.metrics for n, r in sims.items()}, args.plot,
+                                  title=f"{workload.name} (simulator, profile {next(iter(sims.values())).profile})")
+            console.print(f"wrote {args.plot}")
+        if args.timeline:
+            ids = [s.strip() for s in args.timeline_requests.split(",")] if args.timeline_requests else None
+            try:
+                plots.plot_timeline({n: r.timeline() for n, r in sims.items()}, args.timeline,
+                                    request_ids=ids, title=f"{workload.name}: generation vs execution",
+                                    window_s=args.timeline_window or None)
+            except ValueError as e:
+                raise CliError(f"--timeline: {e}") from None
+            console.print(f"wrote {args.timeline}")
+    return 0
+
+
+def print_table(console: Any, metrics: dict[str, Any], title: str) -> None:
+    """Per task type, then per [category] and overall: mean utility and its % of the maximum
+    (sum of TUF betas), mean and p99 response, mean waiting and completion (seconds), and how many
+    requests did not finish."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from .plots import task_sort_key
+
+    t = Table(title=title)
+    for col in ("task", "n", "utility", "%max", "resp s", "p99 s", "wait s", "compl s", "unfin"):
+        t.add_column(col, justify="left" if col == "task" else "right", no_wrap=True)
+
+    def row(name: str, a: dict[str, Any], style: str = "") -> None:
+        unfinished = a["count"] - a["states"].get("finished", 0)
+        t.add_row(escape(name), str(a["count"]), _f(a["utility_mean"]), _f(a["utility_pct_of_max"], "{:.1f}"),
+                  _f(a["response_s"]["mean"]), _f(a["response_s"]["p99"]), _f(a["waiting_s"]["mean"]),
+                  _f(a["completion_s"]["mean"], "{:.2f}"), str(unfinished), style=style)
+
+    for name in sorted(metrics.get("by_task_type", {}), key=task_sort_key):
+        row(name, metrics["by_task_type"][name])
+    for name in sorted(metrics.get("by_category", {})):
+        row(f"[{name}]", metrics["by_category"][name], "dim")
+    row("all", metrics["overall"], "bold")
+    console.print(t)
+
+
+def _f(v: Any, fmt: str = "{:.3f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+# --------------------------------------------------------------------------------------- main
+
+BUILTIN: tuple[Callable[[Any], None], ...] = (add_bench,)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="timelyllm", description="TimelyLLM: segmented LLM serving for robots")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    for add in BUILTIN:
+        add(sub)
+    for mod in SUBCOMMAND_MODULES:
+        try:
+            m = importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name == mod:
+                continue  # that subcommand is not part of this installation
+            raise
+        add = getattr(m, "add_parser", None)
+        if add is not None:
+            add(sub)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(list(argv) if argv is not None else None)  # argparse exits 2 on usage errors
+    try:
+        return int(args.func(args) or 0)
+    except CliError as e:
+        print(f"timelyllm {args.cmd}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

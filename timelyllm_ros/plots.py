@@ -1,0 +1,141 @@
+"""Paper-style figures from benchmark results (matplotlib, headless Agg backend).
+
+* ``plot_task_types``: Fig. 5 / Fig. 9 style grouped bars per task type and policy — time utility,
+  response time, robot waiting time and task completion time (means).
+* ``plot_timeline``: Fig. 6 style trace — per request, when each segment was being generated and
+  when it was executing, for one or more policies on the same requests.
+
+Both read the JSON form written by ``timelyllm bench`` (metrics summaries and timeline records), so
+figures can be redrawn from a results file without re-running the simulation.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+PANELS = (("utility_mean", "time utility"), ("response_s", "response time (s)"),
+          ("waiting_s", "waiting time (s)"), ("completion_s", "completion time (s)"))
+
+
+def task_sort_key(task_type: str) -> tuple:
+    """T1 < T2 < T10 < C1: natural order, robot tasks before chat."""
+    m = re.match(r"^([A-Za-z]*)(\d+)$", task_type)
+    if m:
+        return (m.group(1) != "T", m.group(1), int(m.group(2)))
+    return (True, task_type, 0)
+
+
+def _value(agg: Mapping[str, Any], key: str) -> float:
+    v = agg.get(key)
+    if isinstance(v, Mapping):
+        v = v.get("mean")
+    return float(v) if v is not None else float("nan")
+
+
+def plot_task_types(summaries: Mapping[str, Mapping[str, Any]], path: str | Path, *, title: str = "",
+                    task_names: Mapping[str, str] | None = None) -> Path:
+    """Grouped bars: x = task type, one bar per policy.  ``summaries``: policy -> metrics summary
+    (``core.metrics.summarize`` output, possibly JSON-loaded)."""
+    policies = list(summaries)
+    types = sorted({t for s in summaries.values() for t in s.get("by_task_type", {})}, key=task_sort_key)
+    if not policies or not types:
+        raise ValueError("nothing to plot: no policies or no task types in the results")
+    fig, axes = plt.subplots(len(PANELS), 1, figsize=(max(6.0, 0.9 * len(types) * max(1, len(policies)) / 2 + 3),
+                                                      2.3 * len(PANELS)), sharex=True)
+    width = 0.8 / len(policies)
+    cmap = plt.get_cmap("tab10")
+    for ax, (key, label) in zip(axes, PANELS):
+        for i, pol in enumerate(policies):
+            by_type = summaries[pol].get("by_task_type", {})
+            ys = [_value(by_type[t], key) if t in by_type else float("nan") for t in types]
+            xs = [j + (i - (len(policies) - 1) / 2) * width for j in range(len(types))]
+            ax.bar(xs, ys, width=width, label=pol, color=cmap(i % 10))
+        ax.set_ylabel(label)
+        ax.grid(axis="y", alpha=0.3)
+        if key == "utility_mean":
+            ax.axhline(0, color="black", linewidth=0.6)
+    labels = [f"{t}\n{task_names[t]}" if task_names and t in task_names else t for t in types]
+    axes[-1].set_xticks(range(len(types)))
+    axes[-1].set_xticklabels(labels, fontsize=8)
+    axes[0].legend(ncol=min(len(policies), 5), fontsize=8, loc="lower right")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def select_for_timeline(records: Sequence[Mapping[str, Any]], n: int = 4) -> list[str]:
+    """Request ids for a Fig. 6 style trace: the earliest event (same arrival time) that mixes
+    urgent and non-urgent requests, else the earliest requests."""
+    groups: dict[float, list[Mapping[str, Any]]] = {}
+    for r in records:
+        groups.setdefault(r["arrival"], []).append(r)
+    for t in sorted(groups):
+        cats = {r["category"] for r in groups[t]}
+        if "urgent" in cats and len(cats) > 1:
+            g = sorted(groups[t], key=lambda r: (r["category"] != "urgent", r["request_id"]))
+            picked = [g[0]] + [r for r in g[1:] if r["category"] != "urgent"][: n - 1]
+            return sorted(r["request_id"] for r in picked)
+    return [r["request_id"] for r in sorted(records, key=lambda r: (r["arrival"], r["request_id"]))[:n]]
+
+
+def plot_timeline(timelines: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path, *,
+                  request_ids: Sequence[str] | None = None, title: str = "",
+                  window_s: float | None = None) -> Path:
+    """Per policy, per request: generation intervals (upper bar) and execution intervals (lower bar)
+    of every segment, with the arrival and the ERT deadline marked.  ``timelines``: policy ->
+    timeline records (``core.metrics.timeline_records``).  ``window_s`` limits the x axis to that
+    many seconds after the first arrival (long executions otherwise hide the first segments)."""
+    policies = list(timelines)
+    if not policies:
+        raise ValueError("nothing to plot: no timelines")
+    if request_ids is None:
+        request_ids = select_for_timeline(timelines[policies[0]])
+    ids = list(request_ids)
+    rows: list[tuple[str, str, Mapping[str, Any]]] = []
+    for pol in policies:
+        byid = {r["request_id"]: r for r in timelines[pol]}
+        missing = [i for i in ids if i not in byid]
+        if missing:
+            raise ValueError(f"policy {pol!r} has no request {missing[0]!r}")
+        rows.extend((pol, i, byid[i]) for i in ids)
+    fig, ax = plt.subplots(figsize=(10, 0.55 * len(rows) + 1.5))
+    t0 = min(r["arrival"] for _, _, r in rows)
+    for y, (pol, rid, rec) in enumerate(reversed(rows)):
+        for s in rec["segments"]:
+            if s.get("gen_start") is not None and s.get("gen_end") is not None:
+                ax.broken_barh([(s["gen_start"] - t0, max(s["gen_end"] - s["gen_start"], 1e-3))],
+                               (y + 0.05, 0.4), facecolors="tab:blue", edgecolors="white", linewidth=0.5)
+            if s.get("exec_start") is not None and s.get("exec_end") is not None:
+                ax.broken_barh([(s["exec_start"] - t0, max(s["exec_end"] - s["exec_start"], 1e-3))],
+                               (y - 0.45, 0.4), facecolors="tab:orange", edgecolors="white", linewidth=0.5)
+        ax.plot([rec["arrival"] - t0], [y], marker="|", color="black", markersize=14)
+        ax.plot([rec["arrival"] + rec["ert"] - t0], [y], marker="v", color="red", markersize=6)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([f"{pol}: {rid} ({rec['task_type']}, {rec['category']})"
+                        for pol, rid, rec in reversed(rows)], fontsize=8)
+    if window_s is not None:
+        ax.set_xlim(-0.02 * window_s, window_s)
+    ax.set_xlabel("time since first arrival (s)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(handles=[Patch(color="tab:blue", label="generation"), Patch(color="tab:orange", label="execution"),
+                       plt.Line2D([], [], color="red", marker="v", linestyle="", label="ERT deadline")],
+              fontsize=8, loc="lower right")
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
