@@ -67,7 +67,8 @@ def test_request_status_states_match_core_states():
 def _request(**kw) -> PlanRequest:
     base = dict(request_id="r-1", robot_id="drone1", robot_type="tello", task="find the cat",
                 scene="cat, chair", tuf=TUF(ert=1.0, alpha=-2.0, beta=1.0), arrival=3.0,
-                task_type="T1", category="urgent", consume_rate=12.5)
+                task_type="T1", category="urgent", consume_rate=12.5,
+                reference_plan="s('cat');g('cat');tp;")
     base.update(kw)
     return PlanRequest(**base)
 

@@ -187,6 +187,7 @@ def plan_request_to_fields(r: PlanRequest, stamp: float | None = None) -> dict[s
         "tuf_alpha": float(r.tuf.alpha),
         "tuf_beta": float(r.tuf.beta),
         "consume_rate": float(r.consume_rate or 0.0),
+        "reference_plan": r.reference_plan or "",
     }
 
 
@@ -211,6 +212,9 @@ def plan_request_mapping(d: Mapping[str, Any]) -> dict[str, Any]:
         "tuf": {"ert": _float(d, "tuf_ert"), "alpha": _float(d, "tuf_alpha"), "beta": _float(d, "tuf_beta")},
         "consume_rate": rate if rate != 0.0 else None,
     }
+    plan = _str(d, "reference_plan", max_len=1 << 20)
+    if plan:
+        m["reference_plan"] = plan
     return m
 
 

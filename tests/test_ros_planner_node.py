@@ -1,0 +1,233 @@
+"""End to end over the in-process port: plan requests in, the planner (simulated engine, paced to
+the wall clock) cuts segments, ExecuteSegment goals reach simulated executor nodes, results come
+back, RequestStatus / PlannerStatus / diagnostics / planned paths go out."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("rosbags")
+
+from timelyllm_ros.core.clock import VirtualClock  # noqa: E402
+from timelyllm_ros.core.exec_time import ExecTimeEstimator  # noqa: E402
+from timelyllm_ros.core.planner import Planner  # noqa: E402
+from timelyllm_ros.core.policies import make_policy  # noqa: E402
+from timelyllm_ros.core.robots import load_robots  # noqa: E402
+from timelyllm_ros.core.types import ResultCode, SkillCall  # noqa: E402
+from timelyllm_ros.engines.simulated import SimulatedEngine  # noqa: E402
+from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor, SimulatedPerception  # noqa: E402
+from timelyllm_ros.executors.simulated import SimulatedBackend  # noqa: E402
+from timelyllm_ros.nodes.executor_node import ExecutorNode  # noqa: E402
+from timelyllm_ros.nodes.planner_node import (  # noqa: E402
+    DispatcherConfig,
+    PlannerNode,
+    PlannerNodeConfig,
+    _Pose,
+    path_points,
+)
+from timelyllm_ros.ros import convert as c  # noqa: E402
+from timelyllm_ros.sim.prompts import SimPromptSource  # noqa: E402
+from timelyllm_ros.transport.inprocess import InProcessBus, InProcessTransport  # noqa: E402
+
+ROBOTS = load_robots()
+
+
+class World:
+    def __init__(self, *, executors=(("drone1", "tello", 0.01), ("arm1", "arm", 0.01)), dispatcher=None,
+                 visible=("cat",)):
+        self.bus = InProcessBus()
+        self.clock = VirtualClock()
+        engine = SimulatedEngine(self.clock)
+        prompts = SimPromptSource(engine, robots=ROBOTS)
+
+        def make_planner(dispatcher, listeners):
+            p = Planner(clock=self.clock, engine=engine, dispatcher=dispatcher, robots=ROBOTS,
+                        policy=make_policy("timelyllm"), estimator=ExecTimeEstimator(ROBOTS), prompts=prompts,
+                        listeners=listeners)
+            p.batcher = p.latency_guided(64)
+            return p
+
+        cfg = PlannerNodeConfig(status_period_s=0.05,
+                                dispatcher=dispatcher or DispatcherConfig(server_wait_s=0.2))
+        self.planner_node = PlannerNode(InProcessTransport(self.bus, "timelyllm"), make_planner,
+                                        clock=self.clock, config=cfg).start()
+        self.backends = {}
+        self.executors = []
+        for rid, rtype, scale in executors:
+            be = SimulatedBackend(ROBOTS[rtype], seed=1, time_scale=scale,
+                                  perception=SimulatedPerception(visible))
+            ex = SegmentExecutor(ROBOTS[rtype], be, ExecutorConfig(timeout_s=30))
+            self.executors.append(ExecutorNode(InProcessTransport(self.bus, rid), ex, robot_id=rid))
+            self.backends[rid] = be
+        self.client = InProcessTransport(self.bus, "drone_app")
+        self.status: dict[str, list[dict]] = {}
+        self.topics: dict[str, list[dict]] = {"planner_status": [], "diag": [], "paths": []}
+        self._cv = threading.Condition()
+        self.client.subscribe("/timelyllm/request_status", c.REQUEST_STATUS, self._on_status, qos="reliable_deep")
+        self.client.subscribe("/timelyllm/planner_status", c.PLANNER_STATUS, self.topics["planner_status"].append)
+        self.client.subscribe("/diagnostics", c.DIAGNOSTIC_ARRAY, self.topics["diag"].append)
+        self.client.subscribe("/timelyllm/planned_paths", c.MARKER_ARRAY, self.topics["paths"].append,
+                              qos="latched")
+
+    def _on_status(self, m):
+        with self._cv:
+            self.status.setdefault(m["request_id"], []).append(m)
+            self._cv.notify_all()
+
+    def request(self, rid, robot_id, robot_type, plan, **kw):
+        fields = {"request_id": rid, "robot_id": robot_id, "robot_type": robot_type, "task": "do it",
+                  "scene": "cat", "tuf_ert": 1.0, "tuf_alpha": -2.0, "tuf_beta": 1.0, "reference_plan": plan}
+        fields.update(kw)
+        self.client.publish("/timelyllm/plan_requests", c.PLAN_REQUEST, fields, qos="reliable_deep")
+
+    def final(self, rid, timeout=20.0):
+        end = time.monotonic() + timeout
+        with self._cv:
+            while time.monotonic() < end:
+                if any(m["terminal"] for m in self.status.get(rid, [])):
+                    return [m for m in self.status[rid] if m["terminal"]][-1]
+                self._cv.wait(0.05)
+        raise AssertionError(f"no terminal status for {rid}: {self.status.get(rid)}")
+
+    def close(self):
+        self.planner_node.close()
+        for e in self.executors:
+            e.close()
+        self.client.close()
+
+
+@pytest.fixture
+def world():
+    worlds = []
+
+    def make(**kw):
+        w = World(**kw)
+        worlds.append(w)
+        return w
+
+    yield make
+    for w in worlds:
+        w.close()
+
+
+def test_plans_run_end_to_end_on_two_robots(world):
+    w = world()
+    w.request("d1", "drone1", "tello", "mf(50);tc(90);_1 = iv('cat');?_1 == True{mu(30)};")
+    w.request("a1", "arm1", "arm", "og();pk('cup');pl('bin');hm();")
+    d1, a1 = w.final("d1"), w.final("a1")
+    assert d1["state"] == "finished" and a1["state"] == "finished", (d1, a1)
+    assert d1["segments_dispatched"] == d1["segments_done"] == 4
+    assert a1["segments_done"] == 4
+    assert [(call.abbr, call.args) for call, _ in w.backends["drone1"].calls] == [
+        ("mf", (50,)), ("tc", (90,)), ("iv", ("cat",)), ("mu", (30,))]
+    assert [call.abbr for call, _ in w.backends["arm1"].calls] == ["og", "pk", "pl", "hm"]
+    states = [m["state"] for m in w.status["d1"]]
+    assert states[0] == "queued" and "waiting" in states  # iv is blocking: the plan waited for it
+    assert d1["response_time_s"] > 0 and d1["utility"] > 0
+    # the planner learned execution times from the executors' measured durations
+    gen = w.planner_node.planner.generations["d1"]
+    assert all(s.ok and len(s.measured_s) == len(s.calls) for s in gen.segments)
+    time.sleep(0.15)
+    assert w.topics["planner_status"] and w.topics["planner_status"][-1]["finished"] == 2
+    names = {s["name"] for d in w.topics["diag"] for s in d["status"]}
+    assert {"timelyllm: planner", "timelyllm: executor drone1", "timelyllm: executor arm1"} <= names
+    path = w.topics["paths"][-1]["markers"]
+    assert [m["ns"] for m in path] == ["drone1"]
+    pts = path[0]["points"]  # start, forward 0.5 m, then (after a 90 deg cw turn) up 0.3 m
+    assert pts[0] == pytest.approx({"x": 0.0, "y": 0.0, "z": 0.8})
+    assert pts[1]["x"] == pytest.approx(0.5) and pts[-1]["z"] == pytest.approx(1.1)
+
+
+@pytest.mark.parametrize("patch,why", [
+    ({"tuf_beta": 0.0}, "beta"),
+    ({"robot_type": "submarine"}, "unknown robot_type"),
+    ({"request_id": "bad id!"}, "request_id"),
+])
+def test_malformed_requests_are_answered_not_dropped(world, patch, why):
+    w = world(executors=())
+    args = {"rid": "m1", "robot_id": "drone1", "robot_type": "tello", "plan": "mf(50);"}
+    extra = dict(patch)
+    if "robot_type" in extra:
+        args["robot_type"] = extra.pop("robot_type")
+    if "request_id" in extra:
+        args["rid"] = extra.pop("request_id")
+    w.request(**args, **extra)
+    rid = args["rid"]
+    st = w.final(rid, timeout=5)
+    assert st["state"] == "rejected" and why in st["reason"]
+    assert w.planner_node.rejected and w.planner_node.planner.generations == {}
+
+
+def test_duplicate_request_id_is_rejected(world):
+    w = world()
+    w.request("dup", "drone1", "tello", "mf(50);")
+    assert w.final("dup")["state"] == "finished"
+    w.status.pop("dup")
+    w.request("dup", "drone1", "tello", "mf(60);")
+    st = w.final("dup", timeout=5)
+    assert st["state"] == "rejected" and "duplicate" in st["reason"]
+
+
+def test_no_executor_fails_the_request_with_the_reason(world):
+    w = world(executors=())
+    w.request("n1", "drone9", "tello", "mf(50);")
+    st = w.final("n1")
+    assert st["state"] == "failed" and "no executor" in st["reason"] and "/drone9/execute_segment" in st["reason"]
+
+
+def test_invalid_robot_namespace_fails_cleanly(world):
+    w = world(executors=())
+    w.request("n2", "drone-1", "tello", "mf(50);")
+    st = w.final("n2")
+    assert st["state"] == "failed" and "not a valid ROS namespace" in st["reason"]
+
+
+def test_watchdog_times_out_a_silent_executor_and_cancels_its_goal(world):
+    # real-time executor (mf(400) ~ 9 s) but a watchdog of 0.3 s
+    w = world(executors=(("drone1", "tello", 1.0),),
+              dispatcher=DispatcherConfig(server_wait_s=0.2, timeout_factor=0.0, timeout_margin_s=0.3))
+    t0 = time.monotonic()
+    w.request("t1", "drone1", "tello", "mf(400);mf(400);")
+    st = w.final("t1")
+    assert st["state"] == "failed" and "timeout" in st["reason"] and time.monotonic() - t0 < 5
+    node = w.executors[0]
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and not node.reports:
+        time.sleep(0.02)
+    assert node.reports and node.reports[0][2].code == ResultCode.CANCELLED  # the robot was stopped
+
+
+def test_cancel_request_topic_cancels_the_plan(world):
+    w = world(executors=(("drone1", "tello", 0.5),))
+    w.request("c1", "drone1", "tello", "mf(300);mf(300);mf(300);")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(m["segments_dispatched"] for m in w.status.get("c1", [])):
+        time.sleep(0.02)
+    w.client.publish("/timelyllm/cancel_requests", "std_msgs/msg/String", {"data": "c1"})
+    st = w.final("c1")
+    assert st["state"] == "cancelled" and "cancelled" in st["reason"]
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and not w.executors[0].reports:
+        time.sleep(0.02)
+    assert w.executors[0].reports[0][2].code == ResultCode.CANCELLED
+
+
+def test_executor_failure_fails_the_request(world):
+    w = world()
+    w.executors[0].executor.config.timeout_s = 0.0  # the drone's executor times every segment out
+    w.request("f1", "drone1", "tello", "mf(50);tc(90);")
+    st = w.final("f1")
+    assert st["state"] == "failed" and "segment 0 timeout" in st["reason"]
+
+
+def test_path_points_follow_turns():
+    pts, pose = path_points([SkillCall("move_forward", "mf", (100,)), SkillCall("turn_ccw", "tu", (90,)),
+                             SkillCall("move_forward", "mf", (50,)), SkillCall("move_right", "mr", (20,))],
+                            _Pose())
+    assert pts[0] == pytest.approx({"x": 1.0, "y": 0.0, "z": 0.8})
+    assert pts[1] == pytest.approx({"x": 1.0, "y": 0.5, "z": 0.8})
+    assert pts[2] == pytest.approx({"x": 1.2, "y": 0.5, "z": 0.8})  # right of +y heading is +x
+    assert len(pts) == 3

@@ -1,0 +1,458 @@
+"""Planner node: the TimelyLLM planner as a ROS-shaped node over the transport port.
+
+* subscribes `plan_requests` (timelyllm/PlanRequest); a malformed or refused request is answered
+  with a RequestStatus in state "rejected" and the reason -- never dropped;
+* subscribes `cancel_requests` (std_msgs/String: a request id) to cancel a plan;
+* `ActionDispatcher` sends each segment as an ExecuteSegment goal to `/<robot_id>/execute_segment`
+  and posts a SegmentResult back for every goal, whatever happens (no executor, goal rejected,
+  aborted, cancelled, no result within the watchdog time);
+* publishes RequestStatus on every change, PlannerStatus and /diagnostics at a fixed rate, and a
+  MarkerArray with each drone's planned path (from its move/turn skills).
+
+One loop thread owns the planner (submit + step); transport threads only enqueue.  With the
+simulated engine (virtual clock) the loop paces virtual time to the wall clock, so the simulated
+LLM takes real time and real executors can serve it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from timelyllm_ros.core.clock import Clock, VirtualClock
+from timelyllm_ros.core.planner import Planner
+from timelyllm_ros.core.types import (
+    GenState,
+    Generation,
+    PlanRequest,
+    RequestError,
+    ResultCode,
+    Segment,
+    SegmentGoal,
+    SegmentResult,
+)
+from timelyllm_ros.ros import convert
+from timelyllm_ros.transport.base import (
+    QOS_LATCHED,
+    QOS_RELIABLE_DEEP,
+    ActionClient,
+    ClientGoal,
+    GoalOutcome,
+    GoalStatus,
+    Transport,
+)
+
+log = logging.getLogger(__name__)
+
+STRING = "std_msgs/msg/String"
+# ROS 2 names: tokens of letters, digits and underscores, not starting with a digit
+_ROS_NAME = re.compile(r"^/?[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$")
+DIAG_OK, DIAG_WARN, DIAG_ERROR = b"\x00", b"\x01", b"\x02"
+
+
+# ============================================================================ dispatcher
+
+
+@dataclass
+class DispatcherConfig:
+    action_name: str = "execute_segment"  # per robot: /<robot_id>/<action_name>
+    timeout_factor: float = 3.0  # watchdog: factor x estimated execution (of this goal and the
+    timeout_margin_s: float = 10.0  # ones queued ahead of it on the robot) + margin
+    server_wait_s: float = 2.0  # how long a goal waits for its robot's action server to appear
+
+
+@dataclass
+class _InFlight:
+    goal: SegmentGoal
+    deadline: float  # monotonic
+    handle: ClientGoal | None = None
+    posted: bool = False
+    timed_out: bool = False
+
+
+class ActionDispatcher:
+    """core.ports.Dispatcher over ExecuteSegment actions.  Exactly one SegmentResult is posted
+    per dispatched goal.  Goals for one robot are sent in dispatch order by that robot's sender
+    thread, which also waits (bounded) for the executor's action server to be discovered."""
+
+    def __init__(self, transport: Transport, clock: Clock, post_result: Callable[[SegmentResult], None],
+                 config: DispatcherConfig | None = None) -> None:
+        self.transport = transport
+        self.clock = clock
+        self.post_result = post_result
+        self.config = config or DispatcherConfig()
+        self._lock = threading.Lock()
+        self._clients: dict[str, ActionClient] = {}
+        self._senders: dict[str, queue.SimpleQueue] = {}
+        self._inflight: dict[tuple[str, int], _InFlight] = {}
+        self._closed = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch, name="dispatch-watchdog", daemon=True)
+        self._watchdog.start()
+
+    def action_name(self, robot_id: str) -> str:
+        return f"/{robot_id.strip('/')}/{self.config.action_name}"
+
+    def client(self, robot_id: str) -> ActionClient:
+        with self._lock:
+            c = self._clients.get(robot_id)
+            if c is None:
+                c = self.transport.action_client(self.action_name(robot_id), convert.EXECUTE_SEGMENT)
+                self._clients[robot_id] = c
+            return c
+
+    def robots(self) -> list[str]:
+        with self._lock:
+            return sorted(self._clients)
+
+    # -- Dispatcher port ---------------------------------------------------------------------
+    def dispatch(self, goal: SegmentGoal) -> None:
+        now = time.monotonic()
+        problem = ""
+        if not _ROS_NAME.match(goal.robot_id) or "__" in goal.robot_id:
+            problem = f"robot_id {goal.robot_id!r} is not a valid ROS namespace"
+        else:
+            try:
+                self.client(goal.robot_id)
+            except Exception as e:
+                problem = f"cannot create an action client for {self.action_name(goal.robot_id)}: {e}"
+        if problem:
+            self._post(_InFlight(goal, now), ResultCode.REJECTED, problem)
+            return
+        with self._lock:
+            ahead = sum(f.goal.est_exec_s for f in self._inflight.values()
+                        if f.goal.robot_id == goal.robot_id and not f.posted)
+            limit = self.config.timeout_factor * (ahead + goal.est_exec_s) + self.config.timeout_margin_s
+            rec = _InFlight(goal, now + self.config.server_wait_s + limit)
+            self._inflight[(goal.request_id, goal.segment_index)] = rec
+            q = self._senders.get(goal.robot_id)
+            if q is None:
+                q = queue.SimpleQueue()
+                self._senders[goal.robot_id] = q
+                threading.Thread(target=self._sender, args=(goal.robot_id, q), name=f"send-{goal.robot_id}",
+                                 daemon=True).start()
+        q.put(rec)
+
+    def cancel(self, request_id: str) -> None:
+        with self._lock:
+            recs = [r for (rid, _), r in self._inflight.items() if rid == request_id and not r.posted]
+        for r in recs:
+            if r.handle is not None:
+                r.handle.cancel()  # the executor answers CANCELED; that result is posted
+            else:
+                self._post(r, ResultCode.CANCELLED, "cancelled before it was sent")
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            for q in self._senders.values():
+                q.put(None)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _sender(self, robot_id: str, q: queue.SimpleQueue) -> None:
+        client = self.client(robot_id)
+        while True:
+            rec = q.get()
+            if rec is None:
+                return
+            if rec.posted:
+                continue
+            end = time.monotonic() + self.config.server_wait_s
+            while not client.server_is_ready() and time.monotonic() < end and not self._closed.is_set():
+                time.sleep(0.02)
+            if not client.server_is_ready():
+                self._post(rec, ResultCode.REJECTED, f"no executor: action server {self.action_name(robot_id)} "
+                                                     f"not available")
+                continue
+            try:
+                rec.handle = client.send_goal(convert.segment_goal_to_fields(rec.goal),
+                                              on_result=lambda o, rec=rec: self._on_outcome(rec, o))
+            except Exception as e:  # a goal that cannot be sent still gets a result
+                self._post(rec, ResultCode.REJECTED, f"cannot send goal: {e}")
+
+    def _on_outcome(self, rec: _InFlight, o: GoalOutcome) -> None:
+        if rec.timed_out:
+            return  # TIMEOUT already posted; this is the late answer to our cancel
+        g = rec.goal
+        now = self.clock.now()
+        if o.status == GoalStatus.REJECTED:
+            self._post(rec, ResultCode.REJECTED, o.error or f"goal rejected by {self.action_name(g.robot_id)}")
+            return
+        if o.status == GoalStatus.UNKNOWN or o.result is None:
+            self._post(rec, ResultCode.DISCONNECTED, o.error or "lost contact with the executor")
+            return
+        res = convert.segment_result_from_fields(o.result, request_id=g.request_id,
+                                                 segment_index=g.segment_index, received_at=now)
+        if o.status != GoalStatus.SUCCEEDED and res.ok:
+            code = ResultCode.CANCELLED if o.status == GoalStatus.CANCELED else ResultCode.ABORTED
+            why = o.error or f"goal {o.status.value} but its result claims success"
+            res = SegmentResult(g.request_id, g.segment_index, code, res.exec_start, res.exec_end,
+                                res.call_durations_s, res.calls_done, None, why)
+        self._post_result(rec, res)
+
+    def _post(self, rec: _InFlight, code: ResultCode, error: str) -> None:
+        now = self.clock.now()
+        self._post_result(rec, SegmentResult(rec.goal.request_id, rec.goal.segment_index, code, now, now,
+                                             error=error))
+
+    def _post_result(self, rec: _InFlight, res: SegmentResult) -> None:
+        with self._lock:
+            if rec.posted:
+                return
+            rec.posted = True
+            self._inflight.pop((rec.goal.request_id, rec.goal.segment_index), None)
+        self.post_result(res)
+
+    def _watch(self) -> None:
+        while not self._closed.wait(0.05):
+            now = time.monotonic()
+            with self._lock:
+                late = [r for r in self._inflight.values() if not r.posted and now > r.deadline]
+            for r in late:
+                r.timed_out = True
+                waited = now - (r.deadline - self.config.server_wait_s)
+                self._post(r, ResultCode.TIMEOUT, f"no result from {self.action_name(r.goal.robot_id)} "
+                                                  f"within the watchdog limit")
+                if r.handle is not None:
+                    r.handle.cancel()
+                log.warning("segment %s/%d timed out (%.1f s)", r.goal.request_id, r.goal.segment_index, waited)
+
+
+# ============================================================================ planned paths
+
+
+@dataclass
+class _Pose:
+    x: float = 0.0
+    y: float = 0.0
+    z: float = 0.8  # a Tello hovers at ~80 cm after takeoff
+    yaw: float = 0.0  # rad, ROS convention: counter-clockwise positive
+
+
+# skill -> (forward, left, up) unit (metres per cm of argument) or turn sign
+_MOVES = {"move_forward": (1, 0, 0), "move_backward": (-1, 0, 0), "move_left": (0, 1, 0),
+          "move_right": (0, -1, 0), "move_up": (0, 0, 1), "move_down": (0, 0, -1)}
+_TURNS = {"turn_cw": -1, "turn_ccw": 1}
+
+
+def path_points(calls: Any, start: _Pose) -> tuple[list[dict[str, float]], _Pose]:
+    """Positions visited by a drone executing move/turn calls from `start` (textual order; loop
+    repetitions and untaken branches are not modelled: this is the *planned* path)."""
+    p = _Pose(start.x, start.y, start.z, start.yaw)
+    pts = []
+    for c in calls:
+        if c.name in _MOVES and c.args and isinstance(c.args[0], (int, float)):
+            f, left, up = _MOVES[c.name]
+            d = float(c.args[0]) / 100.0
+            p.x += d * (f * math.cos(p.yaw) - left * math.sin(p.yaw))
+            p.y += d * (f * math.sin(p.yaw) + left * math.cos(p.yaw))
+            p.z = max(0.0, p.z + up * d)
+            pts.append({"x": p.x, "y": p.y, "z": p.z})
+        elif c.name in _TURNS and c.args and isinstance(c.args[0], (int, float)):
+            p.yaw += _TURNS[c.name] * math.radians(float(c.args[0]))
+    return pts, p
+
+
+# ============================================================================ node
+
+
+@dataclass
+class PlannerNodeConfig:
+    request_topic: str = "plan_requests"
+    cancel_topic: str = "cancel_requests"
+    status_topic: str = "request_status"
+    planner_status_topic: str = "planner_status"
+    markers_topic: str = "planned_paths"
+    diagnostics_topic: str = "/diagnostics"
+    status_period_s: float = 0.5
+    frame_id: str = "map"
+    idle_wait_s: float = 0.005  # loop sleep when the engine has nothing to do
+    dispatcher: DispatcherConfig = field(default_factory=DispatcherConfig)
+
+
+class PlannerNode:
+    """Build with `PlannerNode(transport, make_planner, clock=...)` where
+    `make_planner(dispatcher, listeners)` returns the Planner (it needs the dispatcher, and the
+    dispatcher posts into the planner)."""
+
+    def __init__(self, transport: Transport, make_planner: Callable[[ActionDispatcher, list], Planner], *,
+                 clock: Clock, config: PlannerNodeConfig | None = None) -> None:
+        self.transport = transport
+        self.clock = clock
+        self.config = cfg = config or PlannerNodeConfig()
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.dispatcher = ActionDispatcher(transport, clock, self._post_result, cfg.dispatcher)
+        self.planner = make_planner(self.dispatcher, [self])
+        self.rejected: list[tuple[str, str]] = []  # (request id, reason), never admitted
+        self._last_status: dict[str, tuple] = {}
+        self._poses: dict[str, _Pose] = {}
+        self._paths: dict[str, list[dict[str, float]]] = {}
+        self._path_request: dict[str, str] = {}
+        self._markers_dirty = False
+        self._pub_status = transport.publisher(cfg.status_topic, convert.REQUEST_STATUS, qos=QOS_RELIABLE_DEEP)
+        self._pub_planner = transport.publisher(cfg.planner_status_topic, convert.PLANNER_STATUS, qos=QOS_LATCHED)
+        self._pub_diag = transport.publisher(cfg.diagnostics_topic, convert.DIAGNOSTIC_ARRAY)
+        self._pub_markers = transport.publisher(cfg.markers_topic, convert.MARKER_ARRAY, qos=QOS_LATCHED)
+        self._subs = [
+            transport.subscribe(cfg.request_topic, convert.PLAN_REQUEST, self._on_request, qos=QOS_RELIABLE_DEEP),
+            transport.subscribe(cfg.cancel_topic, STRING, self._on_cancel, qos=QOS_RELIABLE_DEEP),
+        ]
+        self._timer = transport.timer(cfg.status_period_s, self._publish_periodic)
+        self._thread = threading.Thread(target=self._loop, name="planner-loop", daemon=True)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> "PlannerNode":
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        self._timer.close()
+        for s in self._subs:
+            s.close()
+        self.dispatcher.close()
+
+    # -- transport callbacks (any thread): enqueue only ----------------------------------------
+    def _on_request(self, fields: dict) -> None:
+        self._inbox.put(("request", fields, self.clock.now()))
+        self._wake.set()
+
+    def _on_cancel(self, fields: dict) -> None:
+        rid = fields.get("data", "")
+        if isinstance(rid, str) and rid:
+            self.planner.cancel(rid, "cancelled by request")
+            self._wake.set()
+
+    def _post_result(self, res: SegmentResult) -> None:
+        self.planner.post_result(res)
+        self._wake.set()
+
+    # -- the loop (the only thread that touches the planner's state) ----------------------------
+    def _loop(self) -> None:
+        virtual = isinstance(self.clock, VirtualClock)
+        wall0 = time.monotonic() - self.clock.now()
+        while not self._stop.is_set():
+            if virtual:  # pace simulated time to the wall clock
+                self.clock.advance_to(time.monotonic() - wall0)  # type: ignore[attr-defined]
+            self._drain_inbox()
+            try:
+                ran = self.planner.step()
+            except Exception:
+                log.exception("planner step failed")
+                ran = False
+            if virtual:
+                ahead = self.clock.now() - (time.monotonic() - wall0)
+                if ahead > 0:  # the simulated engine charged time the wall has not yet spent
+                    self._stop.wait(ahead)
+            if self._markers_dirty:
+                self._publish_markers()
+            if not ran:
+                self._wake.wait(self.config.idle_wait_s)
+                self._wake.clear()
+
+    def _drain_inbox(self) -> None:
+        while True:
+            try:
+                kind, fields, t_recv = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "request":
+                self._submit(fields, t_recv)
+
+    def _submit(self, fields: dict, t_recv: float) -> None:
+        rid = fields.get("request_id", "") if isinstance(fields, dict) else ""
+        robot = fields.get("robot_id", "") if isinstance(fields, dict) else ""
+        try:
+            m = convert.plan_request_mapping(fields)
+            req = PlanRequest.from_mapping(m, arrival=t_recv, robot_types=set(self.planner.robots))
+        except (convert.MessageError, RequestError) as e:
+            self._reject(str(rid), str(robot), f"malformed request: {e}")
+            return
+        res = self.planner.submit(req)
+        if not res.accepted:
+            self._reject(req.request_id, req.robot_id, res.reason)
+
+    def _reject(self, rid: str, robot: str, reason: str) -> None:
+        self.rejected.append((rid, reason))
+        log.warning("rejected request %r: %s", rid, reason)
+        self._pub_status.publish(convert.rejected_status_fields(rid, robot, reason))
+
+    # -- PlannerListener -----------------------------------------------------------------------
+    def on_request_update(self, gen: Generation) -> None:
+        self._publish_status(gen)
+
+    def on_segment_result(self, gen: Generation, seg: Segment) -> None:
+        self._publish_status(gen)
+
+    def on_segment_dispatched(self, gen: Generation, seg: Segment) -> None:
+        robot = gen.request.robot_id
+        if not any(c.name in _MOVES or c.name in _TURNS for c in seg.calls):
+            return
+        if self._path_request.get(robot) != gen.gen_id:  # a new plan: a new path from the last pose
+            self._path_request[robot] = gen.gen_id
+            start = self._poses.get(robot, _Pose())
+            self._paths[robot] = [{"x": start.x, "y": start.y, "z": start.z}]
+        pts, self._poses[robot] = path_points(seg.calls, self._poses.get(robot, _Pose()))
+        self._paths[robot].extend(pts)
+        self._markers_dirty = True
+
+    def _publish_status(self, gen: Generation) -> None:
+        st = convert.request_status_fields(gen)
+        key = (st["state"], st["segments_dispatched"], st["segments_done"], st["reason"])
+        if self._last_status.get(gen.gen_id) == key:
+            return
+        self._last_status[gen.gen_id] = key
+        self._pub_status.publish(st)
+
+    # -- periodic ------------------------------------------------------------------------------
+    def _publish_periodic(self) -> None:
+        st = self.planner.status()
+        self._pub_planner.publish(convert.planner_status_fields(
+            {"queues": st.counts, "batch_size": st.batch_size, "kv_usage": st.kv_usage,
+             "tokens_per_s": st.tokens_per_s, "accrued_utility": st.accrued_utility}))
+        self._pub_diag.publish(self.diagnostics(st))
+
+    def diagnostics(self, st: Any) -> dict:
+        waiting = st.counts.get(GenState.QUEUED.value, 0)
+        level, msg = DIAG_OK, "serving"
+        if not st.engine_healthy:
+            level, msg = DIAG_ERROR, "engine unavailable"
+        elif st.deadline_misses:
+            level, msg = DIAG_WARN, f"{st.deadline_misses} first segments after their ERT"
+        values = {"queued": waiting, "batch_size": st.batch_size, "kv_usage": f"{st.kv_usage:.3f}",
+                  "tokens_per_s": f"{st.tokens_per_s:.1f}", "accrued_utility": f"{st.accrued_utility:.3f}",
+                  "submitted": st.submitted, "rejected": st.rejected + len(self.rejected),
+                  "deadline_misses": st.deadline_misses}
+        values.update({f"state_{k}": v for k, v in st.counts.items()})
+        status = [{"level": level, "name": "timelyllm: planner", "message": msg, "hardware_id": "timelyllm",
+                   "values": [{"key": k, "value": str(v)} for k, v in values.items()]}]
+        for robot in self.dispatcher.robots():
+            ready = self.dispatcher.client(robot).server_is_ready()
+            status.append({"level": DIAG_OK if ready else DIAG_WARN, "name": f"timelyllm: executor {robot}",
+                           "message": "action server available" if ready else "no action server",
+                           "hardware_id": robot, "values": []})
+        return {"header": {"stamp": convert.time_fields(), "frame_id": ""}, "status": status}
+
+    def _publish_markers(self) -> None:
+        self._markers_dirty = False
+        markers = []
+        for i, (robot, pts) in enumerate(sorted(self._paths.items())):
+            hue = (i * 0.61803) % 1.0
+            markers.append({
+                "header": {"stamp": convert.time_fields(), "frame_id": self.config.frame_id},
+                "ns": robot, "id": 0, "type": 4, "action": 0,  # LINE_STRIP, ADD
+                "pose": {"orientation": {"w": 1.0}},
+                "scale": {"x": 0.03}, "color": {"r": hue, "g": 1.0 - hue, "b": 0.5, "a": 1.0},
+                "points": [dict(p) for p in pts],
+            })
+        self._pub_markers.publish({"markers": markers})
