@@ -299,6 +299,16 @@ def test_preserve_pins_blocks_and_discard_frees_them() -> None:
     assert e.step()[0].num_cached_tokens == 0  # discard also removed its blocks from the cache
 
 
+def test_cache_then_discard_drops_the_cached_blocks() -> None:
+    _, e = make()
+    resume = _suspend_after(e, "cache")
+    assert e.suspended_mode("a") == "cache"
+    e.abort("a", "discard")  # e.g. its request failed while suspended
+    assert e.suspended_mode("a") == "discard"
+    e.add("a", resume, 64)
+    assert e.step()[0].num_cached_tokens == 0
+
+
 def test_discard_keeps_prefix_blocks_another_generation_holds() -> None:
     _, e = make()
     e.set_script("b", DRONE_PLAN)

@@ -288,7 +288,8 @@ class _Suspended:
     """KV left behind by an aborted generation."""
 
     mode: str
-    tokens: list[int]  # tokens whose KV existed at abort
+    hashes: list[int]  # chain hashes of its full blocks (to drop them from the cache on discard)
+    tokens: list[int] = field(default_factory=list)  # preserve: tokens covered by `pinned`
     pinned: list[int] = field(default_factory=list)  # preserve: block ids still referenced
     host: dict[int, tuple[int, ...]] = field(default_factory=dict)  # swap: block index -> tokens
 
@@ -386,7 +387,7 @@ class SimulatedEngine:
                 self._suspended[gen_id] = self._convert(old, kv)
             return
         if seq.waiting:  # preempted: its KV is already back in the prefix cache
-            susp = _Suspended("cache", list(seq.tokens))
+            susp = _Suspended("cache", self._chain(seq.tokens[:-1]))
             self._suspended[gen_id] = susp if kv == "cache" else self._convert(susp, kv)
             return
         self._suspended[gen_id] = self._suspend(seq, kv)
@@ -737,6 +738,7 @@ class SimulatedEngine:
     def _suspend(self, s: _Seq, kv: str) -> _Suspended:
         pool, bs = self._pool, self._bs
         kept = list(s.tokens[:s.computed])
+        hashes = s.hashes[:s.computed // bs]
         covered = self._blocks_for(s.computed)
         extra = s.blocks[covered:]  # allocated for tokens never computed
         for bid in reversed(extra):
@@ -744,7 +746,7 @@ class SimulatedEngine:
         blocks = s.blocks[:covered]
         s.blocks = []
         if kv == "preserve":
-            return _Suspended("preserve", kept, pinned=blocks)
+            return _Suspended("preserve", hashes, tokens=kept, pinned=blocks)
         if kv == "swap":
             host: dict[int, tuple[int, ...]] = {}
             room = (self.profile.host_capacity_blocks - self._host_used
@@ -758,10 +760,10 @@ class SimulatedEngine:
             self.counters.swap_out_blocks += len(host)
             for bid in reversed(blocks):  # the GPU copies stay in the prefix cache until evicted
                 pool.release(bid)
-            return _Suspended("swap", kept, host=host)
+            return _Suspended("swap", hashes, host=host)
         for bid in reversed(blocks):
             pool.release(bid, drop=(kv == "discard"))
-        return _Suspended(kv, kept)
+        return _Suspended(kv, hashes)
 
     def _repin(self, susp: _Suspended) -> None:
         """Undo _claim_cached's release of a preserved/swapped record after a failed add."""
@@ -779,15 +781,18 @@ class SimulatedEngine:
                 pool.release(bid, drop=(kv == "discard"))
         elif old.mode == "swap":
             self._host_used -= len(old.host)
-        if kv == "discard":
-            # drop whatever of its blocks is still cached and unreferenced
-            parent, bs = _ROOT_HASH, self._bs
-            for j in range(len(old.tokens) // bs):
-                want = tuple(old.tokens[j * bs:(j + 1) * bs])
-                bid = pool.lookup(parent, want)
-                if bid is None:
-                    break
-                pool.drop(bid)
-                parent = block_hash(parent, want)
+        if kv == "discard":  # drop whatever of its blocks is still cached and unreferenced
+            for h in old.hashes:
+                bid = pool.by_hash.get(h)
+                if bid is not None:
+                    pool.drop(bid)
         # preserve/swap cannot be re-created after the fact: what is left is cached KV
-        return _Suspended("cache" if kv in ("preserve", "swap") else kv, old.tokens)
+        return _Suspended("cache" if kv in ("preserve", "swap") else kv, old.hashes)
+
+    def _chain(self, tokens: Sequence[int]) -> list[int]:
+        """Chain hashes of the full blocks of `tokens`."""
+        out, parent, bs = [], _ROOT_HASH, self._bs
+        for j in range(len(tokens) // bs):
+            parent = block_hash(parent, tokens[j * bs:(j + 1) * bs])
+            out.append(parent)
+        return out
