@@ -1,0 +1,91 @@
+"""Request journal: durable records, recovery semantics, clear errors for bad files."""
+
+import pytest
+
+from timelyllm_ros.core.tuf import NORMAL
+from timelyllm_ros.core.types import Generation, GenState, PlanRequest, Segment
+from timelyllm_ros.journal import Journal, JournalError, recover, request_from_body
+
+
+def gen(rid, state=GenState.QUEUED):
+    g = Generation(request=PlanRequest(rid, "d1", "tello", "find the cat", "cat, sofa", NORMAL, 0.0,
+                                       task_type="T1", reference_plan="s('cat');tp;"))
+    g.state = state
+    return g
+
+
+class FakeClock:
+    def now(self):
+        return 5.0
+
+
+class RecordingPlanner:
+    """Stands in for the submit() entry of a fresh planner (recover only calls submit)."""
+
+    def __init__(self, accept=True):
+        self.clock, self.accept, self.submitted = FakeClock(), accept, []
+
+    def submit(self, req):
+        from timelyllm_ros.core.planner import SubmitResult
+
+        self.submitted.append(req)
+        return SubmitResult(self.accept, req.request_id, "" if self.accept else "planner full")
+
+
+def test_records_survive_reopen_and_recovery_is_defined(tmp_path):
+    path = tmp_path / "j.db"
+    j = Journal(path)
+    a, b, c = gen("a"), gen("b"), gen("c")
+    for g in (a, b, c):
+        j.on_request_update(g)
+    seg = Segment(0, "s('cat');", (), True, 5, 0.0, 0.1, 2.8)
+    j.on_segment_dispatched(b, seg)
+    c.state, c.reason = GenState.FINISHED, "plan executed"
+    j.on_request_update(c)
+    j.close()  # the process "dies" here
+
+    j2 = Journal(path)
+    assert j2.incarnation == 2
+    unfinished = {u.request["request_id"]: u for u in j2.unfinished()}
+    assert set(unfinished) == {"a", "b"} and unfinished["b"].segments_dispatched == 1
+    planner = RecordingPlanner()
+    rep = recover(j2, planner)
+    assert rep.resubmitted == ["a"]  # nothing dispatched: safe to start over
+    assert [r for r, _ in rep.failed] == ["b"] and "robot state unknown" in rep.failed[0][1]
+    req = planner.submitted[0]
+    assert (req.request_id, req.task, req.reference_plan, req.arrival) == ("a", "find the cat", "s('cat');tp;", 5.0)
+    assert dict((r, s) for r, s, _ in j2.rows())["b"] == "failed"
+
+
+def test_refused_resubmission_fails_with_reason(tmp_path):
+    j = Journal(tmp_path / "j.db")
+    j.on_request_update(gen("a"))
+    rep = recover(j, RecordingPlanner(accept=False))
+    assert rep.failed == [("a", "planner restarted; resubmission refused: planner full")]
+
+
+def test_corrupt_or_unusable_journal_gives_clear_error(tmp_path):
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(JournalError, match="unreadable|corrupt"):
+        Journal(bad)
+    with pytest.raises(JournalError, match="directory"):
+        Journal(tmp_path)
+
+
+def test_retention_prunes_only_old_terminal_requests(tmp_path):
+    t = [1000.0]
+    j = Journal(tmp_path / "j.db", retention_s=10, wall=lambda: t[0])
+    done, live = gen("done", GenState.FINISHED), gen("live")
+    j.on_request_update(done)
+    j.on_request_update(live)
+    t[0] = 1020.0
+    assert j.prune() == 1
+    assert [r[0] for r in j.rows()] == ["live"]
+
+
+def test_body_round_trip():
+    g = gen("x")
+    from timelyllm_ros.journal import request_body
+
+    assert request_from_body(request_body(g.request), 0.0) == g.request
