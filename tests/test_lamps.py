@@ -4,8 +4,8 @@ memory-area ranking, starvation prevention, and the registered policy variants."
 import pytest
 
 from timelyllm_ros.core.exec_time import ExecTimeEstimator
-from timelyllm_ros.core.kv_handling import (KVCostModel, choose, other_context, predicted_idle,
-                                            private_context, waste)
+from timelyllm_ros.core.kv_handling import (KVCostModel, SharedPrefix, choose, other_context,
+                                            predicted_idle, private_context, waste)
 from timelyllm_ros.core.policies import PolicyContext, make_policy, policy_names
 from timelyllm_ros.core.policies.lamps import LAMPS
 from timelyllm_ros.core.robots import load_robots
@@ -23,12 +23,15 @@ def ctx(running=(), iteration=1, G=0.1, token_s=0.02):
                          running=running, iteration=iteration)
 
 
+_IDS = {}
+
+
 def gen(rid, prompt=1000, out=0, shared=0, arrival=0.0, segments=()):
+    """A generation whose first `shared` prompt tokens are common to all, the rest its own."""
+    own = _IDS.setdefault(rid, 100 + len(_IDS))
     g = Generation(request=PlanRequest(rid, "d1", "tello", "t", "s", NORMAL, arrival))
-    g.prompt_ids = [1] * prompt
+    g.prompt_ids = [5] * shared + [own] * (prompt - shared)
     g.output_ids = [2] * out
-    if shared:
-        g.cached_tokens.append(shared)
     g.segments.extend(segments)
     g.ready_since = arrival
     return g
@@ -79,9 +82,16 @@ def test_cost_model_from_profile_and_validation():
 
 
 def test_private_context_and_idle():
-    g = gen("a", prompt=3000, out=40, shared=2800)
-    assert private_context(g) == 240
-    assert other_context(g, [g, gen("b", prompt=500)]) == 500
+    g = gen("a", prompt=3000, out=40, shared=2805)
+    assert private_context(g) == 3040  # no tracker: the whole context
+    sp = SharedPrefix(block_size=16)
+    assert private_context(g, sp) == 3040  # one prompt seen: nothing known to be shared
+    h = gen("h", prompt=2900, shared=2805)
+    sp.observe(h)
+    assert sp.shared("tello") == 2800  # common prefix 2805, rounded down to full blocks
+    assert private_context(g, sp) == 240
+    assert other_context(g, [g, h, gen("b", prompt=500)], sp) == 100 + 500  # b differs at token 0
+    assert sp.shared("tello") == 0
     assert predicted_idle(seg(3.0, blocking=True), 0.1) == 3.0
     assert predicted_idle(seg(3.0, blocking=False), 0.1) == pytest.approx(2.9)
     assert predicted_idle(seg(0.05, blocking=False), 0.1) == 0.0

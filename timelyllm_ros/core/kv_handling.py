@@ -19,8 +19,10 @@ least waste wins; ties go to the first of preserve, discard, swap (least work).
 
 C_i counts only the generation's *private* tokens: the robot type's shared prompt prefix stays in
 the prefix cache whatever we do (other generations reference it), so it is neither wasted by
-preserving nor recomputed after a discard.  The private length is the context minus the prefix-cache
-hit the engine reported at the generation's first admission (`Generation.cached_tokens[0]`).
+preserving nor recomputed after a discard.  The shared length is measured, not configured: the
+longest common prefix of the prompts seen per robot type (`SharedPrefix`).  (The engine's
+num_cached_tokens is no substitute: after an engine preemption it also counts the generation's own
+recomputed tokens.)
 
 Pure: numbers in, a choice out; costs come from a latency profile (`KVCostModel.from_profile`).
 """
@@ -109,11 +111,55 @@ def choose(t_int: float, c_i: float, c_other: float, cost: KVCostModel,
     return w.best(allowed), w
 
 
-def private_context(g: Generation) -> int:
-    """Tokens of g's context that are its own (context minus the shared, cached prompt prefix)."""
+class SharedPrefix:
+    """Length of the prompt prefix shared by all generations of a robot type, as observed.
+
+    The prefix cache shares full blocks only, so the shared part is the longest common prefix of
+    the prompts seen so far, rounded down to a block.  With a single prompt seen nothing is known
+    to be shared (0): the conservative choice for memory accounting."""
+
+    def __init__(self, block_size: int = 16) -> None:
+        self.block_size = max(1, int(block_size))
+        self._ref: dict[str, list[int]] = {}
+        self._lcp: dict[str, int] = {}
+        self._seen: dict[str, set[str]] = {}
+
+    def observe(self, g: Generation) -> None:
+        rt = g.request.robot_type
+        seen = self._seen.setdefault(rt, set())
+        if g.gen_id in seen:
+            return
+        seen.add(g.gen_id)
+        ref = self._ref.get(rt)
+        if ref is None:
+            self._ref[rt] = list(g.prompt_ids)
+            self._lcp[rt] = len(g.prompt_ids)
+            return
+        n = min(self._lcp[rt], len(g.prompt_ids))
+        i = 0
+        while i < n and ref[i] == g.prompt_ids[i]:
+            i += 1
+        self._lcp[rt] = i
+
+    def shared(self, robot_type: str) -> int:
+        if len(self._seen.get(robot_type, ())) < 2:
+            return 0
+        return (self._lcp.get(robot_type, 0) // self.block_size) * self.block_size
+
+
+def private_context(g: Generation, prefix: SharedPrefix | None = None) -> int:
+    """Tokens of g's context that are its own: the context minus the robot type's shared prompt
+    prefix (which stays cached whatever happens to g).  Without a tracker: the whole context."""
     total = len(g.prompt_ids) + len(g.output_ids)
-    shared = g.cached_tokens[0] if g.cached_tokens else 0
-    return max(0, total - min(shared, len(g.prompt_ids)))
+    if prefix is None:
+        return total
+    prefix.observe(g)
+    return max(0, total - min(prefix.shared(g.request.robot_type), len(g.prompt_ids)))
+
+
+def other_context(g: Generation, running: Sequence[Generation], prefix: SharedPrefix | None = None) -> int:
+    """C_other: private context tokens of the rest of the running batch."""
+    return sum(private_context(o, prefix) for o in running if o.gen_id != g.gen_id)
 
 
 def predicted_idle(seg: Segment | None, seg_gen_s: float) -> float:
@@ -127,8 +173,3 @@ def predicted_idle(seg: Segment | None, seg_gen_s: float) -> float:
         return 0.0
     est = max(0.0, seg.est_exec_s)
     return est if seg.blocking else max(0.0, est - max(0.0, seg_gen_s))
-
-
-def other_context(g: Generation, running: Sequence[Generation]) -> int:
-    """C_other: private context tokens of the rest of the running batch."""
-    return sum(private_context(o) for o in running if o.gen_id != g.gen_id)

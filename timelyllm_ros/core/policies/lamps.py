@@ -43,9 +43,11 @@ Registered policies:
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Sequence
 
-from ..kv_handling import HANDLINGS, KVCostModel, choose, other_context, predicted_idle, private_context
+from ..kv_handling import (HANDLINGS, KVCostModel, SharedPrefix, choose, other_context, predicted_idle,
+                           private_context)
 from ..types import Generation, GenState, Segment
 from . import register
 from .base import Policy, PolicyContext, Selection
@@ -71,32 +73,81 @@ def _cost_from(cost: Any, profile: Any) -> KVCostModel:
         return KVCostModel(**cost)
     if cost is not None:
         raise ValueError(f"cost must be a KVCostModel or a mapping, got {type(cost).__name__}")
+    if isinstance(profile, (str, Path)):
+        from ...engines.simulated import LatencyProfile
+        return KVCostModel.from_profile(LatencyProfile.from_yaml(profile))
     if profile is not None:
         return KVCostModel.from_profile(profile)
     return _default_cost()
 
 
 class WasteHandling:
-    """Mixin: `kv_mode` by minimum memory waste, restricted to `allowed` handlings."""
+    """Mixin: `kv_mode` by minimum memory waste, restricted to `allowed` handlings.
+
+    Safety valve [ours]: preserved KV is pinned, and if suspended generations pin all of it no
+    one can ever be admitted again (a deadlock we hit with "preserve everything").  Preserving is
+    therefore only chosen while the blocks pinned by generations this policy preserved, plus this
+    one, stay within `max_pinned_frac` of the KV capacity; otherwise the next best allowed
+    handling is used, or vLLM's "cache" (freed, reusable until evicted) if preserve is the only one.
+    """
 
     cost: KVCostModel
     allowed: tuple[str, ...]
+    max_pinned_frac: float = 0.5
     _last_running: Sequence[Generation]
+    _pinned: dict[str, Generation]
+
+    @property
+    def prefix(self) -> SharedPrefix:
+        p = getattr(self, "_prefix", None)
+        if p is None:
+            self._prefix = p = SharedPrefix(self.cost.block_size)
+        return p
+
+    def private(self, g: Generation) -> int:
+        return private_context(g, self.prefix)
+
+    def observe(self, gens: Sequence[Generation]) -> None:
+        for g in gens:
+            self.prefix.observe(g)
+
+    def _pinned_blocks(self, block_size: int) -> int:
+        pinned = getattr(self, "_pinned", None)
+        if pinned is None:
+            self._pinned = pinned = {}
+        for gid in [gid for gid, g in pinned.items() if g.state is GenState.RUNNING or g.state.terminal]:
+            del pinned[gid]
+        return sum(math.ceil(self.private(g) / block_size) for g in pinned.values())
 
     def decide(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> tuple[str, Any]:
         running = ctx.running if ctx.running else self._last_running
         t_int = predicted_idle(seg, ctx.seg_gen_s)
-        return choose(t_int, private_context(g), other_context(g, running), self.cost, self.allowed)
+        return choose(t_int, self.private(g), other_context(g, running, self.prefix), self.cost, self.allowed)
 
     def kv_mode(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> str:
         if seg is None:
-            mode = "preserve" if "preserve" in self.allowed else self.allowed[0]
+            mode, w = ("preserve" if "preserve" in self.allowed else self.allowed[0]), None
         else:
-            mode, _ = self.decide(g, seg, ctx)
+            mode, w = self.decide(g, seg, ctx)
+        if mode == "preserve":
+            bs = max(1, ctx.stats.block_size)
+            need = math.ceil(self.private(g) / bs)
+            if self._pinned_blocks(bs) + need > self.max_pinned_frac * ctx.stats.kv_total_blocks:
+                rest = [h for h in self.allowed if h != "preserve"]
+                mode = (w.best(rest) if w is not None else rest[0]) if rest else "cache"
+                g.extra["lamps_pin_fallbacks"] = g.extra.get("lamps_pin_fallbacks", 0) + 1
+            else:
+                self._pinned[g.gen_id] = g
         g.extra[_KV] = mode
         g.extra.setdefault("kv_modes", {}).setdefault(mode, 0)
         g.extra["kv_modes"][mode] += 1
         return mode
+
+
+def _frac(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+        raise ValueError(f"max_pinned_frac must be in [0, 1], got {v!r}")
+    return float(v)
 
 
 def _check_allowed(allowed: Sequence[str]) -> tuple[str, ...]:
@@ -113,7 +164,7 @@ class LAMPS(WasteHandling, Policy):
 
     def __init__(self, *, cost: Any = None, profile: Any = None,
                  allowed: Sequence[str] = HANDLINGS, starvation_threshold: int = 100,
-                 score_interval: int = 1, jit_resume: bool = True) -> None:
+                 score_interval: int = 1, jit_resume: bool = True, max_pinned_frac: float = 0.5) -> None:
         if isinstance(starvation_threshold, bool) or not isinstance(starvation_threshold, int) \
                 or starvation_threshold < 1:
             raise ValueError(f"starvation_threshold must be an int >= 1, got {starvation_threshold!r}")
@@ -124,6 +175,7 @@ class LAMPS(WasteHandling, Policy):
         self.starvation_threshold = starvation_threshold
         self.score_interval = score_interval
         self.jit_resume = jit_resume
+        self.max_pinned_frac = _frac(max_pinned_frac)
         self._last_running: Sequence[Generation] = ()
 
     # ----------------------------------------------------------------- predictions
@@ -144,7 +196,7 @@ class LAMPS(WasteHandling, Policy):
 
     def area(self, g: Generation, ctx: PolicyContext, running: Sequence[Generation] = ()) -> float:
         """Memory-over-time of g's next segment and the call after it (token-seconds)."""
-        c = private_context(g)
+        c = self.private(g)
         last = g.extra.get(_KV) if g.segments else None
         resume = 0.0
         if last == "discard":
@@ -156,7 +208,7 @@ class LAMPS(WasteHandling, Policy):
         decode = tau * (n * c + n * (n + 1) / 2)
         c2 = c + n
         t_call = self.predict_call_s(g, ctx)
-        mode, _ = choose(t_call, c2, other_context(g, running), self.cost, self.allowed)
+        mode, _ = choose(t_call, c2, other_context(g, running, self.prefix), self.cost, self.allowed)
         call = c2 * (t_call if mode == "preserve" else
                      self.cost.t_fwd(c2) if mode == "discard" else 2 * self.cost.t_swap(c2))
         return resume + decode + call
@@ -186,6 +238,8 @@ class LAMPS(WasteHandling, Policy):
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
         self._last_running = list(running)
+        self.observe(running)
+        self.observe(ready)
         it = ctx.iteration
         order = []
         for g in ready:
@@ -207,6 +261,7 @@ class LAMPS(WasteHandling, Policy):
 
     def params(self) -> dict:
         return {"allowed": list(self.allowed), "starvation_threshold": self.starvation_threshold,
+                "max_pinned_frac": self.max_pinned_frac,
                 "score_interval": self.score_interval, "jit_resume": self.jit_resume,
                 "cost": {"prefill_s_per_token": self.cost.prefill_s_per_token,
                          "prefill_base_s": self.cost.prefill_base_s,
@@ -219,12 +274,13 @@ class FCFSHandling(WasteHandling, Policy):
     name = "infercept"
 
     def __init__(self, *, handling: str = "waste", cost: Any = None, profile: Any = None,
-                 allowed: Sequence[str] = HANDLINGS) -> None:
+                 allowed: Sequence[str] = HANDLINGS, max_pinned_frac: float = 0.5) -> None:
         if handling not in ("waste",) + HANDLINGS:
             raise ValueError(f"handling must be 'waste' or one of {HANDLINGS}, got {handling!r}")
         self.handling = handling
         self.cost = _cost_from(cost, profile) if handling == "waste" else KVCostModel(0.0)
         self.allowed = _check_allowed(allowed) if handling == "waste" else (handling,)
+        self.max_pinned_frac = _frac(max_pinned_frac)
         self._last_running: Sequence[Generation] = ()
         self.name = "infercept" if handling == "waste" else f"fcfs-{handling}"
 
@@ -233,10 +289,12 @@ class FCFSHandling(WasteHandling, Policy):
 
     def select(self, ready, running, ctx, now):
         self._last_running = list(running)
+        self.observe(running)
+        self.observe(ready)
         return super().select(ready, running, ctx, now)
 
     def params(self) -> dict:
-        return {"handling": self.handling, "allowed": list(self.allowed)}
+        return {"handling": self.handling, "allowed": list(self.allowed), "max_pinned_frac": self.max_pinned_frac}
 
 
 class TimelyLLMLAMPS(WasteHandling, TimelyLLM):
@@ -245,14 +303,17 @@ class TimelyLLMLAMPS(WasteHandling, TimelyLLM):
     name = "timelyllm-lamps"
 
     def __init__(self, *, cost: Any = None, profile: Any = None, allowed: Sequence[str] = HANDLINGS,
-                 min_slack_s: float | None = None) -> None:
+                 min_slack_s: float | None = None, max_pinned_frac: float = 0.5) -> None:
         TimelyLLM.__init__(self, min_slack_s=min_slack_s)
+        self.max_pinned_frac = _frac(max_pinned_frac)
         self.cost = _cost_from(cost, profile)
         self.allowed = _check_allowed(allowed)
         self._last_running: Sequence[Generation] = ()
 
     def select(self, ready, running, ctx, now):
         self._last_running = list(running)
+        self.observe(running)
+        self.observe(ready)
         return super().select(ready, running, ctx, now)
 
     def params(self) -> dict:
