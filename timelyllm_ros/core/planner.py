@@ -13,6 +13,7 @@ Pure: no I/O, time from the injected clock.  The planner is the only writer of `
 
 from __future__ import annotations
 
+import collections
 import math
 import queue
 import threading
@@ -60,8 +61,14 @@ class PlannerConfig:
     seg_gen_weight: float = 0.1  # EWMA weight of measured segment generation times
     token_s: float = 0.022  # initial time per decoded token (paper Table 1)
     sentence_mode: str = "sentence"  # chat segments: sentence | paragraph
-    max_live: int = 100_000  # hard bound on non-terminal generations (admission control)
-    keep_terminal: int = 100_000  # terminal generations kept for status/metrics
+    # admission control / back-pressure: over-limit requests are rejected at once with a reason
+    max_live: int = 10_000  # non-terminal generations
+    max_queued: int = 2_000  # generations waiting for their first segment
+    max_per_agent: int = 16  # non-terminal generations of one robot_id
+    agent_rate_per_s: float = 0.0  # sustained requests/s per robot_id (0: unlimited)
+    agent_burst: int = 10  # token-bucket depth of that rate limit
+    max_prompt_tokens: int = 16_384
+    keep_terminal: int = 100_000  # terminal generations kept for status/metrics (oldest dropped)
 
 
 @dataclass
@@ -115,6 +122,9 @@ class Planner:
         self.engine_healthy = True
         self._stats: EngineStats | None = None
         self.admission_checks: list[Callable[[PlanRequest, "Planner"], str]] = []
+        self._per_agent: dict[str, int] = {}
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._terminal: collections.deque[str] = collections.deque()
 
     # ------------------------------------------------------------------ construction helpers
     def max_segment_tokens(self, g: Generation) -> int:
@@ -157,6 +167,10 @@ class Planner:
             except Exception as e:  # a prompt that cannot be built must not take the planner down
                 self.rejected += 1
                 return SubmitResult(False, request.request_id, f"cannot build prompt: {e}")
+            if len(prompt) > self.config.max_prompt_tokens:
+                self.rejected += 1
+                return SubmitResult(False, request.request_id,
+                                    f"prompt has {len(prompt)} tokens, limit {self.config.max_prompt_tokens}")
             robot = self.robots[request.robot_type]
             mode = self.config.sentence_mode
 
@@ -166,6 +180,7 @@ class Planner:
             g = Generation(request=request, prompt_ids=prompt, ready_since=request.arrival)
             self.generations[request.request_id] = g
             self._live[request.request_id] = _Live(new_segmenter=new_segmenter, segmenter=new_segmenter())
+            self._per_agent[request.robot_id] = self._per_agent.get(request.robot_id, 0) + 1
             self.submitted += 1
             self._notify(g)
             return SubmitResult(True, request.request_id)
@@ -175,8 +190,20 @@ class Planner:
             return f"unknown robot_type {r.robot_type!r}"
         if r.request_id in self.generations:
             return f"duplicate request_id {r.request_id!r}"
-        if len(self._live) >= self.config.max_live:
-            return f"planner full ({self.config.max_live} live requests)"
+        cfg = self.config
+        if len(self._live) >= cfg.max_live:
+            return f"planner full ({cfg.max_live} live requests)"
+        if self._queued_count() >= cfg.max_queued:
+            return f"queue full ({cfg.max_queued} requests waiting for a first segment)"
+        if self._per_agent.get(r.robot_id, 0) >= cfg.max_per_agent:
+            return f"agent {r.robot_id!r} has {cfg.max_per_agent} unfinished requests (limit)"
+        if cfg.agent_rate_per_s > 0:
+            now = self.clock.now()
+            tokens, last = self._buckets.get(r.robot_id, (float(cfg.agent_burst), now))
+            tokens = min(float(cfg.agent_burst), tokens + (now - last) * cfg.agent_rate_per_s)
+            if tokens < 1.0:
+                return f"agent {r.robot_id!r} exceeds {cfg.agent_rate_per_s:g} requests/s"
+            self._buckets[r.robot_id] = (tokens - 1.0, now)
         if not self.engine_healthy:
             return "engine unavailable"
         for check in self.admission_checks:
@@ -431,8 +458,19 @@ class Planner:
         if cancel_robot and any(s.ok is None for s in g.segments):
             self.dispatcher.cancel(g.gen_id)
         g.state, g.reason, g.finished_at = state, reason, self.clock.now()
-        self._live.pop(g.gen_id, None)
+        if self._live.pop(g.gen_id, None) is not None:
+            n = self._per_agent.get(g.request.robot_id, 1) - 1
+            if n > 0:
+                self._per_agent[g.request.robot_id] = n
+            else:
+                self._per_agent.pop(g.request.robot_id, None)
         self._notify(g)
+        self._terminal.append(g.gen_id)
+        while len(self._terminal) > self.config.keep_terminal:  # bounded memory
+            self.generations.pop(self._terminal.popleft(), None)
+
+    def _queued_count(self) -> int:
+        return sum(1 for i in self._live if self.generations[i].state is GenState.QUEUED)
 
     def _engine_failed(self, reason: str) -> None:
         """The engine raised: everything it held is lost.  Running generations fail with the
