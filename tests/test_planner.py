@@ -1,0 +1,205 @@
+"""The planner loop on the simulated engine: segmentation, suspension, dispatch, results, endings."""
+
+import pytest
+
+from timelyllm_ros.core.clock import VirtualClock
+from timelyllm_ros.core.exec_time import ExecTimeEstimator
+from timelyllm_ros.core.planner import Planner, PlannerConfig
+from timelyllm_ros.core.policies import make_policy
+from timelyllm_ros.core.robots import load_robots
+from timelyllm_ros.core.tuf import NORMAL, URGENT
+from timelyllm_ros.core.types import GenState, PlanRequest, ResultCode, SegmentResult
+from timelyllm_ros.engines.base import EngineError
+from timelyllm_ros.engines.simulated import SimulatedEngine
+from timelyllm_ros.sim.prompts import SimPromptSource
+from timelyllm_ros.sim.tokenizer import SimTokenizer
+
+ROBOTS = load_robots()
+
+
+class RecordingDispatcher:
+    """Dispatcher port that holds goals until the test reports their results."""
+
+    def __init__(self):
+        self.goals, self.cancelled = [], []
+
+    def dispatch(self, goal):
+        self.goals.append(goal)
+
+    def cancel(self, request_id):
+        self.cancelled.append(request_id)
+
+
+def make(policy="timelyllm", **cfg):
+    clock = VirtualClock()
+    tok = SimTokenizer()
+    engine = SimulatedEngine(clock, tokenizer=tok)
+    disp = RecordingDispatcher()
+    planner = Planner(clock=clock, engine=engine, dispatcher=disp, robots=ROBOTS, policy=make_policy(policy),
+                      estimator=ExecTimeEstimator(ROBOTS), prompts=SimPromptSource(engine, tok, robots=ROBOTS),
+                      config=PlannerConfig(**cfg))
+    return planner, disp, clock
+
+
+def req(rid, plan, tuf=NORMAL, robot="d1", rtype="tello", t=0.0):
+    return PlanRequest(rid, robot, rtype, "find the cat", "cat, sofa", tuf, t, reference_plan=plan)
+
+
+def run_until(planner, cond, limit=10_000):
+    for _ in range(limit):
+        if cond():
+            return
+        planner.step()
+    raise AssertionError("condition not reached")
+
+
+def ok(planner, goal, clock, dur=1.0, value=None):
+    t = clock.now()
+    planner.post_result(SegmentResult(goal.request_id, goal.segment_index, ResultCode.OK, t, t + dur,
+                                      (dur,) * len(goal.calls), len(goal.calls), value))
+
+
+def test_segments_suspend_dispatch_resume_and_finish():
+    planner, disp, clock = make()
+    assert planner.submit(req("a", "mf(50);tc(90);tp;")).accepted
+    run_until(planner, lambda: disp.goals)
+    g = planner.generations["a"]
+    # suspended right after the first statement: one goal out, engine slot freed
+    assert [x.text for x in disp.goals] == ["mf(50);"] and g.state is GenState.SUSPENDED
+    assert g.text == "mf(50);"
+    run_until(planner, lambda: len(disp.goals) == 3)
+    assert [x.text for x in disp.goals] == ["mf(50);", "tc(90);", "tp;"]
+    assert [c.name for x in disp.goals for c in x.calls] == ["move_forward", "turn_cw", "take_picture"]
+    assert g.resumes >= 2 and all(c > 0 for c in g.cached_tokens[1:])  # resumes hit the prefix cache
+    run_until(planner, lambda: g.engine_finished)
+    assert g.state is GenState.DRAINING
+    for goal in disp.goals:
+        ok(planner, goal, clock)
+    planner.step()
+    assert g.state is GenState.FINISHED and g.reason == "plan executed"
+    assert not planner.busy()
+
+
+def test_blocking_segment_waits_for_its_result():
+    planner, disp, clock = make()
+    planner.submit(req("b", "s('cat');g('cat');"))
+    run_until(planner, lambda: disp.goals)
+    g = planner.generations["b"]
+    assert disp.goals[0].blocking and g.state is GenState.WAITING
+    for _ in range(50):
+        planner.step()
+    assert len(disp.goals) == 1  # no resume before the scan's result
+    ok(planner, disp.goals[0], clock, value=True)
+    run_until(planner, lambda: len(disp.goals) == 2)
+    assert g.segments[0].result is True
+
+
+def test_whole_and_stream_modes():
+    planner, disp, clock = make("vllm")
+    planner.submit(req("w", "mf(50);tc(90);"))
+    run_until(planner, lambda: planner.generations["w"].engine_finished)
+    assert [x.text for x in disp.goals] == ["mf(50);", "tc(90);"]
+    d0 = [planner.generations["w"].segments[i].dispatched_at for i in range(2)]
+    assert d0[0] == d0[1]  # whole plan first, then all statements at once
+    planner, disp, clock = make("vllm-stream")
+    planner.submit(req("s", "mf(50);tc(90);"))
+    run_until(planner, lambda: planner.generations["s"].engine_finished)
+    g = planner.generations["s"]
+    assert g.segments[0].dispatched_at < g.segments[1].dispatched_at and g.resumes == 0
+
+
+def test_invalid_llm_statement_is_never_dispatched():
+    planner, disp, clock = make()
+    planner.submit(req("x", "mf(50);mf(9000);tp;"))
+    run_until(planner, lambda: planner.generations["x"].state.terminal)
+    g = planner.generations["x"]
+    assert g.state is GenState.FAILED and "9000" in g.reason
+    assert [x.text for x in disp.goals] == ["mf(50);"]
+    assert disp.cancelled == ["x"]  # what was dispatched is cancelled on the robot
+    planner2, disp2, _ = make()
+    planner2.submit(req("y", "fly_to_moon(1);"))
+    run_until(planner2, lambda: planner2.generations["y"].state.terminal)
+    assert planner2.generations["y"].state is GenState.FAILED and not disp2.goals
+
+
+def test_executor_failure_cancel_and_engine_failure_end_requests_with_reasons():
+    planner, disp, clock = make()
+    planner.submit(req("f", "mf(50);tc(90);"))
+    run_until(planner, lambda: disp.goals)
+    t = clock.now()
+    planner.post_result(SegmentResult("f", 0, ResultCode.TIMEOUT, t, t + 5, (), 0, None, "no answer in 5 s"))
+    planner.step()
+    g = planner.generations["f"]
+    assert g.state is GenState.FAILED and "timeout" in g.reason and "no answer" in g.reason
+
+    planner.submit(req("c", "mf(50);tc(90);", robot="d2"))
+    planner.cancel("c", "operator abort")
+    planner.step()
+    assert planner.generations["c"].state is GenState.CANCELLED
+    assert planner.generations["c"].reason == "operator abort"
+
+    class Boom:
+        def __getattr__(self, name):
+            return getattr(planner_engine, name)
+
+        def step(self):
+            raise EngineError("engine core died")
+
+    planner_engine = planner.engine
+    planner.submit(req("e", "mf(50);", robot="d3"))
+    planner.engine = Boom()
+    planner.step()
+    e = planner.generations["e"]
+    assert e.state is GenState.FAILED and "engine core died" in e.reason
+    assert not planner.submit(req("later", "tp;", robot="d4")).accepted  # unhealthy: refused with reason
+
+
+@pytest.mark.parametrize("mapping,reason", [
+    ({"robot_id": "d", "robot_type": "tello", "task": "x", "tuf": {"ert": 1, "alpha": -1, "beta": 1}}, "request_id"),
+    ({"request_id": "r", "robot_id": "d", "robot_type": "submarine", "task": "x",
+      "tuf": {"ert": 1, "alpha": -1, "beta": 1}}, "unknown robot_type"),
+    ({"request_id": "r", "robot_id": "d", "robot_type": "tello", "task": "x",
+      "tuf": {"ert": 1, "alpha": 2, "beta": 1}}, "alpha"),
+    ({"request_id": "r id; drop", "robot_id": "d", "robot_type": "tello", "task": "x",
+      "tuf": {"ert": 1, "alpha": -1, "beta": 1}}, "request_id must match"),
+    ("not a mapping", "mapping"),
+])
+def test_bad_requests_rejected_with_reason(mapping, reason):
+    planner, _, _ = make()
+    res = planner.submit_mapping(mapping)
+    assert not res.accepted and reason in res.reason
+    assert planner.rejected == 1 and not planner.generations
+
+
+def test_admission_limits():
+    planner, _, clock = make(max_per_agent=2, max_queued=3, agent_rate_per_s=1.0, agent_burst=2,
+                             max_prompt_tokens=100_000)
+    assert planner.submit(req("a1", "tp;", robot="a")).accepted
+    assert planner.submit(req("a2", "tp;", robot="a")).accepted
+    r = planner.submit(req("a3", "tp;", robot="a"))
+    assert not r.accepted and "unfinished requests" in r.reason
+    dup = planner.submit(req("a1", "tp;", robot="b"))
+    assert not dup.accepted and "duplicate" in dup.reason
+    assert planner.submit(req("b1", "tp;", robot="b")).accepted
+    q = planner.submit(req("c1", "tp;", robot="c"))
+    assert not q.accepted and "queue full" in q.reason
+    planner2, _, clock2 = make(agent_rate_per_s=1.0, agent_burst=2)
+    assert planner2.submit(req("r1", "tp;", robot="z")).accepted
+    assert planner2.submit(req("r2", "tp;", robot="z", t=0)).accepted
+    rate = planner2.submit(req("r3", "tp;", robot="z"))
+    assert not rate.accepted and "requests/s" in rate.reason
+    clock2.advance(1.5)
+    assert planner2.submit(req("r4", "tp;", robot="z")).accepted  # the bucket refilled
+    planner3, _, _ = make(max_prompt_tokens=10)
+    big = planner3.submit(req("p", "tp;"))
+    assert not big.accepted and "prompt has" in big.reason
+
+
+def test_timelyllm_serves_urgent_first():
+    planner, disp, clock = make(max_live=100)
+    planner.batcher = planner.fixed(1)
+    for i in range(3):
+        planner.submit(req(f"n{i}", "mf(50);tc(90);", robot=f"n{i}"))
+    planner.submit(req("u", "mb(100);", tuf=URGENT, robot="u"))
+    run_until(planner, lambda: disp.goals)
+    assert disp.goals[0].request_id == "u"
