@@ -1,0 +1,243 @@
+"""Node parameters -> objects, and the `main()` of the ROS node scripts.
+
+The builders take plain parameter dicts (what `ros2 run ... --ros-args -p ...` / config/planner.yaml
+provide) so they are testable without ROS; `main_*` read the parameters through rclpy and spin.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from timelyllm_ros.core.robots import ROBOTS_DIR, RobotSpec, load_robots
+
+log = logging.getLogger(__name__)
+
+PACKAGE = "timelyllm"
+
+EXECUTOR_DEFAULTS: dict[str, Any] = {
+    "robot_id": "",  # default: the node's namespace (drone1 for /drone1/executor)
+    "robot_type": "tello",
+    "robots_dir": "",  # default: robots/ of the source tree or share/timelyllm/robots
+    "backend": "simulated",  # simulated | tello
+    "time_scale": 1.0,  # simulated: wall seconds per robot second
+    "seed": 0,
+    "visible_objects": "",  # simulated perception: comma-separated object names
+    "timeout_s": 120.0,
+    "timeout_factor": 0.0,
+    "timeout_min_s": 5.0,
+    "tello_host": "192.168.10.1",
+    "tello_port": 8889,
+    "takeoff_on_first_goal": True,
+    "land_on_close": True,
+    "keepalive_s": 5.0,
+    "response_timeout_s": 7,
+    "retry_count": 3,
+    "move_settle_s": 0.5,
+    "turn_settle_s": 2.5,
+}
+
+PLANNER_DEFAULTS: dict[str, Any] = {
+    "engine": "simulated",  # simulated | vllm
+    "model": "",  # vllm: model directory (default: the bundled tiny planner model)
+    "engine_config": "",  # vllm: YAML mapping of engine settings (see engines/vllm_engine.py)
+    "profile": "",  # simulated: latency profile YAML (default: profiles/rtx4090_llama3_8b.yaml)
+    "policy": "timelyllm",
+    "robots_dir": "",
+    "max_batch": 0,  # 0: latency-guided (TimelyLLM) or vLLM's 256 for non-segmenting policies
+    "max_tokens": 256,
+    "status_period_s": 0.5,
+    "frame_id": "map",
+    "goal_timeout_factor": 3.0,
+    "goal_timeout_margin_s": 10.0,
+    "server_wait_s": 2.0,
+}
+
+
+class ConfigError(ValueError):
+    """A node parameter is invalid; the message names it."""
+
+
+def share_dir(sub: str) -> Path:
+    """A data directory: the source tree's, else the installed share/timelyllm/<sub>."""
+    src = Path(__file__).resolve().parents[2] / sub
+    if src.is_dir():
+        return src
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        return Path(get_package_share_directory(PACKAGE)) / sub
+    except Exception as e:
+        raise ConfigError(f"cannot find the {sub}/ directory (source tree or share/{PACKAGE})") from e
+
+
+def robots_from(params: dict[str, Any]) -> dict[str, RobotSpec]:
+    d = params.get("robots_dir") or ""
+    path = Path(d) if d else (ROBOTS_DIR if ROBOTS_DIR.is_dir() else share_dir("robots"))
+    return load_robots(path)
+
+
+def build_executor(params: dict[str, Any], *, namespace: str = "") -> tuple[Any, str]:
+    """(SegmentExecutor, robot_id) from executor parameters."""
+    from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor, SimulatedPerception
+
+    p = {**EXECUTOR_DEFAULTS, **params}
+    unknown = set(params) - set(EXECUTOR_DEFAULTS)
+    if unknown:
+        raise ConfigError(f"unknown executor parameters {sorted(unknown)}")
+    robots = robots_from(p)
+    robot = robots.get(p["robot_type"])
+    if robot is None:
+        raise ConfigError(f"robot_type {p['robot_type']!r} is not one of {sorted(robots)}")
+    robot_id = p["robot_id"] or namespace.strip("/")
+    if not robot_id:
+        raise ConfigError("robot_id is empty and the node has no namespace")
+    visible = [v.strip() for v in str(p["visible_objects"]).split(",") if v.strip()]
+    perception = SimulatedPerception(visible, seed=int(p["seed"]))
+    if p["backend"] == "simulated":
+        from timelyllm_ros.executors.simulated import SimulatedBackend
+
+        backend: Any = SimulatedBackend(robot, seed=int(p["seed"]), time_scale=float(p["time_scale"]),
+                                        perception=perception)
+    elif p["backend"] == "tello":
+        if robot.robot_type != "tello":
+            raise ConfigError(f"backend tello needs robot_type tello, got {robot.robot_type!r}")
+        from timelyllm_ros.executors.tello import TelloBackend, TelloConfig
+
+        backend = TelloBackend(robot, TelloConfig(
+            host=str(p["tello_host"]), control_port=int(p["tello_port"]),
+            takeoff_on_first_goal=bool(p["takeoff_on_first_goal"]), land_on_close=bool(p["land_on_close"]),
+            keepalive_s=float(p["keepalive_s"]), response_timeout_s=int(p["response_timeout_s"]),
+            retry_count=int(p["retry_count"]), move_settle_s=float(p["move_settle_s"]),
+            turn_settle_s=float(p["turn_settle_s"])), perception=perception)
+    else:
+        raise ConfigError(f"backend must be simulated or tello, got {p['backend']!r}")
+    cfg = ExecutorConfig(timeout_s=float(p["timeout_s"]), timeout_factor=float(p["timeout_factor"]),
+                         timeout_min_s=float(p["timeout_min_s"]))
+    return SegmentExecutor(robot, backend, cfg), robot_id
+
+
+def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[[], None]]:
+    """(make_planner(dispatcher, listeners), clock, node config, shutdown) from planner parameters."""
+    from timelyllm_ros.core.exec_time import ExecTimeEstimator
+    from timelyllm_ros.core.planner import Planner, PlannerConfig
+    from timelyllm_ros.core.policies import DispatchMode, make_policy
+
+    from .planner_node import DispatcherConfig, PlannerNodeConfig
+
+    p = {**PLANNER_DEFAULTS, **params}
+    unknown = set(params) - set(PLANNER_DEFAULTS)
+    if unknown:
+        raise ConfigError(f"unknown planner parameters {sorted(unknown)}")
+    robots = robots_from(p)
+    try:
+        policy = make_policy(str(p["policy"]))
+    except Exception as e:
+        raise ConfigError(f"policy {p['policy']!r}: {e}") from e
+    if p["engine"] == "simulated":
+        from timelyllm_ros.core.clock import VirtualClock
+        from timelyllm_ros.engines.simulated import LatencyProfile, SimulatedEngine
+        from timelyllm_ros.sim.prompts import SimPromptSource
+
+        clock: Any = VirtualClock()
+        profile = Path(p["profile"]) if p["profile"] else share_dir("profiles") / "rtx4090_llama3_8b.yaml"
+        engine: Any = SimulatedEngine(clock, LatencyProfile.from_yaml(profile))
+        prompts: Any = SimPromptSource(engine, robots=robots)
+    elif p["engine"] == "vllm":
+        import yaml
+
+        from timelyllm_ros.core.clock import WallClock
+        from timelyllm_ros.engines.vllm_engine import VllmEngine
+        from timelyllm_ros.prompts import PromptBuilder
+
+        cfg: dict[str, Any] = {"block_size": 32, "max_num_seqs": 32, "kv_cache_space_gib": 1,
+                               "enforce_eager": True, "max_model_len": 2048, "seed": 0}
+        if p["engine_config"]:
+            extra = yaml.safe_load(Path(p["engine_config"]).read_text()) or {}
+            if not isinstance(extra, dict):
+                raise ConfigError(f"engine_config {p['engine_config']} must be a YAML mapping")
+            cfg.update(extra)
+        cfg["model"] = p["model"] or cfg.get("model") or str(share_dir("models") / "tiny-planner")
+        clock = WallClock()
+        engine = VllmEngine(cfg)
+        prompts = PromptBuilder(robots, engine.tokenizer)
+    else:
+        raise ConfigError(f"engine must be simulated or vllm, got {p['engine']!r}")
+
+    def make_planner(dispatcher: Any, listeners: list) -> Planner:
+        planner = Planner(clock=clock, engine=engine, dispatcher=dispatcher, robots=robots, policy=policy,
+                          estimator=ExecTimeEstimator(robots), prompts=prompts,
+                          config=PlannerConfig(max_tokens=int(p["max_tokens"])), listeners=listeners)
+        if int(p["max_batch"]) > 0:
+            planner.batcher = planner.fixed(int(p["max_batch"]))
+        elif policy.mode is DispatchMode.SUSPEND:
+            planner.batcher = planner.latency_guided(256)
+        else:
+            planner.batcher = planner.fixed(256)
+        return planner
+
+    node_cfg = PlannerNodeConfig(
+        status_period_s=float(p["status_period_s"]), frame_id=str(p["frame_id"]),
+        dispatcher=DispatcherConfig(timeout_factor=float(p["goal_timeout_factor"]),
+                                    timeout_margin_s=float(p["goal_timeout_margin_s"]),
+                                    server_wait_s=float(p["server_wait_s"])))
+    return make_planner, clock, node_cfg, engine.shutdown
+
+
+def _spin_until_signal() -> None:
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    done.wait()
+
+
+def main_executor(argv: list[str] | None = None) -> int:
+    """`ros2 run timelyllm executor_node --ros-args -r __ns:=/drone1 -p robot_type:=tello`"""
+    from timelyllm_ros.transport.rclpy_transport import RclpyTransport
+
+    from .executor_node import ExecutorNode
+
+    logging.basicConfig(level=logging.INFO)
+    t = RclpyTransport("executor", args=sys.argv if argv is None else argv)
+    try:
+        executor, robot_id = build_executor(t.parameters(EXECUTOR_DEFAULTS), namespace=t.node.get_namespace())
+        node = ExecutorNode(t, executor, robot_id=robot_id)
+        log.info("executor for %s (%s) serving %s/execute_segment", robot_id, executor.robot.robot_type,
+                 t.node.get_namespace())
+        executor.start()  # connect now (Tello: `command`), not on the first goal
+        _spin_until_signal()
+        node.close()
+    except ConfigError as e:
+        log.error("%s", e)
+        return 2
+    finally:
+        t.close()
+    return 0
+
+
+def main_planner(argv: list[str] | None = None) -> int:
+    """`ros2 run timelyllm planner_node --ros-args -r __ns:=/timelyllm -p engine:=vllm`"""
+    from timelyllm_ros.transport.rclpy_transport import RclpyTransport
+
+    from .planner_node import PlannerNode
+
+    logging.basicConfig(level=logging.INFO)
+    t = RclpyTransport("planner", args=sys.argv if argv is None else argv)
+    shutdown: Callable[[], None] = lambda: None  # noqa: E731
+    try:
+        make_planner, clock, cfg, shutdown = build_planner(t.parameters(PLANNER_DEFAULTS))
+        node = PlannerNode(t, make_planner, clock=clock, config=cfg).start()
+        log.info("planner serving %s/plan_requests", t.node.get_namespace())
+        _spin_until_signal()
+        node.close()
+    except ConfigError as e:
+        log.error("%s", e)
+        return 2
+    finally:
+        shutdown()
+        t.close()
+    return 0
