@@ -56,7 +56,7 @@ def build_random_llama(out_dir: Path, *, head_dim: int = 64, heads: int = 4, lay
     cfg = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=heads * head_dim,
                       intermediate_size=2 * heads * head_dim, num_hidden_layers=layers,
                       num_attention_heads=heads, num_key_value_heads=heads,
-                      max_position_embeddings=1024, bos_token_id=0, eos_token_id=1,
+                      max_position_embeddings=4096, bos_token_id=0, eos_token_id=1,
                       tie_word_embeddings=False)
     model = LlamaForCausalLM(cfg)
     with torch.no_grad():  # larger-than-default weights: sharper logits, fewer greedy near-ties
@@ -78,7 +78,7 @@ def model_for_tests() -> tuple[Path, str]:
 def engine_config(model: Path, **extra: object) -> dict[str, object]:
     cfg: dict[str, object] = {
         "model": str(model), "dtype": "float32", "max_num_seqs": 8, "block_size": 32,
-        "kv_cache_space_gib": 1, "max_model_len": 1024, "enforce_eager": True, "seed": 0,
+        "kv_cache_space_gib": 1, "enforce_eager": True, "seed": 0,
     }
     cfg.update(extra)
     return cfg

@@ -23,7 +23,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .base import EngineError, EngineOutput, EngineStats
 from .vllm_stats import DecodeSpeed, KvUsageSink, free_blocks_from_usage, make_stat_logger_factory
@@ -56,10 +56,47 @@ class EngineInputError(EngineError, ValueError):
     """A call's arguments are invalid (bad token ids, unknown kv mode); the engine stays healthy."""
 
 
+class IncrementalDetokenizer:
+    """Text of newly generated tokens, computed from token ids with a small window of context.
+
+    Why not vLLM's own delta text: a resumed request is a new vLLM request whose prompt may end in
+    the middle of a multi-byte character (its text was held back when we suspended); vLLM's
+    streaming detokenizer then emits the *prompt's* text as the first delta.  We own the
+    generation's token record, so we detokenise it ourselves (vLLM's `detokenize=False`) with
+    the classic prefix/read offsets, and carry the held-back tokens over a suspend/resume so the
+    concatenated text equals that of an unsuspended generation.
+    """
+
+    CONTEXT = 5  # tokens of context before the first unread one (vLLM uses 5 as well)
+
+    def __init__(self, decode: Callable[[list[int]], str], ids: Sequence[int], unread: int = 0) -> None:
+        self._decode = decode
+        self.ids = list(ids)
+        self.read = len(self.ids) - unread  # ids[:read] have had their text emitted
+        self.prefix = max(self.read - self.CONTEXT, 0)
+
+    @property
+    def unread(self) -> int:
+        """Tokens whose text is still held back (an incomplete character at the end)."""
+        return len(self.ids) - self.read
+
+    def push(self, new: Sequence[int]) -> str:
+        self.ids.extend(new)
+        if self.read >= len(self.ids):
+            return ""
+        before = self._decode(self.ids[self.prefix:self.read])
+        after = self._decode(self.ids[self.prefix:])
+        if len(after) <= len(before) or after.endswith("\ufffd"):
+            return ""  # incomplete character (or a special token): wait for more bytes
+        self.prefix, self.read = self.read, len(self.ids)
+        return after[len(before):]
+
+
 @dataclass(slots=True)
 class _Active:
     request_id: str
     prompt_len: int
+    detok: IncrementalDetokenizer
     first: bool = True
 
 
@@ -162,6 +199,7 @@ class VllmEngine:
         self._speed = DecodeSpeed()
         self._sink = KvUsageSink()
         self._last_step_end: float | None = None
+        self._held: dict[str, list[int]] = {}  # gen_id -> generated ids whose text was held back
         self.kv_fallbacks = 0  # aborts whose kv mode was served as "cache"
         self.last_step_s = 0.0
         self._temperature = float(config.get("temperature", 0.0))
@@ -245,6 +283,7 @@ class VllmEngine:
         self.max_model_len = int(vcfg.model_config.max_model_len)
         self.vocab_size = int(vcfg.model_config.get_vocab_size())
         self.tokenizer = VllmTokenizer(self._engine.get_tokenizer())
+        self._decode = self.tokenizer.decode
         self._offload = vcfg.cache_config.kv_offloading_size is not None
         modes = {"cache", "discard"} | ({"swap"} if self._offload else set())
         self.kv_modes: frozenset[str] = frozenset(modes)
@@ -289,7 +328,10 @@ class VllmEngine:
         from vllm.sampling_params import RequestOutputKind
 
         sp = SamplingParams(max_tokens=min(max_tokens, room), temperature=self._temperature,
-                            ignore_eos=self._ignore_eos, output_kind=RequestOutputKind.DELTA)
+                            ignore_eos=self._ignore_eos, output_kind=RequestOutputKind.DELTA,
+                            detokenize=False)
+        held = self._held.pop(gen_id, [])
+        unread = len(held) if held and ids[-len(held):] == held else 0
         self._n += 1
         rid = f"{gen_id}#{self._n}"
         try:
@@ -298,7 +340,7 @@ class VllmEngine:
             raise EngineInputError(f"vLLM rejected generation {gen_id!r}: {e}") from e
         except Exception as e:  # noqa: BLE001
             raise self._dead("add_request", e) from e
-        self._active[gen_id] = _Active(rid, len(ids))
+        self._active[gen_id] = _Active(rid, len(ids), IncrementalDetokenizer(self._decode, ids, unread))
         self._owner[rid] = gen_id
 
     def abort(self, gen_id: str, kv: str = "cache") -> None:
@@ -318,6 +360,8 @@ class VllmEngine:
         if act is None:
             return  # already finished or aborted: nothing to stop
         self._owner.pop(act.request_id, None)
+        if act.detok.unread:  # resumed from prompt + these ids: emit their text once complete
+            self._held[gen_id] = act.detok.ids[-act.detok.unread:]
         try:
             self._engine.abort_request([act.request_id])
         except Exception as e:  # noqa: BLE001
@@ -364,8 +408,7 @@ class VllmEngine:
                 reason = str(comp.finish_reason) if comp is not None and comp.finish_reason else "stop"
                 del self._active[gen_id]
                 del self._owner[out.request_id]
-            result.append(EngineOutput(gen_id=gen_id, token_ids=toks,
-                                       text=comp.text if comp is not None else "",
+            result.append(EngineOutput(gen_id=gen_id, token_ids=toks, text=act.detok.push(toks),
                                        finished=finished, finish_reason=reason,
                                        num_cached_tokens=cached))
         self._speed.update(dec_tokens, dec_seqs, dt)
