@@ -126,6 +126,18 @@ def test_errors_have_message_and_position(text, fragment, pos):
     assert f"column {pos}" in str(ei.value)
 
 
+def test_program_may_start_with_else_of_earlier_segment():
+    body, _ = parse_program(":{s('cat')}", TELLO)
+    assert isinstance(body[0], Else)
+    with pytest.raises(MiniSpecError, match="must follow a conditional"):
+        parse_program("tp;:{s('cat')}", TELLO)
+    rec = Recorder({"iv": [False]})
+    env: dict = {}
+    run_program("?iv('cat'){tp}", TELLO, rec, env)
+    run_program(":{s('cat')}", TELLO, rec, env)
+    assert rec.calls == ["iv('cat')", "s('cat')"]
+
+
 def test_else_inside_block_must_follow_conditional():
     with pytest.raises(MiniSpecError, match="must follow a conditional"):
         parse_statement("2{tp;:{mf(50)}}", TELLO)

@@ -334,8 +334,8 @@ class _Parser:
             if need_sep:
                 raise MiniSpecError(f"expected ';' or '}}', got {_desc(nt)}", nt.pos)
             s = self.statement()
-            if isinstance(s, Else):
-                prev = body[-1] if body else None
+            if isinstance(s, Else) and (body or in_block):  # a program may start with the else
+                prev = body[-1] if body else None         # of a conditional in an earlier segment
                 if not (isinstance(prev, Cond) or (isinstance(prev, Else) and prev.cond is not None)):
                     raise MiniSpecError("':' (else) must follow a conditional", s.pos)
             body.append(s)
