@@ -203,3 +203,32 @@ def test_timelyllm_serves_urgent_first():
     planner.submit(req("u", "mb(100);", tuf=URGENT, robot="u"))
     run_until(planner, lambda: disp.goals)
     assert disp.goals[0].request_id == "u"
+
+
+def test_engine_restart_requeues_running_generations():
+    planner, disp, clock = make()
+    real = planner.engine
+    fail = {"n": 1}
+
+    class Flaky:
+        """The real simulated engine whose next step dies once (a crashed engine core)."""
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def step(self):
+            if fail["n"]:
+                fail["n"] -= 1
+                for gid in list(planner._live):
+                    real.abort(gid, "discard")  # the crash loses the KV of everything running
+                raise EngineError("engine core died")
+            return real.step()
+
+    planner.engine = Flaky()
+    planner.engine_restart = lambda old: real  # the supervisor brings up a fresh engine
+    planner.submit(req("a", "mf(50);tp;"))
+    run_until(planner, lambda: disp.goals)
+    g = planner.generations["a"]
+    assert planner.engine_restarts == 1 and g.extra["engine_restarts"] == 1
+    assert not g.state.terminal and disp.goals[0].text == "mf(50);"
+    assert planner.engine_healthy

@@ -68,6 +68,7 @@ class PlannerConfig:
     agent_rate_per_s: float = 0.0  # sustained requests/s per robot_id (0: unlimited)
     agent_burst: int = 10  # token-bucket depth of that rate limit
     max_prompt_tokens: int = 16_384
+    max_engine_restarts: int = 10  # supervisor restarts before the planner gives up on the engine
     keep_terminal: int = 100_000  # terminal generations kept for status/metrics (oldest dropped)
 
 
@@ -99,7 +100,8 @@ class Planner:
     def __init__(self, *, clock: Clock, engine: Engine, dispatcher: Dispatcher,
                  robots: Mapping[str, RobotSpec], policy: Policy, estimator: ExecTimeEstimator,
                  prompts: PromptSource, batcher: BatchSizer | None = None,
-                 config: PlannerConfig | None = None, listeners: Iterable[PlannerListener] = ()) -> None:
+                 config: PlannerConfig | None = None, listeners: Iterable[PlannerListener] = (),
+                 engine_restart: Callable[[Engine], Engine] | None = None) -> None:
         self.clock = clock
         self.engine = engine
         self.dispatcher = dispatcher
@@ -120,6 +122,8 @@ class Planner:
         self.submitted = 0
         self.rejected = 0
         self.engine_healthy = True
+        self.engine_restart = engine_restart  # supervisor: rebuilds a failed engine
+        self.engine_restarts = 0
         self._stats: EngineStats | None = None
         self.admission_checks: list[Callable[[PlanRequest, "Planner"], str]] = []
         self._per_agent: dict[str, int] = {}
@@ -473,13 +477,30 @@ class Planner:
         return sum(1 for i in self._live if self.generations[i].state is GenState.QUEUED)
 
     def _engine_failed(self, reason: str) -> None:
-        """The engine raised: everything it held is lost.  Running generations fail with the
-        reason; queued/suspended ones stay (a restarted engine can serve them)."""
+        """The engine raised: its KV is lost, our token records are not.  With a supervisor
+        (`engine_restart`) and restarts left, the engine is rebuilt and the generations it was
+        running are re-queued (they resume from their token ids, re-prefilling); otherwise they
+        fail with the reason and new requests are refused until `replace_engine`."""
+        running = [g for g in self.live() if g.state is GenState.RUNNING]
+        if self.engine_restart is not None and self.engine_restarts < self.config.max_engine_restarts:
+            try:
+                engine = self.engine_restart(self.engine)
+            except Exception as e:  # noqa: BLE001 - a failed restart is reported, not raised
+                reason = f"{reason}; restart failed: {e}"
+            else:
+                self.engine_restarts += 1
+                self.engine, self._stats = engine, None
+                now = self.clock.now()
+                for g in running:
+                    g.state = GenState.SUSPENDED if g.segments else GenState.QUEUED
+                    g.ready_since = now
+                    g.extra["engine_restarts"] = g.extra.get("engine_restarts", 0) + 1
+                    self._notify(g)
+                return
         self.engine_healthy = False
-        for g in self.live():
-            if g.state is GenState.RUNNING:
-                g.state = GenState.QUEUED  # no abort: the engine is gone
-                self._end(g, GenState.FAILED, f"engine failure: {reason}", cancel_robot=True)
+        for g in running:
+            g.state = GenState.QUEUED  # no abort: the engine is gone
+            self._end(g, GenState.FAILED, f"engine failure: {reason}", cancel_robot=True)
 
     def replace_engine(self, engine: Engine) -> None:
         """After an engine restart: serve the remaining generations on the new one."""
