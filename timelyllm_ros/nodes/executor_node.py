@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from typing import Any
 
 from timelyllm_ros.core.types import ResultCode
@@ -69,7 +70,8 @@ class ExecutorNode:
         self._turns = _Turns()
         self._tickets: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
-        self.reports: list[tuple[str, int, ExecReport]] = []  # (request, segment, report), newest last
+        # (request, segment, report) of the last segments run, newest last (introspection)
+        self.reports: deque[tuple[str, int, ExecReport]] = deque(maxlen=1000)
         self._server = transport.action_server(action_name, convert.EXECUTE_SEGMENT, self._execute,
                                                goal_callback=self._on_goal)
 

@@ -197,6 +197,7 @@ def _spin_until_signal() -> None:
 
 def main_executor(argv: list[str] | None = None) -> int:
     """`ros2 run timelyllm executor_node --ros-args -r __ns:=/drone1 -p robot_type:=tello`"""
+    from timelyllm_ros.executors.base import ExecError
     from timelyllm_ros.transport.rclpy_transport import RclpyTransport
 
     from .executor_node import ExecutorNode
@@ -208,7 +209,10 @@ def main_executor(argv: list[str] | None = None) -> int:
         node = ExecutorNode(t, executor, robot_id=robot_id)
         log.info("executor for %s (%s) serving %s/execute_segment", robot_id, executor.robot.robot_type,
                  t.node.get_namespace())
-        executor.start()  # connect now (Tello: `command`), not on the first goal
+        try:
+            executor.start()  # connect now (Tello: `command`); on failure, each goal retries
+        except ExecError as e:
+            log.error("%s: robot not reachable yet (%s); goals will retry the connection", robot_id, e)
         _spin_until_signal()
         node.close()
     except ConfigError as e:

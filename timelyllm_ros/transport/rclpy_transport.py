@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import threading
 from collections import OrderedDict
 from typing import Any, Callable
@@ -250,7 +251,10 @@ class RclpyTransport:
             self._owns_context = True
         self.node = Node(node_name, namespace=namespace or None)
         self.group = ReentrantCallbackGroup()
-        self.executor = MultiThreadedExecutor(num_threads=num_threads)
+        # Execute callbacks block for a whole segment (and queued goals wait for their turn), so
+        # the pool must be larger than the goals a robot may have queued, or cancel requests and
+        # result requests wait for a free thread.  rclpy's default is the CPU count.
+        self.executor = MultiThreadedExecutor(num_threads=num_threads or max(16, os.cpu_count() or 1))
         self.executor.add_node(self.node)
         self._publishers: dict[str, Any] = {}
         self._lock = threading.Lock()
