@@ -313,6 +313,9 @@ def test_overlong_sentence_is_split_at_a_space():
     assert cuts and all(c.ok and len(c.text) <= 20 for c in cuts)
     cuts += seg.finish()
     assert " ".join(c.text for c in cuts) == "aaaa bbbb cccc dddd eeee ffff gggg"
+    text = "aaaa   bbbb  cccc     dddd eeee"
+    cuts = fed(CHAT, [text], max_statement_chars=12)
+    assert all(text[c.start:c.end] == c.text for c in cuts) and len(cuts) >= 3
 
 
 def test_chat_control_characters_are_errors():

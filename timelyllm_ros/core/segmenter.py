@@ -80,7 +80,8 @@ class Segmenter:
             limit = self._say.args[0].max_len
         else:
             limit = DEFAULT_MAX_STATEMENT_CHARS
-        self.max_statement_chars = max_statement_chars or limit
+        self.max_statement_chars = min(max_statement_chars or limit, limit) if self._say else \
+            (max_statement_chars or limit)
         if self.max_statement_chars <= 0:
             raise ValueError("max_statement_chars must be > 0")
         self._parts: list[str] = []  # every delta (the cumulative text, for rollback)
@@ -380,7 +381,7 @@ class Segmenter:
             if j - first > limit:  # overlong: cut at the last space inside the limit, re-scan the rest
                 head = buf[first:first + limit]
                 sp = max(head.rfind(" "), head.rfind("\n"))
-                end = first + sp if sp > 0 else first + limit
+                end = first + (len(head[:sp].rstrip()) if sp > 0 else limit)
                 self._pending, self._first = buf, first
                 cuts.append(self._chat(first, end))
                 self._advance(end)
