@@ -196,10 +196,8 @@ class _ActionClient:
                   on_accepted: Callable[[bool], None] | None = None) -> _ClientGoal:
         msg = to_msg(self._cls.Goal, goal)
         cg = _ClientGoal(on_result)
-        fb_cb = None
-        if on_feedback is not None:
-            def fb_cb(m: Any) -> None:  # FeedbackMessage: goal_id + feedback
-                on_feedback(from_msg(m.feedback))
+        # rclpy hands the FeedbackMessage (goal_id + feedback) to the callback
+        fb_cb = None if on_feedback is None else (lambda m: on_feedback(from_msg(m.feedback)))
 
         def on_response(fut: Any) -> None:
             try:
