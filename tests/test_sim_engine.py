@@ -252,11 +252,11 @@ def test_fully_cached_prompt_still_computes_its_last_token() -> None:
 
 # ---------------------------------------------------------------- suspend / resume modes
 
-def _suspend_after(e: SimulatedEngine, mode: str, k: int = 5) -> list[int]:
+def _suspend_after(e: SimulatedEngine, mode: str, k: int = 5, max_tokens: int = 64) -> list[int]:
     """Generation a: 14-token prompt, k tokens generated, then aborted with `mode`."""
     e.set_script("a", DRONE_PLAN)
     prompt = ids(500, 12) + [2001, 2002]
-    e.add("a", prompt, 64)
+    e.add("a", prompt, max_tokens)
     out: list[int] = []
     steps(e, k, out, "a")
     e.abort("a", mode)
@@ -406,8 +406,8 @@ def test_decode_growth_preempts_the_youngest_and_readmits_it() -> None:
     _, e = make(kv_capacity_blocks=8)
     e.set_script("a", DRONE_PLAN)
     e.set_script("b", DRONE_PLAN)
-    e.add("a", ids(1000, 15), 64)
-    e.add("b", ids(2000, 15), 64)
+    e.add("a", ids(1000, 15), 17)  # 15 + 17 tokens: exactly the 8 blocks
+    e.add("b", ids(2000, 15), 17)
     rec: dict[str, list[int]] = {}
     for _ in range(2):
         for o in e.step():
@@ -425,15 +425,15 @@ def test_decode_growth_preempts_the_youngest_and_readmits_it() -> None:
 
 def test_add_that_cannot_fit_raises_and_changes_nothing() -> None:
     _, e = make(kv_capacity_blocks=8)
-    resume = _suspend_after(e, "preserve")  # 5 blocks pinned
+    resume = _suspend_after(e, "preserve", max_tokens=18)  # 5 blocks pinned
     before = (e.stats(), e.pinned_blocks)
     e.set_script("b", "x")
     with pytest.raises(KVCapacityError, match="pinned by preserved generations 5"):
         e.add("b", ids(3000, 20), 8)  # needs 5 blocks, 3 free, nothing running to preempt
     assert (e.stats(), e.pinned_blocks) == before
-    with pytest.raises(KVCapacityError, match="needs 9 KV blocks"):
-        e.add("b", ids(3000, 33), 8)  # larger than the whole cache
-    e.add("a", resume, 64)  # the preserved generation is intact
+    with pytest.raises(KVCapacityError, match="need 9 KV blocks"):
+        e.add("b", ids(3000, 30), 4)  # could never finish, even with the whole cache
+    e.add("a", resume, 13)  # the preserved generation is intact
     assert e.step()[0].num_cached_tokens == 18
     assert isinstance(KVCapacityError("x"), EngineError)
 
@@ -473,7 +473,7 @@ def _scenario() -> list[tuple]:
     live: dict[str, list[int]] = {}
     for i in range(3):
         live[f"g{i}"] = ids(500, 12) + [i]
-        e.add(f"g{i}", live[f"g{i}"], 64)
+        e.add(f"g{i}", live[f"g{i}"], 30)
     n = 0
     while e.has_unfinished() or n < 3:
         outs = e.step()
@@ -484,11 +484,11 @@ def _scenario() -> list[tuple]:
         if n % 3 == 0 and outs and not outs[0].finished:
             g = outs[0].gen_id
             e.abort(g, modes[n % 4])
-            e.add(g, live[g], 64)
+            e.add(g, live[g], 30 - (len(live[g]) - 13))
         if n == 4:
             for i in range(3, 6):
                 live[f"g{i}"] = ids(500, 12) + [i]
-                e.add(f"g{i}", live[f"g{i}"], 64)
+                e.add(f"g{i}", live[f"g{i}"], 30)
     trace.append(tuple(sorted(vars(e.counters).items())) if hasattr(e.counters, "__dict__")
                  else tuple((f, getattr(e.counters, f)) for f in e.counters.__slots__))
     return trace
@@ -497,6 +497,82 @@ def _scenario() -> list[tuple]:
 def test_deterministic() -> None:
     a, b = _scenario(), _scenario()
     assert a == b and len(a) > 20
+
+
+# ---------------------------------------------------------------- random operation sequences
+
+SCRIPTS = [DRONE_PLAN, "tu(90);mf(100);", "x y z", "?iv('book')==True{g('book');tp;}", "l('hi');"]
+_OP = st.one_of(
+    st.tuples(st.just("add"), st.integers(0, 4)),
+    st.tuples(st.just("abort"), st.integers(0, 4), st.sampled_from(["cache", "preserve", "discard", "swap"])),
+    st.tuples(st.just("step")),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_OP, max_size=50), st.integers(10, 24))
+def test_random_operations_keep_block_accounting_and_scripts(ops: list[tuple], capacity: int) -> None:
+    """Whatever the interleaving of adds, suspensions (any mode) and steps under memory pressure,
+    the block accounting stays exact and every generation outputs exactly its script."""
+    _, e = make(kv_capacity_blocks=capacity, host_capacity_blocks=6)
+    gens = [f"g{i}" for i in range(5)]
+    record = {g: ids(500, 8) + [900 + i] for i, g in enumerate(gens)}  # shared 8-token prefix
+    out: dict[str, list[int]] = {g: [] for g in gens}
+    state = dict.fromkeys(gens, "new")
+    for g, text in zip(gens, SCRIPTS):
+        e.set_script(g, text)
+
+    def apply(op: tuple) -> None:
+        if op[0] == "add":
+            g = gens[op[1]]
+            if state[g] in ("new", "suspended"):
+                try:  # 9 + 30 tokens at most: a generation alone always fits in 10 blocks
+                    e.add(g, record[g], 30 - len(out[g]))
+                    state[g] = "running"
+                except KVCapacityError:
+                    pass  # refused without side effects (checked by the invariants)
+        elif op[0] == "abort":
+            g = gens[op[1]]
+            if state[g] == "running":
+                e.abort(g, op[2])
+                state[g] = "suspended"
+            elif state[g] == "suspended":
+                e.abort(g, op[2])  # re-deciding how a suspended generation's KV is kept
+        else:
+            try:
+                outs = e.step()
+            except KVCapacityError:
+                return
+            for o in outs:
+                assert state[o.gen_id] == "running"
+                record[o.gen_id] += list(o.token_ids)
+                out[o.gen_id] += list(o.token_ids)
+                if o.finished:
+                    state[o.gen_id] = "done"
+
+    for op in ops:
+        apply(op)
+        e.check_invariants()
+    # drain: give back preserved memory, then finish every generation one after the other
+    for g in gens:
+        if state[g] == "suspended":
+            e.abort(g, "discard")
+    for _ in range(1000):
+        if not e.has_unfinished():
+            break
+        apply(("step",))
+    for g in gens:
+        if state[g] != "done":
+            apply(("add", gens.index(g)))
+            for _ in range(1000):
+                if state[g] == "done":
+                    break
+                apply(("step",))
+        e.check_invariants()
+    assert all(v == "done" for v in state.values())
+    for g, text in zip(gens, SCRIPTS):
+        assert e.tokenizer.decode(out[g]) == text
+    assert e.stats().kv_free_blocks == capacity and e.pinned_blocks == 0
 
 
 # ---------------------------------------------------------------- prompts

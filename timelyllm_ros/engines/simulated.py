@@ -186,8 +186,11 @@ class _BlockPool:
     def take(self, bid: int) -> None:
         """Reference a block (a cache hit or a block kept by its owner)."""
         b = self.blocks[bid]
-        if b.ref == 0 and b.hash is not None:
-            self.free_cached.pop(bid, None)
+        if b.ref == 0:
+            if b.hash is not None:
+                self.free_cached.pop(bid, None)
+            else:  # a private block given back and taken again (undo of a failed add)
+                self.free_plain.remove(bid)
         b.ref += 1
 
     def allocate(self) -> int | None:
@@ -353,11 +356,13 @@ class SimulatedEngine:
         for t in prompt:
             if isinstance(t, bool) or not isinstance(t, int) or t < 0:
                 raise ValueError(f"generation {gen_id!r}: bad token id {t!r}")
-        need_total = self._blocks_for(len(prompt))
+        need_total = self._blocks_for(len(prompt) + max_tokens - 1)
         if need_total > self.profile.kv_capacity_blocks:
+            # vLLM refuses prompt + max_tokens beyond max_model_len for the same reason: such a
+            # generation could not finish even with the whole cache to itself.
             raise KVCapacityError(
-                f"generation {gen_id!r}: prompt of {len(prompt)} tokens needs {need_total} KV blocks, "
-                f"the engine has {self.profile.kv_capacity_blocks}")
+                f"generation {gen_id!r}: {len(prompt)} prompt tokens + max_tokens {max_tokens} need "
+                f"{need_total} KV blocks, the engine has {self.profile.kv_capacity_blocks}")
         self._order += 1
         seq = _Seq(gen_id, prompt, len(prompt), max_tokens, self._order,
                    new_request=gen_id not in self._started)
@@ -467,6 +472,31 @@ class SimulatedEngine:
     @property
     def host_blocks(self) -> int:
         return self._host_used
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the block accounting is inconsistent (tests, debugging)."""
+        pool = self._pool
+        holders: dict[int, int] = {}
+        for s in self._seqs.values():
+            assert not (s.waiting and s.blocks), f"{s.gen_id}: preempted but holds blocks"
+            assert len(s.blocks) >= self._blocks_for(s.computed), f"{s.gen_id}: KV without blocks"
+            for bid in s.blocks:
+                holders[bid] = holders.get(bid, 0) + 1
+        for susp in self._suspended.values():
+            for bid in susp.pinned:
+                holders[bid] = holders.get(bid, 0) + 1
+        plain, cached = set(pool.free_plain), set(pool.free_cached)
+        assert len(plain) == len(pool.free_plain), "a block is twice in the free list"
+        assert not plain & cached, "a block is in both free lists"
+        for b in pool.blocks:
+            assert b.ref == holders.get(b.bid, 0), f"block {b.bid}: ref {b.ref} != holders {holders.get(b.bid, 0)}"
+            free = b.bid in plain or b.bid in cached
+            assert free == (b.ref == 0), f"block {b.bid}: ref {b.ref} but free={free}"
+            assert (b.bid in cached) == (b.ref == 0 and b.hash is not None), f"block {b.bid}: wrong free list"
+            if b.hash is not None:
+                assert pool.by_hash.get(b.hash) == b.bid, f"block {b.bid}: hash not indexed"
+        assert len(pool.by_hash) == sum(1 for b in pool.blocks if b.hash is not None)
+        assert self._host_used == sum(len(x.host) for x in self._suspended.values())
 
     def suspended_mode(self, gen_id: str) -> str | None:
         s = self._suspended.get(gen_id)
