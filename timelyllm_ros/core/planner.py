@@ -457,8 +457,12 @@ class Planner:
         self._end(g, GenState.FAILED, reason, cancel_robot=True)
 
     def _end(self, g: Generation, state: GenState, reason: str, *, cancel_robot: bool = False) -> None:
-        if g.state is GenState.RUNNING:
-            self.engine.abort(g.gen_id, "discard")
+        if self.engine_healthy and (g.state is GenState.RUNNING or g.output_ids):
+            # running: free its slot; suspended/waiting: release KV a policy may have pinned
+            try:
+                self.engine.abort(g.gen_id, "discard")
+            except EngineError:
+                pass  # the engine is failing; _engine_failed deals with it at the next step
         if cancel_robot and any(s.ok is None for s in g.segments):
             self.dispatcher.cancel(g.gen_id)
         g.state, g.reason, g.finished_at = state, reason, self.clock.now()
