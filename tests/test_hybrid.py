@@ -174,3 +174,47 @@ def test_every_request_terminal_and_bounds_hold(name):
     lb = lower_bounds(reqs, 40, lat)
     assert r.total_s >= lb.strict_s - 1e-9
     assert 0 < r.utilisation <= 1
+
+
+# ------------------------------------------------------------------ the planner policy
+def _pctx(running=()):
+    from timelyllm_ros.core.exec_time import ExecTimeEstimator
+    from timelyllm_ros.core.policies import PolicyContext
+    from timelyllm_ros.core.robots import load_robots
+    from timelyllm_ros.engines.base import EngineStats
+    robots = load_robots()
+    return PolicyContext(estimator=ExecTimeEstimator(robots), robots=robots,
+                         stats=EngineStats(1000, 1000, 16, 0, 45.0), seg_gen_s=0.1, token_s=0.02,
+                         running=running)
+
+
+def _g(rid, prompt, state="queued", arrival=0.0):
+    from timelyllm_ros.core.tuf import NORMAL
+    from timelyllm_ros.core.types import Generation, GenState, PlanRequest
+    g = Generation(request=PlanRequest(rid, "d1", "tello", "t", "s", NORMAL, arrival))
+    g.prompt_ids = [7] * 32 + [len(rid) * 1000 + prompt] * (prompt - 32)  # 32 shared tokens
+    g.state = GenState(state)
+    return g
+
+
+def test_hybrid_policy_longest_first_and_pd_rule():
+    from timelyllm_ros.core.kv_handling import KVCostModel
+    from timelyllm_ros.core.policies import make_policy
+    cost = KVCostModel(prefill_s_per_token=1e-3, prefill_base_s=0.01, block_size=16)
+    p = make_policy("hybrid", cost=cost)
+    short, long_, resumed = _g("s", 100), _g("ll", 300), _g("rrr", 200, state="suspended")
+    # nothing running: new generations go at once, longest total length first
+    sel = p.select([short, long_, resumed], [], _pctx(), 0.0)
+    assert [g.gen_id for g in sel.order] == ["ll", "rrr", "s"]
+    # running batch: C_p = 0.01 + 1e-3 * (private 68 + 268) = 0.346 s of prefill stall
+    run = [_g("x", 50, state="running")]
+    sel = p.select([short, long_, resumed], run, _pctx(run), 0.0)
+    assert [g.gen_id for g in sel.order] == ["rrr"] and p.held == 1  # new ones held, resumed one runs
+    sel = p.select([short, long_], run, _pctx(run), 0.3)  # C_d = 0.3 < 0.346: still held
+    assert sel.order == []
+    sel = p.select([short, long_], run, _pctx(run), 0.35)  # C_d = 0.35 > C_p: prefill all together
+    assert [g.gen_id for g in sel.order] == ["ll", "s"] and p.decode_since_prefill == 0.0
+    # without the rule nothing is held
+    q = make_policy("hybrid", cost=cost, pd_rule=False)
+    q.select([short], [], _pctx(), 0.0)
+    assert q.select([short, long_], run, _pctx(run), 0.0).order == [long_, short]

@@ -207,3 +207,41 @@ def test_jit_resume_holds_nonblocking_until_action_end():
     b = gen("b", prompt=100, out=8, segments=[seg(5.0, blocking=True, end=0.0)])
     b.state = GenState.SUSPENDED  # returned from a blocking call: runs at once
     assert p.select([b], [], ctx(), 1.0).order == [b]
+
+
+# ------------------------------------------------------------------ in the simulator
+@pytest.mark.parametrize("policy", ["lamps", "infercept", "fcfs-preserve", "fcfs-discard", "timelyllm-lamps"])
+def test_simulated_toolbot_run_every_request_terminal(policy):
+    """A short memory-pressured run (1,024 KV blocks) ends with every request terminal and, for the
+    waste-based policies, shows the handling choices the model predicts (preserve short calls,
+    swap long ones)."""
+    import dataclasses
+    from pathlib import Path
+
+    from timelyllm_ros.core.planner import PlannerConfig
+    from timelyllm_ros.lrtrace import load_workload
+    from timelyllm_ros.sim.lamps_workload import load_toolbot
+    from timelyllm_ros.sim.runner import run_simulation
+
+    root = Path(__file__).resolve().parents[1]
+    prof = root / "profiles" / "lamps_small_kv.yaml"
+    robot, catalog = load_toolbot()
+    wl = dataclasses.replace(load_workload(root / "workloads" / "lamps_single.yaml"), duration_s=8.0)
+    params = {"profile": str(prof)} if policy in ("lamps", "infercept", "timelyllm-lamps") else {}
+    r = run_simulation(wl, policy, max_batch=256, robots={"toolbot": robot}, catalog=catalog,
+                       profile_path=prof, policy_params=params, config=PlannerConfig(max_tokens=4096))
+    assert r.generations and all(g.state.terminal for g in r.generations)
+    assert all(g.state is GenState.FINISHED for g in r.generations), [g.reason for g in r.generations]
+    modes = {}
+    for g in r.generations:
+        for k, v in g.extra.get("kv_modes", {}).items():
+            modes[k] = modes.get(k, 0) + v
+    if policy == "fcfs-discard":
+        assert set(modes) == {"discard"}
+    elif policy != "fcfs-preserve":
+        # math/VE calls (< 0.1 s) are preserved, chatbot/image/TTS (17-29 s) swapped
+        assert modes.get("preserve", 0) > 0 and modes.get("swap", 0) > 0
+        for g in r.generations:
+            m = g.extra.get("kv_modes", {})
+            if g.request.task_type in ("S_chatbot", "S_image", "S_tts"):
+                assert "swap" in m

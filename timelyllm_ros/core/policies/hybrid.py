@@ -1,0 +1,80 @@
+"""Hybrid offline-online scheduling (Pang et al.) as a planner policy: its two online rules.
+
+* **Request order** (paper Algorithm 1): longest total length first, N_p + N_d, where N_p is the
+  generation's context (prompt + output so far) and N_d its predicted remaining output (mean of
+  its past segments, else the robot's max_segment_tokens).  With one ready queue this is the
+  paper's per-client sort; the offline P||Cmax assignment itself is `timelyllm plan-offline`
+  (timelyllm_ros/offline), since the planner has no fixed client slots.
+* **Prefill vs decode** (Eqs. 41-43, rent-or-buy reading): admitting new generations costs a
+  prefill stage C_p = T_fwd(uncached tokens of the waiting new generations) during which the
+  running batch stalls.  While the decode time accumulated since the last admission of new
+  generations, C_d, is below C_p, new generations are held back (resumed ones, whose KV or prefix
+  is cached, are not); once C_d > C_p they are all admitted together.  With nothing running they
+  are admitted at once.
+
+This is a throughput (makespan) policy for known batches; it ignores TUFs on purpose.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..kv_handling import KVCostModel, SharedPrefix, private_context
+from ..types import Generation, GenState
+from . import register
+from .base import Policy, PolicyContext, Selection
+from .lamps import _cost_from
+
+
+class Hybrid(Policy):
+    name = "hybrid"
+
+    def __init__(self, *, cost: Any = None, profile: Any = None, pd_rule: bool = True) -> None:
+        self.cost: KVCostModel = _cost_from(cost, profile)
+        self.pd_rule = pd_rule
+        self.prefix = SharedPrefix(self.cost.block_size)
+        self._last_now: float | None = None
+        self.decode_since_prefill = 0.0  # C_d
+        self.held = 0  # iterations in which new generations were held back (for reports/tests)
+
+    def predict_remaining(self, g: Generation, ctx: PolicyContext) -> float:
+        done = [s.token_count for s in g.segments if s.token_count > 0]
+        if done:
+            return sum(done) / len(done)
+        robot = ctx.robots.get(g.request.robot_type)
+        return float(robot.max_segment_tokens) if robot else 16.0
+
+    def total_length(self, g: Generation, ctx: PolicyContext) -> float:
+        return len(g.prompt_ids) + len(g.output_ids) + self.predict_remaining(g, ctx)
+
+    def priority(self, g, ctx, now):
+        return self.total_length(g, ctx)
+
+    def prefill_cost(self, new: Sequence[Generation]) -> float:
+        """C_p: one prefill stage over the new generations' uncached (private) tokens."""
+        return self.cost.t_fwd(sum(private_context(g, self.prefix) for g in new))
+
+    def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
+               now: float) -> Selection:
+        for g in list(running) + list(ready):
+            self.prefix.observe(g)
+        if self._last_now is not None and running:
+            self.decode_since_prefill += max(0.0, now - self._last_now)
+        self._last_now = now
+        for g in ready:
+            g.priority = self.priority(g, ctx, now)
+        order = sorted(ready, key=lambda g: (-g.priority, g.request.arrival, g.gen_id))
+        new = [g for g in order if g.state is GenState.QUEUED]
+        if not new:
+            return Selection(order=order)
+        if self.pd_rule and running and self.prefill_cost(new) >= self.decode_since_prefill:
+            self.held += 1
+            return Selection(order=[g for g in order if g.state is not GenState.QUEUED])
+        self.decode_since_prefill = 0.0
+        return Selection(order=order)
+
+    def params(self) -> dict:
+        return {"pd_rule": self.pd_rule}
+
+
+register("hybrid", Hybrid)
