@@ -11,6 +11,7 @@ figures can be redrawn from a results file without re-running the simulation.
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -76,17 +77,21 @@ def plot_task_types(summaries: Mapping[str, Mapping[str, Any]], path: str | Path
 
 
 def select_for_timeline(records: Sequence[Mapping[str, Any]], n: int = 4) -> list[str]:
-    """Request ids for a Fig. 6 style trace: the earliest event (same arrival time) that mixes
-    urgent and non-urgent requests, else the earliest requests."""
+    """Request ids for a Fig. 6 style trace: from the largest event (requests arriving together)
+    that mixes urgent and non-urgent requests — where scheduling matters most — n requests taken
+    alternately from its urgent and other ones; without such an event, the earliest requests."""
     groups: dict[float, list[Mapping[str, Any]]] = {}
     for r in records:
         groups.setdefault(r["arrival"], []).append(r)
-    for t in sorted(groups):
-        cats = {r["category"] for r in groups[t]}
-        if "urgent" in cats and len(cats) > 1:
-            g = sorted(groups[t], key=lambda r: (r["category"] != "urgent", r["request_id"]))
-            picked = [g[0]] + [r for r in g[1:] if r["category"] != "urgent"][: n - 1]
-            return sorted(r["request_id"] for r in picked)
+    mixed = [t for t, g in groups.items()
+             if any(r["category"] == "urgent" for r in g) and any(r["category"] != "urgent" for r in g)]
+    if mixed:
+        t = max(mixed, key=lambda t: (len(groups[t]), -t))
+        g = sorted(groups[t], key=lambda r: r["request_id"])
+        urgent = [r for r in g if r["category"] == "urgent"]
+        other = [r for r in g if r["category"] != "urgent"]
+        picked = [r for pair in itertools.zip_longest(urgent, other) for r in pair if r is not None][:n]
+        return sorted(r["request_id"] for r in picked)
     return [r["request_id"] for r in sorted(records, key=lambda r: (r["arrival"], r["request_id"]))[:n]]
 
 
