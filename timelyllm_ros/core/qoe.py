@@ -1,0 +1,198 @@
+"""Andes QoE of a streamed reply (Andes §3.1, Eqs. 1-3), for queued, running or finished requests.
+
+A user consumes tokens at speed r (tokens/s) and expects the first one by ``ideal_start`` =
+arrival + TTFT target.  With u = 1/r:
+
+* ideal timeline   T_i^I = ideal_start + (i-1)·u
+* actual timeline  T_1^A = max(d_1, T_1^I),  T_i^A = max(d_i, T_{i-1}^A + u)   (d_i: delivery time)
+* S_delay = Σ_i (T_i^A − T_i^I),  S_whole = Σ_i (T_n^A − T_i^I),  QoE = 1 − S_delay / S_whole
+
+The paper states the metric only in words and Eq. 1-3; the two timelines above are the
+reconstruction its Fig. 5 draws (digest ``andes.md``).  Tokens reach users in *runs*: a group
+released at once (a sentence segment: interval 0) or a stream at a fixed interval (projected
+generation).  Within a run the actual timeline has a closed form, so the cost is O(runs), not
+O(tokens) — the Andes policy evaluates it for every request and candidate batch size.
+
+Unfinished requests ("QoE so far", at time ``now``): the user expected m(now) tokens by now (those
+whose ideal time has passed).  Delivered tokens are consumed as above; the expected but undelivered
+ones have not been consumed: their actual time is ``now`` for all of them (a flat stretch of the
+actual timeline, the user is stuck waiting).  This is what makes the paper's boundary cases hold:
+QoE = 1 before anything is due, and "when no tokens arrive, S_delay equals S_whole: QoE 0".  A
+request that delivers nothing and is given up has QoE 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from .robots import RobotSpec
+from .types import Generation, GenState, PlanRequest
+
+READING_TOK_S = 4.8  # Andes Fig. 2: reading speed, 1 word = 1.3 tokens
+SPEAKING_TOK_S = 3.3  # listening speed
+_EPS = 1e-9
+
+
+class QoEError(ValueError):
+    """Bad QoE parameters (non-positive rate, non-finite times, negative counts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """``count`` tokens delivered at start, start + interval, ...  (interval 0: all at once)."""
+
+    start: float
+    count: int
+    interval: float = 0.0
+    pending: bool = False  # expected but not delivered: all consumed "at start" (flat), internal
+
+
+@dataclass(frozen=True, slots=True)
+class QoE:
+    qoe: float
+    s_delay: float
+    s_whole: float
+    tokens: int  # n: tokens on the timelines (delivered + expected-but-late)
+    delivered: int
+
+
+def _check(ideal_start: float, rate: float) -> float:
+    if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
+        raise QoEError(f"consumption rate must be a finite number > 0 tokens/s, got {rate!r}")
+    if not math.isfinite(ideal_start):
+        raise QoEError(f"ideal start must be finite, got {ideal_start!r}")
+    return 1.0 / rate
+
+
+def expected_tokens(ideal_start: float, rate: float, at: float) -> int:
+    """Tokens whose ideal consumption time is <= at."""
+    u = _check(ideal_start, rate)
+    if at < ideal_start - _EPS:
+        return 0
+    return int(math.floor((at - ideal_start) / u + _EPS)) + 1
+
+
+def qoe_of_runs(runs: Iterable[Run], *, ideal_start: float, rate: float, now: float | None = None,
+                complete: bool = True) -> QoE:
+    """QoE of tokens delivered in ``runs``.
+
+    complete=True: the reply is whole (n = tokens delivered).  complete=False: evaluate "so far" at
+    ``now``: only tokens delivered by ``now`` count, and tokens the user expected by ``now`` but did
+    not get are placed at ``now``.
+    """
+    u = _check(ideal_start, rate)
+    rs: list[Run] = []
+    for r in runs:
+        if r.count < 0 or not math.isfinite(r.start) or r.interval < 0 or not math.isfinite(r.interval):
+            raise QoEError(f"bad delivery run {r!r}")
+        if r.count:
+            rs.append(r)
+    rs.sort(key=lambda r: r.start)
+    if not complete:
+        if now is None:
+            raise QoEError("an unfinished request needs `now`")
+        cut: list[Run] = []
+        for r in rs:
+            if r.start > now + _EPS:
+                break
+            c = r.count if r.interval == 0 else min(r.count, int(math.floor((now - r.start) / r.interval + _EPS)) + 1)
+            cut.append(Run(r.start, c, r.interval))
+        rs = cut
+        delivered = sum(r.count for r in rs)
+        missing = expected_tokens(ideal_start, rate, now) - delivered
+        if missing > 0:
+            rs.append(Run(now, missing, 0.0, pending=True))
+    delivered_n = sum(r.count for r in rs) if complete else delivered
+    n = sum(r.count for r in rs)
+    if n == 0:
+        return QoE(1.0, 0.0, 0.0, 0, 0)  # nothing expected yet, nothing late
+    s_actual = 0.0
+    prev_next = ideal_start  # earliest the next token can be consumed
+    last = ideal_start
+    for r in rs:
+        c, s, iv = r.count, r.start, r.interval
+        a0 = max(s, prev_next)
+        if r.pending:
+            s_actual += c * a0
+            last = a0
+            prev_next = last + u
+            continue
+        if iv <= u or c == 1:
+            kstar = c  # consumption-bound for the whole run
+        else:
+            kstar = min(c, max(0, math.ceil((a0 - s) / (iv - u) - _EPS)))
+        # k < kstar: a_k = a0 + k·u ; k >= kstar: a_k = s + k·iv
+        s_actual += kstar * a0 + u * kstar * (kstar - 1) / 2
+        if kstar < c:
+            s_actual += (c - kstar) * s + iv * (c * (c - 1) / 2 - kstar * (kstar - 1) / 2)
+            last = s + (c - 1) * iv
+        else:
+            last = a0 + (c - 1) * u
+        prev_next = last + u
+    s_ideal = n * ideal_start + u * n * (n - 1) / 2
+    s_delay = max(0.0, s_actual - s_ideal)
+    s_whole = n * last - s_ideal
+    q = 1.0 if s_whole <= _EPS else max(0.0, min(1.0, 1.0 - s_delay / s_whole))
+    return QoE(q, s_delay, s_whole, n, delivered_n)
+
+
+def qoe_of_deliveries(times: Sequence[float], *, ideal_start: float, rate: float, now: float | None = None,
+                      complete: bool = True) -> QoE:
+    """Per-token delivery times (the textbook form; used by tests and small cases)."""
+    return qoe_of_runs((Run(t, 1) for t in times), ideal_start=ideal_start, rate=rate, now=now,
+                       complete=complete)
+
+
+# --- requests -------------------------------------------------------------------------------------
+
+def consume_rate(request: PlanRequest, robot: RobotSpec | None = None, *,
+                 speaking_types: Iterable[str] = (), action_rate: float = 5.0) -> float:
+    """Tokens/s the reply is consumed at: the request's own value, else reading (4.8) or, for robot
+    types that speak their replies, listening (3.3).  Action robots "consume" a plan by executing
+    it; ``action_rate`` (a choice, see docs/policies.md) stands in for that pace."""
+    if request.consume_rate is not None:
+        return float(request.consume_rate)
+    if request.robot_type in set(speaking_types):
+        return SPEAKING_TOK_S
+    if robot is not None and robot.language != "sentence":
+        return action_rate
+    return READING_TOK_S
+
+
+def ttft_target(request: PlanRequest) -> float:
+    """TTFT target = the request's expected response time (TUF ERT: 1 s for chat, 0.2 s urgent)."""
+    return max(0.0, request.tuf.ert)
+
+
+def delivery_runs(gen: Generation, network_latency_s: float = 0.0) -> list[Run]:
+    """Tokens reach the user when their segment is dispatched (sentence granularity)."""
+    return [Run(s.dispatched_at + network_latency_s, max(1, s.token_count))
+            for s in gen.segments if s.dispatched_at is not None]
+
+
+def request_qoe(gen: Generation, now: float, *, rate: float | None = None, robot: RobotSpec | None = None,
+                network_latency_s: float = 0.0, speaking_types: Iterable[str] = ()) -> QoE:
+    """QoE of one request at ``now`` in whatever state it is."""
+    req = gen.request
+    r = rate if rate is not None else consume_rate(req, robot, speaking_types=speaking_types)
+    start = req.arrival + ttft_target(req)
+    runs = delivery_runs(gen, network_latency_s)
+    if gen.state is GenState.FINISHED or (gen.engine_finished and gen.state is GenState.DRAINING):
+        return qoe_of_runs(runs, ideal_start=start, rate=r)
+    if gen.state.terminal:  # failed / cancelled: the rest never comes
+        if not runs:
+            return QoE(0.0, 0.0, 0.0, 0, 0)
+        return qoe_of_runs(runs, ideal_start=start, rate=r)
+    at = max(now, req.arrival)
+    return qoe_of_runs(runs, ideal_start=start, rate=r, now=at, complete=False)
+
+
+def qoe_summary(values: Sequence[float], threshold: float = 0.95) -> Mapping[str, float | int | None]:
+    """Average QoE and the share of requests at or above ``threshold`` (Andes reports 0.95)."""
+    n = len(values)
+    if not n:
+        return {"count": 0, "qoe_mean": None, "share_ge": None, "threshold": threshold}
+    return {"count": n, "qoe_mean": math.fsum(values) / n,
+            "share_ge": sum(1 for v in values if v >= threshold - _EPS) / n, "threshold": threshold}
