@@ -203,8 +203,13 @@ def test_bad_input_types():
 def test_overlong_statement_is_cut_as_error():
     seg = Segmenter(TELLO, max_statement_chars=50)
     cuts = seg.feed("l('" + "x" * 60)
-    assert len(cuts) == 1 and "longer than 50" in cuts[0].error
-    assert seg.feed("tp;")[0].ok  # fresh state after the error
+    assert len(cuts) == 1 and "longer than 50" in cuts[0].error and cuts[0].end == 51
+    tail = seg.feed(";tp;")  # fresh state after the error: the rest is scanned as new text
+    assert [c.ok for c in tail] == [False, True] and "unknown skill 'xxxxxxxxxxxx'" in tail[0].error
+    text = "  l('" + "x" * 100 + "');tp;"
+    ref = key(fed(TELLO, [text], max_statement_chars=50))
+    for i in range(len(text)):  # where the deltas end does not matter
+        assert key(fed(TELLO, [text[:i], text[i:]], max_statement_chars=50)) == ref
 
 
 def test_eager_close_cuts_at_paren():

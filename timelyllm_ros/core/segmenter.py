@@ -258,9 +258,17 @@ class Segmenter:
         quote, esc, br, pa = self._quote, self._escape, self._brace, self._paren
         eager = self.eager_close
         ws = _WS
+        maxc = self.max_statement_chars
         while j < n:
             c = buf[j]
             j += 1
+            if first >= 0 and j - first > maxc:  # per char, so the cut does not depend on deltas
+                self._pending = buf
+                cuts.append(self._error(first, j, f"statement longer than {maxc} characters without an end"))
+                self._advance(j)
+                buf, n, j = self._pending, len(self._pending), 0
+                first, kind, quote, esc, br, pa = -1, "", False, False, 0, 0
+                continue
             if quote:
                 if esc:
                     esc = False
@@ -322,11 +330,6 @@ class Segmenter:
         self._pending = buf
         self._first, self._kind = first, kind
         self._quote, self._escape, self._brace, self._paren = quote, esc, br, pa
-        if first >= 0 and n - first > self.max_statement_chars:
-            cuts.append(self._error(first, n, f"statement longer than {self.max_statement_chars} "
-                                              "characters without an end"))
-            self._advance(n)
-            self._quote, self._escape, self._brace, self._paren = False, False, 0, 0
         return cuts
 
     def _scan_sentences(self, delta: str) -> list[Cut]:
