@@ -328,3 +328,17 @@ def test_chat_control_characters_are_errors():
     assert "control character U+0007" in c.error
     (c,) = whole(CHAT, "Bidi \u202e trick.")
     assert "U+202E" in c.error
+
+
+@pytest.mark.parametrize("robot, text, mode", [(r, t, None) for r, t in PLANS] + [
+    (CHAT, "Hi! I am 3.5 years old, e.g. a kid.\n\nWhat? Mr. X said \"no.\" OK...  Bye.\n\nThe end", "sentence"),
+    (CHAT, "One. Two.\n\nThree\nfour.\n\n\nFive", "paragraph")])
+def test_rollback_to_any_offset_then_refeed_gives_same_cuts(robot, text, mode):
+    ref = key(whole(robot, text, mode=mode))
+    for k in range(len(text) + 1):
+        seg = Segmenter(robot, mode=mode)
+        first = seg.feed(text)
+        seg.rollback(k)
+        assert seg.text == text[:k] and seg.length == k
+        again = seg.feed(text[k:]) + seg.finish()
+        assert key([c for c in first if c.end <= k] + again) == ref, k
