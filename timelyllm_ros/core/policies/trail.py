@@ -1,0 +1,120 @@
+"""Trail: shortest predicted remaining processing time first, with limited preemption.
+
+Rank of a generation = its predicted remaining output tokens (``LengthPredictor``), refreshed
+after every token (``on_token``); ties go first-come first-served.  A generation may be preempted
+only while its age (tokens generated) is below ``c·r0`` (r0 = its initial prediction, the
+midpoint of the predicted bin for the learned predictor); from then on it is *pinned*: it ranks
+ahead of everything (SOAP rank −∞ in the paper) and is never preempted.  c = 1 is the paper's
+"plain SPRPT" point; c = inf never pins.
+
+Preemption rule (the paper leaves it to vLLM's scheduler; ours, documented in docs/policies.md):
+the batch is *full* when the planner's batch-size controller refused a ready generation at the
+previous scheduling point (``Generation.extra["blocked"]``, set by the planner).  Then ready
+generations, best rank first, are paired with preemptable running ones, worst rank first; each
+pair where the ready one ranks strictly better preempts the running one, one for one; the first
+pair that does not stops the pass.  The preempted generation is aborted with KV mode ``kv`` (cache:
+its blocks stay in the prefix cache, the re-add of prompt + generated ids reuses them) and queued
+again with its rank.  One scheduling point of lag (one token) is the price of not reaching into
+the batcher.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from ..length_predictor import LengthPredictor, PredictorError, age, make_predictor
+from ..types import Generation, Segment
+from . import register
+from .base import DispatchMode, Policy, PolicyContext, Selection
+
+_MODES = {"stream": DispatchMode.STREAM, "suspend": DispatchMode.SUSPEND, "whole": DispatchMode.WHOLE}
+
+
+class Trail(Policy):
+    name = "trail"
+
+    def __init__(self, c: float = 0.8, predictor: str | LengthPredictor = "learned", noise_p: float = 0.3,
+                 seed: int = 0, model_dir: str | None = None, refresh_every: int = 1,
+                 mode: str = "stream", kv: str = "cache") -> None:
+        if not (isinstance(c, (int, float)) and c > 0 and not math.isnan(c)):
+            raise ValueError(f"c must be > 0 (inf: never pin), got {c!r}")
+        if mode not in _MODES:
+            raise ValueError(f"mode must be one of {sorted(_MODES)}, got {mode!r}")
+        if kv not in ("cache", "discard", "preserve", "swap"):
+            raise ValueError(f"kv must be cache, discard, preserve or swap, got {kv!r}")
+        self.c = float(c)
+        self.mode = _MODES[mode]
+        self.kv = kv
+        if isinstance(predictor, str):
+            params: dict = {}
+            if predictor == "noisy":
+                params = {"p": noise_p, "seed": seed}
+            elif predictor == "learned":
+                params = {"refresh_every": refresh_every}
+                if model_dir:
+                    params["model_dir"] = model_dir
+            try:
+                self.predictor = make_predictor(predictor, **params)
+            except PredictorError as e:
+                raise ValueError(str(e)) from e
+        else:
+            self.predictor = predictor
+        self._desc = {"c": self.c, "predictor": getattr(self.predictor, "name", str(predictor)),
+                      "noise_p": noise_p, "seed": seed, "refresh_every": refresh_every, "mode": mode, "kv": kv}
+
+    # --- ranks ----------------------------------------------------------------------------------
+    def r0(self, g: Generation) -> float:
+        return self.predictor.initial(g)
+
+    def pinned(self, g: Generation) -> bool:
+        """Past c·r0 generated tokens: no longer preemptable (and ranked first)."""
+        return age(g) >= self.c * self.r0(g)
+
+    def remaining(self, g: Generation) -> float:
+        return self.predictor.remaining(g)
+
+    def rank(self, g: Generation) -> tuple:
+        """Smaller runs first: pinned ones, then predicted remaining tokens, then FCFS."""
+        rem = self.remaining(g)
+        g.priority = -rem
+        return (0 if self.pinned(g) else 1, rem, g.ready_since, g.request.arrival, g.gen_id)
+
+    def priority(self, g, ctx, now):
+        return -self.remaining(g)
+
+    # --- decisions ------------------------------------------------------------------------------
+    def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
+               now: float) -> Selection:
+        full = False
+        for g in ready:
+            if g.extra.pop("blocked", None) is not None:
+                full = True
+        keyed = sorted(((self.rank(g), g) for g in ready), key=lambda kg: kg[0])
+        order = [g for _, g in keyed]
+        preempt: list[Generation] = []
+        if full and keyed:
+            victims = sorted(((self.rank(g), g) for g in running if not self.pinned(g)),
+                             key=lambda kg: kg[0], reverse=True)
+            for (rk, _), (vk, v) in zip(keyed, victims):
+                if rk[:2] < vk[:2]:  # strictly better predicted work; ties never preempt
+                    preempt.append(v)
+                else:
+                    break
+        return Selection(order=order, preempt=preempt)
+
+    def on_token(self, g: Generation, n_new: int, ctx: PolicyContext) -> None:
+        self.predictor.observe(g, n_new)
+        st = g.extra.setdefault("trail", {})
+        st.setdefault("r0", self.r0(g))
+        if "pinned_at" not in st and self.pinned(g):
+            st["pinned_at"] = age(g)
+
+    def kv_mode(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> str:
+        return self.kv if seg is None else "cache"
+
+    def params(self) -> dict:
+        return dict(self._desc)
+
+
+register("trail", Trail)
