@@ -233,7 +233,7 @@ def main() -> int:
     minispec = [robots["tello"], robots["arm"]]
     chat = robots["chat"]
     st = dict(inputs=0, cuts=0, valid_cuts=0, dispatched=0, invalid_dispatched=0, guard_rejected_valid_cut=0,
-              split_mismatch=0, tamper_tries=0, tamper_accepted=0, crashes=0)
+              split_mismatch=0, tamper_tries=0, tamper_accepted=0, raw_statements=0, raw_accepted=0, crashes=0)
     first_failures: list[str] = []
     t0 = time.perf_counter()
     for n in range(args.inputs):
@@ -282,6 +282,8 @@ def main() -> int:
                 except MiniSpecError:
                     calls = ()
                 v = check_segment(robot, stmt, calls)
+                st["raw_statements"] += 1
+                st["raw_accepted"] += v.ok
                 if v.reason.startswith("internal guard error"):
                     raise RuntimeError(v.reason)
                 if v.ok and any(oracle_problem(robot, k) for k in calls):
