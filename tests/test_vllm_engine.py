@@ -6,25 +6,26 @@ One engine serves the whole session (fixture `vllm_engine` in tests/vllm_fixture
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("vllm", reason="vLLM is not installed in this interpreter")
-
-from vllm_fixtures import (  # noqa: E402  (fixture registered by import)
+from vllm_fixtures import (  # fixture registered by import
     build_random_llama, engine_config, vllm_engine, write_config_only,
 )
 
-from timelyllm_ros.core.robots import load_robots  # noqa: E402
-from timelyllm_ros.core.segmenter import Segmenter  # noqa: E402
-from timelyllm_ros.core.tuf import TUF  # noqa: E402
-from timelyllm_ros.core.types import PlanRequest  # noqa: E402
-from timelyllm_ros.engines.base import EngineError, EngineOutput  # noqa: E402
-from timelyllm_ros.prompts import PromptBuilder  # noqa: E402
+from timelyllm_ros.core.robots import load_robots
+from timelyllm_ros.core.segmenter import Segmenter
+from timelyllm_ros.core.tuf import TUF
+from timelyllm_ros.core.types import PlanRequest
+from timelyllm_ros.engines.base import EngineError, EngineOutput
+from timelyllm_ros.engines.vllm_engine import IncrementalDetokenizer, VllmEngine
+from timelyllm_ros.engines.vllm_stats import DecodeSpeed, free_blocks_from_usage
+from timelyllm_ros.prompts import PromptBuilder
 
-pytestmark = pytest.mark.vllm
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+needs_vllm = pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed in this interpreter")
 
 __all__ = ["vllm_engine"]
 
@@ -83,6 +84,62 @@ def _run_segmented(engine, gen_id: str, prompt: list[int], max_tokens: int, boun
     return ids, text, firsts, resumed_at
 
 
+# -- pure parts (no vLLM needed) ---------------------------------------------------------------
+
+def _bytes_decode(ids: list[int]) -> str:
+    """A byte-level 'tokenizer': one token per UTF-8 byte (worst case for held-back text)."""
+    return bytes(ids).decode("utf-8", errors="replace")
+
+
+TEXT = "mf(50); héllo wörld ✓ 日本語; g('猫');"
+
+
+def test_detokenizer_streams_exact_text():
+    ids = list(TEXT.encode())
+    d = IncrementalDetokenizer(_bytes_decode, ids[:3])
+    parts = [d.push([t]) for t in ids[3:]]
+    assert "".join(parts) == TEXT[3:]
+    assert not any("\ufffd" in p for p in parts)  # a character is emitted only once complete
+    assert d.unread == 0
+
+
+@pytest.mark.parametrize("cut", range(4, len(TEXT.encode())))
+def test_detokenizer_carries_held_bytes_over_a_resume(cut):
+    """Suspend after any byte (also inside a character), resume from prompt + generated ids:
+    the concatenated text is exactly the unsuspended one."""
+    ids = list(TEXT.encode())
+    prompt = ids[:3]
+    d = IncrementalDetokenizer(_bytes_decode, prompt)
+    text = "".join(d.push([t]) for t in ids[3:cut])
+    d2 = IncrementalDetokenizer(_bytes_decode, ids[:cut], unread=d.unread)
+    text += "".join(d2.push([t]) for t in ids[cut:])
+    assert _bytes_decode(prompt) + text == TEXT
+
+
+def test_decode_speed_and_free_blocks():
+    s = DecodeSpeed(alpha=0.5)
+    s.update(tokens=4, seqs=4, dt=0.01)  # every sequence advanced 1 token in 10 ms
+    assert s.value == pytest.approx(100.0)
+    s.update(tokens=2, seqs=2, dt=0.02)
+    assert s.value == pytest.approx(75.0)
+    s.update(tokens=0, seqs=0, dt=0.01)  # nothing decoded: no sample
+    assert s.samples == 2
+    assert free_blocks_from_usage(0.25, 100) == 75
+    assert free_blocks_from_usage(1.5, 100) == 0
+
+
+def test_config_is_validated_before_vllm_starts(tmp_path):
+    with pytest.raises(EngineError, match="unknown vLLM engine config keys"):
+        VllmEngine({"model": str(tmp_path), "max_num_seq": 4})
+    with pytest.raises(EngineError, match="needs `model`"):
+        VllmEngine({"dtype": "float32"})
+    with pytest.raises(EngineError, match="must be a mapping"):
+        VllmEngine(["model"])  # type: ignore[arg-type]
+
+
+# -- real vLLM -----------------------------------------------------------------------------------
+
+@pytest.mark.vllm
 @pytest.mark.parametrize("robot_type,task,scene", TASKS)
 def test_segmented_at_statements_equals_unsegmented(vllm_engine, robot_type, task, scene):
     """(a)+(b): suspend at every Segmenter statement boundary, resume from ids: same ids/text,
@@ -114,6 +171,7 @@ def test_segmented_at_statements_equals_unsegmented(vllm_engine, robot_type, tas
         assert first.num_cached_tokens <= n
 
 
+@pytest.mark.vllm
 @pytest.mark.parametrize("every", [1, 5, 13])
 def test_segmented_every_k_tokens_equals_unsegmented(vllm_engine, every):
     """(a)+(b) independent of the model's output: suspend every k tokens (k=1: every token)."""
@@ -128,6 +186,7 @@ def test_segmented_every_k_tokens_equals_unsegmented(vllm_engine, every):
         assert n - eng.block_size <= first.num_cached_tokens <= n
 
 
+@pytest.mark.vllm
 def test_batch_resume_matches_and_new_request_ids(vllm_engine):
     """Several generations in one batch, one of them suspended/resumed repeatedly: each equals
     its solo greedy run, and vLLM request ids are never reused."""
@@ -150,6 +209,7 @@ def test_batch_resume_matches_and_new_request_ids(vllm_engine):
     assert got == solo
 
 
+@pytest.mark.vllm
 def test_stats_free_blocks_shrink_while_generating(vllm_engine):
     """(c) KV capacity/usage from vLLM; free blocks drop while generations hold KV, come back
     (as cached-but-free blocks) after they finish; decode speed is measured."""
@@ -173,6 +233,7 @@ def test_stats_free_blocks_shrink_while_generating(vllm_engine):
     assert s2.tokens_per_s > 0
 
 
+@pytest.mark.vllm
 def test_abort_then_no_more_outputs(vllm_engine):
     """(e) after abort, nothing more for that id, other generations go on; abort is idempotent."""
     eng = vllm_engine
@@ -192,6 +253,7 @@ def test_abort_then_no_more_outputs(vllm_engine):
     assert eng.step() == []
 
 
+@pytest.mark.vllm
 def test_bad_calls_are_clear_and_keep_engine_healthy(vllm_engine):
     eng = vllm_engine
     with pytest.raises(EngineError, match="out|outside"):
@@ -214,9 +276,9 @@ def test_bad_calls_are_clear_and_keep_engine_healthy(vllm_engine):
 
 # -- (d) errors before vLLM starts -------------------------------------------------------------
 
+@pytest.mark.vllm
+@needs_vllm
 def test_missing_model_path_is_clear(tmp_path):
-    from timelyllm_ros.engines.vllm_engine import VllmEngine
-
     with pytest.raises(EngineError, match="does not exist.*build_tiny_model"):
         VllmEngine(engine_config(tmp_path / "nope"))
     with pytest.raises(EngineError, match="no config.json"):
@@ -224,10 +286,13 @@ def test_missing_model_path_is_clear(tmp_path):
     write_config_only(tmp_path / "noweights", _any_model_dir(tmp_path))
     with pytest.raises(EngineError, match="no weights"):
         VllmEngine(engine_config(tmp_path / "noweights"))
-    with pytest.raises(EngineError, match="unknown vLLM engine config keys"):
-        VllmEngine({"model": str(tmp_path), "max_num_seq": 4})
     with pytest.raises(EngineError, match="multiple of 32"):
         VllmEngine(engine_config(_any_model_dir(tmp_path), block_size=16))
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        with pytest.raises(EngineError, match="needs a CUDA or XPU GPU"):
+            VllmEngine(engine_config(_any_model_dir(tmp_path), kv_offloading_size_gib=1))
 
 
 def _any_model_dir(tmp_path: Path) -> Path:
@@ -240,10 +305,10 @@ def _any_model_dir(tmp_path: Path) -> Path:
     return d
 
 
+@pytest.mark.vllm
+@needs_vllm
 def test_head_dim_16_model_is_rejected_on_cpu(tmp_path):
     from vllm.platforms import current_platform
-
-    from timelyllm_ros.engines.vllm_engine import VllmEngine
 
     if not current_platform.is_cpu():
         pytest.skip("head_dim 16 is a CPU-backend restriction")
@@ -252,11 +317,11 @@ def test_head_dim_16_model_is_rejected_on_cpu(tmp_path):
         VllmEngine(engine_config(model))
 
 
+@pytest.mark.vllm
+@needs_vllm
 def test_unloadable_model_is_clear(tmp_path):
     """config.json and a weights file are there but the weights are garbage: vLLM fails to
     load, the adapter says which model and what to do."""
-    from timelyllm_ros.engines.vllm_engine import VllmEngine
-
     model = build_random_llama(tmp_path / "broken", layers=1)
     (model / "model.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(EngineError, match="could not load model"):

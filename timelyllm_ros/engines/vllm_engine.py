@@ -228,6 +228,11 @@ class VllmEngine:
         if self._cpu and bs is not None and bs % 32:
             raise EngineError(f"block_size {bs} is not supported by vLLM-cpu: use a multiple of 32 "
                               f"(e.g. 32 for fine-grained prefix caching)")
+        if self._cpu and config.get("kv_offloading_size_gib") is not None:
+            raise EngineError("kv_offloading_size_gib (kv mode 'swap') needs a CUDA or XPU GPU: vLLM-cpu "
+                              "rejects KV offloading ('CPU Offloading is currently only supported on "
+                              "CUDA-alike and XPU GPUs'); remove it on CPU, where the KV cache is "
+                              "already in host memory")
         self._build(model)
 
     # -- construction -------------------------------------------------------------------------
