@@ -193,3 +193,17 @@ def test_poisson_rate_is_respected_statistically(tmp_path, catalog, robots):
     n = len(expand(load_workload(p), catalog, robots))
     mean = 0.5 * 2000
     assert abs(n - mean) < 4 * math.sqrt(mean)
+
+
+def test_default_catalog_merges_bundled_catalogs_and_rejects_duplicates(tmp_path, robots):
+    from timelyllm_ros.lrtrace import default_catalog
+    from timelyllm_ros.lrtrace_tasks import TASKS_FILE
+
+    cat = default_catalog(robots)
+    assert {f"T{i}" for i in range(1, 12)} | {"C1", "C2", "C3"} <= set(cat)
+    only = default_catalog(robots, [TASKS_FILE])
+    assert set(only) == set(load_tasks(robots=robots))
+    copy = tmp_path / "copy_tasks.yaml"
+    copy.write_text(TASKS_FILE.read_text())
+    with pytest.raises(WorkloadError, match="task 'T1' is defined in both"):
+        default_catalog(robots, [TASKS_FILE, copy])

@@ -63,6 +63,8 @@ def add_bench(sub: Any) -> None:
                    help="fixed batch cap for every policy (default: latency-guided for segmenting "
                         "policies, 256 for vllm/vllm-stream)")
     p.add_argument("--seed", type=int, default=None, help="arrival + robot seed (default: the workload's)")
+    p.add_argument("--catalog", action="append", default=None, metavar="FILE",
+                   help="task catalog YAML (repeatable; default: every bundled workloads/*_tasks.yaml)")
     p.add_argument("--profile", default=None, help="engine latency profile YAML (default rtx4090_llama3_8b)")
     p.add_argument("--exclusive-agents", action="store_true",
                    help="each agent is one robot running its goals FIFO (default: per-request lanes)")
@@ -95,7 +97,8 @@ def run_bench(args: argparse.Namespace) -> int:
 
     from .core.metrics import to_json
     from .engines.simulated import DEFAULT_PROFILE, ProfileError
-    from .lrtrace import WorkloadError, load_workload
+    from .core.robots import RobotSpecError, load_robots
+    from .lrtrace import WorkloadError, default_catalog, load_workload
     from .sim.runner import run_simulation
 
     console = Console(stderr=True)
@@ -107,6 +110,11 @@ def run_bench(args: argparse.Namespace) -> int:
     profile = Path(args.profile) if args.profile else DEFAULT_PROFILE
     if not profile.is_file():
         raise CliError(f"profile {str(profile)!r} does not exist")
+    try:
+        robots = load_robots()
+        catalog = default_catalog(robots, args.catalog)
+    except (RobotSpecError, WorkloadError) as e:
+        raise CliError(str(e)) from None
     params = dict(args.param)
     results: dict[str, Any] = {}
     sims = {}
@@ -121,6 +129,7 @@ def run_bench(args: argparse.Namespace) -> int:
             try:
                 r = run_simulation(workload, name, max_batch=args.max_batch, seed=args.seed,
                                    profile_path=profile, policy_params=params, progress=update,
+                                   robots=robots, catalog=catalog,
                                    exclusive_agents=args.exclusive_agents)
             except (WorkloadError, ProfileError, ValueError) as e:
                 raise CliError(f"{name}: {e}") from None

@@ -371,8 +371,29 @@ def load_workload(path_or_name: str | Path) -> Workload:
 
 
 def list_workloads() -> list[str]:
-    """Names of the bundled workload files (not the task catalog)."""
-    return sorted(p.stem for p in WORKLOADS_DIR.glob("*.yaml") if p.stem != "lrtrace_tasks")
+    """Names of the bundled workload files (task catalogs, `*_tasks.yaml`, excluded)."""
+    return sorted(p.stem for p in WORKLOADS_DIR.glob("*.yaml") if not p.stem.endswith("_tasks"))
+
+
+def default_catalog(robots: Mapping[str, RobotSpec] | None = None,
+                    paths: Sequence[str | Path] | None = None) -> dict[str, Any]:
+    """Task catalog for workloads: every bundled ``workloads/*_tasks.yaml`` (LRTrace T1-T11, C1-C3,
+    chat tasks, ...) merged, or the given catalog files.  A task id defined twice is an error."""
+    from .lrtrace_tasks import load_tasks
+
+    files = [Path(p) for p in paths] if paths else sorted(WORKLOADS_DIR.glob("*_tasks.yaml"))
+    merged: dict[str, Any] = {}
+    origin: dict[str, Path] = {}
+    for f in files:
+        try:
+            tasks = load_tasks(f, robots=dict(robots) if robots is not None else None)
+        except ValueError as e:
+            raise WorkloadError(str(e)) from e
+        for tid, t in tasks.items():
+            if tid in merged:
+                raise WorkloadError(f"task {tid!r} is defined in both {origin[tid]} and {f}")
+            merged[tid], origin[tid] = t, f
+    return merged
 
 
 # --- expansion ------------------------------------------------------------------------------------

@@ -45,8 +45,8 @@ from ..core.policies import DispatchMode, make_policy
 from ..core.robots import RobotSpec, load_robots
 from ..core.types import Generation, GenState, SegmentGoal
 from ..engines.simulated import DEFAULT_PROFILE, LatencyProfile, SimulatedEngine
-from ..lrtrace import Arrival, Workload, expand, load_workload
-from ..lrtrace_tasks import TaskDef, load_tasks
+from ..lrtrace import Arrival, Workload, default_catalog, expand, load_workload
+from ..lrtrace_tasks import TaskDef
 from .prompts import SimPromptSource
 from .robots import FaultConfig, SimulatedRobots
 from .tokenizer import SimTokenizer
@@ -193,7 +193,7 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
     wl = workload if isinstance(workload, Workload) else load_workload(workload)
     run_seed = wl.seed if seed is None else int(seed)
     robots = dict(robots) if robots is not None else load_robots()
-    catalog = catalog if catalog is not None else load_tasks(robots=robots)
+    catalog = catalog if catalog is not None else default_catalog(robots)
     arrivals = expand(wl, catalog, robots, seed=run_seed)
     params = dict(policy_params or {})
     policy = make_policy(policy_name, **params)
@@ -239,7 +239,7 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
     for a in arrivals:
         loop.schedule(a.time, lambda a=a: submit(a))
 
-    total = len(arrivals)
+    total = len(arrivals) + len(planner.generations)  # + requests a setup hook resubmitted
     last_arrival = arrivals[-1].time if arrivals else 0.0
     limit = last_arrival + max_overrun_s
     steps = 0
