@@ -188,6 +188,8 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
     ``seed`` (default: the workload's) drives both the arrival expansion and the robots' sampled
     execution times, so one seed gives one exact run.  Raises ``SimulationError`` if the planner
     stops making progress or virtual time runs ``max_overrun_s`` past the last arrival.
+    ``setup(planner, arrivals) -> arrivals`` runs once before the first event (benchmarks wrap the
+    engine with probes; the crash test attaches a journal and recovers, dropping known arrivals).
     """
     wall0 = _time.perf_counter()
     wl = workload if isinstance(workload, Workload) else load_workload(workload)
