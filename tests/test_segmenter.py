@@ -127,6 +127,13 @@ def test_conditional_dispatches_at_close_and_else_follows():
     assert c2.ok and c2.text == ":{s('cat')}"
 
 
+def test_unicode_space_is_not_minispec_whitespace():
+    (c,) = whole(TELLO, "\u00a0mf(50);")
+    assert "unexpected character" in c.error and c.text == "\u00a0mf(50);"
+    (c,) = whole(TELLO, "mf(50)\u00a0")
+    assert "unexpected character" in c.error
+
+
 def test_empty_statements_are_skipped():
     assert [c.text for c in whole(TELLO, "3{tp};;  ;mf(50);;")] == ["3{tp}", "mf(50);"]
 

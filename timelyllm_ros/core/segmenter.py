@@ -30,7 +30,8 @@ from .robots import RobotSpec
 from .types import SkillCall
 
 MODES = ("statement", "sentence", "paragraph")
-_WS = frozenset(" \t\n\r\f\v")  # what the MiniSpec lexer treats as whitespace (ASCII)
+_WS_STR = " \t\n\r\f\v"  # what the MiniSpec lexer treats as whitespace (ASCII only)
+_WS = frozenset(_WS_STR)
 _SIMPLE_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_-")
 _CLOSERS = frozenset("\"')]}\u201d\u2019\u00bb")
 _ABBREVIATIONS = frozenset(
@@ -137,7 +138,7 @@ class Segmenter:
         if self._first < 0:
             return []
         buf, first = self._pending, self._first
-        body = buf[first:].rstrip()
+        body = buf[first:].rstrip(_WS_STR if self.mode == "statement" else None)
         if self.mode == "statement":
             if self._quote:
                 cut = self._error(first, len(buf), "unterminated string at end of generation")
@@ -218,12 +219,12 @@ class Segmenter:
             self._clean.append(self._base)
 
     def _error(self, first: int, end: int, message: str) -> Cut:
-        text = self._pending[first:end].strip()
+        text = self._pending[first:end].strip(_WS_STR)
         return Cut(self._base + first, self._base + end, text, (), False,
                    f"{message} (offset {self._base + end - 1})")
 
     def _statement(self, first: int, end: int) -> Cut:
-        text = self._pending[first:end].rstrip()
+        text = self._pending[first:end].rstrip(_WS_STR)
         start = self._base + first
         try:
             stmt, calls = parse_statement(text, self.robot)
