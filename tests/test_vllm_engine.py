@@ -326,3 +326,35 @@ def test_unloadable_model_is_clear(tmp_path):
     (model / "model.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(EngineError, match="could not load model"):
         VllmEngine(engine_config(model))
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_worker_death_mid_run_is_engine_error():
+    """The model worker dies mid-generation: step() raises EngineError saying to rebuild the
+    engine, `healthy` goes false, later calls fail fast.  (Own engine: this one gets killed.)"""
+    import os
+    import signal
+    import time
+
+    from vllm_fixtures import model_for_tests
+
+    model, _ = model_for_tests()
+    eng = VllmEngine(engine_config(model, max_num_seqs=2))
+    try:
+        eng.add("g", eng.tokenizer.encode_prompt("mf(50);tc(90);") * 4, 200)
+        eng.step()
+        workers = eng.llm_engine.model_executor.workers
+        for w in workers:
+            os.kill(w.proc.pid, signal.SIGKILL)
+        for w in workers:
+            w.proc.join(timeout=10)
+        deadline = time.monotonic() + 60
+        with pytest.raises(EngineError, match="failed during step.*build a new VllmEngine"):
+            while time.monotonic() < deadline:
+                eng.step()
+        assert eng.stats().healthy is False
+        with pytest.raises(EngineError, match="failed earlier"):
+            eng.add("h", [2, 3], 2)
+    finally:
+        eng.shutdown()
