@@ -143,3 +143,15 @@ def test_summary_share():
     s = qoe_summary([1.0, 0.96, 0.5, 0.95])
     assert s["qoe_mean"] == pytest.approx((1 + 0.96 + 0.5 + 0.95) / 4) and s["share_ge"] == 0.75
     assert qoe_summary([])["qoe_mean"] is None
+
+
+def test_metrics_summary_reports_qoe_of_chat_requests_only():
+    from timelyllm_ros.core.metrics import summarize
+
+    fin = _gen(GenState.FINISHED, segs=[(1.0, 2), (3.0, 2)])
+    fin.finished_at = 5.0
+    robot = Generation(request=PlanRequest("d1", "d", "tello", "t", "", NORMAL, 0.0), state=GenState.FAILED,
+                       finished_at=1.0)
+    s = summarize([fin, robot])
+    assert s["qoe"]["count"] == 1 and s["qoe"]["per_request"]["c1"] == pytest.approx(1 - 2 / 7)
+    assert "qoe" not in summarize([robot])

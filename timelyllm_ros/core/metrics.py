@@ -129,6 +129,7 @@ def aggregate(rows: Sequence[RequestMetrics]) -> dict[str, Any]:
 
 def summarize(gens: Iterable[Generation]) -> dict[str, Any]:
     """Per-request rows plus per-task-type, per-category and overall aggregates."""
+    gens = list(gens)
     rows = sorted((request_metrics(g) for g in gens), key=lambda r: (r.arrival, r.request_id))
     by_type: dict[str, list[RequestMetrics]] = {}
     by_cat: dict[str, list[RequestMetrics]] = {}
@@ -140,7 +141,22 @@ def summarize(gens: Iterable[Generation]) -> dict[str, Any]:
         "by_task_type": {k: aggregate(v) for k, v in by_type.items()},
         "by_category": {k: aggregate(v) for k, v in by_cat.items()},
         "requests": [asdict(r) for r in rows],
+        # --- Andes QoE hook (policies helper, additive): QoE of every chat request (core/qoe.py);
+        # only present when the run has chat requests, so robot-only outputs are unchanged.
+        **_chat_qoe(gens),
     }
+
+
+def _chat_qoe(gens: Sequence[Generation]) -> dict[str, Any]:
+    """{"qoe": {"count", "qoe_mean", "share_ge", "threshold", "per_request"}} over chat requests."""
+    from .qoe import qoe_summary, request_qoe
+
+    chat = sorted((g for g in gens if g.request.category == "chat"), key=lambda g: (g.request.arrival, g.gen_id))
+    if not chat:
+        return {}
+    vals = {g.gen_id: request_qoe(g, g.finished_at if g.finished_at is not None else g.request.arrival).qoe
+            for g in chat}
+    return {"qoe": {**qoe_summary(list(vals.values())), "per_request": vals}}
 
 
 def terminal_count(gens: Iterable[Generation]) -> tuple[int, int]:
