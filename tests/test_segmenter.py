@@ -330,6 +330,15 @@ def test_overlong_sentence_is_split_at_a_space():
     assert all(text[c.start:c.end] == c.text for c in cuts) and len(cuts) >= 3
 
 
+def test_huge_deltas_do_not_overflow():
+    seg = Segmenter(CHAT, max_statement_chars=10)
+    cuts = seg.feed("x" * 200_000) + seg.finish()
+    assert len(cuts) == 20_000 and all(c.ok and len(c.text) == 10 for c in cuts)
+    seg = Segmenter(TELLO, max_statement_chars=100)
+    cuts = seg.feed("l('" + "y" * 100_000) + seg.finish()
+    assert len(cuts) == 100_003 // 101 + 1 and not any(c.ok for c in cuts)  # 101 chars each + tail
+
+
 def test_chat_control_characters_are_errors():
     (c,) = whole(CHAT, "Hi \x07 there.")
     assert "control character U+0007" in c.error

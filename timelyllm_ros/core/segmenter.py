@@ -335,6 +335,13 @@ class Segmenter:
 
     def _scan_sentences(self, delta: str) -> list[Cut]:
         cuts: list[Cut] = []
+        rest: str | None = delta
+        while rest is not None:  # iterative, not recursive: a huge delta cannot overflow the stack
+            rest = self._scan_sentences_once(rest, cuts)
+        return cuts
+
+    def _scan_sentences_once(self, delta: str, cuts: list[Cut]) -> str | None:
+        """Scan delta; on an overlong segment cut it and return the text still to scan."""
         buf = self._pending + delta
         j = len(buf) - len(delta)
         n = len(buf)
@@ -391,12 +398,11 @@ class Segmenter:
                 self._advance(end)
                 rest = self._pending
                 self._reset(self._base)
-                cuts.extend(self._scan_sentences(rest))
-                return cuts
+                return rest
         self._pending = buf
         self._first, self._last, self._cand, self._word, self._nl = first, last, cand, word, nl
         self._bol, self._wbol = bol, wbol
-        return cuts
+        return None
 
 
 def _not_sentence_end(word: str, starts_line: bool) -> bool:
