@@ -111,6 +111,8 @@ def test_never_raises_on_garbage_arguments():
         (TELLO, "tp", "tp"), (TELLO, 42, ()), (TELLO, "", ()), (TELLO, "   ", ()),
         (TELLO, "mf(50)", (SkillCall("move_forward", "mf", [50]),)),  # args not a tuple
         (TELLO, "x" * 100000, ()),
+        (TELLO, "mf(50)", (SkillCall("move_forward", "mf", (10**5000,)),)),  # str() of it raises
+        (TELLO, "mf(1" + "0" * 5000 + ")", (SkillCall("move_forward", "mf", (10**5000,)),)),
     ]:
         v = check_segment(robot, text, c)  # type: ignore[arg-type]
         assert isinstance(v, GuardVerdict) and not v.ok and v.reason

@@ -138,6 +138,16 @@ def test_program_may_start_with_else_of_earlier_segment():
     assert rec.calls == ["iv('cat')", "s('cat')"]
 
 
+def test_check_call_args_for_executors():
+    from timelyllm_ros.core.minispec import check_call_args
+    mf = TELLO.skills["move_forward"]
+    assert check_call_args(mf, (50,)) is None
+    assert "below minimum" in check_call_args(mf, (5,))
+    assert "huge integer" in check_call_args(mf, (10**5000,))
+    assert "non-printable" in check_call_args(TELLO.skills["log"], ("a\x1b[2J",))
+    assert "takes 1 argument" in check_call_args(mf, ())
+
+
 def test_else_inside_block_must_follow_conditional():
     with pytest.raises(MiniSpecError, match="must follow a conditional"):
         parse_statement("2{tp;:{mf(50)}}", TELLO)

@@ -99,8 +99,7 @@ def _check(robot: RobotSpec, text: Any, calls: Any) -> str | None:
     except MiniSpecError as e:
         return f"invalid statement: {e}"
     if not _same_calls(parsed, tuple(calls)):
-        return (f"goal calls {[str(c) for c in calls]} differ from the calls in the text "
-                f"{[str(c) for c in parsed]}")
+        return f"goal calls {_fmt(calls)} differ from the calls in the text {_fmt(parsed)}"
     for c in parsed:
         reason = _check_call(robot, c)
         if reason:
@@ -130,6 +129,20 @@ def _check_chat(robot: RobotSpec, text: str, calls: tuple[SkillCall, ...]) -> st
     if len(arg) > limit:
         return f"chat segment longer than {limit} characters"
     return text_problem(arg)
+
+
+def _show(v: Any) -> str:
+    """An argument for a message; str() of a 5000-digit int would raise."""
+    if type(v) is int and not -10**18 < v < 10**18:
+        return "<huge int>"
+    return repr(v)[:40]
+
+
+def _fmt(calls: Any, limit: int = 200) -> str:
+    """Calls for a rejection message, safe for any content (huge ints, long strings)."""
+    out = ", ".join(f"{c.abbr}({','.join(_show(a) for a in c.args)})" if isinstance(c, SkillCall)
+                    and isinstance(c.args, tuple) else type(c).__name__ for c in calls)
+    return "[" + (out if len(out) <= limit else out[:limit] + "...") + "]"
 
 
 def _same_calls(a: tuple[SkillCall, ...], b: tuple[SkillCall, ...]) -> bool:
@@ -178,11 +191,12 @@ def _check_call(robot: RobotSpec, c: SkillCall) -> str | None:
                 return f"{where} must be a finite number, got {v!r}"
         else:
             return f"{where} has unknown type {a.type!r}"
+        shown = _show(v)
         if (a.min is not None and v < a.min) or (a.max is not None and v > a.max):
-            return f"{where}={v} outside {a.min}..{a.max}"
+            return f"{where}={shown} outside {a.min}..{a.max}"
         lim = hard[i] if i < len(hard) else None
         if lim is not None and not lim[0] <= v <= lim[1]:
-            return f"{where}={v} outside the robot's hard limit {lim[0]}..{lim[1]}"
+            return f"{where}={shown} outside the robot's hard limit {lim[0]}..{lim[1]}"
         problem = a.check(v)  # the schema's own check as well
         if problem:
             return f"{c.abbr}: {problem}"

@@ -445,6 +445,8 @@ def _check_args(spec: SkillSpec, args: list[Value] | tuple[Value, ...]) -> tuple
         want = ", ".join(f"{a.name}:{a.type}" for a in spec.args) or "no arguments"
         return -1, f"takes {len(spec.args)} argument(s) ({want}), got {len(args)}"
     for i, (a, v) in enumerate(zip(spec.args, args)):
+        if type(v) is int and not -10**18 < v < 10**18:  # ArgSpec.check would str() it (may raise)
+            return i, f"argument {a.name!r} is a huge integer"
         problem = a.check(v)
         if problem is None and isinstance(v, str):
             problem = string_problem(v)
