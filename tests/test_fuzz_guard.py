@@ -154,7 +154,8 @@ STATEMENT_OR_MUTANT = per_robot(lambda r: st.one_of(statements(r), statements(r)
                                                      mutated(statements(r))))
 RANDOM_CALLS = {r.robot_type: st.lists(st.builds(
     SkillCall, st.sampled_from(list(r.skills)), st.sampled_from(["mf", "pk", "l", "tp", "g"]),
-    st.lists(st.one_of(numbers, strings, st.booleans()), max_size=3).map(tuple)), max_size=3) for r in (TELLO, ARM)}
+    st.lists(st.one_of(numbers, strings, st.booleans(), st.sampled_from([10**5000, -10**5000, float("nan")])),
+             max_size=3).map(tuple)), max_size=3) for r in (TELLO, ARM)}
 PROGRAM = per_robot(lambda r: st.one_of(program(statements(r)), mutated(program(statements(r)))))
 
 
