@@ -81,10 +81,12 @@ class Segmenter:
             limit = self._say.args[0].max_len
         else:
             limit = DEFAULT_MAX_STATEMENT_CHARS
-        self.max_statement_chars = min(max_statement_chars or limit, limit) if self._say else \
-            (max_statement_chars or limit)
-        if self.max_statement_chars <= 0:
-            raise ValueError("max_statement_chars must be > 0")
+        if max_statement_chars is not None and (isinstance(max_statement_chars, bool) or
+                                                not isinstance(max_statement_chars, int) or max_statement_chars <= 0):
+            raise ValueError(f"max_statement_chars must be a positive int, got {max_statement_chars!r}")
+        chosen = max_statement_chars or limit
+        # a chat segment longer than say()'s max_len could never be valid: split it there
+        self.max_statement_chars = min(chosen, limit) if self._say else chosen
         self._parts: list[str] = []  # every delta (the cumulative text, for rollback)
         self._clean: list[int] = [0]  # offsets where the scanner state is the initial one
         self._finished = False
