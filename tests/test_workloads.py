@@ -207,3 +207,16 @@ def test_default_catalog_merges_bundled_catalogs_and_rejects_duplicates(tmp_path
     copy.write_text(TASKS_FILE.read_text())
     with pytest.raises(WorkloadError, match="task 'T1' is defined in both"):
         default_catalog(robots, [TASKS_FILE, copy])
+
+
+def test_agent_robot_type_must_exist(tmp_path, catalog, robots):
+    p = _write(tmp_path, """
+        name: x
+        duration_s: 10
+        events: {rate_per_s: 1}
+        traces: [1]
+        tuf: {normal: {ert: 1, alpha: -2, beta: 1}}
+        agents: {tello: 1, submarine: 2}
+    """)
+    with pytest.raises(WorkloadError, match=r":6: agents: agent 'submarine0' has robot type 'submarine'"):
+        expand(load_workload(p), catalog, robots)

@@ -462,6 +462,12 @@ def expand(workload: Workload, catalog: Mapping[str, TaskLike], robots: Mapping[
             raise WorkloadError(f"{workload.where(path)}: task {tid!r} has no scenes")
         return task
 
+    if robots:
+        for i, ag in enumerate(workload.agents):
+            if ag.robot_type not in robots:
+                raise WorkloadError(f"{workload.where(('agents',))}: agent {ag.robot_id!r} has robot type "
+                                    f"{ag.robot_type!r}, which has no robot definition (known: "
+                                    f"{', '.join(sorted(robots))})")
     for i, tid in enumerate(workload.traces):
         lookup(tid, ("traces", i))
 
