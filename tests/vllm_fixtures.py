@@ -68,7 +68,11 @@ def build_random_llama(out_dir: Path, *, head_dim: int = 64, heads: int = 4, lay
 
 
 def model_for_tests() -> tuple[Path, str]:
-    """(model dir, which) — the bundled tiny planner if present, else a freshly built random one."""
+    """(model dir, which): $TIMELYLLM_TEST_MODEL if set, else the bundled tiny planner if
+    present, else a freshly built random one."""
+    env = os.environ.get("TIMELYLLM_TEST_MODEL")
+    if env:
+        return Path(env), f"$TIMELYLLM_TEST_MODEL={env}"
     if (TINY_PLANNER / "config.json").is_file():
         return TINY_PLANNER, "models/tiny-planner"
     tmp = Path(tempfile.mkdtemp(prefix="timelyllm-random-llama-"))
