@@ -93,15 +93,36 @@ def run(set_name: str, policy: str, duration: float | None, rate: float | None, 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
+    ap.add_argument("--sets", nargs="*", default=list(SETS), choices=list(SETS))
     ap.add_argument("--policies", nargs="+", default=POLICIES)
     ap.add_argument("--duration", type=float, default=None, help="arrival window in s (default: the file's)")
     ap.add_argument("--rate", type=float, default=None, help="requests/s (default: the file's)")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--starvation", type=int, default=100, help="LAMPS starvation threshold (iterations)")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--lrtrace", nargs="*", default=[], metavar="WID",
+                    help="also report time utility of timelyllm vs timelyllm-lamps on these LRTrace "
+                         "workloads (small-KV profile, the runner's default batching)")
+    ap.add_argument("--lrtrace-policies", nargs="+", default=["timelyllm", "timelyllm-lamps", "fcfs", "lamps"])
     a = ap.parse_args(argv)
     rows = []
+    for wid in a.lrtrace:
+        print(f"time utility on LRTrace {wid} (simulator, lamps_small_kv profile)")
+        print(f"{'policy':16} {'util % max':>10} {'urgent %':>9} {'resp mean':>9} {'resp p99':>8} {'compl mean':>10} handling")
+        for p in a.lrtrace_policies:
+            params = {"profile": str(PROFILE)} if p in WASTE_POLICIES else {}
+            r = run_simulation(wid, p, profile_path=PROFILE, policy_params=params)
+            ov, cat = r.metrics["overall"], r.metrics["by_category"]
+            modes: dict[str, int] = {}
+            for g in r.generations:
+                for k, v in g.extra.get("kv_modes", {}).items():
+                    modes[k] = modes.get(k, 0) + v
+            urgent = cat.get("urgent", {}).get("utility_pct_of_max")
+            print(f"{p:16} {ov['utility_pct_of_max']:10.1f} {urgent if urgent is not None else float('nan'):9.1f} "
+                  f"{ov['response_s']['mean']:9.3f} {ov['response_s']['p99']:8.3f} "
+                  f"{ov['completion_s']['mean']:10.2f} {modes} states {ov['states']}", flush=True)
+            rows.append({"set": wid, "policy": p, "utility_pct": ov["utility_pct_of_max"], "urgent_pct": urgent,
+                         "response_mean": ov["response_s"]["mean"], "handling": modes})
     hdr = (f"{'set':6} {'policy':16} {'n':>4} {'lat mean':>9} {'lat p99':>8} {'ttfa mean':>9} {'ttfa p99':>8} "
            f"{'resp mean':>9} {'util %':>7} {'preempt':>7} {'starved':>7}  handling")
     print("LAMPS benchmark (simulator, profile lamps_small_kv: 1,024 KV blocks)")

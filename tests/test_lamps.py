@@ -1,6 +1,8 @@
 """LAMPS: InferCept waste formulas against hand-computed values, the handling choice, the
 memory-area ranking, starvation prevention, and the registered policy variants."""
 
+import math
+
 import pytest
 
 from timelyllm_ros.core.exec_time import ExecTimeEstimator
@@ -245,3 +247,25 @@ def test_simulated_toolbot_run_every_request_terminal(policy):
             m = g.extra.get("kv_modes", {})
             if g.request.task_type in ("S_chatbot", "S_image", "S_tts"):
                 assert "swap" in m
+
+
+def test_memory_admission_cut():
+    """Admit in order while private context + one segment of growth fits the free blocks (after
+    reserving a segment for each running generation); a preserved generation needs only growth."""
+    from timelyllm_ros.engines.base import EngineStats
+    p = LAMPS(cost=COST)
+    a, b, c = gen("ca", prompt=320), gen("cb", prompt=640), gen("cc", prompt=160)  # 20, 40, 10 blocks
+    run = [gen("cr", prompt=16)]
+    seg_b = math.ceil(ROBOTS["tello"].max_segment_tokens / 16)  # 1 block of growth each
+    c_ = PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS,
+                       stats=EngineStats(1000, 60 + seg_b, 16, 1, 45.0), seg_gen_s=0.1, token_s=0.02)
+    assert p.admission_cut([a, b, c], run, c_) == [a]  # 60 free after reserving: a (21) fits, b (41) not
+    assert p.admission_cut([a, c, b], run, c_) == [a, c]  # strict order stops at b
+    b.segments.append(seg(1.0))
+    b.extra["lamps_kv"] = "preserve"  # KV pinned: only growth needed
+    assert p.admission_cut([a, b, c], run, c_) == [a, b, c]
+    # with nothing running the head is always offered (the engine decides if it really fits)
+    tiny = PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS,
+                         stats=EngineStats(1000, 5, 16, 0, 45.0), seg_gen_s=0.1, token_s=0.02)
+    assert p.admission_cut([a, c], [], tiny) == [a]
+    assert LAMPS(cost=COST, memory_admission=False).select([a, b, c], run, c_, 0.0).order

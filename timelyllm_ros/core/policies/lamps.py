@@ -119,6 +119,32 @@ class WasteHandling:
             del pinned[gid]
         return sum(math.ceil(self.private(g) / block_size) for g in pinned.values())
 
+    def admission_cut(self, order: list[Generation], running: Sequence[Generation],
+                      ctx: PolicyContext) -> list[Generation]:
+        """Memory-aware admission (LAMPS Algorithm 1: add while the batch is "not full"): keep the
+        longest prefix of `order` whose KV fits the free blocks after reserving one worst-case
+        segment of growth for every running generation.  A candidate needs blocks for its private
+        context unless its KV was preserved (pinned), plus one segment of growth.  The planner's
+        batch-size controller assumes prompts are cached and would over-admit, leaving the engine
+        to thrash with recompute preemptions (vLLM's own scheduler counts the whole prompt too)."""
+        st = ctx.stats
+        bs = max(1, st.block_size)
+
+        def seg_blocks(g: Generation) -> int:
+            robot = ctx.robots.get(g.request.robot_type)
+            return math.ceil((robot.max_segment_tokens if robot else 16) / bs)
+
+        free = st.kv_free_blocks - sum(seg_blocks(g) for g in running)
+        out = []
+        for g in order:
+            kept = g.segments and g.extra.get(_KV) == "preserve"
+            need = seg_blocks(g) + (0 if kept else math.ceil(self.private(g) / bs))
+            if need > free and (running or out):
+                break  # strict order: nobody overtakes the head of the queue
+            free -= need
+            out.append(g)
+        return out
+
     def decide(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> tuple[str, Any]:
         running = ctx.running if ctx.running else self._last_running
         t_int = predicted_idle(seg, ctx.seg_gen_s)
@@ -164,7 +190,8 @@ class LAMPS(WasteHandling, Policy):
 
     def __init__(self, *, cost: Any = None, profile: Any = None,
                  allowed: Sequence[str] = HANDLINGS, starvation_threshold: int = 100,
-                 score_interval: int = 1, jit_resume: bool = True, max_pinned_frac: float = 0.5) -> None:
+                 score_interval: int = 1, jit_resume: bool = True, max_pinned_frac: float = 0.5,
+                 memory_admission: bool = True) -> None:
         if isinstance(starvation_threshold, bool) or not isinstance(starvation_threshold, int) \
                 or starvation_threshold < 1:
             raise ValueError(f"starvation_threshold must be an int >= 1, got {starvation_threshold!r}")
@@ -175,6 +202,7 @@ class LAMPS(WasteHandling, Policy):
         self.starvation_threshold = starvation_threshold
         self.score_interval = score_interval
         self.jit_resume = jit_resume
+        self.memory_admission = bool(memory_admission)
         self.max_pinned_frac = _frac(max_pinned_frac)
         self._last_running: Sequence[Generation] = ()
 
@@ -254,6 +282,8 @@ class LAMPS(WasteHandling, Policy):
             order.append(g)
         order.sort(key=lambda g: (not g.extra.get(_STARVE, False), -g.priority, g.ready_since,
                                   g.request.arrival, g.gen_id))
+        if self.memory_admission:
+            order = self.admission_cut(order, running, ctx)
         return Selection(order=order)
 
     def priority(self, g, ctx, now):
@@ -261,7 +291,7 @@ class LAMPS(WasteHandling, Policy):
 
     def params(self) -> dict:
         return {"allowed": list(self.allowed), "starvation_threshold": self.starvation_threshold,
-                "max_pinned_frac": self.max_pinned_frac,
+                "max_pinned_frac": self.max_pinned_frac, "memory_admission": self.memory_admission,
                 "score_interval": self.score_interval, "jit_resume": self.jit_resume,
                 "cost": {"prefill_s_per_token": self.cost.prefill_s_per_token,
                          "prefill_base_s": self.cost.prefill_base_s,
@@ -274,13 +304,15 @@ class FCFSHandling(WasteHandling, Policy):
     name = "infercept"
 
     def __init__(self, *, handling: str = "waste", cost: Any = None, profile: Any = None,
-                 allowed: Sequence[str] = HANDLINGS, max_pinned_frac: float = 0.5) -> None:
+                 allowed: Sequence[str] = HANDLINGS, max_pinned_frac: float = 0.5,
+                 memory_admission: bool = True) -> None:
         if handling not in ("waste",) + HANDLINGS:
             raise ValueError(f"handling must be 'waste' or one of {HANDLINGS}, got {handling!r}")
         self.handling = handling
         self.cost = _cost_from(cost, profile) if handling == "waste" else KVCostModel(0.0)
         self.allowed = _check_allowed(allowed) if handling == "waste" else (handling,)
         self.max_pinned_frac = _frac(max_pinned_frac)
+        self.memory_admission = bool(memory_admission)
         self._last_running: Sequence[Generation] = ()
         self.name = "infercept" if handling == "waste" else f"fcfs-{handling}"
 
@@ -291,10 +323,14 @@ class FCFSHandling(WasteHandling, Policy):
         self._last_running = list(running)
         self.observe(running)
         self.observe(ready)
-        return super().select(ready, running, ctx, now)
+        sel = super().select(ready, running, ctx, now)
+        if self.memory_admission:
+            sel.order = self.admission_cut(sel.order, running, ctx)
+        return sel
 
     def params(self) -> dict:
-        return {"handling": self.handling, "allowed": list(self.allowed), "max_pinned_frac": self.max_pinned_frac}
+        return {"handling": self.handling, "allowed": list(self.allowed), "max_pinned_frac": self.max_pinned_frac,
+                "memory_admission": self.memory_admission}
 
 
 class TimelyLLMLAMPS(WasteHandling, TimelyLLM):
