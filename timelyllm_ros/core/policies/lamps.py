@@ -42,6 +42,7 @@ Registered policies:
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import Any, Sequence
@@ -58,6 +59,7 @@ _COUNT = "lamps_wait"
 _SEEN = "lamps_seen"
 _KV = "lamps_kv"  # handling chosen at the last suspension
 _SCORE = "lamps_score"
+_INSTANCES = itertools.count()
 
 
 def _default_cost() -> KVCostModel:
@@ -204,6 +206,7 @@ class LAMPS(WasteHandling, Policy):
         self.jit_resume = jit_resume
         self.memory_admission = bool(memory_admission)
         self.max_pinned_frac = _frac(max_pinned_frac)
+        self._token = next(_INSTANCES)  # cached scores belong to one policy instance (id() is reused)
         self._last_running: Sequence[Generation] = ()
 
     # ----------------------------------------------------------------- predictions
@@ -275,9 +278,9 @@ class LAMPS(WasteHandling, Policy):
             if not self.eligible(g, ctx, now):
                 continue
             cached = g.extra.get(_SCORE)  # (policy, iteration, area, segments)
-            if (cached is None or cached[0] != id(self) or it - cached[1] >= self.score_interval
+            if (cached is None or cached[0] != self._token or it - cached[1] >= self.score_interval
                     or cached[3] != len(g.segments)):
-                g.extra[_SCORE] = (id(self), it, self.area(g, ctx, running), len(g.segments))
+                g.extra[_SCORE] = (self._token, it, self.area(g, ctx, running), len(g.segments))
             g.priority = -g.extra[_SCORE][2]
             order.append(g)
         order.sort(key=lambda g: (not g.extra.get(_STARVE, False), -g.priority, g.ready_since,
