@@ -218,3 +218,16 @@ def test_hybrid_policy_longest_first_and_pd_rule():
     q = make_policy("hybrid", cost=cost, pd_rule=False)
     q.select([short], [], _pctx(), 0.0)
     assert q.select([short, long_], run, _pctx(run), 0.0).order == [long_, short]
+
+
+def test_hybrid_policy_in_simulator_every_request_terminal():
+    """The hybrid policy drives the planner on a short LRTrace replay: nothing is held forever."""
+    import dataclasses
+
+    from timelyllm_ros.lrtrace import load_workload
+    from timelyllm_ros.sim.runner import run_simulation
+
+    wl = dataclasses.replace(load_workload("WID1"), duration_s=20.0)
+    r = run_simulation(wl, "hybrid", max_batch=16)
+    assert r.generations and all(g.state.terminal for g in r.generations)
+    assert sum(g.state.value == "finished" for g in r.generations) == len(r.generations)
