@@ -80,12 +80,13 @@ class Probe:
         return arrivals
 
     def held_tokens(self) -> int:
-        """Context tokens of generations that started and now wait (their KV must be kept or
-        recomputed: Trail's memory overhead of preemption)."""
+        """Generated tokens of preempted generations waiting to resume: KV that must be kept or
+        recomputed (Trail's memory overhead of preemption).  The prompt is left out: it is mostly
+        the robot type's shared prefix, cached once for everyone."""
         n = 0
         for g in self.planner.live():
             if g.state in (GenState.QUEUED, GenState.SUSPENDED) and g.output_ids and g.extra.get("preemptions"):
-                n += len(g.prompt_ids) + len(g.output_ids)
+                n += len(g.output_ids)
         return n
 
 

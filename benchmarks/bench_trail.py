@@ -10,7 +10,8 @@ RTX 4090 / Llama3-8B latency profile, batch capped at --max-batch (a GPU whose K
 replies: what makes queueing, and so scheduling, matter).  Baseline = ``vllm-stream`` (vLLM's FCFS
 continuous batching, streaming each sentence as it is generated — Trail's own comparison point);
 trail runs in the same stream mode.  Latency = last token − arrival, TTFT = first token − arrival,
-preempted KV = context tokens of preempted, not yet resumed generations (time mean and peak).
+preempted KV = generated tokens of preempted, not yet resumed generations (time mean and peak;
+their prompts are mostly the shared, cached prefix).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cs", type=float, nargs="+", default=[0.2, 0.5, 0.8, 1.0])
     ap.add_argument("--predictors", nargs="+", default=["learned", "oracle"])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only-c", action="store_true", help="just the c sweep")
     ap.add_argument("--json", help="also write all numbers here")
     args = ap.parse_args(argv)
     if args.quick:
@@ -58,6 +60,8 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|---|---|---|---|")
     scen = [(f"poisson {r:g}/s", dataclasses.replace(base, rate_per_s=r, duration_s=args.duration)) for r in args.rates]
     scen.append(("burst", burst))
+    if args.only_c:
+        scen = []
     for name, wl in scen:
         ref = run(wl, "vllm-stream", {}, args.max_batch, cat)
         rows = [("fcfs (vllm-stream)", ref)]
@@ -72,7 +76,7 @@ def main(argv=None) -> int:
                   f"{fmt(sl)} | {fmt(st)} |", flush=True)
     wl = dataclasses.replace(base, rate_per_s=args.c_rate, duration_s=args.duration)
     print(f"\n## Effect of c (poisson {args.c_rate:g}/s, learned predictor)\n")
-    print("| c | mean lat s | mean TTFT s | preemptions | preempted KV tokens (time mean) | preempted KV tokens (peak) |")
+    print("| c | mean lat s | mean TTFT s | preemptions | preempted KV: generated tokens held (time mean) | (peak) |")
     print("|---|---|---|---|---|---|")
     for c in args.cs:
         m = run(wl, "trail", {"predictor": "learned", "c": c}, args.max_batch, cat)
