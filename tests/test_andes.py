@@ -157,3 +157,14 @@ def test_pacer_rejects_bad_input():
         p.push(1, 1.0)  # out of order
     with pytest.raises(PacerError):
         p.push(0, 3.0)
+
+
+def test_reading_rate_learns_tokens_per_word_from_delivered_text():
+    p = Andes()
+    g = chat("x", 0.0, GenState.RUNNING)
+    g.request = PlanRequest("x", "u", "chat", "t", "", NORMAL, 0.0, category="chat")
+    g.segments.append(Segment(index=0, text="one two three four", calls=(), blocking=False, token_count=10,
+                              gen_start=0, gen_end=0, est_exec_s=0, dispatched_at=0.5))
+    assert p.rate(g, ctx()) == pytest.approx(4.8 * 2.5 / 1.3)  # its own 2.5 tokens/word
+    fixed = Andes(tokens_per_word=1.3)
+    assert fixed.rate(g, ctx()) == pytest.approx(4.8)

@@ -155,3 +155,19 @@ def test_metrics_summary_reports_qoe_of_chat_requests_only():
     s = summarize([fin, robot])
     assert s["qoe"]["count"] == 1 and s["qoe"]["per_request"]["c1"] == pytest.approx(1 - 2 / 7)
     assert "qoe" not in summarize([robot])
+
+
+def test_reading_speed_is_per_word_and_follows_the_tokenizer():
+    from timelyllm_ros.core.qoe import measured_tokens_per_word
+
+    robots = load_robots()
+    req = PlanRequest("c", "u", "chat", "t", "", NORMAL, 0.0)
+    # the paper's 4.8 tok/s at 1.3 tokens/word = 3.69 words/s; at 2.6 tokens/word that is 9.6 tok/s
+    assert consume_rate(req, robots["chat"], tokens_per_word=2.6) == pytest.approx(9.6)
+    g = Generation(request=req, state=GenState.FINISHED)
+    g.segments.append(Segment(index=0, text="It is sunny today.", calls=(), blocking=False, token_count=10,
+                              gen_start=0, gen_end=0, est_exec_s=0, dispatched_at=0.5))
+    assert measured_tokens_per_word(g) == pytest.approx(10 / 4)
+    assert measured_tokens_per_word(Generation(request=req)) is None
+    # 10 tokens at 0.5 s, TTFT target 1 s: perfect at any rate
+    assert request_qoe(g, 9.0).qoe == 1.0

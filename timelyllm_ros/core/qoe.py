@@ -32,6 +32,7 @@ from .types import Generation, GenState, PlanRequest
 
 READING_TOK_S = 4.8  # Andes Fig. 2: reading speed, 1 word = 1.3 tokens
 SPEAKING_TOK_S = 3.3  # listening speed
+PAPER_TOKENS_PER_WORD = 1.3  # the tokenizer the paper's speeds are counted in
 _EPS = 1e-9
 
 
@@ -148,17 +149,30 @@ def qoe_of_deliveries(times: Sequence[float], *, ideal_start: float, rate: float
 # --- requests -------------------------------------------------------------------------------------
 
 def consume_rate(request: PlanRequest, robot: RobotSpec | None = None, *,
-                 speaking_types: Iterable[str] = (), action_rate: float = 5.0) -> float:
+                 speaking_types: Iterable[str] = (), action_rate: float = 5.0,
+                 tokens_per_word: float = PAPER_TOKENS_PER_WORD) -> float:
     """Tokens/s the reply is consumed at: the request's own value, else reading (4.8) or, for robot
-    types that speak their replies, listening (3.3).  Action robots "consume" a plan by executing
-    it; ``action_rate`` (a choice, see docs/policies.md) stands in for that pace."""
+    types that speak their replies, listening (3.3) — people read *words*, so the paper's speeds
+    (counted at 1.3 tokens per word) are rescaled to this tokenizer's ``tokens_per_word``.  Action
+    robots "consume" a plan by executing it; ``action_rate`` (a choice, see docs/policies.md)
+    stands in for that pace."""
     if request.consume_rate is not None:
         return float(request.consume_rate)
-    if request.robot_type in set(speaking_types):
-        return SPEAKING_TOK_S
     if robot is not None and robot.language != "sentence":
         return action_rate
-    return READING_TOK_S
+    base = SPEAKING_TOK_S if request.robot_type in set(speaking_types) else READING_TOK_S
+    return base * tokens_per_word / PAPER_TOKENS_PER_WORD
+
+
+def measured_tokens_per_word(gen: Generation) -> float | None:
+    """Tokens per word of what this request delivered (its own tokenizer's ratio); None before
+    anything was delivered."""
+    toks = words = 0
+    for s in gen.segments:
+        if s.dispatched_at is not None:
+            toks += s.token_count
+            words += len(s.text.split())
+    return toks / words if toks and words else None
 
 
 def ttft_target(request: PlanRequest) -> float:
@@ -173,10 +187,16 @@ def delivery_runs(gen: Generation, network_latency_s: float = 0.0) -> list[Run]:
 
 
 def request_qoe(gen: Generation, now: float, *, rate: float | None = None, robot: RobotSpec | None = None,
-                network_latency_s: float = 0.0, speaking_types: Iterable[str] = ()) -> QoE:
-    """QoE of one request at ``now`` in whatever state it is."""
+                network_latency_s: float = 0.0, speaking_types: Iterable[str] = (),
+                tokens_per_word: float | None = None) -> QoE:
+    """QoE of one request at ``now`` in whatever state it is.  Without ``rate``, reading speeds
+    are rescaled by ``tokens_per_word`` (default: measured on the request's delivered text, else
+    the paper's 1.3)."""
     req = gen.request
-    r = rate if rate is not None else consume_rate(req, robot, speaking_types=speaking_types)
+    if rate is None:
+        tpw = tokens_per_word or measured_tokens_per_word(gen) or PAPER_TOKENS_PER_WORD
+        rate = consume_rate(req, robot, speaking_types=speaking_types, tokens_per_word=tpw)
+    r = rate
     start = req.arrival + ttft_target(req)
     runs = delivery_runs(gen, network_latency_s)
     if gen.state is GenState.FINISHED or (gen.engine_finished and gen.state is GenState.DRAINING):

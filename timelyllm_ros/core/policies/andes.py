@@ -16,7 +16,8 @@ Q_serve projects deliveries one token per lat(B) from now; Q_wait projects none;
 "so far" at now + Δt (core/qoe.py).  lat(B) = measured time per token (ctx.token_s) +
 ``lat_per_seq_s``·(B − current batch): the measured speed anchors it, the slope is the engine's
 marginal cost of one more sequence.  Consumption speed per request: request.consume_rate, else
-reading 4.8 tok/s, or listening 3.3 tok/s for robot types in ``speaking_types``; action robots use
+reading 4.8 tok/s, or listening 3.3 tok/s for robot types in ``speaking_types`` (the paper's speeds
+at 1.3 tokens per word, rescaled to this engine's tokens per word); action robots use
 ``action_rate``.  TTFT target = the request's TUF ERT.
 
 Selective triggering: only when KV occupancy > ``kv_trigger`` (0.9), the measured token latency
@@ -38,7 +39,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from ..qoe import Run, consume_rate, delivery_runs, qoe_of_runs, ttft_target
+from ..qoe import (PAPER_TOKENS_PER_WORD, Run, consume_rate, delivery_runs, measured_tokens_per_word,
+                   qoe_of_runs, ttft_target)
 from ..types import Generation, Segment
 from . import register
 from .base import DispatchMode, Policy, PolicyContext, Selection
@@ -82,7 +84,7 @@ class Andes(Policy):
                  prefill_s_per_token: float = 1.06e-4, refine: bool = True,
                  speaking_types: Iterable[str] = (), action_rate: float = 5.0,
                  network_latency_s: float = 0.0, max_b_candidates: int = 8, mode: str = "stream",
-                 kv: str = "cache") -> None:
+                 kv: str = "cache", tokens_per_word: float | None = None) -> None:
         if not (delta_t > 0 and math.isfinite(delta_t)):
             raise ValueError(f"delta_t must be > 0 s, got {delta_t!r}")
         if not 0 < kv_trigger <= 1:
@@ -109,14 +111,27 @@ class Andes(Policy):
         self.mode = _MODES[mode]
         self.kv = kv
         self._mode_name = mode
+        if tokens_per_word is not None and not tokens_per_word > 0:
+            raise ValueError(f"tokens_per_word must be > 0, got {tokens_per_word!r}")
+        self.tokens_per_word = tokens_per_word  # None: learn it from delivered text
+        self._tpw = tokens_per_word or PAPER_TOKENS_PER_WORD
         self._triggered = 0
         self.solves = 0
         self.last_decision: dict = {}
 
     # --- per-request QoE terms --------------------------------------------------------------------
     def rate(self, g: Generation, ctx: PolicyContext) -> float:
+        """Consumption speed in this engine's tokens: reading/listening speeds are per word, so they
+        are rescaled by tokens per word — fixed by ``tokens_per_word``, else measured on the
+        request's delivered text, else the running average over requests seen so far."""
+        tpw = self.tokens_per_word
+        if tpw is None:
+            own = measured_tokens_per_word(g)
+            if own is not None:
+                self._tpw = 0.9 * self._tpw + 0.1 * own
+            tpw = own or self._tpw
         return consume_rate(g.request, ctx.robots.get(g.request.robot_type), speaking_types=self.speaking_types,
-                            action_rate=self.action_rate)
+                            action_rate=self.action_rate, tokens_per_word=tpw)
 
     def lat(self, B: int, ctx: PolicyContext, n_running: int) -> float:
         """Time per token at batch size B, anchored at the measured speed of the current batch."""
@@ -263,7 +278,7 @@ class Andes(Policy):
                 "prefill_s_per_token": self.prefill_s_per_token, "refine": self.refine,
                 "speaking_types": list(self.speaking_types), "action_rate": self.action_rate,
                 "network_latency_s": self.network_latency_s, "max_b_candidates": self.max_b_candidates,
-                "mode": self._mode_name, "kv": self.kv}
+                "mode": self._mode_name, "kv": self.kv, "tokens_per_word": self.tokens_per_word}
 
 
 register("andes", Andes)
