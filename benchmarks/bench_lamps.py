@@ -47,6 +47,15 @@ def pct(xs: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
+def change(x: float, ref: float) -> str:
+    """'27.5 % lower' / '3.1x higher' of x relative to ref."""
+    if ref <= 0:
+        return "n/a"
+    if x <= ref:
+        return f"{100 * (1 - x / ref):.1f} % lower"
+    return f"{100 * (x / ref - 1):.1f} % higher" if x < 2 * ref else f"{x / ref:.1f}x higher"
+
+
 def run(set_name: str, policy: str, duration: float | None, rate: float | None, seed: int | None,
         starvation: int) -> dict:
     robot, catalog = load_toolbot()
@@ -143,9 +152,9 @@ def main(argv: list[str] | None = None) -> int:
             for ref in ("infercept", "fcfs-preserve", "fcfs-discard", "fcfs"):
                 if ref in by:
                     lr, rr = by["lamps"], by[ref]
-                    print(f"  lamps vs {ref:13}: latency mean {100 * (1 - lr['latency_mean'] / rr['latency_mean']):+6.1f} %"
-                          f" lower, p99 {100 * (1 - lr['latency_p99'] / rr['latency_p99']):+6.1f} %; "
-                          f"TTFA mean {100 * (1 - lr['ttfa_mean'] / rr['ttfa_mean']):+6.1f} % lower")
+                    print(f"  lamps vs {ref:13}: latency mean {change(lr['latency_mean'], rr['latency_mean'])}, "
+                          f"p99 {change(lr['latency_p99'], rr['latency_p99'])}; "
+                          f"TTFA mean {change(lr['ttfa_mean'], rr['ttfa_mean'])}")
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps(rows, indent=1, sort_keys=True))
