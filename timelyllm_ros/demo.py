@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from .serve import Progress, serve_arrivals
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # keep the live table readable
     console = Console()
     robots = load_robots()
     try:
