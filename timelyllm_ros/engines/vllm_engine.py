@@ -209,7 +209,7 @@ class VllmEngine:
         self.kv_fallbacks = 0  # aborts whose kv mode was served as "cache"
         self.last_step_s = 0.0
         self._temperature = float(config.get("temperature", 0.0))
-        self._ignore_eos = bool(config.get("ignore_eos", False))
+        self.ignore_eos = bool(config.get("ignore_eos", False))  # applies to later adds
         self._mp = bool(config.get("multiprocessing", False))
 
         try:
@@ -339,7 +339,7 @@ class VllmEngine:
         from vllm.sampling_params import RequestOutputKind
 
         sp = SamplingParams(max_tokens=min(max_tokens, room), temperature=self._temperature,
-                            ignore_eos=self._ignore_eos, output_kind=RequestOutputKind.DELTA,
+                            ignore_eos=self.ignore_eos, output_kind=RequestOutputKind.DELTA,
                             detokenize=False)
         held = self._held.pop(gen_id, [])
         unread = len(held) if held and ids[-len(held):] == held else 0
