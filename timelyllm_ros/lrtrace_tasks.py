@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 import yaml
 
+from .core.minispec import MiniSpecError, parse_program
 from .core.robots import RobotSpec, load_robots
 
 TASKS_FILE = Path(__file__).resolve().parents[1] / "workloads" / "lrtrace_tasks.yaml"
@@ -59,26 +60,7 @@ class TaskDef:
 # --------------------------------------------------------------------------------------------
 
 _CALL_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\((.*?)\))?\s*;", re.S)
-_ARG_RE = re.compile(r"\s*(?:'([^'\\]*)'|\"([^\"\\]*)\"|(-?\d+\.\d+)|(-?\d+))\s*(,|$)")
 _SENTENCE_RE = re.compile(r"[^.!?]*[A-Za-z0-9][^.!?]*[.!?]")
-
-
-def _parse_args(raw: str) -> list[Any]:
-    args: list[Any] = []
-    pos = 0
-    raw = raw.strip()
-    if not raw:
-        return args
-    while pos < len(raw):
-        m = _ARG_RE.match(raw, pos)
-        if not m or m.end() == pos:
-            raise PlanError(f"cannot parse arguments {raw!r}")
-        s1, s2, fl, it = m.group(1), m.group(2), m.group(3), m.group(4)
-        args.append(s1 if s1 is not None else s2 if s2 is not None else float(fl) if fl else int(it))
-        pos = m.end()
-        if m.group(5) == "" and pos < len(raw):
-            raise PlanError(f"cannot parse arguments {raw!r}")
-    return args
 
 
 def split_statements(plan: str) -> list[str]:
@@ -98,9 +80,8 @@ def split_statements(plan: str) -> list[str]:
 def check_plan(plan: str, robot: RobotSpec) -> None:
     """Raise PlanError unless `plan` conforms to the robot's schema.
 
-    MiniSpec robots: a sequence of `abbr(args);` calls of known skills with the right arity,
-    types and ranges (the subset of MiniSpec the LRTrace plans use).  Sentence robots: 1-8
-    sentences of plain text.
+    MiniSpec robots: the plan parses with core.minispec and every call has a known skill with the
+    right arity, types and ranges.  Sentence robots: 1-8 sentences of plain text.
     """
     if not isinstance(plan, str) or not plan.strip():
         raise PlanError("plan is empty")
@@ -112,20 +93,10 @@ def check_plan(plan: str, robot: RobotSpec) -> None:
         if not 1 <= len(sentences) <= 8:
             raise PlanError(f"expected 1-8 sentences, got {len(sentences)}")
         return
-    for stmt in split_statements(plan):
-        m = _CALL_RE.match(stmt)
-        assert m is not None
-        abbr, raw = m.group(1), m.group(2)
-        skill = robot.by_abbr.get(abbr)
-        if skill is None:
-            raise PlanError(f"unknown skill {abbr!r} for robot type {robot.robot_type!r}")
-        args = _parse_args(raw or "")
-        if len(args) != len(skill.args):
-            raise PlanError(f"{abbr} takes {len(skill.args)} argument(s), got {len(args)} in {stmt!r}")
-        for spec, value in zip(skill.args, args):
-            why = spec.check(value)
-            if why:
-                raise PlanError(f"{stmt!r}: {why}")
+    try:
+        parse_program(plan, robot)  # the project's MiniSpec parser + schema check
+    except MiniSpecError as e:
+        raise PlanError(str(e)) from e
 
 
 def count_sentences(text: str) -> int:
@@ -502,6 +473,15 @@ class EvalItem:
     scene: str
     plan: str
     source: str  # "file" (the committed task file) | "generated" (held-out draw)
+    false_plan: str = ""  # generated items: the plan when the first blocking call returns False
+
+
+def false_path(steps: Sequence[Step]) -> str:
+    """Plan text when the first blocking call returns False (later ones True); "" if none blocks."""
+    for i, st in enumerate(steps):
+        if st.blocking and st.on_false is not None:
+            return "".join(s.stmt for s in steps[: i + 1]) + "".join(s.stmt for s in st.on_false)
+    return ""
 
 
 def held_out(tasks: dict[str, TaskDef], n_generated: int = 10, seed: int = HELD_OUT_SEED) -> list[EvalItem]:
@@ -511,7 +491,8 @@ def held_out(tasks: dict[str, TaskDef], n_generated: int = 10, seed: int = HELD_
              for tid, t in tasks.items() for s in t.scenes]
     seen = {(i.task_id, i.scene) for i in items}
     for ex in generate_many([t for t in tasks if t in RULES], n_generated, seed, exclude_scenes=seen):
-        items.append(EvalItem(ex.task_id, ex.robot_type, ex.task, ex.scene, ex.plan, "generated"))
+        items.append(EvalItem(ex.task_id, ex.robot_type, ex.task, ex.scene, ex.plan, "generated",
+                              false_path(ex.steps)))
     return items
 
 
