@@ -26,30 +26,34 @@ def controller(**kw):
     return LatencyGuidedBatch(budget=budget, max_segment_tokens=lambda g: 12, **kw)
 
 
-def test_admits_when_most_urgent_still_meets_budget():
-    c = controller()
-    running = [gen("u", arrival=0.0, tuf=URGENT, seg_tokens=2)]  # budget at t=0: 0.2 s
-    # WCET = (12 - 2) / 40 = 0.25 s > 0.2 s -> refuse
-    ok, why = c.can_admit(running, gen("n", 0.0), stats(tps=40.0), now=0.0)
+def test_admits_only_if_the_tightest_feasible_generation_keeps_its_budget():
+    c = controller()  # slowdown margin 10 %
+    running = [gen("u", arrival=0.0, tuf=URGENT, seg_tokens=4)]  # budget at t=0: 0.2 s
+    # 8 tokens left at 45 tok/s: WCET 0.178 s <= 0.2 (feasible), but 0.178 * 1.1 = 0.196 <= 0.2 -> admit
+    assert c.can_admit(running, gen("n", 0.0), stats(tps=45.0), now=0.0) == (True, "")
+    # at 42 tok/s: WCET 0.190 <= 0.2 (feasible), 0.190 * 1.1 = 0.210 > 0.2 -> refuse
+    ok, why = c.can_admit(running, gen("n", 0.0), stats(tps=42.0), now=0.0)
     assert not ok and "miss its budget" in why
-    # at 100 tok/s WCET = 0.1 s <= 0.2 s -> admit
-    assert c.can_admit(running, gen("n", 0.0), stats(tps=100.0), now=0.0) == (True, "")
-    # later in the segment fewer tokens remain: (12 - 10) / 40 = 0.05 <= 0.2
+    # later in the segment fewer tokens remain: 2 / 42 = 0.048 -> admit
     running[0].seg_tokens = 10
-    assert c.can_admit(running, gen("n", 0.0), stats(tps=40.0), now=0.0)[0]
+    assert c.can_admit(running, gen("n", 0.0), stats(tps=42.0), now=0.0)[0]
 
 
-def test_already_late_generation_does_not_block_admission():
+def test_generation_that_cannot_make_it_anyway_does_not_block_admission():
     c = controller()
-    running = [gen("u", arrival=-1.0, tuf=URGENT)]  # budget negative: cannot be saved
-    assert c.can_admit(running, gen("n", 0.0), stats(tps=10.0), now=0.0)[0]
+    late = [gen("u", arrival=-1.0, tuf=URGENT)]  # budget negative
+    assert c.can_admit(late, gen("n", 0.0), stats(tps=10.0), now=0.0)[0]
+    # budget 0.2 s but 12 tokens at 40 tok/s need 0.3 s even now: refusing newcomers cannot save it
+    hopeless = [gen("u", arrival=0.0, tuf=URGENT)]
+    assert c.can_admit(hopeless, gen("n", 0.0), stats(tps=40.0), now=0.0)[0]
 
 
-def test_most_urgent_is_the_least_budget():
+def test_most_urgent_is_the_least_slack():
     c = controller()
-    running = [gen("n1", 0.0, NORMAL), gen("u", 0.0, URGENT)]
-    assert not c.can_admit(running, gen("x", 0.0), stats(tps=50.0), now=0.0)[0]  # 0.24 > 0.2
-    assert c.can_admit(running[:1], gen("x", 0.0), stats(tps=50.0), now=0.0)[0]  # 0.24 <= 1.0
+    # n1: budget 1.0, WCET 12/50 = 0.24 (slack 0.76); u: budget 0.2, 4 tokens left -> 0.08 (slack 0.12)
+    running = [gen("n1", 0.0, NORMAL), gen("u", 0.0, URGENT, seg_tokens=8)]
+    assert c.can_admit(running, gen("x", 0.0), stats(tps=50.0), now=0.115)[0] is False  # u: 0.088 > 0.085
+    assert c.can_admit(running, gen("x", 0.0), stats(tps=50.0), now=0.0)[0]  # 0.088 <= 0.2
 
 
 def test_kv_memory_and_caps():
