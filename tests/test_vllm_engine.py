@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
-from vllm_fixtures import (  # fixture registered by import
-    build_random_llama, engine_config, vllm_engine, write_config_only,
+from vllm_fixtures import (  # the vllm_engine fixture itself comes from conftest.py (one per session)
+    build_random_llama, engine_config, write_config_only,
 )
 
 from timelyllm_ros.core.robots import load_robots
