@@ -52,6 +52,17 @@ def cyclic_times(rate: float, cycle_s: float, cycles: int, intensity: float, dur
     return out
 
 
+def parse_policy(label: str) -> tuple[str, dict]:
+    """"andes:refine=false,delta_t=2" -> ("andes", {"refine": False, "delta_t": 2.0})."""
+    name, _, rest = label.partition(":")
+    params: dict = {}
+    for kv in filter(None, rest.split(",")):
+        k, _, v = kv.partition("=")
+        low = v.lower()
+        params[k] = False if low == "false" else True if low == "true" else float(v) if "." in v or "e" in low else int(v)
+    return name, params
+
+
 def make_setup(times: list[float], probe: Probe):
     def setup(planner, arrivals):
         probe.setup(planner, arrivals)
@@ -69,7 +80,8 @@ def main(argv=None) -> int:
     ap.add_argument("--burst-intensity", type=float, default=2.0)
     ap.add_argument("--burst-duration", type=float, default=0.35)
     ap.add_argument("--max-batch", type=int, default=8)
-    ap.add_argument("--policies", nargs="+", default=["andes", "vllm-stream", "fcfs", "timelyllm"])
+    ap.add_argument("--policies", nargs="+", default=["andes", "vllm-stream", "fcfs", "timelyllm"],
+                    help="names, with parameters as name:k=v,k=v (e.g. andes:refine=false)")
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json")
@@ -90,15 +102,17 @@ def main(argv=None) -> int:
                                    seed=args.seed)
         ref = None
         rows = []
-        for pol in args.policies:
+        for label in args.policies:
+            pol, params = parse_policy(label)
+            if pol == "andes":
+                params.setdefault("max_batch", args.max_batch)
             probe = Probe()
             t0 = time.perf_counter()
-            res = run_simulation(pool, pol, max_batch=args.max_batch, catalog=cat,
-                                 policy_params={"max_batch": args.max_batch} if pol == "andes" else {},
+            res = run_simulation(pool, pol, max_batch=args.max_batch, catalog=cat, policy_params=params,
                                  setup=make_setup(times, probe))
             q = qoe_metrics(res, robots)
             lm = latency_metrics(res, probe)
-            row = {"rate": rate, "policy": pol, "qoe": q, **lm, "wall_s": time.perf_counter() - t0}
+            row = {"rate": rate, "policy": label, "qoe": q, **lm, "wall_s": time.perf_counter() - t0}
             rows.append(row)
             if pol == "vllm-stream":
                 ref = q["qoe_mean"]
