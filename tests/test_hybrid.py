@@ -231,3 +231,27 @@ def test_hybrid_policy_in_simulator_every_request_terminal():
     r = run_simulation(wl, "hybrid", max_batch=16)
     assert r.generations and all(g.state.terminal for g in r.generations)
     assert sum(g.state.value == "finished" for g in r.generations) == len(r.generations)
+
+
+def test_plan_offline_cli(tmp_path, capsys):
+    import json
+
+    import yaml
+
+    from timelyllm_ros.cli import main
+    f = tmp_path / "b.yaml"
+    f.write_text(yaml.safe_dump({"slots": 2, "requests": [
+        {"id": f"r{i}", "input_tokens": 10, "output_tokens": t} for i, t in enumerate([3, 3, 2, 2, 2])]}))
+    out = tmp_path / "plan.json"
+    assert main(["plan-offline", str(f), "--simulate", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "makespan 6 decode rounds" in text and "proven optimal" in text and "offline+online" in text
+    plan = json.loads(out.read_text())
+    loads = [0, 0]
+    for rid, slot in plan["assignment"].items():
+        loads[slot] += [3, 3, 2, 2, 2][int(rid[1:])]
+    assert sorted(loads) == [6, 6] and plan["optimal"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("slots: 0\nrequests: []\n")
+    assert main(["plan-offline", str(bad)]) == 2
+    assert "slots" in capsys.readouterr().err
