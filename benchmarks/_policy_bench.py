@@ -17,6 +17,7 @@ for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import math
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -73,10 +74,21 @@ class Probe:
         self.kv_area = 0.0
         self.kv_peak = 0
         self.busy_s = 0.0
+        self.select_s: list[float] = []
 
     def setup(self, planner, arrivals):
         self.planner = planner
         planner.engine = _Engine(planner.engine, self)
+        select = planner.policy.select
+
+        def timed(*a, **kw):  # wall time of the policy's decision (scheduling overhead)
+            t0 = time.perf_counter()
+            try:
+                return select(*a, **kw)
+            finally:
+                self.select_s.append(time.perf_counter() - t0)
+
+        planner.policy.select = timed
         return arrivals
 
     def held_tokens(self) -> int:
@@ -107,7 +119,9 @@ def latency_metrics(result, probe: Probe) -> dict[str, Any]:
     return {"latency": _stats(lat), "ttft": _stats(ttft), "finished": len(lat), "requests": len(gens),
             "policy_preemptions": sum(g.extra.get("preemptions", 0) for g in gens),
             "engine_preemptions": result.engine["preemptions"],
-            "preempted_kv_tokens_mean": probe.kv_area / span, "preempted_kv_tokens_peak": probe.kv_peak}
+            "preempted_kv_tokens_mean": probe.kv_area / span, "preempted_kv_tokens_peak": probe.kv_peak,
+            "select_ms_mean": 1e3 * statistics.fmean(probe.select_s) if probe.select_s else None,
+            "select_ms_p99": 1e3 * sorted(probe.select_s)[int(0.99 * (len(probe.select_s) - 1))] if probe.select_s else None}
 
 
 def qoe_metrics(result, robots=None, categories: Iterable[str] = ("chat",), now: float | None = None) -> dict:

@@ -94,8 +94,8 @@ def main(argv=None) -> int:
     out: dict = {"args": vars(args), "runs": []}
     print(f"# Andes on cyclic bursts (simulator; intensity {args.burst_intensity:g}, duration "
           f"{args.burst_duration:.0%}, cycle {args.cycle:g} s × {args.cycles}, batch cap {args.max_batch})\n")
-    print("| avg rate | policy | req | avg QoE | QoE ≥ 0.95 | mean TTFT s | mean lat s | preemptions | QoE ×vllm-stream |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| avg rate | policy | req | avg QoE | QoE ≥ 0.95 | mean TTFT s | mean lat s | preemptions | QoE ×vllm-stream | decision ms (mean/p99) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for rate in args.rates:
         times = cyclic_times(rate, args.cycle, args.cycles, args.burst_intensity, args.burst_duration, args.seed)
         pool = dataclasses.replace(base, rate_per_s=max(rate * 3, 5.0), duration_s=args.cycle * args.cycles,
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
             out["runs"].append(row)
             print(f"| {rate:g}/s | {row['policy']} | {q['count']} | {fmt(q['qoe_mean'], 3)} | {fmt(100 * q['share_ge'], 1)} % | "
                   f"{fmt(row['ttft']['mean'], 2)} | {fmt(row['latency']['mean'], 2)} | {row['policy_preemptions']} | "
-                  f"{fmt(gain)} |", flush=True)
+                  f"{fmt(gain)} | {fmt(row['select_ms_mean'], 2)}/{fmt(row['select_ms_p99'], 1)} |", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1, default=str)

@@ -50,8 +50,8 @@ def main(argv=None) -> int:
     rows = []
     cap = f"batch cap {args.max_batch}" if args.max_batch else "runner's default batching"
     print(f"# Mixed robots + chat, {wl.name} ({wl.duration_s:g} s, {cap}) — simulator\n")
-    print("| policy | req | utility % max | urgent utility % max | mean lat s | mean TTFT s | chat QoE | chat QoE ≥ 0.95 | preemptions | failed |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| policy | req | utility % max | urgent utility % max | mean lat s | mean TTFT s | chat QoE | chat QoE ≥ 0.95 | preemptions | failed | decision ms (mean) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for pol in args.policies:
         params = dict(POLICIES.get(pol, {}))
         if pol == "andes" and args.max_batch:
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
         print(f"| {pol} | {row['requests']} | {fmt(row['utility_pct'], 1)} | {fmt(row['urgent_utility_pct'], 1)} | "
               f"{fmt(lm['latency']['mean'])} | {fmt(lm['ttft']['mean'], 3)} | {fmt(q['qoe_mean'], 3)} | "
               f"{fmt(100 * q['share_ge'] if q['share_ge'] is not None else None, 1)} % | {lm['policy_preemptions']} | "
-              f"{failed} |", flush=True)
+              f"{failed} | {fmt(lm['select_ms_mean'], 2)} |", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1, default=str)
