@@ -5,8 +5,8 @@ to exactly one slot j so that max_j sum_{i on j} T_i is minimal.  The paper solv
 ~20 min; we use
 
 * LPT (longest processing time first onto the least-loaded slot, Graham: <= 4/3 - 1/(3J) of OPT),
-* a local search (move / swap jobs off the most-loaded slot) that stops as soon as the solution
-  meets the lower bound, which then *certifies* optimality,
+* a local search (move, swap, 2-for-1 and 1-for-2 exchanges off the most-loaded slot) that stops
+  as soon as the solution meets the lower bound, which then *certifies* optimality,
 * an exact depth-first branch-and-bound for small instances (symmetry breaking over slots with
   equal load, pruning with the running best), node-limited so it always returns.
 
@@ -164,8 +164,43 @@ def improve(a: Assignment, times: Sequence[float], max_rounds: int = 100_000) ->
                     improved = True
                     break
         if not improved:
+            # 3) exchange two jobs of top with one of k, or one of top with two of k
+            improved = _pair_exchange(top, order, ts, slot, loads, members, eps)
+        if not improved:
             break
     return _make(ts, slot, slots, a.method + "+ls")
+
+
+def _pair_exchange(top: int, order: list[int], ts, slot, loads, members, eps: float) -> bool:
+    """2-for-1 / 1-for-2 exchanges between the most-loaded slot and another that lower the pair's
+    maximum (first improving exchange, least-loaded partner first)."""
+    jt = sorted(members[top])
+    for k in order:
+        if k == top:
+            continue
+        room = loads[top] - loads[k]
+        jk = sorted(members[k])
+        for a_i in range(len(jt)):
+            for b_i in range(a_i + 1, len(jt)):
+                a, b = jt[a_i], jt[b_i]
+                for q in jk:
+                    d = ts[a] + ts[b] - ts[q]
+                    if eps < d < room - eps:
+                        for i in (a, b):
+                            _move(i, top, k, ts, slot, loads, members)
+                        _move(q, k, top, ts, slot, loads, members)
+                        return True
+        for i in jt:
+            for q_i in range(len(jk)):
+                for r_i in range(q_i + 1, len(jk)):
+                    q, r = jk[q_i], jk[r_i]
+                    d = ts[i] - ts[q] - ts[r]
+                    if eps < d < room - eps:
+                        _move(i, top, k, ts, slot, loads, members)
+                        for j in (q, r):
+                            _move(j, k, top, ts, slot, loads, members)
+                        return True
+    return False
 
 
 def _move(i: int, src: int, dst: int, ts, slot, loads, members) -> None:
