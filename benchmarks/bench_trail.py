@@ -43,7 +43,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-batch", type=int, default=8)
     ap.add_argument("--c-rate", type=float, default=4.0, help="arrival rate of the c sweep")
     ap.add_argument("--cs", type=float, nargs="+", default=[0.2, 0.5, 0.8, 1.0])
-    ap.add_argument("--predictors", nargs="+", default=["learned", "oracle"])
+    ap.add_argument("--predictors", nargs="+", default=["learned", "oracle"],
+                    help="learned | oracle | noisy:P (noisy oracle, relative error P)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only-c", action="store_true", help="just the c sweep")
     ap.add_argument("--json", help="also write all numbers here")
@@ -65,8 +66,10 @@ def main(argv=None) -> int:
     for name, wl in scen:
         ref = run(wl, "vllm-stream", {}, args.max_batch, cat)
         rows = [("fcfs (vllm-stream)", ref)]
-        for pred in args.predictors:
-            rows.append((f"trail c=0.8 {pred}", run(wl, "trail", {"predictor": pred}, args.max_batch, cat)))
+        for pred in args.predictors:  # "noisy:0.5" = noisy oracle with p = 0.5
+            kind, _, p = pred.partition(":")
+            params = {"predictor": kind, **({"noise_p": float(p)} if p else {})}
+            rows.append((f"trail c=0.8 {pred}", run(wl, "trail", params, args.max_batch, cat)))
         for label, m in rows:
             out["runs"].append({"workload": name, "policy": label, **m})
             sl = ref["latency"]["mean"] / m["latency"]["mean"] if m["latency"]["mean"] else None
