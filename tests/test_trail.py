@@ -136,11 +136,16 @@ def test_noisy_oracle_is_seeded_and_has_the_configured_spread():
     assert exact.initial(gen("z", 99)) == 100
 
 
-def test_oracle_without_reference_is_a_clear_error():
+def test_oracle_without_reference_ranks_last_and_says_why():
     req = PlanRequest("x", "u", "chat", "t", "", NORMAL, 0.0)
     p = trail()
-    with pytest.raises(ValueError, match="reference_plan"):
-        p.select([Generation(request=req)], [], ctx(), 0)
+    g = Generation(request=req)
+    short = gen("s", 4)
+    sel = p.select([g, short], [], ctx(), 0)
+    assert [x.gen_id for x in sel.order] == ["s", "x"]  # ranked as a 256-token reply
+    assert "reference_plan" in g.extra["lenpred_error"]
+    g.output_ids.append(1)
+    p.on_token(g, 1, ctx())  # no exception from the token hook either
 
 
 def test_on_token_records_pinning_age():

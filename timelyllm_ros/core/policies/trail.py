@@ -36,7 +36,7 @@ class Trail(Policy):
 
     def __init__(self, c: float = 0.8, predictor: str | LengthPredictor = "learned", noise_p: float = 0.3,
                  seed: int = 0, model_dir: str | None = None, refresh_every: int = 1,
-                 mode: str = "stream", kv: str = "cache") -> None:
+                 mode: str = "stream", kv: str = "cache", fallback_len: int = 256) -> None:
         if not (isinstance(c, (int, float)) and c > 0 and not math.isnan(c)):
             raise ValueError(f"c must be > 0 (inf: never pin), got {c!r}")
         if mode not in _MODES:
@@ -44,6 +44,9 @@ class Trail(Policy):
         if kv not in ("cache", "discard", "preserve", "swap"):
             raise ValueError(f"kv must be cache, discard, preserve or swap, got {kv!r}")
         self.c = float(c)
+        if fallback_len < 1:
+            raise ValueError(f"fallback_len must be >= 1, got {fallback_len}")
+        self.fallback_len = int(fallback_len)
         self.mode = _MODES[mode]
         self.kv = kv
         if isinstance(predictor, str):
@@ -61,18 +64,28 @@ class Trail(Policy):
         else:
             self.predictor = predictor
         self._desc = {"c": self.c, "predictor": getattr(self.predictor, "name", str(predictor)),
-                      "noise_p": noise_p, "seed": seed, "refresh_every": refresh_every, "mode": mode, "kv": kv}
+                      "noise_p": noise_p, "seed": seed, "refresh_every": refresh_every, "mode": mode, "kv": kv, "fallback_len": self.fallback_len}
 
     # --- ranks ----------------------------------------------------------------------------------
+    def _safe(self, fn, g: Generation) -> float:
+        """A request the predictor cannot handle (e.g. the oracle without a reference reply) must
+        not take the planner loop down: it ranks as the longest possible reply and the reason is
+        kept in ``extra["lenpred_error"]``."""
+        try:
+            return fn(g)
+        except PredictorError as e:
+            g.extra["lenpred_error"] = str(e)
+            return float(self.fallback_len)
+
     def r0(self, g: Generation) -> float:
-        return self.predictor.initial(g)
+        return self._safe(self.predictor.initial, g)
 
     def pinned(self, g: Generation) -> bool:
         """Past c·r0 generated tokens: no longer preemptable (and ranked first)."""
         return age(g) >= self.c * self.r0(g)
 
     def remaining(self, g: Generation) -> float:
-        return self.predictor.remaining(g)
+        return self._safe(self.predictor.remaining, g)
 
     def rank(self, g: Generation) -> tuple:
         """Smaller runs first: pinned ones, then predicted remaining tokens, then FCFS."""
@@ -104,7 +117,11 @@ class Trail(Policy):
         return Selection(order=order, preempt=preempt)
 
     def on_token(self, g: Generation, n_new: int, ctx: PolicyContext) -> None:
-        self.predictor.observe(g, n_new)
+        if "lenpred_error" not in g.extra:
+            try:
+                self.predictor.observe(g, n_new)
+            except PredictorError as e:
+                g.extra["lenpred_error"] = str(e)
         st = g.extra.setdefault("trail", {})
         st.setdefault("r0", self.r0(g))
         if "pinned_at" not in st and self.pinned(g):
