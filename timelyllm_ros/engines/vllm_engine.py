@@ -253,8 +253,11 @@ class VllmEngine:
             if gib <= 0:
                 raise EngineError(f"kv_cache_space_gib must be > 0, got {gib}")
             kw["kv_cache_memory_bytes"] = int(gib * (1 << 30))
-            if self._cpu:  # vLLM-cpu reads this env var and lets it override the config
-                os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, int(round(gib))))
+            if self._cpu:  # vLLM-cpu's legacy env var (whole GiB) overrides the config: keep it
+                if gib.is_integer():  # consistent, or out of the way for a fractional size
+                    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(gib))
+                else:
+                    os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
         if c.get("kv_offloading_size_gib") is not None:
             kw["kv_offloading_size"] = float(c["kv_offloading_size_gib"])
             kw["kv_offloading_backend"] = "native"
