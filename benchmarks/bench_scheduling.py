@@ -1,0 +1,339 @@
+"""Cost of one scheduling point, and of a whole ``Planner.step()``, for every registered policy.
+
+    python benchmarks/bench_scheduling.py [--sizes 8,1000] [--running 8] [--policy P ...]
+                                          [--budget-s 1.5] [--no-step]
+
+Issue 2 goals: one scheduling point <= 0.05 ms with 8 queued generations and <= 1 ms with 1,000
+(the paper measured 2.03 ms for 8).
+
+Scheduling point = what ``Planner._schedule`` does before it touches the engine: build the
+policy context (engine stats), refresh every ready generation's priority and order them
+(``policy.select`` over the ready list, preemption choice included), and the batch-size
+controller's decision for the head of that order (the runner's controller: latency-guided for
+segmenting policies, continuous batching capped at 256 for vLLM-style ones).  A refused head gets
+``extra["blocked"]`` as the planner sets it, so Trail and Andes see a full batch as they would.
+
+The ready generations are a realistic mix, made by running the planner itself (batch cap 64,
+every first segment started before any resume) over a burst of tello / arm / chat requests until about half have dispatched segments;
+the running generations are then suspended (preempted mid-segment) and some robots' results
+delivered, so the ready list holds queued first segments, suspended generations with executed
+or executing segments, and preempted ones with partial output.  ``--running`` of them are then
+admitted to the simulated engine as the running batch.  Each policy gets its own copy of that
+state.  Virtual time advances one decode step (22 ms) per scheduling point.
+
+``Planner.step()`` is measured separately: a fresh planner per policy and size with
+N + ``--running`` requests submitted at once and the batch capped at ``--running``; after 20
+warm-up steps, the next steps are timed (scheduling + one engine iteration + token handling,
+segment cuts and dispatches), with the mean ready / running counts reported beside them.
+
+Figures: median and p99 per scheduling point in µs, both wall clock (``perf_counter``) and the
+thread's CPU time (``thread_time``, immune to being descheduled on a shared machine); the goal
+column judges the CPU median.  Machine and load average are printed first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from timelyllm_ros.core.batching import FixedBatch  # noqa: E402
+from timelyllm_ros.core.clock import VirtualClock  # noqa: E402
+from timelyllm_ros.core.exec_time import ExecTimeEstimator  # noqa: E402
+from timelyllm_ros.core.planner import Planner, PlannerConfig  # noqa: E402
+from timelyllm_ros.core.policies import DispatchMode, Policy, make_policy, policy_names  # noqa: E402
+from timelyllm_ros.core.robots import load_robots  # noqa: E402
+from timelyllm_ros.core.tuf import NORMAL, URGENT  # noqa: E402
+from timelyllm_ros.core.types import GenState, Generation, PlanRequest  # noqa: E402
+from timelyllm_ros.engines.simulated import LatencyProfile, SimulatedEngine  # noqa: E402
+from timelyllm_ros.lrtrace import default_catalog  # noqa: E402
+from timelyllm_ros.sim.prompts import SimPromptSource  # noqa: E402
+from timelyllm_ros.sim.robots import SimulatedRobots  # noqa: E402
+from timelyllm_ros.sim.runner import VLLM_MAX_NUM_SEQS, EventLoop, _RequestLanes  # noqa: E402
+from timelyllm_ros.sim.tokenizer import SimTokenizer  # noqa: E402
+
+# The mixed_small demo's traces: tello (normal + urgent), arm (long plans), chat.
+TRACES = ("T1", "T3", "T6", "T7", "T9", "T10", "C1", "C2", "C3")
+GOALS_US = {8: 50.0, 1000: 1000.0}
+DECODE_S = 0.022
+
+
+# ------------------------------------------------------------------------------------------ setup
+class _FirstSegmentsFirst(Policy):
+    """Warm-up only: start every queued request before resuming anyone, so that suspended
+    generations accumulate (every real policy resumes them promptly)."""
+
+    name = "first-segments-first"
+
+    def priority(self, g, ctx, now):
+        return 1.0 if g.k == 0 else 0.0
+
+
+class _Sim:
+    """A planner on the simulated engine and robots, as ``run_simulation`` wires them."""
+
+    def __init__(self, policy_name: str | Policy, robots: dict, seed: int) -> None:
+        self.clock = VirtualClock()
+        self.loop = EventLoop(self.clock)
+        tok = SimTokenizer()
+        self.engine = SimulatedEngine(self.clock, LatencyProfile.from_yaml(), tok)
+        self.policy = make_policy(policy_name) if isinstance(policy_name, str) else policy_name
+        robots_sim = SimulatedRobots(self.loop.view, robots, lambda r: self.planner.post_result(r),
+                                     self.loop.schedule, seed=seed, network_latency_s=0.008)
+        self.planner = Planner(clock=self.clock, engine=self.engine, dispatcher=_RequestLanes(robots_sim),
+                               robots=robots, policy=self.policy, estimator=ExecTimeEstimator(robots),
+                               prompts=SimPromptSource(self.engine, tok, robots=robots),
+                               config=PlannerConfig(max_queued=100_000, max_live=100_000))
+
+    def batcher(self, cap: int):
+        """The runner's choice: latency-guided for segmenting policies, plain cap otherwise."""
+        if self.policy.mode is DispatchMode.SUSPEND:
+            return self.planner.latency_guided(cap)
+        return self.planner.fixed(cap)
+
+    def submit_burst(self, n: int, catalog: dict, rng: random.Random, spread_s: float = 2.0) -> None:
+        times = sorted(rng.uniform(0.0, spread_s) for _ in range(n))
+        for i, t in enumerate(times):
+            self.clock.advance_to(max(self.clock.now(), t))
+            task = catalog[rng.choice(TRACES)]
+            scene = task.scenes[rng.randrange(len(task.scenes))]
+            tuf = URGENT if task.category == "urgent" else NORMAL
+            req = PlanRequest(request_id=f"r{i:05d}", robot_id=f"{task.robot_type}{i}",
+                              robot_type=task.robot_type, task=task.task, scene=scene.scene, tuf=tuf,
+                              arrival=self.clock.now(), task_type=task.task_id, category=task.category,
+                              reference_plan=scene.plan)
+            res = self.planner.submit(req)
+            if not res.accepted:
+                raise RuntimeError(f"request refused: {res.reason}")
+
+    def run_step(self) -> bool:
+        self.loop.fire_due()
+        ran = self.planner.step()
+        if not ran:
+            nxt = self.loop.next_time()
+            if nxt is not None:
+                self.clock.advance_to(nxt)
+        return ran
+
+
+def ready_running(planner: Planner) -> tuple[list[Generation], list[Generation]]:
+    live = planner.live()
+    return ([g for g in live if g.state in (GenState.QUEUED, GenState.SUSPENDED)],
+            [g for g in live if g.state is GenState.RUNNING])
+
+
+def build_mix(n_ready: int, n_running: int, robots: dict, catalog: dict, seed: int) -> tuple[_Sim, list[Generation]]:
+    """Planner state with n_ready + n_running ready generations of mixed kinds (see module doc):
+    half of them suspended with dispatched segments, half without any segment yet."""
+    rng = random.Random(seed)
+    sim = _Sim(_FirstSegmentsFirst(), robots, seed)
+    want = n_ready + n_running
+    total = 2 * want + 4
+    sim.submit_burst(total, catalog, rng)
+    sim.planner.batcher = sim.planner.fixed(64)
+    p = sim.planner
+
+    def suspended() -> int:
+        return sum(1 for g in p.live() if g.segments and g.state in (GenState.SUSPENDED, GenState.RUNNING))
+
+    for i in range(20_000):
+        if i % 10 == 0 and suspended() >= want // 2 + 1:
+            break
+        sim.run_step()
+    now = sim.clock.now()
+    for g in [g for g in p.live() if g.state is GenState.RUNNING]:  # preempt mid-segment
+        p.engine.abort(g.gen_id, "cache")
+        g.state = GenState.SUSPENDED if g.segments else GenState.QUEUED
+        g.ready_since = now
+    sim.loop.fire_due()
+    p._drain_inbox()  # results that arrived: executed segments, blocking ones back to SUSPENDED
+    ready, _ = ready_running(p)
+    with_segs = [g for g in ready if g.segments]
+    without = [g for g in ready if not g.segments]
+    k = min(len(with_segs), want // 2 + 1)
+    if k + len(without) < want:
+        raise RuntimeError(f"mix has only {len(ready)} ready generations, need {want}")
+    mix = with_segs[:k] + without[: want - k]
+    rng.shuffle(mix)
+    return sim, mix
+
+
+def clone(gens: list[Generation]) -> list[Generation]:
+    """Independent copies for one policy (token lists are shared: select() never mutates them)."""
+    return [dataclasses.replace(g, segments=[dataclasses.replace(s) for s in g.segments],
+                                extra=copy.deepcopy(g.extra), cached_tokens=list(g.cached_tokens))
+            for g in gens]
+
+
+def describe(ready: list[Generation]) -> str:
+    kinds: dict[str, int] = {}
+    for g in ready:
+        kinds[g.request.robot_type] = kinds.get(g.request.robot_type, 0) + 1
+    queued = sum(1 for g in ready if not g.segments)
+    executed = sum(1 for g in ready for s in g.segments if s.exec_end is not None)
+    partial = sum(1 for g in ready if g.output_ids and (not g.segments or g.seg_tokens))
+    segs = sum(len(g.segments) for g in ready)
+    return (f"{len(ready)} ready: {queued} queued first segments, {len(ready) - queued} suspended "
+            f"({segs} dispatched segments, {executed} executed), {partial} preempted mid-segment; "
+            + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
+
+
+# ------------------------------------------------------------------------------------------ timing
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, int(round(q * (len(xs) - 1)))))]
+
+
+def bench_point(sim: _Sim, mix: list[Generation], policy_name: str, n_ready: int, n_running: int, budget_s: float,
+                max_iter: int) -> dict[str, Any]:
+    """Median / p99 of one scheduling point for `policy_name` on a copy of the mixed state."""
+    p = sim.planner
+    gens = clone(mix)
+    running, ready = gens[:n_running], gens[n_running:]
+    policy = make_policy(policy_name)
+    engine = SimulatedEngine(VirtualClock(sim.clock.now()), sim.engine.profile, sim.engine.tokenizer)
+    for g in running:  # the running batch really holds KV: stats and budgets are the engine's
+        engine.set_script(g.gen_id, g.request.reference_plan or "")
+        engine.add(g.gen_id, g.prompt_ids + g.output_ids, 64)
+        g.state = GenState.RUNNING
+        g.seg_start = g.seg_start if g.seg_start is not None else engine.clock.now()
+    planner = Planner(clock=engine.clock, engine=engine, dispatcher=p.dispatcher, robots=p.robots,
+                      policy=policy, estimator=p.estimator, prompts=p.prompts, config=p.config)
+    planner.seg_gen_s, planner.token_s = p.seg_gen_s, p.token_s
+    planner.iteration = p.iteration
+    batcher = (planner.latency_guided(VLLM_MAX_NUM_SEQS) if policy.mode is DispatchMode.SUSPEND
+               else planner.fixed(VLLM_MAX_NUM_SEQS))
+    now = engine.clock.now()
+    wall: list[float] = []
+    cpu: list[float] = []
+    refused = 0
+    t_end = time.perf_counter() + budget_s
+    while len(wall) < max_iter and (len(wall) < 20 or time.perf_counter() < t_end):
+        now += DECODE_S
+        planner.iteration += 1
+        planner._stats = None  # a new scheduling point: fresh engine stats, as after a step
+        w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+        # --- one scheduling point (Planner._schedule without the engine calls) ---
+        ctx = planner.context(running)
+        sel = policy.select(ready, running, ctx, now)
+        head = next((g for g in sel.order if g.state in (GenState.QUEUED, GenState.SUSPENDED)), None)
+        if head is not None:
+            ok, why = batcher.can_admit(running, head, planner._engine_stats(), now)
+            if not ok:
+                head.extra["blocked"] = why
+        # ---
+        c1, w1 = time.thread_time_ns(), time.perf_counter_ns()
+        wall.append((w1 - w0) / 1e3)
+        cpu.append((c1 - c0) / 1e3)
+        if head is not None and not ok:
+            refused += 1
+    return {"n": len(wall), "wall_med": statistics.median(wall), "wall_p99": pct(wall, 0.99),
+            "cpu_med": statistics.median(cpu), "cpu_p99": pct(cpu, 0.99), "refused": refused}
+
+
+def bench_step(policy_name: str, n_ready: int, n_running: int, robots: dict, catalog: dict, seed: int,
+               warmup: int, steps: int) -> dict[str, Any]:
+    """Median / p99 of a whole Planner.step() with N + running requests submitted at once."""
+    rng = random.Random(seed)
+    sim = _Sim(policy_name, robots, seed)
+    sim.planner.batcher = sim.batcher(n_running)
+    sim.submit_burst(n_ready + n_running, catalog, rng, spread_s=0.5)
+    for _ in range(warmup):
+        sim.run_step()
+    wall: list[float] = []
+    cpu: list[float] = []
+    n_ready_seen: list[int] = []
+    n_run_seen: list[int] = []
+    for _ in range(steps):
+        sim.loop.fire_due()
+        ready, running = ready_running(sim.planner)
+        n_ready_seen.append(len(ready))
+        n_run_seen.append(len(running))
+        w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+        ran = sim.planner.step()
+        c1, w1 = time.thread_time_ns(), time.perf_counter_ns()
+        wall.append((w1 - w0) / 1e3)
+        cpu.append((c1 - c0) / 1e3)
+        if not ran:
+            nxt = sim.loop.next_time()
+            if nxt is not None:
+                sim.clock.advance_to(nxt)
+    return {"n": len(wall), "wall_med": statistics.median(wall), "wall_p99": pct(wall, 0.99),
+            "cpu_med": statistics.median(cpu), "cpu_p99": pct(cpu, 0.99),
+            "ready": statistics.fmean(n_ready_seen), "running": statistics.fmean(n_run_seen)}
+
+
+# ------------------------------------------------------------------------------------------ main
+def machine() -> str:
+    try:
+        model = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                      if ln.startswith("model name")), platform.processor())
+    except OSError:
+        model = platform.processor()
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+            f"load average (1/5/15 min) {load}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="8,1000", help="comma-separated ready-queue sizes")
+    ap.add_argument("--running", type=int, default=8, help="generations in the running batch")
+    ap.add_argument("--policy", action="append", help="policy (repeatable; default: every registered one)")
+    ap.add_argument("--budget-s", type=float, default=1.0, help="wall seconds per policy and size")
+    ap.add_argument("--max-iter", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-step", action="store_true", help="skip the Planner.step() measurement")
+    ap.add_argument("--step-steps", type=int, default=40)
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    policies = args.policy or policy_names()
+    robots = load_robots()
+    catalog = default_catalog(robots)
+    print(f"machine: {machine()}")
+    print(f"policies: {', '.join(policies)}; running batch {args.running}\n")
+
+    for n in sizes:
+        t0 = time.perf_counter()
+        sim, mix = build_mix(n, args.running, robots, catalog, args.seed)
+        print(f"== scheduling point, {n} ready + {args.running} running "
+              f"(state built in {time.perf_counter() - t0:.1f} s; {describe(mix[args.running:])})")
+        goal = GOALS_US.get(n)
+        print(f"{'policy':<16} {'iters':>6} {'cpu med':>9} {'cpu p99':>9} {'wall med':>9} {'wall p99':>9}  "
+              f"{'head refused':>12}  goal" + (f" (<= {goal:g} µs)" if goal else ""))
+        for name in policies:
+            r = bench_point(sim, mix, name, n, args.running, args.budget_s, args.max_iter)
+            verdict = "" if goal is None else ("met" if r["cpu_med"] <= goal else "NOT met")
+            print(f"{name:<16} {r['n']:>6} {r['cpu_med']:>9.1f} {r['cpu_p99']:>9.1f} {r['wall_med']:>9.1f} "
+                  f"{r['wall_p99']:>9.1f}  {r['refused']:>12}  {verdict}", flush=True)
+        print()
+
+    if not args.no_step:
+        for n in sizes:
+            print(f"== Planner.step() with the simulated engine, {n} + {args.running} submitted, "
+                  f"batch cap {args.running} (20 warm-up steps, {args.step_steps} timed)")
+            print(f"{'policy':<16} {'ready':>7} {'running':>7} {'cpu med':>9} {'cpu p99':>9} {'wall med':>9} "
+                  f"{'wall p99':>9}   (µs per step)")
+            for name in policies:
+                r = bench_step(name, n, args.running, robots, catalog, args.seed, 20, args.step_steps)
+                print(f"{name:<16} {r['ready']:>7.0f} {r['running']:>7.1f} {r['cpu_med']:>9.0f} "
+                      f"{r['cpu_p99']:>9.0f} {r['wall_med']:>9.0f} {r['wall_p99']:>9.0f}", flush=True)
+            print()
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
