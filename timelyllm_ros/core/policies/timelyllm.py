@@ -12,7 +12,11 @@ L(s_k): slack = time left until the segment is due, minus G: due − (t + G), wh
 
 from __future__ import annotations
 
-from .base import Policy
+from typing import Sequence
+
+from ..tuf import TUF
+from ..types import Generation
+from .base import Policy, PolicyContext, Selection, priority_order
 
 
 class TimelyLLM(Policy):
@@ -39,6 +43,43 @@ class TimelyLLM(Policy):
     def priority(self, g, ctx, now):
         utility, G, slack = self.terms(g, ctx, now)
         return utility / (G * slack)
+
+    def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
+               now: float) -> Selection:
+        """Eq. 4 for every ready generation, inlined: the same arithmetic as `terms`/`priority`
+        (bit for bit: same operations in the same order, `min`/`max` tie rules kept), with the
+        per-point constants hoisted.  Subclasses that change `terms` or `priority`, and TUF
+        subclasses, take the generic path."""
+        cls = type(self)
+        if cls.priority is not TimelyLLM.priority or cls.terms is not TimelyLLM.terms:
+            return super().select(ready, running, ctx, now)
+        G = max(ctx.seg_gen_s, 1e-6)
+        floor = G if self.min_slack_s is None else self.min_slack_s
+        now_g = now + G
+        for g in ready:
+            req = g.request
+            tuf = req.tuf
+            if type(tuf) is not TUF:
+                g.priority = self.priority(g, ctx, now)
+                continue
+            beta = tuf.beta
+            if g.segments:
+                prev_end = g.prev_exec_end_estimate()
+                due = prev_end if prev_end is not None else now
+                t = now_g - due
+                u = tuf.alpha * (0.0 if 0.0 > t else t) + beta  # TUF1: max(t, 0.0)
+            else:
+                due = req.arrival + tuf.ert
+                u = tuf.alpha * ((now_g - req.arrival) - tuf.ert) + beta  # TUF0
+            if not u < beta:  # min(beta, u): u only if u < beta
+                u = beta
+            slack = due - now_g  # max(due - (now + G), floor, 1e-6)
+            if floor > slack:
+                slack = floor
+            if 1e-6 > slack:
+                slack = 1e-6
+            g.priority = u / (G * slack)
+        return Selection(order=priority_order(ready))
 
     def params(self):
         return {"min_slack_s": self.min_slack_s}
