@@ -36,7 +36,24 @@ def test_eq4_initial_segment_hand_computed():
     # t = 10.2, G = 0.1: W = 0.3 -> TUF0 = 1; L = (10 + 1) - 10.3 = 0.7; Pri = 1 / (0.1 * 0.7)
     assert p.priority(g, ctx(), 10.2) == pytest.approx(1 / (0.1 * 0.7))
     # overdue: t = 11.1, W = 1.2 -> TUF0 = 1 - 2*0.2 = 0.6; slack floored at G = 0.1
-    assert p.priority(g, ctx(), 11.1) == pytest.approx(0.6 / (0.1 * 0.1))
+    paper = make_policy("timelyllm", rescue_late=False)
+    assert paper.priority(g, ctx(), 11.1) == pytest.approx(0.6 / (0.1 * 0.1))
+    # rescue_late (default): numerator = beta + utility already lost = 1 + 0.4
+    assert p.priority(g, ctx(), 11.1) == pytest.approx(1.4 / (0.1 * 0.1))
+    # the inlined select() computes the same numbers as priority()
+    p.select([g], [], ctx(), 11.1)
+    assert g.priority == pytest.approx(1.4 / (0.1 * 0.1))
+
+
+def test_late_generations_are_rescued_not_starved():
+    """Eq. 4 ranks a hopelessly late urgent request below a fresh normal one (its utility is
+    negative); rescue_late serves it first, weighted by how fast it is still losing utility."""
+    late_urgent = gen("lu", arrival=0.0, tuf=URGENT)  # at t = 1.0: W = 1.1 -> TUF0 = 2 - 6.67*0.9 < 0
+    fresh_normal = gen("fn", arrival=0.95, tuf=NORMAL)
+    order = make_policy("timelyllm", rescue_late=False).select([late_urgent, fresh_normal], [], ctx(), 1.0).order
+    assert [g.gen_id for g in order] == ["fn", "lu"]
+    order = make_policy("timelyllm").select([late_urgent, fresh_normal], [], ctx(), 1.0).order
+    assert [g.gen_id for g in order] == ["lu", "fn"]
 
 
 def test_eq4_suspended_segment_uses_tuf1_and_exec_estimate():
@@ -46,7 +63,9 @@ def test_eq4_suspended_segment_uses_tuf1_and_exec_estimate():
     # t = 6.0: W = 6.1 - 8 < 0 -> TUF1 = beta = 2; L = 8 - 6.1 = 1.9
     assert p.priority(g, ctx(), 6.0) == pytest.approx(2 / (0.1 * 1.9))
     # t = 8.05: W = 0.15 -> TUF1 = 2 - 6.67*0.15; L floored at G
-    assert p.priority(g, ctx(), 8.05) == pytest.approx((2 - 6.67 * 0.15) / (0.1 * 0.1))
+    paper = make_policy("timelyllm", rescue_late=False)
+    assert paper.priority(g, ctx(), 8.05) == pytest.approx((2 - 6.67 * 0.15) / (0.1 * 0.1))
+    assert p.priority(g, ctx(), 8.05) == pytest.approx((2 + 6.67 * 0.15) / (0.1 * 0.1))
     # a measured start replaces the generation-end guess: started at 6.0 -> due at 9.0
     g.segments[0].exec_start = 6.0
     assert p.priority(g, ctx(), 6.0) == pytest.approx(2 / (0.1 * 2.9))

@@ -22,8 +22,13 @@ from .base import Policy, PolicyContext, Selection, priority_order
 class TimelyLLM(Policy):
     name = "timelyllm"
 
-    def __init__(self, min_slack_s: float | None = None) -> None:
+    def __init__(self, min_slack_s: float | None = None, rescue_late: bool = True) -> None:
         self.min_slack_s = min_slack_s  # None: floor at G
+        # Eq. 4's numerator falls as a segment gets late, so a late generation sinks below every
+        # other and starves while its (possibly negative) utility keeps falling.  With rescue_late
+        # a late segment's numerator is beta + the utility already lost (|alpha| * lateness):
+        # equal to Eq. 4 until the TUF starts to fall, then growing with the loss rate.
+        self.rescue_late = rescue_late
 
     def terms(self, g, ctx, now) -> tuple[float, float, float]:
         """(utility, G, L) for g's next segment if started at `now`."""
@@ -42,6 +47,9 @@ class TimelyLLM(Policy):
 
     def priority(self, g, ctx, now):
         utility, G, slack = self.terms(g, ctx, now)
+        beta = g.request.tuf.beta
+        if self.rescue_late and utility < beta:
+            utility = beta + (beta - utility)
         return utility / (G * slack)
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
@@ -73,6 +81,8 @@ class TimelyLLM(Policy):
                 u = tuf.alpha * ((now_g - req.arrival) - tuf.ert) + beta  # TUF0
             if not u < beta:  # min(beta, u): u only if u < beta
                 u = beta
+            elif self.rescue_late:
+                u = beta + (beta - u)
             slack = due - now_g  # max(due - (now + G), floor, 1e-6)
             if floor > slack:
                 slack = floor
@@ -82,4 +92,4 @@ class TimelyLLM(Policy):
         return Selection(order=priority_order(ready))
 
     def params(self):
-        return {"min_slack_s": self.min_slack_s}
+        return {"min_slack_s": self.min_slack_s, "rescue_late": self.rescue_late}
