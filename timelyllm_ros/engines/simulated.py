@@ -141,6 +141,7 @@ class LatencyProfile:
 # --------------------------------------------------------------------------------------------
 
 _ROOT_HASH = 0x7131E11  # parent "hash" of the first block of every sequence
+_INT_ONLY = {int}
 
 
 def block_hash(parent: int, tokens: Sequence[int]) -> int:
@@ -222,6 +223,27 @@ class _BlockPool:
         else:
             self.free_plain.append(bid)
 
+    def release_all(self, bids: Sequence[int], *, drop: bool = False) -> None:
+        """`release` of each block in order (the loop inlined: a suspension releases ~180)."""
+        blocks, free_cached = self.blocks, self.free_cached
+        for bid in bids:
+            b = blocks[bid]
+            ref = b.ref
+            if ref <= 0:
+                raise EngineError(f"KV block {bid} released more often than taken")
+            b.ref = ref - 1
+            if ref > 1:
+                continue
+            if b.hash is not None:
+                if drop:
+                    self._unregister(b)
+                    self.free_plain.append(bid)
+                else:
+                    free_cached[bid] = None
+                    free_cached.move_to_end(bid)
+            else:
+                self.free_plain.append(bid)
+
     def register(self, bid: int, parent: int, tokens: tuple[int, ...]) -> None:
         """Publish a full, computed block in the prefix cache (first writer wins, like vLLM)."""
         b = self.blocks[bid]
@@ -297,6 +319,22 @@ class _Suspended:
     host: dict[int, tuple[int, ...]] = field(default_factory=dict)  # swap: block index -> tokens
 
 
+@dataclass(slots=True)
+class _Known:
+    """What add() learnt about a generation's last prompt, so that its resume (the same prompt
+    plus a few tokens) neither re-validates nor re-hashes the shared part: `tokens[:n]` passed
+    validation, and `wants`/`hashes` are the contents and chain hashes of its leading full blocks
+    (`tokens` is the engine's own token list, which is only ever appended to)."""
+
+    tokens: list[int]
+    n: int
+    wants: list[tuple[int, ...]]
+    hashes: list[int]
+
+
+_KNOWN_MAX = 1024  # generations remembered (LRU); a forgotten one is validated and hashed in full
+
+
 class SimulatedEngine:
     """Engine protocol implementation that scripts its text and models its time and memory.
 
@@ -321,6 +359,7 @@ class SimulatedEngine:
         self._seqs: dict[str, _Seq] = {}  # running or waiting (preempted), insertion = admission
         self._suspended: dict[str, _Suspended] = {}
         self._started: set[str] = set()  # gen ids ever added (tokenisation charged once)
+        self._known: OrderedDict[str, _Known] = OrderedDict()
         self._host_used = 0
         self._pending_swap_out = 0
         self._order = 0
@@ -353,9 +392,19 @@ class SimulatedEngine:
         prompt = list(prompt_ids)
         if not prompt:
             raise ValueError(f"generation {gen_id!r}: prompt_ids is empty")
-        for t in prompt:
-            if isinstance(t, bool) or not isinstance(t, int) or t < 0:
-                raise ValueError(f"generation {gen_id!r}: bad token id {t!r}")
+        # A resume repeats the prompt already validated for this generation (the planner passes
+        # prompt + output so far): only what follows it is checked.
+        known = self._known.get(gen_id)
+        start = 0
+        if known is not None and known.n <= len(prompt) and prompt[:known.n] == known.tokens[:known.n]:
+            start = known.n
+        rest = prompt[start:] if start else prompt
+        # Fast path (C loops): plain non-negative ints.  Anything else (bools, int subclasses, other
+        # types, negatives) goes through the per-token check, which names the first bad id.
+        if rest and (set(map(type, rest)) != _INT_ONLY or min(rest) < 0):
+            for t in rest:
+                if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+                    raise ValueError(f"generation {gen_id!r}: bad token id {t!r}")
         need_total = self._blocks_for(len(prompt) + max_tokens - 1)
         if need_total > self.profile.kv_capacity_blocks:
             # vLLM refuses prompt + max_tokens beyond max_model_len for the same reason: such a
@@ -367,7 +416,8 @@ class SimulatedEngine:
         seq = _Seq(gen_id, prompt, len(prompt), max_tokens, self._order,
                    new_request=gen_id not in self._started)
         susp = self._suspended.pop(gen_id, None)
-        self._claim_cached(seq, susp)
+        keys = (known.wants, known.hashes, min(len(known.hashes), start // self._bs)) if start else None
+        wants = self._claim_cached(seq, susp, keys)
         try:
             self._allocate_rest(seq, may_preempt=True)
         except KVCapacityError:
@@ -380,11 +430,17 @@ class SimulatedEngine:
         self.counters.cached_tokens += seq.computed
         self._started.add(gen_id)
         self._seqs[gen_id] = seq
+        self._known[gen_id] = _Known(prompt, len(prompt), wants, list(seq.hashes))
+        self._known.move_to_end(gen_id)
+        if len(self._known) > _KNOWN_MAX:
+            self._known.popitem(last=False)
 
     def abort(self, gen_id: str, kv: str = "cache") -> None:
         """Suspend gen_id now; its KV is kept according to `kv` (see KV_MODES)."""
         if kv not in KV_MODES:
             raise ValueError(f"unknown kv mode {kv!r}; one of {sorted(KV_MODES)}")
+        if kv == "discard":  # usually the generation's end: forget its prompt (memory)
+            self._known.pop(gen_id, None)
         seq = self._seqs.pop(gen_id, None)
         if seq is None:
             old = self._suspended.get(gen_id)
@@ -539,12 +595,17 @@ class SimulatedEngine:
     def _pinned_blocks(self) -> int:
         return sum(len(s.pinned) for s in self._suspended.values())
 
-    def _claim_cached(self, seq: _Seq, susp: _Suspended | None) -> None:
+    def _claim_cached(self, seq: _Seq, susp: _Suspended | None,
+                      keys: tuple[list[tuple[int, ...]], list[int], int] | None = None) -> list[tuple[int, ...]]:
         """Reuse what KV exists for seq.tokens: preserved blocks, prefix-cache hits, host copies.
 
         At most len(tokens) - 1 tokens are reused: the last prompt token must be computed to get
-        the next token's logits (vLLM does the same).
+        the next token's logits (vLLM does the same).  `keys` = (contents, chain hashes, k): the
+        first k full blocks of seq.tokens are known to have these (a resume's shared part).
+        Returns the contents of the full blocks whose hashes were appended to seq.hashes.
         """
+        known_w, known_h, k = keys if keys is not None else ((), (), 0)
+        wants: list[tuple[int, ...]] = []
         bs, toks, pool = self._bs, seq.tokens, self._pool
         limit = len(toks) - 1
         pinned = list(susp.pinned) if susp and susp.mode == "preserve" else []
@@ -552,64 +613,88 @@ class SimulatedEngine:
         old = susp.tokens if susp else []
         parent = _ROOT_HASH
         j = 0
-        while j * bs < limit:
+        # 1. the generation's own preserved blocks (a prefix of its KV)
+        while j < len(pinned) and j * bs < limit:
             lo, hi = j * bs, min((j + 1) * bs, limit)
             want = tuple(toks[lo:(j + 1) * bs])
             full = len(want) == bs and (j + 1) * bs <= limit
-            # 1. the generation's own preserved block
-            if j < len(pinned):
-                have = len(old) - lo
-                n = min(have, hi - lo)
-                if n > 0 and old[lo:lo + n] == list(toks[lo:lo + n]):
-                    b = pool.blocks[pinned[j]]
-                    if n < bs and (b.hash is not None or b.ref > 1):
-                        pass  # would overwrite a shared block: recompute it instead
-                    else:
-                        seq.blocks.append(pinned[j])
-                        pinned[j] = -1  # ownership moves to seq (its reference is reused)
-                        seq.computed = lo + n
-                        if full:
-                            seq.hashes.append(block_hash(parent, want))
-                            parent = seq.hashes[-1]
-                        if n < hi - lo or not full:
-                            break
-                        j += 1
-                        continue
-                break
-            # 2. the prefix cache (full blocks only)
-            if full:
-                bid = pool.lookup(parent, want)
-                if bid is not None:
-                    pool.take(bid)
-                    seq.blocks.append(bid)
-                    seq.computed = (j + 1) * bs
-                    parent = block_hash(parent, want)
-                    seq.hashes.append(parent)
+            have = len(old) - lo
+            n = min(have, hi - lo)
+            if n > 0 and old[lo:lo + n] == list(toks[lo:lo + n]):
+                b = pool.blocks[pinned[j]]
+                if not (n < bs and (b.hash is not None or b.ref > 1)):  # else: a shared block, recompute
+                    seq.blocks.append(pinned[j])
+                    pinned[j] = -1  # ownership moves to seq (its reference is reused)
+                    seq.computed = lo + n
+                    if full:
+                        seq.hashes.append(block_hash(parent, want))
+                        wants.append(want)
+                        parent = seq.hashes[-1]
+                    if n < hi - lo or not full:
+                        break
                     j += 1
                     continue
-            # 3. the generation's host copy (swap)
-            hv = host.get(j)
-            if hv is not None:
-                n = min(len(hv), hi - lo)
-                if n > 0 and list(hv[:n]) == list(toks[lo:lo + n]):
-                    bid = self._alloc(seq, may_preempt=False)
-                    if bid is None:
-                        break  # no room to swap in: recompute instead
-                    seq.blocks.append(bid)
-                    seq.swap_in += 1
-                    seq.computed = lo + n
-                    if full and n == bs:
-                        parent = block_hash(parent, want)
-                        seq.hashes.append(parent)
-                        j += 1
-                        continue
             break
+        else:
+            # 2. the prefix cache (full blocks only), else 3. the generation's host copy (swap).
+            # The hot loop of every add/resume (a ~175-block shared prompt prefix): one hash per
+            # block, pool.lookup and pool.take inlined.
+            by_hash, pblocks = pool.by_hash, pool.blocks
+            free_cached = pool.free_cached
+            blocks, hashes = seq.blocks, seq.hashes
+            while j * bs < limit:
+                lo = j * bs
+                end = lo + bs
+                full = end <= limit  # then the block has bs tokens, as limit < len(toks)
+                if j < k and full:
+                    want, h = known_w[j], known_h[j]  # same content, same chain: same key
+                else:
+                    want = tuple(toks[lo:end])
+                    h = hash((parent, want)) if full else 0  # block_hash(parent, want)
+                if full:
+                    bid = by_hash.get(h)
+                    if bid is not None:
+                        b = pblocks[bid]
+                        # pool.lookup's collision guard
+                        if b.parent == parent and (b.tokens is want or b.tokens == want):
+                            if b.ref == 0:  # pool.take
+                                if b.hash is not None:
+                                    free_cached.pop(bid, None)
+                                else:
+                                    pool.free_plain.remove(bid)
+                            b.ref += 1
+                            blocks.append(bid)
+                            seq.computed = end
+                            parent = h
+                            hashes.append(h)
+                            wants.append(b.tokens)  # the registered tuple: equal, and shared
+                            j += 1
+                            continue
+                hv = host.get(j)
+                if hv is not None:
+                    hi = min(end, limit)
+                    n = min(len(hv), hi - lo)
+                    if n > 0 and list(hv[:n]) == list(toks[lo:lo + n]):
+                        bid = self._alloc(seq, may_preempt=False)
+                        if bid is None:
+                            break  # no room to swap in: recompute instead
+                        blocks.append(bid)
+                        seq.swap_in += 1
+                        seq.computed = lo + n
+                        if full and n == bs:
+                            parent = h
+                            hashes.append(parent)
+                            wants.append(want)
+                            j += 1
+                            continue
+                break
         # whatever of the suspended KV was not reused is let go now
         for bid in reversed(pinned):
             if bid >= 0:
                 pool.release(bid)
         if susp is not None and susp.mode == "swap":
             self._host_used -= len(susp.host)
+        return wants
 
     def _allocate_rest(self, seq: _Seq, *, may_preempt: bool) -> None:
         """Blocks for all of seq.tokens (what the next step computes)."""
@@ -724,13 +809,16 @@ class SimulatedEngine:
     def _register_full_blocks(self, s: _Seq, upto: int) -> None:
         """Offer the full blocks of the first `upto` tokens to the prefix cache (decode blocks
         too, as vLLM).  Called only inside step() for tokens that step computes."""
-        bs = self._bs
+        bs, pool = self._bs, self._pool
+        pblocks, hashes, toks, sblocks = pool.blocks, s.hashes, s.tokens, s.blocks
         for j in range(s.registered, upto // bs):
-            want = tuple(s.tokens[j * bs:(j + 1) * bs])
-            parent = s.hashes[j - 1] if j else _ROOT_HASH
-            if j == len(s.hashes):
-                s.hashes.append(block_hash(parent, want))
-            self._pool.register(s.blocks[j], parent, want)
+            if j < len(hashes) and pblocks[sblocks[j]].hash is not None:
+                continue  # hash known and block already published: register() would do nothing
+            want = tuple(toks[j * bs:(j + 1) * bs])
+            parent = hashes[j - 1] if j else _ROOT_HASH
+            if j == len(hashes):
+                hashes.append(block_hash(parent, want))
+            pool.register(sblocks[j], parent, want)
         s.registered = max(s.registered, upto // bs)
 
     def _upgrade_hits(self, s: _Seq) -> None:
@@ -758,8 +846,7 @@ class SimulatedEngine:
     def _release_seq(self, s: _Seq, *, drop: bool = False) -> None:
         # Tail first, as vLLM: the LRU then evicts a sequence's last blocks before its prefix,
         # which keeps the shared prefix reachable (lookups stop at the first missing block).
-        for bid in reversed(s.blocks):
-            self._pool.release(bid, drop=drop)
+        self._pool.release_all(s.blocks[::-1], drop=drop)
         s.blocks.clear()
         s.hashes.clear()
         s.registered = 0
@@ -767,17 +854,15 @@ class SimulatedEngine:
 
     def _suspend(self, s: _Seq, kv: str) -> _Suspended:
         pool, bs = self._pool, self._bs
-        kept = list(s.tokens[:s.computed])
         hashes = s.hashes[:s.computed // bs]
         covered = self._blocks_for(s.computed)
-        extra = s.blocks[covered:]  # allocated for tokens never computed
-        for bid in reversed(extra):
-            pool.release(bid)
+        pool.release_all(s.blocks[covered:][::-1])  # allocated for tokens never computed
         blocks = s.blocks[:covered]
         s.blocks = []
         if kv == "preserve":
-            return _Suspended("preserve", hashes, tokens=kept, pinned=blocks)
+            return _Suspended("preserve", hashes, tokens=list(s.tokens[:s.computed]), pinned=blocks)
         if kv == "swap":
+            kept = s.tokens[:s.computed]
             host: dict[int, tuple[int, ...]] = {}
             room = (self.profile.host_capacity_blocks - self._host_used
                     if self.profile.host_capacity_blocks is not None else len(blocks))
@@ -788,11 +873,9 @@ class SimulatedEngine:
             self._host_used += len(host)
             self._pending_swap_out += len(host)
             self.counters.swap_out_blocks += len(host)
-            for bid in reversed(blocks):  # the GPU copies stay in the prefix cache until evicted
-                pool.release(bid)
+            pool.release_all(blocks[::-1])  # the GPU copies stay in the prefix cache until evicted
             return _Suspended("swap", hashes, host=host)
-        for bid in reversed(blocks):
-            pool.release(bid, drop=(kv == "discard"))
+        pool.release_all(blocks[::-1], drop=(kv == "discard"))
         return _Suspended(kv, hashes)
 
     def _repin(self, susp: _Suspended) -> None:
