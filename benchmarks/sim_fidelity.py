@@ -30,6 +30,7 @@ def simulate(arrivals, plans, *, profile_path, tokenizer, robots, policy, seed):
     from timelyllm_ros.engines.simulated import LatencyProfile, SimulatedEngine
     from timelyllm_ros.prompts import PromptBuilder
     from timelyllm_ros.sim.robots import SimulatedRobots
+    from timelyllm_ros.serve import warm_up
     from timelyllm_ros.sim.runner import EventLoop, _RequestLanes
 
     clock = VirtualClock()
@@ -52,6 +53,7 @@ def simulate(arrivals, plans, *, profile_path, tokenizer, robots, policy, seed):
     planner = Planner(clock=clock, engine=engine, dispatcher=_RequestLanes(robots_sim), robots=robots,
                       policy=make_policy(policy), estimator=ExecTimeEstimator(robots), prompts=ScriptedPrompts())
     holder["p"] = planner
+    warm_up(engine, builder, sorted({a.robot_type for a in arrivals}))  # as the real run did
     for a in arrivals:
         if a.request_id in plans:
             loop.schedule(a.time, lambda a=a: planner.submit(a.to_request()))
