@@ -16,6 +16,7 @@ which `step()` advances by the modelled iteration latency.
 from __future__ import annotations
 
 import math
+import operator
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -142,6 +143,8 @@ class LatencyProfile:
 
 _ROOT_HASH = 0x7131E11  # parent "hash" of the first block of every sequence
 _INT_ONLY = {int}
+_BLOCK_TOKENS = operator.attrgetter("tokens")
+_BLOCK_PARENT = operator.attrgetter("parent")
 
 
 def block_hash(parent: int, tokens: Sequence[int]) -> int:
@@ -642,6 +645,34 @@ class SimulatedEngine:
             by_hash, pblocks = pool.by_hash, pool.blocks
             free_cached = pool.free_cached
             blocks, hashes = seq.blocks, seq.hashes
+            kk = min(k, limit // bs)  # known blocks that are full
+            if j < kk:
+                # Bulk form of the loop below over the known blocks (C-level maps): lookups,
+                # the collision guard, then the references; it stops at the first miss, where
+                # the loop takes over (host copy or the end).
+                hs = known_h[j:kk]
+                bids = list(map(by_hash.get, hs))
+                m = bids.index(None) if None in bids else len(bids)
+                objs = list(map(pblocks.__getitem__, bids[:m]))
+                regs = list(map(_BLOCK_TOKENS, objs))
+                ok = list(map(operator.and_, map(operator.eq, map(_BLOCK_PARENT, objs), [parent] + hs[:m - 1]),
+                              map(operator.eq, regs, known_w[j:j + m])))
+                if False in ok:
+                    m = ok.index(False)
+                for b in objs[:m]:  # pool.take
+                    if b.ref == 0:
+                        if b.hash is not None:
+                            free_cached.pop(b.bid, None)
+                        else:
+                            pool.free_plain.remove(b.bid)
+                    b.ref += 1
+                if m:
+                    blocks.extend(bids[:m])
+                    hashes.extend(hs[:m])
+                    wants.extend(regs[:m])
+                    j += m
+                    seq.computed = j * bs
+                    parent = hs[m - 1]
             while j * bs < limit:
                 lo = j * bs
                 end = lo + bs
