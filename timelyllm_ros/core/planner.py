@@ -197,7 +197,7 @@ class Planner:
         cfg = self.config
         if len(self._live) >= cfg.max_live:
             return f"planner full ({cfg.max_live} live requests)"
-        if self._queued_count() >= cfg.max_queued:
+        if len(self._live) >= cfg.max_queued and self._queued_count() >= cfg.max_queued:  # queued <= live
             return f"queue full ({cfg.max_queued} requests waiting for a first segment)"
         if self._per_agent.get(r.robot_id, 0) >= cfg.max_per_agent:
             return f"agent {r.robot_id!r} has {cfg.max_per_agent} unfinished requests (limit)"
@@ -237,11 +237,18 @@ class Planner:
             self._drain_inbox()
             self.iteration += 1
             now = self.clock.now()
-            running = [g for g in self.live() if g.state is GenState.RUNNING]
-            ready = [g for g in self.live() if g.state in (GenState.QUEUED, GenState.SUSPENDED)]
+            running: list[Generation] = []
+            ready: list[Generation] = []
+            gens = self.generations
+            for gid in self._live:  # one pass, in admission order
+                g = gens[gid]
+                st = g.state
+                if st is GenState.RUNNING:
+                    running.append(g)
+                elif st is GenState.QUEUED or st is GenState.SUSPENDED:
+                    ready.append(g)
             if ready or running:
-                self._schedule(ready, running, now)
-            running = [g for g in self.live() if g.state is GenState.RUNNING]
+                running = self._schedule(ready, running, now)
             if not running:
                 return False
             try:
@@ -265,7 +272,8 @@ class Planner:
                              seg_gen_s=self.seg_gen_s, token_s=self.token_s, running=running,
                              iteration=self.iteration)
 
-    def _schedule(self, ready: list[Generation], running: list[Generation], now: float) -> None:
+    def _schedule(self, ready: list[Generation], running: list[Generation], now: float) -> list[Generation]:
+        """Refresh priorities, preempt and admit; returns the generations now running."""
         ctx = self.context(running)
         sel = self.policy.select(ready, running, ctx, now)
         for g in sel.preempt:
@@ -286,6 +294,7 @@ class Planner:
             self._admit(g, now)
             running.append(g)
             self._stats = None
+        return running
 
     def _admit(self, g: Generation, now: float) -> None:
         remaining = self.config.max_tokens - len(g.output_ids)
