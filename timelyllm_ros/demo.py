@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[red]timelyllm demo: {e}")
         return 2
     try:
-        prompts = PromptBuilder(robots, engine.tokenizer)
+        prompts = PromptBuilder(robots, engine.tokenizer, bos_id=engine.tokenizer.bos_id)  # trained with BOS first
 
         def view(p: Progress) -> Table:
             t = Table(title=f"timelyllm demo — {args.policy} on real vLLM ({engine.device})")

@@ -164,7 +164,7 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
         cfg["model"] = p["model"] or cfg.get("model") or str(share_dir("models") / "tiny-planner")
         clock = WallClock()
         engine = VllmEngine(cfg)
-        prompts = PromptBuilder(robots, engine.tokenizer)
+        prompts = PromptBuilder(robots, engine.tokenizer, bos_id=engine.tokenizer.bos_id)  # trained with BOS first
     else:
         raise ConfigError(f"engine must be simulated or vllm, got {p['engine']!r}")
 
