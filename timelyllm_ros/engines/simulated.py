@@ -645,6 +645,7 @@ class SimulatedEngine:
             by_hash, pblocks = pool.by_hash, pool.blocks
             free_cached = pool.free_cached
             blocks, hashes = seq.blocks, seq.hashes
+            from_root = not blocks  # no preserved block taken: hits below start at block 0
             kk = min(k, limit // bs)  # known blocks that are full
             if j < kk:
                 # Bulk form of the loop below over the known blocks (C-level maps): lookups,
@@ -673,6 +674,9 @@ class SimulatedEngine:
                     j += m
                     seq.computed = j * bs
                     parent = hs[m - 1]
+            # Leading blocks that are prefix-cache hits are hashed and published, and stay so
+            # while seq references them: _register_full_blocks may start after them.
+            lead = j if from_root else -1
             while j * bs < limit:
                 lo = j * bs
                 end = lo + bs
@@ -699,6 +703,8 @@ class SimulatedEngine:
                             parent = h
                             hashes.append(h)
                             wants.append(b.tokens)  # the registered tuple: equal, and shared
+                            if lead == j:
+                                lead += 1
                             j += 1
                             continue
                 hv = host.get(j)
@@ -719,6 +725,8 @@ class SimulatedEngine:
                             j += 1
                             continue
                 break
+            if lead > 0:
+                seq.registered = lead
         # whatever of the suspended KV was not reused is let go now
         for bid in reversed(pinned):
             if bid >= 0:
