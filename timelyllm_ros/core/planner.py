@@ -319,7 +319,11 @@ class Planner:
         g.seg_tokens += len(out.token_ids)
         g.text += out.text
         live.tok_ends.extend([len(g.text)] * len(out.token_ids))
-        self.policy.on_token(g, len(out.token_ids), self.context())
+        on_token = self.policy.on_token
+        if getattr(on_token, "__func__", None) is not Policy.on_token:
+            on_token(g, len(out.token_ids), self.context())
+        else:  # the base hook does nothing: skip building a context, keep its stats snapshot
+            self._engine_stats()
         cuts = live.segmenter.feed(out.text) if out.text else []
         if out.finished:
             cuts = list(cuts) + list(live.segmenter.finish())
