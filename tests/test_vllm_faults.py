@@ -187,11 +187,6 @@ def test_crash_marks_the_engine_unhealthy_and_refuses_new_requests(crash_run):
     assert "after-crash" not in run.planner.generations
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "planner.py Planner._engine_failed (no supervisor) fails only the RUNNING generations; QUEUED, "
-    "SUSPENDED and WAITING ones stay live, and once one is ready again _schedule -> _admit -> "
-    "engine.add raises EngineError out of Planner.step() on every step (the ROS node logs it "
-    "forever; serve_arrivals dies). Reported to the lead; remove this marker once fixed."))
 def test_crash_leaves_no_request_behind(crash_run):
     """Every request in flight at the crash ends: FAILED with the engine error if it still needed
     the engine, FINISHED if its plan was complete (DRAINING) and its robot reported; step() never
@@ -222,11 +217,6 @@ def _long_scene(max_chars: int = 3990) -> str:
         n += 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "planner.py Planner._admit: engine.add raises EngineInputError ('prompt of N tokens leaves no room "
-    "in max_model_len') out of Planner.step(); the request is never failed, and every later step "
-    "raises again before any other generation is admitted or the engine steps: one valid-looking "
-    "request wedges the planner. Reported to the lead; remove this marker once fixed."))
 def test_prompt_longer_than_the_engine_context_fails_only_that_request(vllm_engine):
     """A request that passes the planner's validation (4000-character scene) but whose prompt does
     not fit the engine's context: refused or failed with the reason; the others are served."""

@@ -290,11 +290,6 @@ def test_suspensions_are_exactly_at_segment_boundaries(identity_run, case):
     assert g.resumes == len(resumes)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "planner.py Planner._on_cut suspends (drops the EOS token, aborts, re-queues) even for a segment "
-    "that Segmenter.finish() found on the engine's *finished* output, so every chat reply (and every "
-    "plan whose last statement has no ';') costs one needless resume: re-add, prefill, EOS again. "
-    "Reported to the lead; remove this marker once fixed."))
 def test_no_resume_after_a_segment_found_at_the_end(identity_run):
     """A segment that only the end of the generation completes (the last chat sentence) needs no
     suspension: the generation is over, so there is nothing to resume."""

@@ -248,7 +248,11 @@ class Planner:
                 elif st is GenState.QUEUED or st is GenState.SUSPENDED:
                     ready.append(g)
             if ready or running:
-                running = self._schedule(ready, running, now)
+                try:
+                    running = self._schedule(ready, running, now)
+                except EngineError as e:  # the engine died while generations were being added
+                    self._engine_failed(str(e))
+                    return False
             if not running:
                 return False
             try:
@@ -291,14 +295,23 @@ class Planner:
             if not ok:
                 g.extra["blocked"] = why
                 break  # strict priority: nobody overtakes the best waiting generation
-            self._admit(g, now)
-            running.append(g)
+            if self._admit(g, now):
+                running.append(g)
             self._stats = None
         return running
 
-    def _admit(self, g: Generation, now: float) -> None:
+    def _admit(self, g: Generation, now: float) -> bool:
+        """Add g to the engine.  If the engine refuses this generation (e.g. prompt + generated
+        ids no longer fit its context) g fails with the reason and False is returned; an
+        EngineError from an engine that is no longer healthy propagates (_engine_failed)."""
         remaining = self.config.max_tokens - len(g.output_ids)
-        self.engine.add(g.gen_id, g.prompt_ids + g.output_ids, max(1, remaining))
+        try:
+            self.engine.add(g.gen_id, g.prompt_ids + g.output_ids, max(1, remaining))
+        except EngineError as e:
+            if not self.engine.stats().healthy:
+                raise
+            self._fail(g, f"engine refused the generation: {e}")
+            return False
         if g.seg_start is None:
             g.seg_start = now
         if g.output_ids or g.segments:
@@ -306,6 +319,7 @@ class Planner:
         g.state = GenState.RUNNING
         g.extra["awaiting_cache_report"] = True
         self._notify(g)
+        return True
 
     # ------------------------------------------------------------------ engine outputs
     def _on_output(self, out: EngineOutput, now: float) -> None:
@@ -329,7 +343,7 @@ class Planner:
             cuts = list(cuts) + list(live.segmenter.finish())
         mode = self.policy.mode
         for cut in cuts:
-            if not self._on_cut(g, live, cut, now):
+            if not self._on_cut(g, live, cut, now, final=out.finished):
                 return
             if mode is DispatchMode.SUSPEND and g.state is not GenState.RUNNING:
                 return  # suspended at this statement; tokens past it were dropped
@@ -338,8 +352,9 @@ class Planner:
         elif len(g.output_ids) >= self.config.max_tokens and g.state is GenState.RUNNING:
             self._engine_done(g, live, now, "length")
 
-    def _on_cut(self, g: Generation, live: _Live, cut: Any, now: float) -> bool:
-        """Handle one complete statement; False if the generation failed."""
+    def _on_cut(self, g: Generation, live: _Live, cut: Any, now: float, final: bool = False) -> bool:
+        """Handle one complete statement; False if the generation failed.  `final`: the engine
+        finished the generation with this output, so there is nothing to suspend and resume."""
         robot = self.robots[g.request.robot_type]
         if cut.error:
             self._fail(g, f"invalid statement from the LLM: {cut.error} in {cut.text!r}")
@@ -350,7 +365,8 @@ class Planner:
             return False
         mode = self.policy.mode
         abs_end = live.text_base + cut.end
-        if mode is DispatchMode.SUSPEND:
+        suspend = mode is DispatchMode.SUSPEND and not final
+        if suspend:
             # Drop tokens past the statement end: keep up to the token whose text reaches it.
             keep = next((i + 1 for i, e in enumerate(live.tok_ends) if e >= abs_end), len(live.tok_ends))
             if keep < len(g.output_ids):
@@ -373,7 +389,7 @@ class Planner:
             live.pending.append(seg)
             return True
         self._dispatch(g, seg, now)
-        if mode is DispatchMode.SUSPEND:
+        if suspend:
             ctx = self.context()
             self.engine.abort(g.gen_id, self.policy.kv_mode(g, seg, ctx))
             # A fresh segmenter starts at the statement end; text of the last kept token that lies
@@ -514,10 +530,10 @@ class Planner:
                     g.extra["engine_restarts"] = g.extra.get("engine_restarts", 0) + 1
                     self._notify(g)
                 return
-        self.engine_healthy = False
-        for g in running:
-            g.state = GenState.QUEUED  # no abort: the engine is gone
-            self._end(g, GenState.FAILED, f"engine failure: {reason}", cancel_robot=True)
+        self.engine_healthy = False  # from here on _end does not touch the engine
+        for g in self.live():
+            if g.state is not GenState.DRAINING:  # all that still needs the engine (DRAINING: plan done)
+                self._end(g, GenState.FAILED, f"engine failure: {reason}", cancel_robot=True)
 
     def replace_engine(self, engine: Engine) -> None:
         """After an engine restart: serve the remaining generations on the new one."""
