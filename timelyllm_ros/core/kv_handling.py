@@ -30,12 +30,14 @@ Pure: numbers in, a choice out; costs come from a latency profile (`KVCostModel.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from .types import Generation, Segment
 
 HANDLINGS = ("preserve", "discard", "swap")
+_TYPE_AND_ID = operator.attrgetter("request.robot_type", "request.request_id")  # (type, Generation.gen_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,19 +125,34 @@ class SharedPrefix:
         self._ref: dict[str, list[int]] = {}
         self._lcp: dict[str, int] = {}
         self._seen: dict[str, set[str]] = {}
+        self._all: set[tuple[str, str]] = set()  # (robot type, gen id) of every generation seen
+
+    def observe_all(self, gens: Sequence[Generation]) -> None:
+        """`observe` each of gens in order.  Policies call this for every ready generation at
+        every scheduling point; the usual case, all seen before, is decided with C-level set ops."""
+        if self._all.issuperset(map(_TYPE_AND_ID, gens)):
+            return
+        for g in gens:
+            self.observe(g)
 
     def observe(self, g: Generation) -> None:
         rt = g.request.robot_type
-        seen = self._seen.setdefault(rt, set())
-        if g.gen_id in seen:
+        seen = self._seen.get(rt)
+        if seen is None:
+            seen = self._seen[rt] = set()
+        elif g.gen_id in seen:  # the common case: no new set built
             return
         seen.add(g.gen_id)
+        self._all.add((rt, g.gen_id))
         ref = self._ref.get(rt)
         if ref is None:
             self._ref[rt] = list(g.prompt_ids)
             self._lcp[rt] = len(g.prompt_ids)
             return
         n = min(self._lcp[rt], len(g.prompt_ids))
+        if ref[:n] == g.prompt_ids[:n]:  # usual: the whole known shared part matches (C compare)
+            self._lcp[rt] = n
+            return
         i = 0
         while i < n and ref[i] == g.prompt_ids[i]:
             i += 1

@@ -56,8 +56,7 @@ class Hybrid(Policy):
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
-        for g in list(running) + list(ready):
-            self.prefix.observe(g)
+        self.prefix.observe_all(list(running) + list(ready))
         if self._last_now is not None and running:
             self.decode_since_prefill += max(0.0, now - self._last_now)
         self._last_now = now

@@ -110,8 +110,7 @@ class WasteHandling:
         return private_context(g, self.prefix)
 
     def observe(self, gens: Sequence[Generation]) -> None:
-        for g in gens:
-            self.prefix.observe(g)
+        self.prefix.observe_all(gens)
 
     def _pinned_blocks(self, block_size: int) -> int:
         pinned = getattr(self, "_pinned", None)
