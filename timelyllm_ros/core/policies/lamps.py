@@ -224,7 +224,8 @@ class LAMPS(WasteHandling, Policy):
             return 0.0
         return sum(s.exec_time.nominal() for s in robot.skills.values()) / len(robot.skills)
 
-    def area(self, g: Generation, ctx: PolicyContext, running: Sequence[Generation] = ()) -> float:
+    def area(self, g: Generation, ctx: PolicyContext, running: Sequence[Generation] = (),
+             c_other: int | None = None) -> float:
         """Memory-over-time of g's next segment and the call after it (token-seconds)."""
         c = self.private(g)
         last = g.extra.get(_KV) if g.segments else None
@@ -238,7 +239,9 @@ class LAMPS(WasteHandling, Policy):
         decode = tau * (n * c + n * (n + 1) / 2)
         c2 = c + n
         t_call = self.predict_call_s(g, ctx)
-        mode, _ = choose(t_call, c2, other_context(g, running, self.prefix), self.cost, self.allowed)
+        if c_other is None:
+            c_other = other_context(g, running, self.prefix)
+        mode, _ = choose(t_call, c2, c_other, self.cost, self.allowed)
         call = c2 * (t_call if mode == "preserve" else
                      self.cost.t_fwd(c2) if mode == "discard" else 2 * self.cost.t_swap(c2))
         return resume + decode + call
@@ -272,6 +275,10 @@ class LAMPS(WasteHandling, Policy):
         self.observe(ready)
         it = ctx.iteration
         order = []
+        # C_other of a generation outside the batch is the whole batch's private context, the
+        # same for every ready one at this point (prefixes were observed above): computed once.
+        run_ids = {o.gen_id for o in running}
+        batch_ctx: int | None = None
         for g in ready:
             self._count(g, it)
             if not self.eligible(g, ctx, now):
@@ -279,7 +286,12 @@ class LAMPS(WasteHandling, Policy):
             cached = g.extra.get(_SCORE)  # (policy, iteration, area, segments)
             if (cached is None or cached[0] != self._token or it - cached[1] >= self.score_interval
                     or cached[3] != len(g.segments)):
-                g.extra[_SCORE] = (self._token, it, self.area(g, ctx, running), len(g.segments))
+                c_other = None
+                if g.gen_id not in run_ids:
+                    if batch_ctx is None:
+                        batch_ctx = other_context(g, running, self.prefix)
+                    c_other = batch_ctx
+                g.extra[_SCORE] = (self._token, it, self.area(g, ctx, running, c_other), len(g.segments))
             g.priority = -g.extra[_SCORE][2]
             order.append(g)
         order.sort(key=lambda g: (not g.extra.get(_STARVE, False), -g.priority, g.ready_since,
