@@ -214,12 +214,15 @@ class _ActionServer:
         self.goals: set[_ServerGoal] = set()
         self.lock = threading.Lock()
 
-    def handle_goal(self, request: Fields, client: "_ClientGoal") -> _ServerGoal | None:
+    def handle_goal(self, request: Fields, client: "_ClientGoal",
+                    on_decided: Callable[[bool], None] | None = None) -> _ServerGoal | None:
         try:
             accepted = True if self.goal_callback is None else bool(self.goal_callback(request))
         except Exception:
             log.error("goal callback of %s failed:\n%s", self.name, traceback.format_exc())
             accepted = False
+        if on_decided is not None:  # the goal response precedes any feedback or result (as in ROS)
+            on_decided(accepted)
         if not accepted:
             return None
         goal = _ServerGoal(self, request, client)
@@ -300,10 +303,8 @@ class _ActionClient:
                 self.worker.submit(lambda: on_accepted(False))
             cg.finish(GoalOutcome(GoalStatus.REJECTED, None, why))
             return cg
-        sg = server.handle_goal(request, cg)
-        if on_accepted is not None:
-            accepted = sg is not None
-            self.worker.submit(lambda: on_accepted(accepted))
+        decided = None if on_accepted is None else (lambda ok: self.worker.submit(lambda: on_accepted(ok)))
+        sg = server.handle_goal(request, cg, decided)
         if sg is None:
             cg.finish(GoalOutcome(GoalStatus.REJECTED, None, f"goal rejected by {self.name}"))
         else:
