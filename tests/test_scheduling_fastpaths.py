@@ -45,6 +45,15 @@ def test_priority_order_equals_tuple_sort(items):
     assert [g.gen_id for g in priority_order(gens)] == [g.gen_id for g in _plain(gens)]
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_PRI, st.sampled_from([0.0, 1.0, 2.0])), max_size=25))
+def test_priority_order_with_another_tie_key(items):
+    gens = [_gen(i, priority=p, arrival=a) for i, (p, a) in enumerate(items)]
+    key = lambda g: (g.request.arrival, g.gen_id)  # noqa: E731 - Hybrid's order
+    plain = sorted(gens, key=lambda g: (-g.priority,) + key(g))
+    assert [g.gen_id for g in priority_order(gens, key)] == [g.gen_id for g in plain]
+
+
 def test_priority_order_breaks_ties_fcfs():
     gens = [_gen(0, priority=1.0, ready_since=2.0), _gen(1, priority=1.0, ready_since=1.0),
             _gen(2, priority=3.0, ready_since=5.0), _gen(3, priority=1.0, ready_since=1.0, arrival=-1.0)]

@@ -127,10 +127,14 @@ class SharedPrefix:
         self._seen: dict[str, set[str]] = {}
         self._all: set[tuple[str, str]] = set()  # (robot type, gen id) of every generation seen
 
+    def seen_all(self, gens: Sequence[Generation]) -> bool:
+        """Every one of gens observed already (C-level set operation)."""
+        return self._all.issuperset(map(_TYPE_AND_ID, gens))
+
     def observe_all(self, gens: Sequence[Generation]) -> None:
         """`observe` each of gens in order.  Policies call this for every ready generation at
         every scheduling point; the usual case, all seen before, is decided with C-level set ops."""
-        if self._all.issuperset(map(_TYPE_AND_ID, gens)):
+        if self.seen_all(gens):
             return
         for g in gens:
             self.observe(g)

@@ -11,7 +11,7 @@ import math
 import operator
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ...engines.base import EngineStats
 from ..exec_time import ExecTimeEstimator
@@ -55,9 +55,10 @@ def _tie_key(g: Generation) -> tuple:
     return (g.ready_since, g.request.arrival, g.gen_id)
 
 
-def priority_order(gens: Sequence[Generation]) -> list[Generation]:
+def priority_order(gens: Sequence[Generation],
+                   tie_key: Callable[[Generation], tuple] = _tie_key) -> list[Generation]:
     """`gens` sorted by (-priority, ready_since, arrival, gen_id): highest priority first, FCFS
-    among equals.
+    among equals (`tie_key` replaces the part after -priority).
 
     Why not `sorted(key=that tuple)`: at 1,000 ready generations building and comparing the tuples
     is most of a scheduling point.  Sorting on the float priority alone and re-sorting only runs
@@ -73,7 +74,9 @@ def priority_order(gens: Sequence[Generation]) -> list[Generation]:
     except TypeError:
         finite = False
     if not finite:
-        return sorted(gens, key=_order_key)
+        if tie_key is _tie_key:
+            return sorted(gens, key=_order_key)
+        return sorted(gens, key=lambda g: (-g.priority,) + tie_key(g))
     ties = list(map(operator.eq, keys, islice(keys, 1, None)))  # ties[i]: order[i] == order[i + 1]
     last = len(ties)
     i = ties.index(True) if True in ties else last
@@ -81,7 +84,7 @@ def priority_order(gens: Sequence[Generation]) -> list[Generation]:
         j = i + 1
         while j < last and ties[j]:
             j += 1
-        order[i:j + 1] = sorted(order[i:j + 1], key=_tie_key)  # a run of equal priorities
+        order[i:j + 1] = sorted(order[i:j + 1], key=tie_key)  # a run of equal priorities
         try:
             i = ties.index(True, j + 1)
         except ValueError:

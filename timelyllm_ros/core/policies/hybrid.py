@@ -22,8 +22,12 @@ from typing import Any, Sequence
 from ..kv_handling import KVCostModel, SharedPrefix, private_context
 from ..types import Generation, GenState
 from . import register
-from .base import Policy, PolicyContext, Selection
+from .base import Policy, PolicyContext, Selection, priority_order
 from .lamps import _cost_from
+
+
+def _arrival_id(g: Generation) -> tuple:
+    return (g.request.arrival, g.gen_id)
 
 
 class Hybrid(Policy):
@@ -52,7 +56,19 @@ class Hybrid(Policy):
 
     def prefill_cost(self, new: Sequence[Generation]) -> float:
         """C_p: one prefill stage over the new generations' uncached (private) tokens."""
-        return self.cost.t_fwd(sum(private_context(g, self.prefix) for g in new))
+        prefix = self.prefix
+        if not prefix.seen_all(new):  # observing changes the shared length: one at a time
+            return self.cost.t_fwd(sum(private_context(g, prefix) for g in new))
+        shared: dict[str, int] = {}
+        total = 0
+        for g in new:  # private_context(g, prefix), with the shared length looked up once per type
+            rt = g.request.robot_type
+            sh = shared.get(rt)
+            if sh is None:
+                sh = shared[rt] = prefix.shared(rt)
+            n_prompt = len(g.prompt_ids)
+            total += max(0, n_prompt + len(g.output_ids) - min(sh, n_prompt))
+        return self.cost.t_fwd(total)
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
@@ -60,9 +76,26 @@ class Hybrid(Policy):
         if self._last_now is not None and running:
             self.decode_since_prefill += max(0.0, now - self._last_now)
         self._last_now = now
-        for g in ready:
-            g.priority = self.priority(g, ctx, now)
-        order = sorted(ready, key=lambda g: (-g.priority, g.request.arrival, g.gen_id))
+        cls = type(self)
+        if (cls.priority is Hybrid.priority and cls.total_length is Hybrid.total_length
+                and cls.predict_remaining is Hybrid.predict_remaining):
+            default: dict[str, float] = {}  # predict_remaining without segments, per robot type
+            for g in ready:  # priority() inlined: same expressions, same order
+                done = [s.token_count for s in g.segments if s.token_count > 0] if g.segments else None
+                if done:
+                    rem = sum(done) / len(done)
+                else:
+                    rt = g.request.robot_type
+                    if rt in default:
+                        rem = default[rt]
+                    else:
+                        robot = ctx.robots.get(rt)
+                        rem = default[rt] = float(robot.max_segment_tokens) if robot else 16.0
+                g.priority = len(g.prompt_ids) + len(g.output_ids) + rem
+        else:
+            for g in ready:
+                g.priority = self.priority(g, ctx, now)
+        order = priority_order(ready, _arrival_id)  # = sorted by (-priority, arrival, gen_id)
         new = [g for g in order if g.state is GenState.QUEUED]
         if not new:
             return Selection(order=order)
