@@ -396,7 +396,9 @@ class SimulatedEngine:
         if not prompt:
             raise ValueError(f"generation {gen_id!r}: prompt_ids is empty")
         # A resume repeats the prompt already validated for this generation (the planner passes
-        # prompt + output so far): only what follows it is checked.
+        # prompt + output so far): only what follows it is checked.  The repeat is recognised by
+        # equality, so a value equal to a validated id (True for 1, 5.0 for 5) in that part is not
+        # re-checked; it hashes as that id, so the engine's behaviour is the same.
         known = self._known.get(gen_id)
         start = 0
         if known is not None and known.n <= len(prompt) and prompt[:known.n] == known.tokens[:known.n]:
