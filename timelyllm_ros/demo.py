@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     except EngineError as e:
         console.print(f"[red]timelyllm demo: {e}")
         return 2
+    holder = {"engine": engine}
     try:
         prompts = PromptBuilder(robots, engine.tokenizer, bos_id=engine.tokenizer.bos_id)  # trained with BOS first
 
@@ -103,11 +104,24 @@ def run(args: argparse.Namespace) -> int:
             return t
 
         with Live(view(Progress(total=len(arrivals))), console=console, refresh_per_second=4) as live:
+            def restart(old: Any) -> Any:
+                """Supervisor: a dead engine is shut down and rebuilt from the same config; the
+                planner re-queues what was running (it resumes from its token ids)."""
+                console.print("[yellow]engine failed: restarting vLLM")
+                try:
+                    old.shutdown()
+                except Exception:  # noqa: BLE001 - it is dead already
+                    pass
+                holder["engine"] = VllmEngine(cfg)
+                return holder["engine"]
+
             res = serve_arrivals(arrivals, engine=engine, prompts=prompts, robots=robots,
                                  policy=args.policy, seed=args.seed, max_batch=args.max_batch,
-                                 on_progress=lambda p: live.update(view(p)), timeout_s=args.timeout)
+                                 on_progress=lambda p: live.update(view(p)), timeout_s=args.timeout,
+                                 engine_restart=restart)
+            engine = holder["engine"]
     finally:
-        engine.shutdown()
+        holder["engine"].shutdown()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print_table(console, res.metrics, title=f"per task type — {args.policy}, real vLLM ({engine.device}), "

@@ -106,7 +106,8 @@ def serve_arrivals(arrivals: list[Arrival], *, engine: Engine, prompts: Any,
                    max_batch: int | None = None, config: PlannerConfig | None = None,
                    on_progress: Callable[[Progress], None] | None = None,
                    progress_every_s: float = 0.25, timeout_s: float = 600.0,
-                   exclusive_agents: bool = False, warm: bool = True) -> ServeResult:
+                   exclusive_agents: bool = False, warm: bool = True,
+                   engine_restart: Callable[[Engine], Engine] | None = None) -> ServeResult:
     """Serve `arrivals` in real time until every accepted request is terminal."""
     if warm:
         warm_up(engine, prompts, sorted({a.robot_type for a in arrivals}))
@@ -119,7 +120,8 @@ def serve_arrivals(arrivals: list[Arrival], *, engine: Engine, prompts: Any,
     # each request executes in its own lane, as in the benchmark replay (sim/runner.py docstring)
     dispatcher = sim_robots if exclusive_agents else _RequestLanes(sim_robots)
     planner = Planner(clock=clock, engine=engine, dispatcher=dispatcher, robots=robots, policy=pol,
-                      estimator=ExecTimeEstimator(dict(robots)), prompts=prompts, config=config)
+                      estimator=ExecTimeEstimator(dict(robots)), prompts=prompts, config=config,
+                      engine_restart=engine_restart)
     holder["p"] = planner
     if max_batch is not None:
         planner.batcher = planner.fixed(max_batch)
