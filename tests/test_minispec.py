@@ -307,3 +307,23 @@ def test_lrtrace_reference_plans_parse():
             assert body and calls
             n += 1
     assert n > 0
+
+
+def test_parse_memo_never_serves_another_robot_or_a_stale_verdict():
+    """parse_statement is memoised; a hit needs the very same RobotSpec object and errors repeat."""
+    import yaml
+
+    from timelyllm_ros.core.minispec import MiniSpecError, parse_statement
+    from timelyllm_ros.core.robots import ROBOTS_DIR, load_robots, parse_robot
+
+    tello = load_robots()["tello"]
+    assert parse_statement("mu(100);", tello).calls[0].args == (100,)
+    assert parse_statement("mu(100);", tello) is parse_statement("mu(100);", tello)  # memo hit
+    data = yaml.safe_load((ROBOTS_DIR / "tello.yaml").read_text())
+    data["skills"]["move_up"]["args"][0]["max"] = 50  # a narrowed schema, same robot_type
+    narrow = parse_robot(data, "narrow")
+    with pytest.raises(MiniSpecError, match="above maximum"):
+        parse_statement("mu(100);", narrow)
+    with pytest.raises(MiniSpecError, match="above maximum"):
+        parse_statement("mu(100);", narrow)  # the memoised error is raised again
+    assert parse_statement("mu(100);", tello).calls[0].args == (100,)  # the original is unaffected

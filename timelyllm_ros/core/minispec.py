@@ -461,12 +461,45 @@ def _desc(t: _Tok) -> str:
     return "end of statement" if t.kind == "end" else repr(t.text)
 
 
+_PARSED: dict[tuple[str, str, bool], tuple[RobotSpec, Parsed | MiniSpecError]] = {}
+_PARSED_MAX = 4096
+
+
 def parse_statement(text: str, robot: RobotSpec, *, check: bool = True) -> Parsed:
     """Parse exactly one statement (optionally followed by one ';').
 
     Every call is resolved against the robot (abbreviation or full name) and, with check=True,
     checked against its schema.  Raises MiniSpecError with a message and column.
+
+    Memoised per (text, robot object, check): a segment's statement is parsed by the segmenter,
+    the dispatch guard and the executor, and plans repeat statements.  The AST is immutable, and
+    a hit requires the very same RobotSpec object, so a changed schema is never served a stale
+    verdict.
     """
+    key = (text, getattr(robot, "robot_type", ""), check) if isinstance(text, str) else None
+    hit = _PARSED.get(key) if key is not None else None
+    if hit is not None and hit[0] is robot:
+        if isinstance(hit[1], MiniSpecError):
+            raise MiniSpecError(hit[1].message, hit[1].pos)
+        return hit[1]
+    try:
+        parsed = _parse_statement(text, robot, check)
+    except MiniSpecError as e:
+        if key is not None:
+            _remember(key, robot, e)
+        raise
+    if key is not None:
+        _remember(key, robot, parsed)
+    return parsed
+
+
+def _remember(key: tuple[str, str, bool], robot: RobotSpec, value: Parsed | MiniSpecError) -> None:
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()
+    _PARSED[key] = (robot, value)
+
+
+def _parse_statement(text: str, robot: RobotSpec, check: bool) -> Parsed:
     if not isinstance(text, str):
         raise MiniSpecError(f"statement must be a string, got {type(text).__name__}")
     if robot.language != "minispec":
