@@ -29,11 +29,24 @@ from .sim.robots import SimulatedRobots
 from .sim.runner import _RequestLanes
 
 
+class _EventTime:
+    """Clock view for the simulated robots: the firing event's own time while its callback runs
+    (a real robot starts when the goal reaches it, not when this loop gets round to it)."""
+
+    def __init__(self, clock: WallClock) -> None:
+        self.clock = clock
+        self.at: float | None = None
+
+    def now(self) -> float:
+        return self.at if self.at is not None else self.clock.now()
+
+
 class WallEventLoop:
     """Heap of (wall time, seq, callback) on a WallClock."""
 
     def __init__(self, clock: WallClock) -> None:
         self.clock = clock
+        self.view = _EventTime(clock)
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
 
@@ -46,8 +59,12 @@ class WallEventLoop:
     def fire_due(self) -> int:
         n, now = 0, self.clock.now()
         while self._heap and self._heap[0][0] <= now:
-            _, _, cb = heapq.heappop(self._heap)
-            cb()
+            t, _, cb = heapq.heappop(self._heap)
+            self.view.at = t
+            try:
+                cb()
+            finally:
+                self.view.at = None
             n += 1
         return n
 
@@ -115,7 +132,7 @@ def serve_arrivals(arrivals: list[Arrival], *, engine: Engine, prompts: Any,
     loop = WallEventLoop(clock)
     pol = make_policy(policy, **dict(policy_params or {}))
     holder: dict[str, Planner] = {}
-    sim_robots = SimulatedRobots(clock, robots, post_result=lambda r: holder["p"].post_result(r),
+    sim_robots = SimulatedRobots(loop.view, robots, post_result=lambda r: holder["p"].post_result(r),
                                  schedule=loop.schedule, seed=seed)
     # each request executes in its own lane, as in the benchmark replay (sim/runner.py docstring)
     dispatcher = sim_robots if exclusive_agents else _RequestLanes(sim_robots)
@@ -132,7 +149,7 @@ def serve_arrivals(arrivals: list[Arrival], *, engine: Engine, prompts: Any,
 
     def arrive(a: Arrival) -> Callable[[], None]:
         def submit() -> None:
-            req = dataclasses.replace(a.to_request(), arrival=clock.now())
+            req = dataclasses.replace(a.to_request(), arrival=loop.view.now())  # its own time
             res = planner.submit(req)
             if not res.accepted:
                 rejected.append((a.request_id, res.reason))
