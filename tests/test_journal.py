@@ -89,3 +89,31 @@ def test_body_round_trip():
     from timelyllm_ros.journal import request_body
 
     assert request_from_body(request_body(g.request), 0.0) == g.request
+
+
+def test_ros_planner_wiring_recovers_from_its_journal(tmp_path):
+    """`journal_path` of the planner node: a request journaled by a crashed planner is resubmitted
+    by the next one, which journals what it does."""
+    from timelyllm_ros.nodes.wiring import ConfigError, build_planner
+
+    path = tmp_path / "planner.db"
+    j = Journal(path)
+    j.on_request_update(gen("left-behind"))
+    j.close()
+
+    class NullDispatcher:
+        def dispatch(self, goal):
+            pass
+
+        def cancel(self, request_id):
+            pass
+
+    make_planner, clock, cfg, shutdown = build_planner({"journal_path": str(path)})
+    planner = make_planner(NullDispatcher(), [])
+    try:
+        assert "left-behind" in planner.generations  # recovered at start
+        assert not planner.generations["left-behind"].state.terminal
+    finally:
+        shutdown()
+    with pytest.raises(ConfigError, match="journal_path"):
+        build_planner({"journal_path": str(tmp_path)})  # a directory: clear error at start

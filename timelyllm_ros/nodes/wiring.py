@@ -55,6 +55,8 @@ PLANNER_DEFAULTS: dict[str, Any] = {
     "goal_timeout_factor": 3.0,
     "goal_timeout_margin_s": 10.0,
     "server_wait_s": 2.0,
+    "journal_path": "",  # SQLite request journal ("" = off); unfinished requests recovered at start
+    "journal_retention_s": 604800.0,  # terminal requests kept in the journal (7 days)
 }
 
 
@@ -143,6 +145,7 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
         from timelyllm_ros.engines.simulated import LatencyProfile, SimulatedEngine
         from timelyllm_ros.sim.prompts import SimPromptSource
 
+        restart_engine = None  # the simulated engine does not die
         clock: Any = VirtualClock()
         profile = Path(p["profile"]) if p["profile"] else share_dir("profiles") / "rtx4090_llama3_8b.yaml"
         engine: Any = SimulatedEngine(clock, LatencyProfile.from_yaml(profile))
@@ -164,14 +167,39 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
         cfg["model"] = p["model"] or cfg.get("model") or str(share_dir("models") / "tiny-planner")
         clock = WallClock()
         engine = VllmEngine(cfg)
+
+        def restart_engine(old: Any) -> Any:
+            """Supervisor: rebuild a dead engine from the same settings (running generations are
+            re-queued by the planner and resume from their token ids)."""
+            try:
+                old.shutdown()
+            except Exception:  # noqa: BLE001 - it is dead already
+                pass
+            return VllmEngine(cfg)
         prompts = PromptBuilder(robots, engine.tokenizer, bos_id=engine.tokenizer.bos_id)  # trained with BOS first
     else:
         raise ConfigError(f"engine must be simulated or vllm, got {p['engine']!r}")
 
+    journal = None
+    if p["journal_path"]:
+        from timelyllm_ros.journal import Journal, JournalError
+
+        try:
+            journal = Journal(str(p["journal_path"]), retention_s=float(p["journal_retention_s"]))
+        except JournalError as e:
+            raise ConfigError(f"journal_path: {e}") from e
+
     def make_planner(dispatcher: Any, listeners: list) -> Planner:
         planner = Planner(clock=clock, engine=engine, dispatcher=dispatcher, robots=robots, policy=policy,
                           estimator=ExecTimeEstimator(robots), prompts=prompts,
-                          config=PlannerConfig(max_tokens=int(p["max_tokens"])), listeners=listeners)
+                          config=PlannerConfig(max_tokens=int(p["max_tokens"])),
+                          listeners=list(listeners) + ([journal] if journal else []),
+                          engine_restart=restart_engine)
+        if journal is not None:
+            from timelyllm_ros.journal import recover
+
+            journal.prune()
+            recover(journal, planner)  # resubmit what dispatched nothing, fail the rest with a reason
         if int(p["max_batch"]) > 0:
             planner.batcher = planner.fixed(int(p["max_batch"]))
         elif policy.mode is DispatchMode.SUSPEND:
