@@ -10,8 +10,6 @@ no engine work — so timings are those of the engine, not of a thread hand-off.
 from __future__ import annotations
 
 import dataclasses
-import heapq
-import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -26,47 +24,7 @@ from .core.types import GenState, Generation
 from .engines.base import Engine
 from .lrtrace import Arrival
 from .sim.robots import SimulatedRobots
-from .sim.runner import _RequestLanes
-
-
-class _EventTime:
-    """Clock view for the simulated robots: the firing event's own time while its callback runs
-    (a real robot starts when the goal reaches it, not when this loop gets round to it)."""
-
-    def __init__(self, clock: WallClock) -> None:
-        self.clock = clock
-        self.at: float | None = None
-
-    def now(self) -> float:
-        return self.at if self.at is not None else self.clock.now()
-
-
-class WallEventLoop:
-    """Heap of (wall time, seq, callback) on a WallClock."""
-
-    def __init__(self, clock: WallClock) -> None:
-        self.clock = clock
-        self.view = _EventTime(clock)
-        self._heap: list[tuple[float, int, Callable[[], None]]] = []
-        self._seq = itertools.count()
-
-    def schedule(self, t: float, callback: Callable[[], None]) -> None:
-        heapq.heappush(self._heap, (float(t), next(self._seq), callback))
-
-    def next_time(self) -> float | None:
-        return self._heap[0][0] if self._heap else None
-
-    def fire_due(self) -> int:
-        n, now = 0, self.clock.now()
-        while self._heap and self._heap[0][0] <= now:
-            t, _, cb = heapq.heappop(self._heap)
-            self.view.at = t
-            try:
-                cb()
-            finally:
-                self.view.at = None
-            n += 1
-        return n
+from .sim.runner import EventLoop, _RequestLanes
 
 
 @dataclass
@@ -129,7 +87,7 @@ def serve_arrivals(arrivals: list[Arrival], *, engine: Engine, prompts: Any,
     if warm:
         warm_up(engine, prompts, sorted({a.robot_type for a in arrivals}))
     clock = WallClock()  # time 0: serving starts (after the warm-up)
-    loop = WallEventLoop(clock)
+    loop = EventLoop(clock)  # the simulator's event heap, on the wall clock
     pol = make_policy(policy, **dict(policy_params or {}))
     holder: dict[str, Planner] = {}
     sim_robots = SimulatedRobots(loop.view, robots, post_result=lambda r: holder["p"].post_result(r),
@@ -195,4 +153,4 @@ def states(gens: list[Generation]) -> dict[str, int]:
     return out
 
 
-__all__ = ["WallEventLoop", "Progress", "ServeResult", "serve_arrivals", "states", "GenState"]
+__all__ = ["Progress", "ServeResult", "serve_arrivals", "states", "GenState"]

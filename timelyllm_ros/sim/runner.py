@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..core.clock import VirtualClock
+from ..core.clock import Clock, VirtualClock
 from ..core.exec_time import ExecTimeEstimator
 from ..core.metrics import summarize, terminal_count, timeline_records
 from ..core.planner import Planner, PlannerConfig
@@ -65,7 +65,7 @@ class _EventClock:
     """Clock view for the simulated robots: the firing event's time while a callback runs, else
     the shared virtual clock (dispatches happen at the planner's now)."""
 
-    def __init__(self, base: VirtualClock) -> None:
+    def __init__(self, base: Clock) -> None:
         self.base = base
         self.at: float | None = None
 
@@ -74,9 +74,10 @@ class _EventClock:
 
 
 class EventLoop:
-    """Heap of (time, seq, callback); seq keeps same-time events in scheduling order."""
+    """Heap of (time, seq, callback); seq keeps same-time events in scheduling order.  Works on
+    any clock: the virtual one here, the wall clock in `serve.py` (real-time serving)."""
 
-    def __init__(self, clock: VirtualClock) -> None:
+    def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.view = _EventClock(clock)
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
