@@ -34,16 +34,22 @@ from timelyllm_ros.lrtrace_tasks import RULES, generate, held_out, load_tasks, o
 from timelyllm_ros.prompts import PromptBuilder, request_text, result_text  # noqa: E402
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
-# GPT-2's pre-tokenisation without the English contractions ('s 't ...), which would split
-# MiniSpec strings such as 'scissors' oddly.  Statements end on a pre-token boundary (";" is
-# followed by a letter or the end), so encoding statements one by one equals encoding the plan.
-SPLIT = r" ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+# Pre-tokenisation: letters, digits, punctuation runs and whitespace are separate pieces.  Unlike
+# GPT-2, a word never carries its leading space, so "cat" in the scene ("objects: sofa, cat") and
+# in the plan ("g('cat');") is the same token and copying it is a plain induction step (a tiny
+# model learns that far faster than a " cat" -> "cat" mapping per word).  No English contractions
+# either ('s 't would split MiniSpec strings such as 'scissors').  Statements end on a piece
+# boundary (";" is followed by a letter or the end), so encoding statements one by one equals
+# encoding the plan.
+SPLIT = r"\p{L}+|\p{N}+|[^\s\p{L}\p{N}]+|\s+"
+# GPT-2 style (words carry their leading space); kept to reproduce earlier builds.
+SPLIT_SPACE_WORDS = r" ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 
 
-def make_tokenizer(corpus: list[str], vocab_size: int) -> Tokenizer:
+def make_tokenizer(corpus: list[str], vocab_size: int, split: str = SPLIT) -> Tokenizer:
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(SPLIT), behavior="isolated"),
+        pre_tokenizers.Split(Regex(split), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()
@@ -87,15 +93,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "models" / "tiny-planner"))
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--steps", type=int, default=1400)
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--vocab", type=int, default=1536)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--short-frac", type=float, default=0.5, help="share of steps without the prefix")
+    ap.add_argument("--pretok", default="plain", choices=["plain", "space-words"],
+                    help="plain: words without leading spaces (default); space-words: GPT-2 style")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    ap.add_argument("--time-budget-s", type=float, default=900.0, help="stop training early past this")
+    ap.add_argument("--time-budget-s", type=float, default=3600.0, help="stop training early past this")
     args = ap.parse_args()
 
     t0 = time.monotonic()
@@ -123,7 +132,7 @@ def main() -> int:
         corpus.append(request_text(ex.task, ex.scene) + (ex.reply or "".join(
             s + (result_text(r) if r is not None else "") for s, r in outcome_paths(ex.steps, crng))))
     corpus += [result_text(v) for v in (True, False, None, 0.5)] * 50
-    tok = make_tokenizer(corpus, args.vocab)
+    tok = make_tokenizer(corpus, args.vocab, SPLIT if args.pretok == "plain" else SPLIT_SPACE_WORDS)
     enc = Enc(tok)
     pad, bos, eos = (tok.token_to_id(t) for t in ("<pad>", "<s>", "</s>"))
     pb = PromptBuilder(robots, enc, bos_id=bos)
@@ -173,12 +182,20 @@ def main() -> int:
             x[b, : len(ids)] = torch.tensor(ids)
             y[b, : len(lab)] = torch.tensor(lab)
             m[b, : len(ids)] = 1
-        p = torch.tensor([prefix[rt]])
-        with torch.no_grad():  # stop-gradient on the shared prefix (as Transformer-XL memory): its
-            cache = model(input_ids=p, use_cache=True).past_key_values  # KV is input, not a target
-        cache.batch_repeat_interleave(args.batch)
-        am = torch.cat([torch.ones((args.batch, p.shape[1]), dtype=torch.long), m], dim=1)
-        logits = model(input_ids=x, attention_mask=am, past_key_values=cache, use_cache=True).logits
+        if args.short_frac > 0 and rng.random() < args.short_frac:
+            # Short context (<s> + request + plan): the model learns to read the scene without
+            # ~500-900 prefix tokens diluting attention, then keeps that skill under the prefix.
+            x = torch.cat([torch.full((args.batch, 1), bos, dtype=torch.long), x], dim=1)
+            y = torch.cat([torch.full((args.batch, 1), -100, dtype=torch.long), y], dim=1)
+            m = torch.cat([torch.ones((args.batch, 1), dtype=torch.long), m], dim=1)
+            logits = model(input_ids=x, attention_mask=m).logits
+        else:
+            p = torch.tensor([prefix[rt]])
+            with torch.no_grad():  # stop-gradient on the shared prefix (as Transformer-XL memory):
+                cache = model(input_ids=p, use_cache=True).past_key_values  # its KV is input only
+            cache.batch_repeat_interleave(args.batch)
+            am = torch.cat([torch.ones((args.batch, p.shape[1]), dtype=torch.long), m], dim=1)
+            logits = model(input_ids=x, attention_mask=am, past_key_values=cache, use_cache=True).logits
         loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
                                                  y[:, 1:].reshape(-1), ignore_index=-100)
         for g in opt.param_groups:
@@ -220,6 +237,7 @@ def main() -> int:
     (out_dir / "special_tokens_map.json").write_text(json.dumps(
         {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}, indent=2) + "\n")
     meta = {"seed": args.seed, "steps": step + 1, "batch": args.batch, "lr": args.lr, "threads": args.threads,
+            "short_frac": args.short_frac, "pretok": args.pretok,
             "train_s": round(train_s, 1), "total_s": round(time.monotonic() - t0, 1),
             "final_loss_ema": round(ema or 0.0, 4), "parameters": n_params, "dtype": args.dtype,
             "prefix_tokens": {rt: len(p) for rt, p in prefix.items()}, "torch": torch.__version__}
