@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from timelyllm_ros.core.robots import RobotSpec, load_robots  # noqa: E402
 from timelyllm_ros.lrtrace_tasks import (EvalItem, PlanError, check_plan, count_sentences,  # noqa: E402
                                          held_out, load_tasks, split_statements)
-from timelyllm_ros.prompts import DEFAULT_MODEL_DIR, PromptBuilder, TokenizerFile, result_text  # noqa: E402
+from timelyllm_ros.prompts import DEFAULT_MODEL_DIR, PromptBuilder, TokenizerFile  # noqa: E402
 
 MAX_TOKENS = {"tello": 64, "arm": 200, "chat": 96}
 
@@ -149,7 +149,7 @@ def segmented(gen: Gen, pb: PromptBuilder, robots: dict[str, RobotSpec], items: 
             if skill is not None and skill.blocking:
                 value = not (first_false and s["falses"] == 0)
                 s["falses"] += 0 if value else 1
-                s["out"] += pb._encode(result_text(value))
+                s["out"] += pb.annotation_ids(value)
     return [s["text"] for s in states]
 
 

@@ -188,6 +188,10 @@ class PromptBuilder:
         robot = self.robots.get(request.robot_type)
         if robot is None or robot.language != "minispec" or not segment.blocking:
             return []
+        return self.annotation_ids(value)
+
+    def annotation_ids(self, value: Value) -> list[int]:
+        """Token ids of `result_text(value)` (tokenised on its own, like every prompt part)."""
         return self._encode(result_text(value))
 
 
