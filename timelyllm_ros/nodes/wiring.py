@@ -137,7 +137,8 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
         raise ConfigError(f"unknown planner parameters {sorted(unknown)}")
     robots = robots_from(p)
     try:
-        policy = make_policy(str(p["policy"]))
+        extra = {"model_dir": str(share_dir("models") / "length-predictor")} if p["policy"] == "trail" else {}
+        policy = make_policy(str(p["policy"]), **extra)  # installed: models/ lives in share/timelyllm
     except Exception as e:
         raise ConfigError(f"policy {p['policy']!r}: {e}") from e
     if p["engine"] == "simulated":
