@@ -103,7 +103,8 @@ def _children() -> set[int]:
 @pytest.fixture(scope="module")
 def crash_run() -> CrashRun:
     """Own engine; three requests (drone with a blocking scan, arm, chat); robots hold their
-    results.  Once one request WAITs for a scan result and the others are generating, vLLM's
+    results.  Once one request is parked (WAITING for a result or SUSPENDED) while another is
+    generating, vLLM's
     worker process is SIGKILLed; then the planner goes on stepping and the robots report."""
     pytest.importorskip("vllm", reason="vLLM is not installed in this interpreter")
     pytest.importorskip("psutil")
@@ -123,7 +124,9 @@ def crash_run() -> CrashRun:
         assert set(workers) <= _children() - before, (workers, _children() - before)
         disp = HeldDispatcher()
         planner = make_planner(eng, disp)
-        reqs = [lrtrace_request("T3", 0, "crash-scan"), lrtrace_request("T10", 0, "crash-arm"),
+        # plans with blocking calls (scan, detect) are likely, but the model decides: the crash
+        # point below needs only one generation parked (WAITING or SUSPENDED) and one running
+        reqs = [lrtrace_request("T1", 0, "crash-scan"), lrtrace_request("T9", 0, "crash-arm"),
                 lrtrace_request("C2", 0, "crash-chat")]
         for r in reqs:
             assert planner.submit(r).accepted
@@ -131,7 +134,7 @@ def crash_run() -> CrashRun:
 
         def ready_to_crash() -> bool:
             gs = planner.generations
-            waiting = any(g.state is GenState.WAITING for g in gs.values())
+            waiting = any(g.state in (GenState.WAITING, GenState.SUSPENDED) for g in gs.values())
             running = [g for g in gs.values() if g.state is GenState.RUNNING and g.segments]
             return waiting and bool(running)
 
