@@ -628,3 +628,16 @@ def test_full_drone_request_latency_on_default_profile() -> None:
     assert per_token == pytest.approx(0.02175, rel=0.01)
     assert math.isclose(e.stats().tokens_per_s, 1 / per_token, rel_tol=0.01)
     assert first[0].num_cached_tokens == 0
+
+
+def test_prefill_context_term_charges_cached_prefix_attention():
+    """prefill_s_per_context_token: a prefill step pays for the cached tokens it attends to."""
+    from timelyllm_ros.engines.simulated import LatencyProfile
+
+    p = LatencyProfile(prefill_s_per_token=0.001, decode_base_s=0.01, kv_block_size=16,
+                       kv_capacity_blocks=100, prefill_base_s=0.005, prefill_s_per_context_token=0.0001)
+    # 1 sequence prefilling 10 new tokens over 900 cached ones (no detokenize/tokenize costs set)
+    t = p.step_s(seqs=1, prefill_tokens=10, context_tokens=0, prefill_context_tokens=900)
+    assert t == pytest.approx(0.01 + 0.005 + 0.001 * 10 + 0.0001 * 900)
+    # decode-only steps never pay it
+    assert p.step_s(seqs=1, prefill_tokens=0, prefill_context_tokens=900) == pytest.approx(0.01)

@@ -51,7 +51,8 @@ class LatencyProfile:
 
     step time = decode_base_s + decode_s_per_extra_seq * (seqs - 1)
                 + decode_s_per_context_token * (context tokens of all seqs in the step)
-                + [prefill_base_s + prefill_s_per_token * P   if P > 0 uncached prompt tokens]
+                + [prefill_base_s + prefill_s_per_token * P   if P > 0 uncached prompt tokens
+                   + prefill_s_per_context_token * (cached tokens those prefills attend to)]
                 + swap_s_per_block * (blocks copied host<->GPU for this step)
                 + tokenize_s * (new requests) + detokenize_s * (tokens output)
     Every sequence in the step yields one token (a prefill yields the first token, as in
@@ -63,6 +64,7 @@ class LatencyProfile:
     kv_block_size: int  # tokens per KV block
     kv_capacity_blocks: int  # GPU KV blocks
     prefill_base_s: float = 0.0  # fixed cost of an iteration that prefills (launch, scheduling)
+    prefill_s_per_context_token: float = 0.0  # a prefill's attention over its cached prefix
     decode_s_per_extra_seq: float = 0.0  # batch scaling: each extra sequence in the iteration
     decode_s_per_context_token: float = 0.0  # attention: KV read per context token per sequence
     swap_s_per_block: float = 0.0  # host<->GPU copy of one block (either direction)
@@ -121,7 +123,8 @@ class LatencyProfile:
 
     # --- cost model -------------------------------------------------------------------------
     def step_s(self, *, seqs: int, prefill_tokens: int = 0, context_tokens: int = 0,
-               swap_blocks: int = 0, new_requests: int = 0, output_tokens: int | None = None) -> float:
+               swap_blocks: int = 0, new_requests: int = 0, output_tokens: int | None = None,
+               prefill_context_tokens: int = 0) -> float:
         """Modelled duration of one iteration (see the class docstring)."""
         if seqs <= 0 and prefill_tokens <= 0 and swap_blocks <= 0:
             return 0.0
@@ -131,6 +134,7 @@ class LatencyProfile:
             t += self.decode_s_per_context_token * context_tokens
         if prefill_tokens > 0:
             t += self.prefill_base_s + self.prefill_s_per_token * prefill_tokens
+            t += self.prefill_s_per_context_token * prefill_context_tokens
         t += self.swap_s_per_block * swap_blocks
         t += self.tokenize_s * new_requests
         t += self.detokenize_s * (seqs if output_tokens is None else output_tokens)
@@ -476,12 +480,13 @@ class SimulatedEngine:
                     f"generations and {len(self._seqs)} preempted ones cannot be re-admitted")
             return []
         prefill = sum(len(s.tokens) - s.computed for s in batch if s.prefilling)
+        prefill_ctx = sum(s.computed for s in batch if s.prefilling) if prefill else 0
         swap_in = sum(s.swap_in for s in batch)
         swap = swap_in + self._pending_swap_out
         context = sum(len(s.tokens) for s in batch)
         new = sum(1 for s in batch if s.new_request)
         dt = self.profile.step_s(seqs=len(batch), prefill_tokens=prefill, context_tokens=context,
-                                 swap_blocks=swap, new_requests=new)
+                                 swap_blocks=swap, new_requests=new, prefill_context_tokens=prefill_ctx)
         self.clock.advance(dt)
         self.counters.steps += 1
         self.counters.busy_s += dt
