@@ -137,7 +137,6 @@ def main(argv: list[str] | None = None) -> int:
     print("LAMPS benchmark (simulator, profile lamps_small_kv: 1,024 KV blocks)")
     print(hdr)
     for s in a.sets:
-        base = None
         for p in a.policies:
             row = run(s, p, a.duration, a.rate, a.seed, a.starvation)
             rows.append(row)

@@ -20,7 +20,7 @@ from .core.metrics import summarize
 from .core.planner import Planner, PlannerConfig
 from .core.policies import DispatchMode, make_policy
 from .core.robots import RobotSpec
-from .core.types import GenState, Generation
+from .core.types import Generation
 from .engines.base import Engine
 from .lrtrace import Arrival
 from .sim.robots import SimulatedRobots
@@ -146,11 +146,4 @@ def serve_arrivals(arrivals: list[Arrival], *, engine: Engine, prompts: Any,
                        rejected=rejected, planner=planner)
 
 
-def states(gens: list[Generation]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for g in gens:
-        out[g.state.value] = out.get(g.state.value, 0) + 1
-    return out
-
-
-__all__ = ["Progress", "ServeResult", "serve_arrivals", "states", "GenState"]
+__all__ = ["Progress", "ServeResult", "serve_arrivals", "warm_up"]

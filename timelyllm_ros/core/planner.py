@@ -14,7 +14,6 @@ Pure: no I/O, time from the injected clock.  The planner is the only writer of `
 from __future__ import annotations
 
 import collections
-import math
 import queue
 import threading
 from dataclasses import dataclass, field
