@@ -52,7 +52,7 @@ def prompts_for(engine, n: int) -> list[tuple[str, list[int]]]:
     from timelyllm_ros.prompts import PromptBuilder
 
     robots = load_robots()
-    pb = PromptBuilder(robots, engine.tokenizer, bos_id=engine.tokenizer.bos_id)
+    pb = PromptBuilder(robots, engine.tokenizer)
     out = []
     for i in range(n):
         rt, task, scene = TASKS[i % len(TASKS)]

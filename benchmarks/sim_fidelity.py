@@ -36,7 +36,7 @@ def simulate(arrivals, plans, *, profile_path, tokenizer, robots, policy, seed):
     clock = VirtualClock()
     loop = EventLoop(clock)
     engine = SimulatedEngine(clock, LatencyProfile.from_yaml(profile_path), tokenizer)
-    builder = PromptBuilder(robots, tokenizer, bos_id=getattr(tokenizer, 'bos_id', None))
+    builder = PromptBuilder(robots, tokenizer)
 
     class ScriptedPrompts:
         """The model's real prompts; the simulated LLM 'generates' what the real one did."""
@@ -93,7 +93,7 @@ def main() -> int:
     arrivals = [a for a in expand(load_workload(args.workload), load_tasks(), robots) if a.time <= args.duration]
     engine = VllmEngine({**DEFAULT_ENGINE, "model": args.model})
     try:
-        real = serve_arrivals(arrivals, engine=engine, prompts=PromptBuilder(robots, engine.tokenizer, bos_id=engine.tokenizer.bos_id),
+        real = serve_arrivals(arrivals, engine=engine, prompts=PromptBuilder(robots, engine.tokenizer),
                               robots=robots, policy=args.policy, seed=args.seed)
         tokenizer = engine.tokenizer
     finally:

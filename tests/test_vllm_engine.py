@@ -39,7 +39,7 @@ MAX_TOKENS = 48
 
 
 def _prompt(engine, robot_type: str, task: str, scene: str) -> list[int]:
-    pb = PromptBuilder(ROBOTS, engine.tokenizer, bos_id=engine.tokenizer.bos_id)
+    pb = PromptBuilder(ROBOTS, engine.tokenizer)
     req = PlanRequest(request_id="r", robot_id="x", robot_type=robot_type, task=task, scene=scene,
                       tuf=TUF(ert=1.0, alpha=-2.0, beta=1.0), arrival=0.0)
     return pb.prompt_ids(req)

@@ -74,7 +74,7 @@ class HeldDispatcher:
 
 
 def make_planner(engine: Any, dispatcher: Any) -> Planner:
-    prompts = PromptBuilder(ROBOTS, engine.tokenizer, bos_id=engine.tokenizer.bos_id)
+    prompts = PromptBuilder(ROBOTS, engine.tokenizer)
     p = Planner(clock=WallClock(), engine=engine, dispatcher=dispatcher, robots=ROBOTS,
                 policy=make_policy("timelyllm"), estimator=ExecTimeEstimator(ROBOTS), prompts=prompts,
                 config=PlannerConfig(max_tokens=192))

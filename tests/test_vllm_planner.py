@@ -53,7 +53,7 @@ def lrtrace_request(task_id: str, scene: int, request_id: str, robot_id: str = "
 
 def prompt_builder(engine: Any, robots: dict[str, RobotSpec] | None = None) -> PromptBuilder:
     """The bundled model is trained with BOS first (scripts/build_tiny_model.py)."""
-    return PromptBuilder(robots or ROBOTS, engine.tokenizer, bos_id=engine.tokenizer.bos_id)
+    return PromptBuilder(robots or ROBOTS, engine.tokenizer)
 
 
 class RecordingDispatcher:

@@ -39,7 +39,7 @@ TASKS = load_tasks()
 def test_plan_requests_reach_the_right_executors_on_real_vllm(vllm_engine):
     eng = vllm_engine
     clock = WallClock()
-    prompts = PromptBuilder(ROBOTS, eng.tokenizer, bos_id=eng.tokenizer.bos_id)
+    prompts = PromptBuilder(ROBOTS, eng.tokenizer)
 
     def make_planner(dispatcher, listeners):
         p = Planner(clock=clock, engine=eng, dispatcher=dispatcher, robots=ROBOTS,

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     holder = {"engine": engine}
     try:
-        prompts = PromptBuilder(robots, engine.tokenizer, bos_id=engine.tokenizer.bos_id)  # trained with BOS first
+        prompts = PromptBuilder(robots, engine.tokenizer)
 
         def view(p: Progress) -> Table:
             t = Table(title=f"timelyllm demo — {args.policy} on real vLLM ({engine.device})")

@@ -127,10 +127,14 @@ class PromptBuilder:
 
     def __init__(self, robots: Mapping[str, RobotSpec], tokenizer: Encoder | None,
                  examples: Mapping[str, Sequence[tuple[str, str, str]]] | None = None,
-                 bos_id: int | None = None) -> None:
+                 bos_id: int | None | str = "auto") -> None:
         self.robots = dict(robots)
         self.tokenizer = tokenizer
         self.examples = dict(EXAMPLES if examples is None else examples)
+        if bos_id == "auto":  # the tokenizer's own BOS (the bundled model is trained with it first)
+            bos_id = getattr(tokenizer, "bos_id", None)
+            if bos_id is None:
+                bos_id = getattr(tokenizer, "bos_token_id", None)
         self.bos_id = bos_id
         self._prefix_text: dict[str, str] = {}
         self._prefix_ids: dict[str, list[int]] = {}
@@ -233,4 +237,4 @@ class TokenizerFile:
 def default_prompt_builder(robots: Mapping[str, RobotSpec], model_dir: str | Path = DEFAULT_MODEL_DIR) -> PromptBuilder:
     """PromptBuilder for the bundled tiny planner (its tokenizer, BOS first)."""
     tok = TokenizerFile(model_dir)
-    return PromptBuilder(robots, tok, bos_id=tok.bos_token_id)
+    return PromptBuilder(robots, tok)

@@ -177,7 +177,7 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
             except Exception:  # noqa: BLE001 - it is dead already
                 pass
             return VllmEngine(cfg)
-        prompts = PromptBuilder(robots, engine.tokenizer, bos_id=engine.tokenizer.bos_id)  # trained with BOS first
+        prompts = PromptBuilder(robots, engine.tokenizer)
     else:
         raise ConfigError(f"engine must be simulated or vllm, got {p['engine']!r}")
 
