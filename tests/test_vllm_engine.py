@@ -358,3 +358,30 @@ def test_worker_death_mid_run_is_engine_error():
             eng.add("h", [2, 3], 2)
     finally:
         eng.shutdown()
+
+
+@pytest.mark.vllm
+def test_step_log_records_what_each_iteration_did(vllm_engine):
+    """StepRecord (what fit_vllm_profile --from-serving and sim_fidelity read): the first
+    iteration after add() is a prefill of the uncached part over the cached part, later ones decode
+    one token each with the context growing by one."""
+    eng = vllm_engine
+    prompt = _prompt(eng, *TASKS[0])
+    _run_one(eng, "log-warm", prompt, 4)  # the prompt's full blocks are now cached
+    eng.step_log = []
+    try:
+        _, _, outs = _run_one(eng, "log-a", prompt, 6)
+        recs = list(eng.step_log)
+    finally:
+        eng.step_log = None
+    cached = outs[0].num_cached_tokens
+    assert cached is not None and cached > 0
+    first, rest = recs[0], recs[1:]
+    assert (first.seqs, first.adds, first.output_tokens) == (1, 1, 1)
+    assert first.prefill_tokens == len(prompt) - cached
+    assert first.prefill_context_tokens == cached
+    assert first.context_tokens == len(prompt)
+    assert len(rest) == 5 and all(r.prefill_tokens == 0 and r.adds == 0 and r.seqs == 1 for r in rest)
+    assert [r.context_tokens for r in rest] == [len(prompt) + i for i in range(1, 6)]
+    assert all(r.duration_s > 0 and r.post_s >= 0 for r in recs)
+    assert all(b.start_s >= a.start_s + a.duration_s for a, b in zip(recs, recs[1:]))

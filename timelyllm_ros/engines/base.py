@@ -29,6 +29,23 @@ class EngineOutput:
 
 
 @dataclass(frozen=True, slots=True)
+class StepRecord:
+    """What one engine iteration did and how long it took: the simulator's cost-model inputs
+    (`LatencyProfile.step_s`) next to the measured time, so a profile can be fitted on, and
+    checked against, real serving steps (benchmarks/fit_vllm_profile.py --from-serving)."""
+
+    start_s: float  # engine clock (perf_counter for vLLM, virtual for the simulator)
+    duration_s: float  # the engine iteration
+    post_s: float  # after it, inside the adapter: detokenising and bookkeeping
+    seqs: int
+    prefill_tokens: int  # uncached prompt tokens computed in this step
+    prefill_context_tokens: int  # cached tokens those prefills attend to
+    context_tokens: int  # all sequences' lengths
+    adds: int  # generations in their first step after add() (new or resumed)
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class EngineStats:
     """What the batch-size controller reads: KV capacity/usage and recent decode speed."""
 

@@ -26,7 +26,7 @@ import yaml
 
 from ..core.clock import VirtualClock
 from ..sim.tokenizer import SimTokenizer
-from .base import EngineError, EngineOutput, EngineStats, Tokenizer
+from .base import EngineError, EngineOutput, EngineStats, StepRecord, Tokenizer
 
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
 DEFAULT_PROFILE = PROFILES_DIR / "rtx4090_llama3_8b.yaml"
@@ -372,6 +372,7 @@ class SimulatedEngine:
         self._order = 0
         self._last_decode_s = 0.0
         self._healthy = True
+        self.step_log: list[StepRecord] | None = None  # a list records every iteration
 
     # --- scripting ----------------------------------------------------------------------------
     def set_script(self, gen_id: str, text: str) -> None:
@@ -487,6 +488,11 @@ class SimulatedEngine:
         new = sum(1 for s in batch if s.new_request)
         dt = self.profile.step_s(seqs=len(batch), prefill_tokens=prefill, context_tokens=context,
                                  swap_blocks=swap, new_requests=new, prefill_context_tokens=prefill_ctx)
+        if self.step_log is not None:
+            self.step_log.append(StepRecord(
+                start_s=self.clock.now(), duration_s=dt, post_s=0.0, seqs=len(batch),
+                prefill_tokens=prefill, prefill_context_tokens=prefill_ctx, context_tokens=context,
+                adds=sum(1 for s in batch if s.prefilling), output_tokens=len(batch)))
         self.clock.advance(dt)
         self.counters.steps += 1
         self.counters.busy_s += dt

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .base import EngineError, EngineOutput, EngineStats
+from .base import EngineError, EngineOutput, EngineStats, StepRecord
 from .vllm_stats import DecodeSpeed, KvUsageSink, free_blocks_from_usage, make_stat_logger_factory
 
 KV_MODES_ALL = ("cache", "discard", "preserve", "swap")
@@ -98,6 +98,7 @@ class _Active:
     prompt_len: int
     detok: IncrementalDetokenizer
     first: bool = True
+    generated: int = 0  # tokens output since this add
 
 
 class VllmTokenizer:
@@ -208,6 +209,8 @@ class VllmEngine:
         self._held: dict[str, list[int]] = {}  # gen_id -> generated ids whose text was held back
         self.kv_fallbacks = 0  # aborts whose kv mode was served as "cache"
         self.last_step_s = 0.0
+        # set to a list to record every iteration (StepRecord); None = off (no cost)
+        self.step_log: list[StepRecord] | None = None
         self._temperature = float(config.get("temperature", 0.0))
         self.ignore_eos = bool(config.get("ignore_eos", False))  # applies to later adds
         self._mp = bool(config.get("multiprocessing", False))
@@ -402,6 +405,7 @@ class VllmEngine:
         self.last_step_s = t1 - t0
         result: list[EngineOutput] = []
         dec_tokens = dec_seqs = 0
+        pre_tok = pre_ctx = context = new = out_tok = seqs = 0
         for out in outs:
             gen_id = self._owner.get(out.request_id)
             if gen_id is None:
@@ -413,9 +417,16 @@ class VllmEngine:
             if act.first:
                 cached = int(out.num_cached_tokens or 0)
                 act.first = False
+                new += 1
+                pre_tok += act.prompt_len - cached
+                pre_ctx += cached
             elif toks:
                 dec_tokens += len(toks)
                 dec_seqs += 1
+            seqs += 1
+            context += act.prompt_len + act.generated
+            act.generated += len(toks)
+            out_tok += len(toks)
             finished = bool(out.finished)
             reason = ""
             if finished:
@@ -426,6 +437,11 @@ class VllmEngine:
                                        finished=finished, finish_reason=reason,
                                        num_cached_tokens=cached))
         self._speed.update(dec_tokens, dec_seqs, dt)
+        if self.step_log is not None:
+            self.step_log.append(StepRecord(
+                start_s=t0, duration_s=t1 - t0, post_s=time.perf_counter() - t1, seqs=seqs,
+                prefill_tokens=pre_tok, prefill_context_tokens=pre_ctx, context_tokens=context,
+                adds=new, output_tokens=out_tok))
         if not self._active:
             self._last_step_end = None
         return result

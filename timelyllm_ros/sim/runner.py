@@ -40,10 +40,11 @@ from typing import Any, Callable, Mapping
 from ..core.clock import Clock, VirtualClock
 from ..core.exec_time import ExecTimeEstimator
 from ..core.metrics import summarize, terminal_count, timeline_records
-from ..core.planner import Planner, PlannerConfig
+from ..core.planner import Planner, PlannerConfig, PromptSource
 from ..core.policies import DispatchMode, make_policy
 from ..core.robots import RobotSpec, load_robots
 from ..core.types import Generation, GenState, SegmentGoal
+from ..engines.base import Tokenizer
 from ..engines.simulated import DEFAULT_PROFILE, LatencyProfile, SimulatedEngine
 from ..lrtrace import Arrival, Workload, default_catalog, expand, load_workload
 from ..lrtrace_tasks import TaskDef
@@ -183,7 +184,9 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
                    exclusive_agents: bool = False,
                    progress: Progress | None = None, progress_every: int = 500,
                    max_overrun_s: float = DEFAULT_OVERRUN_S,
-                   setup: Callable[[Planner, list[Arrival]], list[Arrival]] | None = None) -> SimResult:
+                   setup: Callable[[Planner, list[Arrival]], list[Arrival]] | None = None,
+                   tokenizer: Tokenizer | None = None,
+                   prompts: Callable[[SimulatedEngine], PromptSource] | None = None) -> SimResult:
     """Replay a workload against the planner with ``policy_name``; every request ends terminal.
 
     ``seed`` (default: the workload's) drives both the arrival expansion and the robots' sampled
@@ -191,6 +194,8 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
     stops making progress or virtual time runs ``max_overrun_s`` past the last arrival.
     ``setup(planner, arrivals) -> arrivals`` runs once before the first event (benchmarks wrap the
     engine with probes; the crash test attaches a journal and recovers, dropping known arrivals).
+    ``tokenizer``/``prompts(engine)`` replace the synthetic tokenizer and the reference-plan
+    prompts (benchmarks/sim_fidelity.py replays a real model's prompts and outputs).
     """
     wall0 = _time.perf_counter()
     wl = workload if isinstance(workload, Workload) else load_workload(workload)
@@ -204,9 +209,9 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
 
     clock = VirtualClock()
     loop = EventLoop(clock)
-    tokenizer = SimTokenizer()
+    tokenizer = tokenizer if tokenizer is not None else SimTokenizer()
     engine = SimulatedEngine(clock, profile, tokenizer)
-    prompts = SimPromptSource(engine, tokenizer, robots=robots)
+    source = prompts(engine) if prompts is not None else SimPromptSource(engine, tokenizer, robots=robots)
     planner: Planner | None = None
 
     def post_result(r):
@@ -220,7 +225,7 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
                                  network_latency_s=wl.network_latency_s, faults=faults)
     dispatcher = sim_robots if exclusive_agents else _RequestLanes(sim_robots)
     planner = Planner(clock=clock, engine=engine, dispatcher=dispatcher, robots=robots, policy=policy,
-                      estimator=ExecTimeEstimator(robots), prompts=prompts, config=config or PlannerConfig())
+                      estimator=ExecTimeEstimator(robots), prompts=source, config=config or PlannerConfig())
     if max_batch is not None:
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
