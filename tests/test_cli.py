@@ -65,6 +65,22 @@ def test_bench_max_batch_and_params(wl, tmp_path):
     assert doc["policies"]["fcfs"]["batcher"] == "fixed(2)"
 
 
+def test_param_scoped_to_one_policy(wl, tmp_path, capsys):
+    """`policy:name=value` reaches only that policy (a Trail-only knob would break fcfs)."""
+    out = tmp_path / "r.json"
+    assert main(["bench", "--workload", str(wl), "--policy", "trail", "--policy", "fcfs",
+                 "--param", "trail:predictor=oracle", "--param", "trail:c=0.5",
+                 "--out", str(out), "--no-progress"]) == 0
+    pols = json.loads(out.read_text())["policies"]
+    assert pols["trail"]["policy_params"] == {"predictor": "oracle", "c": 0.5}
+    assert pols["fcfs"]["policy_params"] == {}
+    rc = main(["bench", "--workload", str(wl), "--policy", "fcfs", "--param", "trail:c=0.5",
+               "--out", str(tmp_path / "x.json"), "--no-progress"])
+    assert rc == 2 and "--param names policies not in this run: ['trail']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench", "--workload", str(wl), "--policy", "fcfs", "--param", ":c=1", "--out", "x.json"])
+
+
 def test_unknown_policy_exits_2(wl, tmp_path, capsys):
     rc = main(["bench", "--workload", str(wl), "--policy", "nope", "--out", str(tmp_path / "x.json")])
     assert rc == 2

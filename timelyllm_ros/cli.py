@@ -35,15 +35,19 @@ def _positive_int(s: str) -> int:
     return v
 
 
-def _param(s: str) -> tuple[str, Any]:
-    """``name=value`` with a YAML value (numbers, booleans, strings)."""
+def _param(s: str) -> tuple[str | None, str, Any]:
+    """``[policy:]name=value`` with a YAML value (numbers, booleans, strings); without a policy
+    the parameter goes to every policy of the run."""
     import yaml
 
     if "=" not in s:
-        raise argparse.ArgumentTypeError(f"expected name=value, got {s!r}")
+        raise argparse.ArgumentTypeError(f"expected [policy:]name=value, got {s!r}")
     k, v = s.split("=", 1)
+    policy, _, k = k.rpartition(":")
+    if not k.strip() or (_ and not policy.strip()):
+        raise argparse.ArgumentTypeError(f"expected [policy:]name=value, got {s!r}")
     try:
-        return k.strip(), yaml.safe_load(v)
+        return policy.strip() or None, k.strip(), yaml.safe_load(v)
     except yaml.YAMLError as e:
         raise argparse.ArgumentTypeError(f"bad value in {s!r}: {e}") from None
 
@@ -56,8 +60,9 @@ def add_bench(sub: Any) -> None:
     p.add_argument("--workload", required=True, help="bundled name (WID1, WID2, WID3, mixed_small) or YAML path")
     p.add_argument("--policy", action="append", required=True, dest="policies", metavar="P",
                    help="policy name; repeat for several (timelyllm, vllm, vllm-stream, fcfs, edf, ...)")
-    p.add_argument("--param", action="append", type=_param, default=[], metavar="NAME=VALUE",
-                   help="policy parameter, passed to every policy (repeatable)")
+    p.add_argument("--param", action="append", type=_param, default=[], metavar="[POLICY:]NAME=VALUE",
+                   help="policy parameter (repeatable): `trail:c=0.5` for one policy, `c=0.5` for every "
+                        "policy of the run")
     p.add_argument("--max-batch", type=_positive_int, default=None,
                    help="fixed batch cap for every policy (default: latency-guided for segmenting "
                         "policies, 256 for vllm/vllm-stream)")
@@ -114,10 +119,13 @@ def run_bench(args: argparse.Namespace) -> int:
         catalog = default_catalog(robots, args.catalog)
     except (RobotSpecError, WorkloadError) as e:
         raise CliError(str(e)) from None
-    params = dict(args.param)
+    stray = sorted({pol for pol, _, _ in args.param if pol is not None} - set(args.policies))
+    if stray:
+        raise CliError(f"--param names policies not in this run: {stray}; run: {args.policies}")
     results: dict[str, Any] = {}
     sims = {}
     for name in args.policies:
+        params = {k: v for pol, k, v in args.param if pol in (None, name)}
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                       TimeElapsedColumn(), console=console, disable=args.no_progress, transient=True) as prog:
             task = prog.add_task(f"{workload.name} / {name}", total=None, info="")
