@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -53,7 +54,9 @@ def simulate(workload, plans, *, profile_path, tokenizer, robots, policy, keep):
     def setup(planner, arrivals):
         warm_up(planner.engine, builder, sorted({a.robot_type for a in arrivals}))  # as the real run
         planner.engine.step_log = log
-        return [a for a in arrivals if keep(a) and a.request_id in plans]
+        # the real run's clock starts after its warm-up: shift the arrivals past the simulated one
+        t0 = planner.clock.now()
+        return [dataclasses.replace(a, time=a.time + t0) for a in arrivals if keep(a) and a.request_id in plans]
 
     res = run_simulation(workload, policy, profile_path=profile_path, robots=robots, setup=setup,
                          tokenizer=tokenizer, prompts=prompts)

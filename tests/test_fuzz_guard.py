@@ -8,8 +8,9 @@ TIMELYLLM_FUZZ_EXAMPLES (default 2000).  Each test prints the number of inputs i
 
 from __future__ import annotations
 
-import math
 import os
+import sys
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,6 +20,9 @@ from timelyllm_ros.core.minispec import MiniSpecError, parse_statement
 from timelyllm_ros.core.robots import RobotSpec, load_robots
 from timelyllm_ros.core.segmenter import Segmenter, segment_text
 from timelyllm_ros.core.types import SkillCall
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from fuzz_guard import oracle_problem  # noqa: E402  (one independent oracle for tests and benchmark)
 
 ROBOTS = load_robots()
 TELLO, ARM, CHAT = ROBOTS["tello"], ROBOTS["arm"], ROBOTS["chat"]
@@ -161,37 +165,13 @@ PROGRAM = per_robot(lambda r: st.one_of(program(statements(r)), mutated(program(
 
 # ------------------------------------------------------------------ oracle (independent of guard.py)
 
-def oracle_call_problem(robot: RobotSpec, c: SkillCall) -> str | None:
-    spec = robot.skills.get(c.name)
-    if spec is None or c.abbr not in (spec.abbr, spec.name):
-        return "unknown skill"
-    if len(c.args) != len(spec.args):
-        return "arity"
-    for a, v in zip(spec.args, c.args):
-        if a.check(v) is not None:
-            return a.check(v)
-        if isinstance(v, float) and not math.isfinite(v):
-            return "not finite"
-        if a.type == "int" and type(v) is not int:
-            return "not int"
-        if isinstance(v, str) and (not v.isprintable() or len(v) > a.max_len):
-            return "bad string"
-    if robot.robot_type == "tello":
-        v = c.args[0] if c.args else None
-        if c.name.startswith("move_") and not (type(v) is int and 20 <= v <= 500):
-            return "tello move range"
-        if c.name.startswith("turn_") and not (type(v) is int and 1 <= v <= 360):
-            return "tello turn range"
-    return None
-
-
 def assert_accepted_is_safe(robot: RobotSpec, text: str, calls) -> bool:
     v = check_segment(robot, text, calls)
     assert not v.reason.startswith("internal guard error"), v.reason
     if v.ok:
         assert v.reason == ""
         for c in calls:
-            assert oracle_call_problem(robot, c) is None, (text, c)
+            assert oracle_problem(robot, c) is None, (text, c)
         assert parse_statement(text, robot).calls == tuple(calls)  # the strict parser agrees
     return v.ok
 

@@ -232,3 +232,25 @@ def test_engine_restart_requeues_running_generations():
     assert planner.engine_restarts == 1 and g.extra["engine_restarts"] == 1
     assert not g.state.terminal and disp.goals[0].text == "mf(50);"
     assert planner.engine_healthy
+
+
+def test_suspension_tells_the_policy_which_batch_stays():
+    """kv_mode at a suspension sees the generations still running beside it (LAMPS weighs the
+    suspended one's memory against that batch), never the suspended generation itself."""
+    planner, disp, clock = make()
+    seen = []
+    orig = planner.policy.kv_mode
+
+    def spy(g, seg, ctx):
+        if seg is not None:
+            seen.append((g.gen_id, sorted(x.gen_id for x in ctx.running)))
+        return orig(g, seg, ctx)
+
+    planner.policy.kv_mode = spy
+    assert planner.submit(req("a", "mf(50);tp;")).accepted
+    assert planner.submit(req("b", "mf(20);mf(30);mf(40);mf(50);tp;", robot="d2")).accepted
+    run_until(planner, lambda: len(seen) >= 1)
+    first, others = seen[0]
+    assert first not in others and others == sorted({"a", "b"} - {first})
+    run_until(planner, lambda: not any(g.state is GenState.RUNNING for g in planner.generations.values()))
+    assert all(gid not in running for gid, running in seen)

@@ -96,7 +96,6 @@ class WasteHandling:
     cost: KVCostModel
     allowed: tuple[str, ...]
     max_pinned_frac: float = 0.5
-    _last_running: Sequence[Generation]
     _pinned: dict[str, Generation]
 
     @property
@@ -147,7 +146,8 @@ class WasteHandling:
         return out
 
     def decide(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> tuple[str, Any]:
-        running = ctx.running if ctx.running else self._last_running
+        # ctx.running: the batch at this suspension or preemption (the planner passes it)
+        running = ctx.running
         t_int = predicted_idle(seg, ctx.seg_gen_s)
         return choose(t_int, self.private(g), other_context(g, running, self.prefix), self.cost, self.allowed)
 
@@ -206,7 +206,6 @@ class LAMPS(WasteHandling, Policy):
         self.memory_admission = bool(memory_admission)
         self.max_pinned_frac = _frac(max_pinned_frac)
         self._token = next(_INSTANCES)  # cached scores belong to one policy instance (id() is reused)
-        self._last_running: Sequence[Generation] = ()
 
     # ----------------------------------------------------------------- predictions
     def predict_tokens(self, g: Generation, ctx: PolicyContext) -> float:
@@ -270,7 +269,6 @@ class LAMPS(WasteHandling, Policy):
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
-        self._last_running = list(running)
         self.observe(running)
         self.observe(ready)
         it = ctx.iteration
@@ -327,14 +325,12 @@ class FCFSHandling(WasteHandling, Policy):
         self.allowed = _check_allowed(allowed) if handling == "waste" else (handling,)
         self.max_pinned_frac = _frac(max_pinned_frac)
         self.memory_admission = bool(memory_admission)
-        self._last_running: Sequence[Generation] = ()
         self.name = "infercept" if handling == "waste" else f"fcfs-{handling}"
 
     def priority(self, g, ctx, now):
         return -g.request.arrival
 
     def select(self, ready, running, ctx, now):
-        self._last_running = list(running)
         self.observe(running)
         self.observe(ready)
         sel = super().select(ready, running, ctx, now)
@@ -358,10 +354,8 @@ class TimelyLLMLAMPS(WasteHandling, TimelyLLM):
         self.max_pinned_frac = _frac(max_pinned_frac)
         self.cost = _cost_from(cost, profile)
         self.allowed = _check_allowed(allowed)
-        self._last_running: Sequence[Generation] = ()
 
     def select(self, ready, running, ctx, now):
-        self._last_running = list(running)
         self.observe(running)
         self.observe(ready)
         return super().select(ready, running, ctx, now)
