@@ -227,7 +227,7 @@ def main() -> None:
         fit = [sum(c * x for c, x in zip((base, per_seq, per_ctx), r)) for r in dec_rows]
         err = med([abs(f - y) / y for f, y in zip(fit, dec_y)])
         print(f"fit: decode_base {base * 1e3:.2f} ms, +{per_seq * 1e3:.3f} ms/extra seq, "
-              f"+{per_ctx * 1e9:.1f} ns/context token (median rel. error {100 * err:.1f} %); "
+              f"+{per_ctx * 1e9:.1f} ns/context token (median rel. error on the isolated decode points {100 * err:.1f} %); "
               f"prefill {pre_base * 1e3:.2f} ms + {pre_tok * 1e6:.2f} us/token + {pre_ctx * 1e6:.2f} us/cached token "
               f"(uncached fit median rel. error {100 * perr:.1f} %); "
               f"tokenize {tok_t * 1e3:.2f} ms/prompt ({n_tok} tokens); detokenize {detok_t * 1e6:.1f} us/token")
