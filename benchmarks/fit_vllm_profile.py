@@ -275,6 +275,7 @@ def fit_serving(eng, a, *, tokenize_s: float, detokenize_s: float) -> dict[str, 
     rows, ys = [], []
     eng.ignore_eos = False  # serve real plans (the micro-measurements force fixed lengths)
     for run in range(a.fit_runs):
+        eng.reset_prefix_cache()  # every run starts as a fresh server does (then serve's warm-up)
         eng.step_log = []
         res = serve_arrivals(arrivals, engine=eng, prompts=PromptBuilder(robots, eng.tokenizer), robots=robots,
                              seed=a.fit_seed)

@@ -130,6 +130,7 @@ def main() -> int:
     try:
         tokenizer = engine.tokenizer
         for i in range(args.runs):
+            engine.reset_prefix_cache()  # each run starts cold, like the first (then warm_up)
             engine.step_log = []
             real = serve_arrivals(arrivals, engine=engine, prompts=PromptBuilder(robots, tokenizer),
                                   robots=robots, policy=args.policy, seed=wl.seed)

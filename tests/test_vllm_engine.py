@@ -385,3 +385,21 @@ def test_step_log_records_what_each_iteration_did(vllm_engine):
     assert [r.context_tokens for r in rest] == [len(prompt) + i for i in range(1, 6)]
     assert all(r.duration_s > 0 and r.post_s >= 0 for r in recs)
     assert all(b.start_s >= a.start_s + a.duration_s for a, b in zip(recs, recs[1:]))
+
+
+@pytest.mark.vllm
+def test_reset_prefix_cache_forgets_cached_prompts(vllm_engine):
+    """Benchmarks repeat a workload on one engine; after reset_prefix_cache a prompt the engine
+    has seen is computed again (and the reset is refused while a generation is live)."""
+    eng = vllm_engine
+    prompt = _prompt(eng, *TASKS[1])
+    _run_one(eng, "rc-a", prompt, 2)
+    assert _run_one(eng, "rc-b", prompt, 2)[2][0].num_cached_tokens > 0
+    eng.add("rc-live", prompt, 2)
+    with pytest.raises(EngineError, match="live generations"):
+        eng.reset_prefix_cache()
+    while eng.has_unfinished():
+        eng.step()
+    eng.reset_prefix_cache()
+    assert _run_one(eng, "rc-c", prompt, 2)[2][0].num_cached_tokens == 0
+    assert eng.healthy

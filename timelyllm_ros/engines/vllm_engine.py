@@ -449,6 +449,20 @@ class VllmEngine:
     def has_unfinished(self) -> bool:
         return bool(self._active)
 
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached KV block (benchmarks that repeat a workload: a second run would
+        otherwise find the first run's prompts cached).  Only between generations."""
+        self._ensure_usable()
+        if self._active:
+            raise EngineInputError(f"reset_prefix_cache with {len(self._active)} live generations; "
+                                   f"finish or abort them first")
+        try:
+            ok = self._engine.reset_prefix_cache()
+        except Exception as e:  # noqa: BLE001
+            raise self._dead("reset_prefix_cache", e) from e
+        if ok is False:
+            raise EngineError("vLLM refused to reset its prefix cache (blocks still in use)")
+
     def stats(self) -> EngineStats:
         """KV capacity/usage read from vLLM (block pool when the scheduler is in this process,
         else the stat-logger's kv_cache_usage), live generations, measured decode speed."""
