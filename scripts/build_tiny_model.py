@@ -99,7 +99,7 @@ def main() -> int:
     ap.add_argument("--vocab", type=int, default=1536)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--short-frac", type=float, default=0.5, help="share of steps without the prefix")
     ap.add_argument("--pretok", default="plain", choices=["plain", "space-words"],
                     help="plain: words without leading spaces (default); space-words: GPT-2 style")

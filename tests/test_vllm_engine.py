@@ -340,7 +340,8 @@ def test_worker_death_mid_run_is_engine_error():
     from vllm_fixtures import model_for_tests
 
     model, _ = model_for_tests()
-    eng = VllmEngine(engine_config(model, max_num_seqs=2))
+    # ignore_eos: the generation must still be running when the worker dies, whatever the model says
+    eng = VllmEngine(engine_config(model, max_num_seqs=2, ignore_eos=True))
     try:
         eng.add("g", eng.tokenizer.encode_prompt("mf(50);tc(90);") * 4, 200)
         eng.step()
