@@ -39,13 +39,15 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 
-def lstsq(rows: list[list[float]], ys: list[float]) -> list[float]:
+def lstsq(rows: list[list[float]], ys: list[float], relative: bool = True) -> list[float]:
     """Least squares on *relative* error: short prefills (what a resume costs) and long ones (a
-    new prompt) weigh the same, instead of the longest point dominating."""
+    new prompt) weigh the same, instead of the longest point dominating.  `relative=False`:
+    ordinary least squares, whose residuals sum to ~0, so sums of predicted steps (a response
+    time) are unbiased -- what the serving fit wants."""
     import numpy as np
 
     y = np.array(ys, dtype=float)
-    w = 1.0 / np.maximum(np.abs(y), 1e-9)
+    w = 1.0 / np.maximum(np.abs(y), 1e-9) if relative else np.ones_like(y)
     coef, *_ = np.linalg.lstsq(np.array(rows, dtype=float) * w[:, None], y * w, rcond=None)
     return [float(c) for c in coef]
 
@@ -106,7 +108,8 @@ def main() -> None:
                          "the isolated micro-measurements")
     ap.add_argument("--fit-workload", default="mixed_small")
     ap.add_argument("--fit-seed", type=int, default=101,
-                    help="arrival/robot seed of the served draw (the fidelity check uses the workload's own)")
+                    help="arrival/robot seed of the first served draw, +1 per further run (the fidelity "
+                         "check uses the workload's own seed)")
     ap.add_argument("--fit-runs", type=int, default=2)
     a = ap.parse_args()
 
@@ -209,7 +212,7 @@ def main() -> None:
             f = fit_serving(eng, a, tokenize_s=tok_t, detokenize_s=detok_t)
             base, per_seq, per_ctx = f["decode_base_s"], f["decode_s_per_extra_seq"], f["decode_s_per_context_token"]
             pre_base, pre_tok, pre_ctx = f["prefill_base_s"], f["prefill_s_per_token"], f["prefill_s_per_context_token"]
-            how = (f"{f['n']} serving iterations of {a.fit_workload} (seed {a.fit_seed}, {a.fit_runs} runs), "
+            how = (f"{f['n']} serving iterations of {a.fit_workload} (seeds {a.fit_seed}..{a.fit_seed + a.fit_runs - 1}), "
                    f"host time between iterations included")
         prof = dict(
             name="vllm_cpu_tiny",
@@ -237,12 +240,13 @@ def main() -> None:
         eng.shutdown()
 
 
-def nonneg_lstsq(rows: list[list[float]], ys: list[float], names: list[str]) -> dict[str, float]:
-    """Relative-error least squares with every coefficient >= 0 (a cost cannot be negative):
+def nonneg_lstsq(rows: list[list[float]], ys: list[float], names: list[str],
+                 relative: bool = True) -> dict[str, float]:
+    """Least squares (see lstsq) with every coefficient >= 0 (a cost cannot be negative):
     refit without the most negative term until none is left (small problems, no scipy here)."""
     active = list(range(len(names)))
     while True:
-        coef = lstsq([[r[i] for i in active] for r in rows], ys)
+        coef = lstsq([[r[i] for i in active] for r in rows], ys, relative)
         neg = [k for k, c in enumerate(coef) if c < 0]
         if not neg:
             out = dict.fromkeys(names, 0.0)
@@ -267,18 +271,20 @@ def fit_serving(eng, a, *, tokenize_s: float, detokenize_s: float) -> dict[str, 
     from timelyllm_ros.core.robots import load_robots
     from timelyllm_ros.lrtrace import default_catalog, expand, load_workload
     from timelyllm_ros.prompts import PromptBuilder
-    from timelyllm_ros.serve import serve_arrivals
+    from timelyllm_ros.serve import serve_arrivals, warm_up
 
     robots = load_robots()
     wl = load_workload(a.fit_workload)
-    arrivals = expand(wl, default_catalog(robots), robots, seed=a.fit_seed)
     rows, ys = [], []
     eng.ignore_eos = False  # serve real plans (the micro-measurements force fixed lengths)
     for run in range(a.fit_runs):
-        eng.reset_prefix_cache()  # every run starts as a fresh server does (then serve's warm-up)
-        eng.step_log = []
-        res = serve_arrivals(arrivals, engine=eng, prompts=PromptBuilder(robots, eng.tokenizer), robots=robots,
-                             seed=a.fit_seed)
+        seed = a.fit_seed + run  # another draw each run: more batch/prefill mixes
+        arrivals = expand(wl, default_catalog(robots), robots, seed=seed)
+        eng.reset_prefix_cache()  # every run starts as a fresh server does, then warms up
+        prompts = PromptBuilder(robots, eng.tokenizer)
+        warm_up(eng, prompts, sorted({x.robot_type for x in arrivals}))
+        eng.step_log = []  # serving iterations only
+        res = serve_arrivals(arrivals, engine=eng, prompts=prompts, robots=robots, seed=seed, warm=False)
         recs, eng.step_log = eng.step_log, None
         gaps = host_gaps(recs)
         typical = statistics.median(gaps) if gaps else 0.0
@@ -289,11 +295,11 @@ def fit_serving(eng, a, *, tokenize_s: float, detokenize_s: float) -> dict[str, 
             pre = 1.0 if r.prefill_tokens else 0.0
             rows.append([1.0, r.seqs - 1, r.context_tokens, pre, r.prefill_tokens, r.prefill_context_tokens])
             ys.append(max(y, 1e-6))
-        print(f"serving run {run + 1}/{a.fit_runs}: {len(recs)} iterations, {res.wall_s:.1f} s wall, "
+        print(f"serving run {run + 1}/{a.fit_runs} (seed {seed}): {len(recs)} iterations, {res.wall_s:.1f} s wall, "
               f"median host gap {typical * 1e3:.2f} ms, load average {os.getloadavg()[0]:.2f}", flush=True)
     names = ["decode_base_s", "decode_s_per_extra_seq", "decode_s_per_context_token", "prefill_base_s",
              "prefill_s_per_token", "prefill_s_per_context_token"]
-    f = nonneg_lstsq(rows, ys, names)
+    f = nonneg_lstsq(rows, ys, names, relative=False)
     f["decode_base_s"] = max(f["decode_base_s"], 1e-6)
     pred = [sum(f[n] * x for n, x in zip(names, r)) for r in rows]
     rel = [abs(p - y) / y for p, y in zip(pred, ys)]

@@ -96,6 +96,37 @@ def host_gaps(records, limit_s: float = 0.004) -> list[float]:
     return out
 
 
+def serve_real(args, arrivals, robots, seed):
+    """`args.runs` real-time runs on one vLLM engine, each from a cold prefix cache + warm-up."""
+    from timelyllm_ros.demo import DEFAULT_ENGINE
+    from timelyllm_ros.engines.vllm_engine import VllmEngine
+    from timelyllm_ros.prompts import PromptBuilder
+    from timelyllm_ros.serve import serve_arrivals, warm_up
+
+    engine = VllmEngine({**DEFAULT_ENGINE, "model": args.model})
+    runs, records, plans, differ = [], [], {}, 0
+    try:
+        prompts = PromptBuilder(robots, engine.tokenizer)
+        for i in range(args.runs):
+            engine.reset_prefix_cache()  # each run starts cold, like the first (then the warm-up)
+            warm_up(engine, prompts, sorted({a.robot_type for a in arrivals}))
+            engine.step_log = []  # serving iterations only
+            real = serve_arrivals(arrivals, engine=engine, prompts=prompts, robots=robots,
+                                  policy=args.policy, seed=seed, warm=False)
+            records += engine.step_log
+            engine.step_log = None
+            done = {g.gen_id: g.text for g in real.generations if g.state.value == "finished"}
+            if i == 0:
+                plans = done
+            differ += sum(1 for k, v in done.items() if k in plans and plans[k] != v)
+            runs.append({r["request_id"]: r["response_s"] for r in real.metrics["requests"]})
+            print(f"real run {i + 1}/{args.runs}: {len(done)} of {len(arrivals)} finished, "
+                  f"{real.wall_s:.1f} s wall, load average {os.getloadavg()[0]:.2f}", flush=True)
+        return plans, runs, records, differ, engine.tokenizer
+    finally:
+        engine.shutdown()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", default="mixed_small")
@@ -105,18 +136,18 @@ def main() -> int:
     ap.add_argument("--model", default=str(REPO / "models" / "tiny-planner"))
     ap.add_argument("--profile", default=str(REPO / "profiles" / "vllm_cpu_tiny.yaml"))
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
+    ap.add_argument("--save-real", default=None, help="save the real runs (plans, responses, steps) here")
+    ap.add_argument("--real", default=None, help="use real runs saved by --save-real instead of serving")
     args = ap.parse_args()
     if args.runs < 1:
         ap.error("--runs must be >= 1")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     from timelyllm_ros.core.robots import load_robots
-    from timelyllm_ros.demo import DEFAULT_ENGINE
+    from timelyllm_ros.engines.base import StepRecord
     from timelyllm_ros.engines.simulated import LatencyProfile
-    from timelyllm_ros.engines.vllm_engine import VllmEngine
+    from timelyllm_ros.engines.vllm_engine import VllmTokenizer
     from timelyllm_ros.lrtrace import default_catalog, expand, load_workload
-    from timelyllm_ros.prompts import PromptBuilder
-    from timelyllm_ros.serve import serve_arrivals
 
     robots = load_robots()
     wl = load_workload(args.workload)
@@ -125,25 +156,20 @@ def main() -> int:
         return a.time <= args.duration
 
     arrivals = [a for a in expand(wl, default_catalog(robots), robots, seed=wl.seed) if keep(a)]
-    engine = VllmEngine({**DEFAULT_ENGINE, "model": args.model})
-    runs, records, plans, differ = [], [], {}, 0
-    try:
-        tokenizer = engine.tokenizer
-        for i in range(args.runs):
-            engine.reset_prefix_cache()  # each run starts cold, like the first (then warm_up)
-            engine.step_log = []
-            real = serve_arrivals(arrivals, engine=engine, prompts=PromptBuilder(robots, tokenizer),
-                                  robots=robots, policy=args.policy, seed=wl.seed)
-            records += engine.step_log
-            done = {g.gen_id: g.text for g in real.generations if g.state.value == "finished"}
-            if i == 0:
-                plans = done
-            differ += sum(1 for k, v in done.items() if k in plans and plans[k] != v)
-            runs.append({r["request_id"]: r["response_s"] for r in real.metrics["requests"]})
-            print(f"real run {i + 1}/{args.runs}: {len(done)} of {len(arrivals)} finished, "
-                  f"{real.wall_s:.1f} s wall, load average {os.getloadavg()[0]:.2f}", flush=True)
-    finally:
-        engine.shutdown()
+    if args.real:  # a saved real side: re-simulate (e.g. another profile) without re-serving
+        saved = json.loads(Path(args.real).read_text())
+        plans, runs, differ = saved["plans"], saved["runs"], saved["plans_differed"]
+        records = [StepRecord(**r) for r in saved["steps"]]
+        from transformers import AutoTokenizer
+
+        tokenizer = VllmTokenizer(AutoTokenizer.from_pretrained(saved["model"]))
+        args.runs = len(runs)
+    else:
+        plans, runs, records, differ, tokenizer = serve_real(args, arrivals, robots, wl.seed)
+        if args.save_real:
+            Path(args.save_real).write_text(json.dumps({
+                "model": args.model, "plans": plans, "runs": runs, "plans_differed": differ,
+                "steps": [dataclasses.asdict(r) for r in records]}))
     sim, sim_steps = simulate(wl, plans, profile_path=args.profile, tokenizer=tokenizer, robots=robots,
                               policy=args.policy, keep=keep)
     sim_rows = {r["request_id"]: r for r in sim["requests"]}
