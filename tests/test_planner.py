@@ -254,3 +254,52 @@ def test_suspension_tells_the_policy_which_batch_stays():
     assert first not in others and others == sorted({"a", "b"} - {first})
     run_until(planner, lambda: not any(g.state is GenState.RUNNING for g in planner.generations.values()))
     assert all(gid not in running for gid, running in seen)
+
+
+class SpanningTokenizer:
+    """Characters, except a few multi-character tokens — one of which closes a statement and
+    holds the whole next one (`);tc(90);`), as a BPE merge of a real tokenizer could."""
+
+    eos_token_id = 0
+    MERGES = ("mf(50", ");tc(90);", "tp;")
+
+    def __init__(self):
+        self.pieces = [""]
+        self.ids = {}
+
+    def _id(self, piece):
+        if piece not in self.ids:
+            self.ids[piece] = len(self.pieces)
+            self.pieces.append(piece)
+        return self.ids[piece]
+
+    def encode(self, text):
+        out, i = [], 0
+        while i < len(text):
+            m = next((p for p in self.MERGES if text.startswith(p, i)), text[i])
+            out.append(self._id(m))
+            i += len(m)
+        return out
+
+    def decode(self, ids):
+        return "".join(self.pieces[i] for i in ids)
+
+
+def test_statement_completed_inside_the_suspending_token_is_not_lost():
+    """The token that ends one statement also holds the whole next one: both are dispatched, in
+    order, and the plan goes on from there (nothing the model generated is dropped silently)."""
+    clock = VirtualClock()
+    tok = SpanningTokenizer()
+    engine = SimulatedEngine(clock, tokenizer=tok)
+    disp = RecordingDispatcher()
+    planner = Planner(clock=clock, engine=engine, dispatcher=disp, robots=ROBOTS, policy=make_policy("timelyllm"),
+                      estimator=ExecTimeEstimator(ROBOTS), prompts=SimPromptSource(engine, tok, robots=ROBOTS))
+    assert planner.submit(req("a", "mf(50);tc(90);tp;")).accepted
+    g = planner.generations["a"]
+    run_until(planner, lambda: g.engine_finished or g.state.terminal)
+    assert [x.text for x in disp.goals] == ["mf(50);", "tc(90);", "tp;"]
+    assert g.text == "mf(50);tc(90);tp;"
+    for goal in disp.goals:
+        ok(planner, goal, clock)
+    planner.step()
+    assert g.state is GenState.FINISHED

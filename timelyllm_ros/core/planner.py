@@ -379,7 +379,8 @@ class Planner:
                       est_exec_s=self.estimator.estimate(g.request.robot_type, cut.calls))
         g.segments.append(seg)
         w = self.config.seg_gen_weight
-        self.seg_gen_s = (1 - w) * self.seg_gen_s + w * max(0.0, now - gen_start)
+        if seg_tokens > 0:  # a statement that arrived in the same token as the last one took no time
+            self.seg_gen_s = (1 - w) * self.seg_gen_s + w * max(0.0, now - gen_start)
         if seg_tokens > 0 and now > gen_start:
             self.token_s = (1 - w) * self.token_s + w * (now - gen_start) / seg_tokens
         g.seg_tokens = 0
@@ -398,11 +399,15 @@ class Planner:
             live.segmenter = live.new_segmenter()
             live.text_base = abs_end
             overflow = g.text[abs_end:]
-            if overflow:
-                live.segmenter.feed(overflow)
+            extra = live.segmenter.feed(overflow) if overflow else []
             g.state = GenState.WAITING if seg.blocking else GenState.SUSPENDED
             g.ready_since = now
             self._notify(g)
+            # That token may also complete the next statement(s): already generated, so they are
+            # segments too (dispatched in order, each suspending as above), never dropped.
+            for nxt in extra:
+                if not self._on_cut(g, live, nxt, now, final):
+                    return False
         return True
 
     def _engine_done(self, g: Generation, live: _Live, now: float, reason: str) -> None:
