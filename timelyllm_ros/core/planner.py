@@ -391,7 +391,8 @@ class Planner:
         self._dispatch(g, seg, now)
         if suspend:
             # the batch g leaves behind (LAMPS weighs g's held memory against C_other)
-            others = [x for i in self._live if (x := self.generations[i]) is not g and x.state is GenState.RUNNING]
+            others = [x for i in self._live
+                      if (x := self.generations[i]) is not g and x.state is GenState.RUNNING]
             ctx = self.context(others)
             self.engine.abort(g.gen_id, self.policy.kv_mode(g, seg, ctx))
             # A fresh segmenter starts at the statement end; text of the last kept token that lies
