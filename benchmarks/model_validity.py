@@ -84,13 +84,18 @@ def hf_generator(model_dir: Path, threads: int) -> tuple[Gen, str]:
     return run, f"transformers {__import__('transformers').__version__} greedy (bf16, CPU)"
 
 
-def vllm_generator(model_dir: Path) -> tuple[Gen, str, Callable[[], dict]]:
+def vllm_generator(model_dir: Path, dtype: str | None = None) -> tuple[Gen, str, Callable[[], dict]]:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
+    from vllm.platforms import current_platform
 
+    from timelyllm_ros.engines.vllm_engine import cpu_dtype_default
+
+    if dtype is None:  # what serving uses (VllmEngine): float32 on a CPU without bf16 units
+        dtype = (cpu_dtype_default() if current_platform.is_cpu() else None) or "auto"
     llm = LLM(model=str(model_dir), enforce_eager=True, block_size=32, enable_prefix_caching=True,
-              max_model_len=2048, max_num_seqs=32, seed=0)
+              max_model_len=2048, max_num_seqs=32, seed=0, dtype=dtype)
     stats = {"prompt_tokens": 0, "cached_tokens": 0}
 
     def run(prompts: Sequence[list[int]], max_tokens: Sequence[int], stop_at_statement: bool) -> list[list[int]]:
@@ -111,7 +116,8 @@ def vllm_generator(model_dir: Path) -> tuple[Gen, str, Callable[[], dict]]:
     llm_eos = TokenizerFile(model_dir).eos_token_id
     import vllm
 
-    return run, f"vLLM {vllm.__version__} LLM (CPU, block_size 32, enforce_eager, prefix caching)", lambda: dict(stats)
+    return run, (f"vLLM {vllm.__version__} LLM (CPU, dtype {dtype}, block_size 32, enforce_eager, "
+                 f"prefix caching)"), lambda: dict(stats)
 
 
 def segmented(gen: Gen, pb: PromptBuilder, robots: dict[str, RobotSpec], items: Sequence[EvalItem],
@@ -159,6 +165,7 @@ def main() -> int:
     ap.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"])
     ap.add_argument("--n-generated", type=int, default=10, help="held-out draws per task (plus the file's)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", default=None, help="vLLM dtype (default: what serving uses here)")
     ap.add_argument("--no-segmented", action="store_true")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
@@ -175,7 +182,7 @@ def main() -> int:
     gen: Gen
     if args.engine in ("auto", "vllm"):
         try:
-            gen, engine_name, cache_stats = vllm_generator(model_dir)
+            gen, engine_name, cache_stats = vllm_generator(model_dir, args.dtype)
         except Exception as e:  # noqa: BLE001 - report and fall back
             if args.engine == "vllm":
                 raise

@@ -191,7 +191,7 @@ def native_bf16(cpuinfo: str) -> bool | None:
     return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
-def _cpu_dtype_default() -> str | None:
+def cpu_dtype_default() -> str | None:
     """The dtype to use on a CPU when the config names none.  vLLM's "auto" keeps a bf16
     checkpoint in bf16, which a CPU without bf16 hardware emulates: on this project's 2-core AMD
     box prefill cost ~1.0 ms per token in bf16 against ~0.19 ms in float32 (docs/vllm.md), so
@@ -276,7 +276,7 @@ class VllmEngine:
                     "gpu_memory_utilization", "tensor_parallel_size", "seed"):
             if c.get(key) is not None:
                 kw[key] = c[key]
-        if c.get("dtype") is None and self._cpu and (cpu_dtype := _cpu_dtype_default()):
+        if c.get("dtype") is None and self._cpu and (cpu_dtype := cpu_dtype_default()):
             kw["dtype"] = cpu_dtype
         if c.get("kv_cache_space_gib") is not None:
             gib = float(c["kv_cache_space_gib"])
