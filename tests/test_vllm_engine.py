@@ -27,8 +27,6 @@ from timelyllm_ros.prompts import PromptBuilder
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed in this interpreter")
 
-__all__ = ["vllm_engine"]
-
 ROBOTS = load_robots()
 TASKS = [  # (robot type, task, scene): LRTrace-style requests
     ("tello", "look for the cat", "living room with a sofa, a table and a cat"),
