@@ -124,7 +124,6 @@ def test_baseline_hand_computed():
     reqs = [BatchRequest("a", 10, 2, 2), BatchRequest("b", 10, 3, 3), BatchRequest("c", 5, 1, 1)]
     r = simulate(reqs, 2, LAT, STRATEGIES["baseline"])
     d2 = 0.02 + 0.002 * 2
-    d1 = 0.02 + 0.002 * 1
     p_ab, p_c = 0.01 + 0.020, 0.01 + 0.005
     # a ends after 2 rounds; prefill-first: c is prefilled at once, then b and c decode together
     expected = p_ab + 2 * d2 + p_c + d2
