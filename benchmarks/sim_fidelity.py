@@ -103,7 +103,7 @@ def serve_real(args, arrivals, robots, seed):
     from timelyllm_ros.prompts import PromptBuilder
     from timelyllm_ros.serve import serve_arrivals, warm_up
 
-    engine = VllmEngine({**DEFAULT_ENGINE, "model": args.model})
+    engine = VllmEngine({**DEFAULT_ENGINE, "model": args.model, "dtype": args.dtype})
     runs, records, plans, differ = [], [], {}, 0
     try:
         prompts = PromptBuilder(robots, engine.tokenizer)
@@ -135,6 +135,7 @@ def main() -> int:
     ap.add_argument("--policy", default="timelyllm")
     ap.add_argument("--model", default=str(REPO / "models" / "tiny-planner"))
     ap.add_argument("--profile", default=str(REPO / "profiles" / "vllm_cpu_tiny.yaml"))
+    ap.add_argument("--dtype", default=None, help="vLLM dtype (default: what serving uses on this machine)")
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
     ap.add_argument("--save-real", default=None, help="save the real runs (plans, responses, steps) here")
     ap.add_argument("--real", default=None, help="use real runs saved by --save-real instead of serving")
@@ -182,7 +183,7 @@ def main() -> int:
             continue
         by_type.setdefault(task_of[rid], []).append((statistics.median(reals), b["response_s"], reals))
     print(f"\nsimulator fidelity — workload {args.workload} (first {args.duration:g} s), policy {args.policy}; "
-          f"real: vLLM-cpu + {Path(args.model).name}, median of {args.runs} runs; "
+          f"real: vLLM-cpu + {Path(args.model).name} ({args.dtype or 'serving dtype'}), median of {args.runs} runs; "
           f"simulated: profile {Path(args.profile).name}")
     print(f"{'task type':10} {'n':>3} {'real s (median)':>16} {'runs min-max':>14} {'simulated s':>12} {'error':>8}")
     rows, worst = [], 0.0

@@ -422,3 +422,8 @@ def test_cpu_without_bf16_hardware_defaults_to_float32():
     assert eng._engine_args("/m").dtype == expected
     eng.config = {"model": "/m", "dtype": "bfloat16"}
     assert eng._engine_args("/m").dtype == "bfloat16"
+
+
+@pytest.mark.vllm
+def test_engine_reports_the_dtype_it_computes_in(vllm_engine):
+    assert vllm_engine.dtype == "float32"  # the test config asks for float32

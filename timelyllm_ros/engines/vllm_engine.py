@@ -325,6 +325,7 @@ class VllmEngine:
         self.block_size = int(cc.block_size)
         self.kv_total_blocks = max(int(cc.num_gpu_blocks or 0) - 1, 0)  # minus vLLM's null block
         self.max_model_len = int(vcfg.model_config.max_model_len)
+        self.dtype = str(vcfg.model_config.dtype).removeprefix("torch.")  # what vLLM computes in
         self.vocab_size = int(vcfg.model_config.get_vocab_size())
         self.tokenizer = VllmTokenizer(self._engine.get_tokenizer())
         self._decode = self.tokenizer.decode
