@@ -113,6 +113,8 @@ def main() -> None:
     ap.add_argument("--fit-runs", type=int, default=2)
     ap.add_argument("--dtype", default=None, help="vLLM dtype (default: what serving uses on this machine)")
     a = ap.parse_args()
+    if a.reps < 1 or a.max_batch < 1 or a.fit_runs < 1:
+        ap.error("--reps, --max-batch and --fit-runs must be >= 1")
 
     from vllm_fixtures import model_for_tests
 

@@ -142,6 +142,10 @@ def main() -> int:
     args = ap.parse_args()
     if args.runs < 1:
         ap.error("--runs must be >= 1")
+    if args.real and not Path(args.real).is_file():
+        ap.error(f"--real {args.real}: no such file (write one with --save-real)")
+    if not Path(args.profile).is_file():
+        ap.error(f"--profile {args.profile}: no such file")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     from timelyllm_ros.core.robots import load_robots
