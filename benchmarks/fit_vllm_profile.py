@@ -24,6 +24,7 @@ Timings on a shared machine are noisy (other processes steal the CPU): each poin
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import random
 import statistics
@@ -270,9 +271,9 @@ def fit_serving(eng, a, *, tokenize_s: float, detokenize_s: float) -> dict[str, 
     response time -- are unbiased.  The planner's host work between back-to-back iterations
     (median gap) is added to decode_base_s: the simulator has no other term for it.  Gaps longer
     than a few ms are the real-time loop idling, not work, and are not counted."""
-    from sim_fidelity import host_gaps
-
     from timelyllm_ros.core.robots import load_robots
+    from timelyllm_ros.engines.base import host_gaps
+    from timelyllm_ros.engines.simulated import LatencyProfile
     from timelyllm_ros.lrtrace import default_catalog, expand, load_workload
     from timelyllm_ros.prompts import PromptBuilder
     from timelyllm_ros.serve import serve_arrivals, warm_up
@@ -302,29 +303,27 @@ def fit_serving(eng, a, *, tokenize_s: float, detokenize_s: float) -> dict[str, 
     pre = [r for r in recs if r.prefill_tokens > 0]
     d = nonneg_lstsq([[1.0, r.seqs - 1, r.context_tokens] for r in dec], [cost(r) for r in dec],
                      ["decode_base_s", "decode_s_per_extra_seq", "decode_s_per_context_token"], relative=False)
+    d["decode_base_s"] = max(d["decode_base_s"], 1e-6)  # a step must take time
 
-    def decode_part(r) -> float:
-        return (d["decode_base_s"] + d["decode_s_per_extra_seq"] * (r.seqs - 1)
-                + d["decode_s_per_context_token"] * r.context_tokens)
+    def profile(**terms: float) -> LatencyProfile:  # only the step terms matter here
+        return LatencyProfile(**terms, detokenize_s=detokenize_s, kv_block_size=1, kv_capacity_blocks=1)
 
+    decode_only = profile(**d, prefill_s_per_token=0.0)
     p = nonneg_lstsq([[1.0, r.prefill_tokens, r.prefill_context_tokens] for r in pre],
-                     [cost(r) - decode_part(r) for r in pre],
+                     [r.duration_s + r.post_s - decode_only.record_s(dataclasses.replace(r, prefill_tokens=0))
+                      for r in pre],
                      ["prefill_base_s", "prefill_s_per_token", "prefill_s_per_context_token"], relative=False)
-
-    def step(r) -> float:
-        extra = p["prefill_base_s"] + p["prefill_s_per_token"] * r.prefill_tokens \
-            + p["prefill_s_per_context_token"] * r.prefill_context_tokens if r.prefill_tokens else 0.0
-        return decode_part(r) + extra
+    fitted = profile(**d, **p)
 
     for name, rs in (("decode-only", dec), ("with prefill", pre)):
-        ys, fs = [cost(r) for r in rs], [step(r) for r in rs]
+        ys, fs = [r.duration_s + r.post_s for r in rs], [fitted.record_s(r) for r in rs]
         rel = statistics.median(abs(f - y) / y for f, y in zip(fs, ys))
         print(f"serving fit, {name} iterations: {len(rs)}, median {1e3 * statistics.median(ys):.2f} ms measured vs "
               f"{1e3 * statistics.median(fs):.2f} ms fitted, sum {100 * (sum(fs) - sum(ys)) / sum(ys):+.1f} %, "
               f"median rel. error {100 * rel:.1f} %")
     host = statistics.median(gaps) if gaps else 0.0
     f = {**d, **p}
-    f["decode_base_s"] = max(f["decode_base_s"], 1e-6) + host
+    f["decode_base_s"] += host
     print(f"host time between back-to-back iterations: median {1e3 * host:.3f} ms (added to decode_base_s)")
     f["n"] = len(recs)
     return f

@@ -65,6 +65,7 @@ def simulate(workload, plans, *, profile_path, tokenizer, robots, policy, keep):
 
 def step_report(records, profile) -> list[str]:
     """Measured vLLM iterations vs what the profile charges for the same work."""
+    from timelyllm_ros.engines.base import host_gaps
     lines = []
     kinds = {"decode only": [r for r in records if r.prefill_tokens == 0],
              "with prefill": [r for r in records if r.prefill_tokens > 0]}
@@ -73,9 +74,7 @@ def step_report(records, profile) -> list[str]:
         if not rs:
             continue
         meas = [r.duration_s + r.post_s for r in rs]
-        pred = [profile.step_s(seqs=r.seqs, prefill_tokens=r.prefill_tokens, context_tokens=r.context_tokens,
-                               new_requests=0, output_tokens=r.output_tokens,
-                               prefill_context_tokens=r.prefill_context_tokens) for r in rs]
+        pred = [profile.record_s(r) for r in rs]  # tokenising happens at submit, outside the step
         lines.append(f"{name:14} {len(rs):>5} {1e3 * statistics.median(meas):>12.2f} "
                      f"{1e3 * statistics.median(pred):>11.2f} {sum(pred) / sum(meas):>10.2f}")
     gaps = host_gaps(records)
@@ -83,17 +82,6 @@ def step_report(records, profile) -> list[str]:
         lines.append(f"host time between back-to-back iterations (planner, segmenter, dispatch; not in "
                      f"the profile): median {1e3 * statistics.median(gaps):.2f} ms over {len(gaps)} gaps")
     return lines
-
-
-def host_gaps(records, limit_s: float = 0.004) -> list[float]:
-    """Time from the end of one iteration to the start of the next, when the loop did not idle
-    (the real-time loop sleeps up to 5 ms when it has nothing to run)."""
-    out = []
-    for a, b in zip(records, records[1:]):
-        g = b.start_s - (a.start_s + a.duration_s + a.post_s)
-        if 0 <= g < limit_s:
-            out.append(g)
-    return out
 
 
 def serve_real(args, arrivals, robots, seed):

@@ -10,9 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from fit_vllm_profile import nonneg_lstsq  # noqa: E402
-from sim_fidelity import host_gaps  # noqa: E402
-
-from timelyllm_ros.engines.base import StepRecord  # noqa: E402
+from timelyllm_ros.engines.base import StepRecord, host_gaps  # noqa: E402
 
 
 def test_nonneg_lstsq_recovers_costs_and_never_goes_negative():

@@ -655,6 +655,7 @@ def test_step_log_matches_the_charged_time() -> None:
     assert (first.seqs, first.adds, first.prefill_tokens, first.prefill_context_tokens) == (1, 1, 10, 0)
     assert all(r.prefill_tokens == 0 and r.adds == 0 for r in rest) and len(rest) == 2
     for r in e.step_log:
+        assert r.duration_s == pytest.approx(e.profile.record_s(r, new_requests=r.adds if r is first else 0))
         assert r.duration_s == pytest.approx(e.profile.step_s(
             seqs=r.seqs, prefill_tokens=r.prefill_tokens, context_tokens=r.context_tokens,
             new_requests=r.adds if r is first else 0, output_tokens=r.output_tokens,

@@ -45,6 +45,17 @@ class StepRecord:
     output_tokens: int
 
 
+def host_gaps(records: Sequence[StepRecord], idle_s: float = 0.004) -> list[float]:
+    """Time from the end of one iteration to the start of the next when the serving loop did not
+    idle in between (it sleeps up to 5 ms when it has nothing to run): the planner's host work."""
+    out = []
+    for a, b in zip(records, records[1:]):
+        g = b.start_s - (a.start_s + a.duration_s + a.post_s)
+        if 0 <= g < idle_s:
+            out.append(g)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class EngineStats:
     """What the batch-size controller reads: KV capacity/usage and recent decode speed."""

@@ -122,6 +122,13 @@ class LatencyProfile:
         return cls.from_mapping(data, str(path))
 
     # --- cost model -------------------------------------------------------------------------
+    def record_s(self, r: StepRecord, *, new_requests: int = 0) -> float:
+        """What this profile charges for the iteration a StepRecord describes (profile fitting
+        and fidelity checks compare it with the measured time)."""
+        return self.step_s(seqs=r.seqs, prefill_tokens=r.prefill_tokens, context_tokens=r.context_tokens,
+                           new_requests=new_requests, output_tokens=r.output_tokens,
+                           prefill_context_tokens=r.prefill_context_tokens)
+
     def step_s(self, *, seqs: int, prefill_tokens: int = 0, context_tokens: int = 0,
                swap_blocks: int = 0, new_requests: int = 0, output_tokens: int | None = None,
                prefill_context_tokens: int = 0) -> float:
