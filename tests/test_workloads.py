@@ -220,3 +220,17 @@ def test_agent_robot_type_must_exist(tmp_path, catalog, robots):
     """)
     with pytest.raises(WorkloadError, match=r":6: agents: agent 'submarine0' has robot type 'submarine'"):
         expand(load_workload(p), catalog, robots)
+
+
+def test_scaled_drone_load_matches_wid1_shape():
+    from timelyllm_ros.lrtrace import load_workload, scaled_drones
+
+    base = load_workload("WID1")
+    w = load_workload("drones:400")
+    assert w == scaled_drones(400)
+    assert (w.duration_s, w.seed, len(w.agents)) == (60.0, 11, 400)
+    assert w.rate_per_s == pytest.approx(0.25 * 400 / 25)
+    assert (w.traces, w.max_tasks_per_event, dict(w.tuf)) == (base.traces, base.max_tasks_per_event, dict(base.tuf))
+    for bad in ("drones:0", "drones:x", "drones:-3"):
+        with pytest.raises(WorkloadError, match="drones:N|>= 1"):
+            load_workload(bad)

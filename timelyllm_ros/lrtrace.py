@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
@@ -355,8 +355,34 @@ def parse_workload(data: Any, source: str = "<workload>", lines: dict[tuple, int
     )
 
 
+SCALED_DRONES_PREFIX = "drones:"
+
+
+def scaled_drones(n_agents: int, *, duration_s: float = 60.0, seed: int = 11) -> Workload:
+    """The scaled drone load of the regime map: WID1's shape (traces 1-8, at most 8 tasks per
+    event, its TUFs) with ``n_agents`` Tello agents and events at ``0.25 * n_agents / 25`` per
+    second, for ``duration_s`` seconds.  ``load_workload("drones:N")`` names it."""
+    if not isinstance(n_agents, int) or isinstance(n_agents, bool) or n_agents < 1:
+        raise WorkloadError(f"scaled drone load: agent count must be an integer >= 1, got {n_agents!r}")
+    base = load_workload("WID1")
+    return replace(
+        base, name=f"{SCALED_DRONES_PREFIX}{n_agents}",
+        description=f"WID1-shaped drone load scaled to {n_agents} Tello agents",
+        duration_s=float(duration_s), seed=seed, rate_per_s=base.rate_per_s * n_agents / 25,
+        agents=tuple(Agent(f"tello{i}", "tello") for i in range(n_agents)),
+        source=f"{SCALED_DRONES_PREFIX}{n_agents}", lines={},
+    )
+
+
 def load_workload(path_or_name: str | Path) -> Workload:
-    """Load a workload file; a bare name such as ``WID1`` means ``workloads/WID1.yaml``."""
+    """Load a workload file; a bare name such as ``WID1`` means ``workloads/WID1.yaml``;
+    ``drones:N`` means :func:`scaled_drones` with N agents."""
+    name = str(path_or_name)
+    if name.startswith(SCALED_DRONES_PREFIX) and not Path(name).exists():
+        count = name[len(SCALED_DRONES_PREFIX):]
+        if not count.isdigit():
+            raise WorkloadError(f"workload {name!r}: expected drones:N with N a positive integer")
+        return scaled_drones(int(count))
     p = Path(path_or_name)
     if not p.exists() and not p.suffix and (WORKLOADS_DIR / f"{p}.yaml").exists():
         p = WORKLOADS_DIR / f"{p}.yaml"
