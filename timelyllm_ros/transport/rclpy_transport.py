@@ -346,6 +346,7 @@ class RclpyTransport:
                 log.exception("closing %r failed", h)
         self._handles.clear()
         self.executor.shutdown()
+        self._spin.join(timeout=5.0)  # a spin thread alive at exit aborts the process (C++ terminate)
         self.node.destroy_node()
         if self._owns_context:
             import rclpy
