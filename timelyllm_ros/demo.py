@@ -93,7 +93,8 @@ class DemoInputs:
         for a in self.arrivals:
             t = self.catalog.get(a.task_id)
             if t is not None:
-                out[a.task_id] = f"{ROBOT_KIND.get(t.robot_type, t.robot_type)}, {t.category}"
+                kind = ROBOT_KIND.get(t.robot_type, t.robot_type)
+                out[a.task_id] = kind if kind == t.category else f"{kind}, {t.category}"
         return out
 
 

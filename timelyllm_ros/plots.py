@@ -163,7 +163,7 @@ def plot_pct_of_max(runs: Mapping[str, Mapping[str, Any]], path: str | Path, *, 
     def agg(m: Mapping[str, Any], kind: str, key: str | None) -> Mapping[str, Any] | None:
         return m.get("overall") if kind == "overall" else m.get(kind, {}).get(key)
 
-    fig, axes = plt.subplots(2, 1, figsize=(max(7.0, 0.55 * len(groups) * len(labels) + 2), 6.6), sharex=True)
+    fig, axes = plt.subplots(2, 1, figsize=(min(16.0, max(7.0, 0.32 * len(groups) * len(labels) + 2)), 6.6), sharex=True)
     width = 0.8 / len(labels)
     cmap = plt.get_cmap("tab10")
     for ax, (field, ylabel) in zip(axes, (("utility_pct_of_max", "time utility, % of max"),
