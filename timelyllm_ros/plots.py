@@ -187,7 +187,7 @@ def plot_pct_of_max(runs: Mapping[str, Mapping[str, Any]], path: str | Path, *, 
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=1, fontsize=8, frameon=False)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0.06 + 0.035 * len(labels), 1, 1))
+    fig.tight_layout(rect=(0, 0.03 + 0.03 * len(labels), 1, 1))
     out = Path(path)
     fig.savefig(out, dpi=110)
     plt.close(fig)
