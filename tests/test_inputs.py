@@ -228,3 +228,50 @@ def test_planner_node_exits_2_on_bad_parameter():
     assert r.returncode == 2, r.stderr
     errors = [ln for ln in r.stderr.splitlines() if "unknown policy 'nope'" in ln]
     assert len(errors) == 1 and "Traceback" not in r.stderr
+
+
+# ------------------------------------------------------------------------------ the demo's report
+
+def _summary(utilities):
+    """A metrics summary (core.metrics.summarize form) with these (utility, max) per request."""
+    return {"requests": [{"utility": u, "max_utility": m} for u, m in utilities]}
+
+
+def test_engine_speed_against_the_profile_and_the_deadline_line():
+    from timelyllm_ros.engines.base import StepRecord
+    from timelyllm_ros.engines.simulated import LatencyProfile
+    from timelyllm_ros.report import deadline_line, engine_speed, speed_line
+
+    prof = LatencyProfile.from_yaml(REPO / "profiles" / "vllm_cpu_tiny.yaml")
+    shape = dict(seqs=4, prefill_tokens=0, prefill_context_tokens=0, context_tokens=4000, adds=0, output_tokens=4)
+    charged = prof.record_s(StepRecord(start_s=0, duration_s=0, post_s=0, **shape))
+    slow = [StepRecord(start_s=i, duration_s=2 * charged, post_s=0.0, **shape) for i in range(10)]
+    s = engine_speed(slow, prof)
+    assert s.steps == 10 and s.output_tokens == 40 and abs(s.ratio - 2.0) < 1e-9
+    assert abs(s.tokens_per_s - 40 / (20 * charged)) < 1e-6
+    assert "2.00x the profile's step time" in speed_line(s) and "vllm_cpu_tiny" in speed_line(s)
+    real, sim = _summary([(0.5, 1.0), (2.0, 2.0)]), _summary([(1.0, 1.0), (2.0, 2.0)])
+    line = deadline_line(real, sim, s)
+    assert line.startswith("deadlines: 1 of 2 requests missed their ERT here, 0 in the simulator")
+    assert "2.0x slower than the profile" in line and "too slow for the workload's deadlines" in line
+    fast = engine_speed([StepRecord(start_s=0, duration_s=charged, post_s=0.0, **shape)], prof)
+    assert "not explained by a slow machine" in deadline_line(real, sim, fast)
+    assert "too slow" not in deadline_line(sim, sim, s)
+
+
+def test_drain_eta_runs_pending_segments_back_to_back():
+    from timelyllm_ros.core.tuf import TUF
+    from timelyllm_ros.core.types import Generation, PlanRequest, Segment
+    from timelyllm_ros.serve import drain_eta
+
+    def seg(i, est, start=None, end=None):
+        return Segment(index=i, text="x", calls=(), blocking=False, token_count=1, gen_start=0.0, gen_end=0.0,
+                       est_exec_s=est, exec_start=start, exec_end=end)
+
+    req = PlanRequest(request_id="r", robot_id="d", robot_type="tello", task="t", scene="s",
+                      tuf=TUF(ert=1.0, alpha=-2.0, beta=1.0), arrival=0.0)
+    g = Generation(request=req, segments=[seg(0, 3.0, 0.0, 3.0), seg(1, 4.0, 9.0), seg(2, 5.0)])
+    assert drain_eta([g], now=10.0) == pytest.approx(9.0 + 4.0 + 5.0 - 10.0)
+    assert drain_eta([], now=10.0) == 0.0
+    late = Generation(request=req, segments=[seg(0, 1.0, 2.0)])  # overran its estimate: ends "now"
+    assert drain_eta([late, g], now=10.0) == pytest.approx(8.0) and drain_eta([late], now=10.0) == 0.0
