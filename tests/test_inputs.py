@@ -39,6 +39,8 @@ def files(tmp_path):
     f["task"].write_text("name: w\nduration_s: 10\nagents: {tello: 1}\nrequests:\n  - {time: 0.1, task: T99}\n" + TUF)
     f["yaml"] = tmp_path / "broken.yaml"
     f["yaml"].write_text("name: w\nduration_s: [10\n")
+    f["profile"] = tmp_path / "profile.yaml"
+    f["profile"].write_text("name: p\ndecode_base_s: [1\n")
     f["afile"] = tmp_path / "afile"
     f["afile"].write_text("x")
     return f
@@ -58,6 +60,7 @@ CASES = [
     ("unknown --param", ["--param", "foo=1"],
      "--param: bad parameters for policy 'timelyllm': unknown parameter 'foo' (its parameters: min_slack_s, rescue_late)"),
     ("bad --param value", ["--policy", "trail", "--param", "c=-1"], "--param: policy 'trail': c must be > 0"),
+    ("malformed profile", ["--profile", "{profile}"], "--profile: {profile}:3: not valid YAML"),
     ("bad --param syntax", ["--param", "novalue"], "argument --param: expected [policy:]name=value"),
 ]
 
