@@ -60,7 +60,7 @@ CASES = [
     ("unknown --param", ["--param", "foo=1"],
      "--param: bad parameters for policy 'timelyllm': unknown parameter 'foo' (its parameters: min_slack_s, rescue_late)"),
     ("bad --param value", ["--policy", "trail", "--param", "c=-1"], "--param: policy 'trail': c must be > 0"),
-    ("malformed profile", ["--profile", "{profile}"], "--profile: {profile}:3: not valid YAML"),
+    ("malformed profile", ["--profile", "{profile}"], "--profile: {profile}:3: cannot read latency profile: not valid YAML"),
     ("bad --param syntax", ["--param", "novalue"], "argument --param: expected [policy:]name=value"),
 ]
 

@@ -122,7 +122,7 @@ class LatencyProfile:
         except yaml.YAMLError as e:
             from ..core.robots import yaml_error_line
 
-            raise ProfileError(f"{path}{yaml_error_line(e)}") from e
+            raise ProfileError(f"{path}{yaml_error_line(e, 'cannot read latency profile: not valid YAML')}") from e
         return cls.from_mapping(data, str(path))
 
     # --- cost model -------------------------------------------------------------------------
