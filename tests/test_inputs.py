@@ -278,3 +278,12 @@ def test_drain_eta_runs_pending_segments_back_to_back():
     assert drain_eta([], now=10.0) == 0.0
     late = Generation(request=req, segments=[seg(0, 1.0, 2.0)])  # overran its estimate: ends "now"
     assert drain_eta([late, g], now=10.0) == pytest.approx(8.0) and drain_eta([late], now=10.0) == 0.0
+
+
+def test_bench_catalog_and_plan_offline_files(files, tmp_path, capsys):
+    assert _run(["bench", "--workload", "mixed_small", "--policy", "fcfs", "--out", str(tmp_path / "r.json"),
+                 "--catalog", str(files["profile"])]) == 2
+    assert f"{files['profile']}:3: cannot read task file: not valid YAML" in _one_line(capsys)
+    assert _run(["plan-offline", "WID1"]) == 2
+    line = _one_line(capsys)
+    assert "WID1 is an LRTrace workload for `timelyllm bench`" in line and "workloads/hybrid_gsm8k.yaml" in line
