@@ -262,11 +262,17 @@ class RclpyTransport:
 
     # -- parameters (not part of the port) -------------------------------------------------
     def parameters(self, defaults: dict[str, Any]) -> dict[str, Any]:
+        """The node's parameters with these defaults, plus any other parameter it was given
+        (`-p typo:=...`, a YAML key) so the builder can refuse it instead of ignoring it."""
         out = {}
         for name, default in defaults.items():
             if not self.node.has_parameter(name):
                 self.node.declare_parameter(name, default)
             out[name] = self.node.get_parameter(name).value
+        given = getattr(self.node, "_parameter_overrides", {})  # rclpy keeps --ros-args/-p/YAML here
+        for name, param in given.items():
+            if name not in out and name != "use_sim_time":
+                out[name] = getattr(param, "value", param)
         return out
 
     # -- topics ------------------------------------------------------------------------------
