@@ -92,7 +92,7 @@ def _checked(name: str, check: Callable[[], Any]) -> Any:
     try:
         return check()
     except InputError as e:
-        raise ConfigError(str(e) if str(e).startswith(name) else f"{name}: {e}") from None
+        raise ConfigError(str(e) if str(e).startswith(name) else f"{name}: {e}") from None  # "": as is
 
 
 def build_executor(params: dict[str, Any], *, namespace: str = "") -> tuple[Any, str]:
@@ -176,7 +176,7 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
         from timelyllm_ros.inputs import vllm_config
         from timelyllm_ros.prompts import PromptBuilder
 
-        cfg = _checked("engine_config", lambda: vllm_config(
+        cfg = _checked("", lambda: vllm_config(  # its messages name engine_config or model
             p["engine_config"] or None, p["model"] or None, default_model=share_dir("models") / "tiny-planner",
             config_arg="engine_config", model_arg="model"))
         clock = WallClock()
