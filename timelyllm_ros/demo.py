@@ -151,7 +151,7 @@ def check_demo_inputs(args: argparse.Namespace) -> DemoInputs:
 
 
 def at_profile_speed(inp: DemoInputs, policy: str, plans: Mapping[str, str],
-                     params: Mapping[str, Any] | None = None) -> Any:
+                     params: Mapping[str, Any] | None = None, *, step_log: list[Any] | None = None) -> Any:
     """``policy`` in the simulator with the demo's profile on exactly the demo's arrivals,
     replaying what the model generated in the real run (``plans``: request id -> text) with the
     model's tokenizer: what the policy gets when the engine runs at the profile's speed."""
@@ -161,7 +161,7 @@ def at_profile_speed(inp: DemoInputs, policy: str, plans: Mapping[str, str],
     ids = {a.request_id for a in inp.arrivals}
     return replay(inp.workload, plans, profile_path=inp.profile, tokenizer=TokenizerFile(inp.engine_config["model"]),
                   robots=inp.robots, catalog=inp.catalog, policy=policy, policy_params=params,
-                  max_batch=inp.max_batch, keep=lambda a: a.request_id in ids)
+                  max_batch=inp.max_batch, keep=lambda a: a.request_id in ids, step_log=step_log)
 
 
 def report(console: Any, inp: DemoInputs, *, metrics: Mapping[str, Any], plans: Mapping[str, str],
