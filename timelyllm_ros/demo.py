@@ -202,25 +202,26 @@ def report(console: Any, inp: DemoInputs, *, metrics: Mapping[str, Any], plans: 
 
 
 def progress_view(title: str, p: Any) -> Any:
-    """The live table of a serving run (serve.Progress)."""
+    """The live table of a serving run (serve.Progress); fits an 80-column terminal."""
+    from rich import box
     from rich.table import Table
 
-    t = Table(title=title)
-    for col in ("elapsed", "requests done", "segments dispatched", "queued", "running (batch)",
-                "suspended", "waiting", "draining", "KV used", "tok/s/seq", "next"):
-        t.add_column(col, no_wrap=True)
-    c = p.counts
     if p.final:
         nxt = "all done"
     elif p.next_arrival_s is not None:
-        nxt = f"arrival in {p.next_arrival_s:.1f} s"
+        nxt = f"next arrival in {p.next_arrival_s:.1f} s"
     elif p.drain_eta_s is not None:
-        nxt = f"all arrived; est. {p.drain_eta_s:.0f} s left"
+        nxt = f"all arrived; about {p.drain_eta_s:.0f} s left (robots executing)"
     else:
-        nxt = "-"
-    t.add_row(f"{p.elapsed_s:5.1f} s", f"{p.done}/{p.total}", str(p.segments), str(c.get("queued", 0)),
-              str(p.batch), str(c.get("suspended", 0)), str(c.get("waiting", 0)),
-              str(c.get("draining", 0)), f"{100 * p.kv_usage:.0f} %", f"{p.tokens_per_s:.0f}", nxt)
+        nxt = ""
+    t = Table(title=title, caption=nxt, caption_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+              pad_edge=False)  # queue/batch/susp/wait/drain: requests by state; tok/s: per sequence
+    for col in ("time", "done", "segments", "queue", "batch", "susp", "wait", "drain", "KV", "tok/s"):
+        t.add_column(col, justify="right", no_wrap=True)
+    c = p.counts
+    t.add_row(f"{p.elapsed_s:.1f} s", f"{p.done}/{p.total}", str(p.segments), str(c.get("queued", 0)),
+              str(p.batch), str(c.get("suspended", 0)), str(c.get("waiting", 0)), str(c.get("draining", 0)),
+              f"{100 * p.kv_usage:.0f} %", f"{p.tokens_per_s:.0f}")
     return t
 
 
