@@ -16,7 +16,7 @@ Grammar (one *statement* is the unit the segmenter cuts and a robot executes)::
     sum       := term ( ('+'|'-') term )* ; term := unary ( ('*'|'/') unary )*
     unary     := '-' unary | atom
     atom      := call | VAR | literal | '(' expr ')'
-    literal   := INT | FLOAT | 'string' | True | False               # strings: \\' and \\\\ escapes
+    literal   := INT | FLOAT | 'string' | "string" | True | False  # escapes: \\' \\" \\\\
 
 This is TypeFly's grammar (values, variables and value skills such as `ox('x')` or `time()` wherever
 a value may stand, `&`/`|` conditions) plus arithmetic and an explicit else.  An else is its own
@@ -176,7 +176,7 @@ class Parsed(NamedTuple):
 
 _TOKEN_RE = re.compile(
     r"""(?P<ws>\s+)
-      |(?P<str>'(?:[^'\\]|\\.)*')
+      |(?P<str>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")
       |(?P<num>[0-9]+(?:\.[0-9]+)?)
       |(?P<var>_[A-Za-z0-9_]*)
       |(?P<name>[A-Za-z][A-Za-z0-9_]*)
@@ -200,7 +200,7 @@ def _lex(text: str) -> list[_Tok]:
         m = match(text, i)
         if m is None:
             c = text[i]
-            if c == "'":
+            if c in "'\"":
                 raise MiniSpecError("unterminated string literal", i)
             raise MiniSpecError(f"unexpected character {c!r}", i)
         kind = m.lastgroup or ""
@@ -214,8 +214,8 @@ def _lex(text: str) -> list[_Tok]:
 def _unescape(raw: str, pos: int) -> str:
     def sub(m: re.Match[str]) -> str:
         c = m.group(1)
-        if c not in "'\\":
-            raise MiniSpecError(f"unknown escape \\{c} in string (only \\' and \\\\)", pos)
+        if c not in "'\"\\":
+            raise MiniSpecError(f"unknown escape \\{c} in string (only \\', \\\" and \\\\)", pos)
         return c
 
     return _ESCAPE_RE.sub(sub, raw[1:-1])
