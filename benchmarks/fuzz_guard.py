@@ -14,7 +14,8 @@ run time: with `--exec simulated` (default) on the project's simulated backend (
 the backend receives is checked by the oracle), with `--exec tello` on the djitellopy Tello
 backend against the Tello UDP emulator (every command in the emulator's log is checked by
 `tello_emulator.is_invalid`) for the first `--tello-inputs` drone inputs (UDP round trips make that
-path ~0.1-0.3 s per input).  Prints counts; invalid calls/commands and crashes must be 0 (exit 1
+path ~0.1-0.3 s per input; djitellopy binds local UDP 8889: if another process holds it, run under
+`unshare -rn sh -c 'ip link set lo up; ...'`).  Prints counts; invalid calls/commands and crashes must be 0 (exit 1
 otherwise).
 
     python benchmarks/fuzz_guard.py [--inputs 100000] [--seed 1] [--exec simulated|tello|none]
@@ -483,6 +484,10 @@ def main() -> int:
         print("  !", f[:500])
     failed = st["invalid_dispatched"] or st["crashes"] or st["tamper_accepted"] or st["split_mismatch"] \
         or st["guard_rejected_valid_cut"] or st["invalid_commands"]
+    if execp is not None and st["exec_goals"] and not st["exec_ok"]:  # the path never really ran
+        print("  ! no goal ran OK on the executor: the robot path was not exercised (port 8889 busy? run in "
+              "a private network namespace: unshare -rn sh -c 'ip link set lo up; python ...')")
+        failed = True
     print("RESULT:", "FAIL" if failed else "OK (0 invalid statements dispatched, 0 invalid calls/commands "
           "reached the robot, 0 crashes)")
     return 1 if failed else 0
