@@ -44,7 +44,9 @@ def main() -> int:
     a = ap.parse_args()
     if a.goals <= 0 or not 0 <= a.drop < 1 or a.timeout <= 0:
         ap.error("--goals > 0, 0 <= --drop < 1, --timeout > 0")
-    logging.getLogger("djitellopy").setLevel(logging.CRITICAL)
+    from djitellopy import Tello
+
+    Tello.LOGGER.setLevel(logging.CRITICAL)
     tello = load_robots()["tello"]
     host = "127.0.3.7"
     emu = TelloEmulator(host, drop_replies=a.drop, seed=a.seed, auto_land_s=1e9).start()
