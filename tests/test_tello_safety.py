@@ -164,3 +164,31 @@ def test_dropped_replies_never_resend_motion_and_always_leave_the_drone_hovering
     time.sleep(0.2)
     assert not r.emu.busy() and r.emu.state.flying == r.backend.flying
     assert r.motion_sent() == r.backend.tello.motion_log
+
+
+def test_lost_takeoff_reply_is_settled_from_the_state_stream_not_resent(rig):
+    r = rig(emu={"drop_words": ("takeoff",)})
+    rep = r.ex.execute(goal("mf(30);"))
+    assert rep.code == ResultCode.OK, rep.error  # state shows 80 cm: airborne, the goal goes on
+    assert r.motion_sent() == ["takeoff", "forward 30"] == r.backend.tello.motion_log
+
+
+def test_lost_land_reply_on_close_is_settled_from_the_state_stream(rig):
+    r = rig(emu={"drop_words": ("land",)})
+    assert r.ex.execute(goal("tc(30);")).code == ResultCode.OK
+    r.ex.close()
+    assert r.motion_sent()[-1:] == ["land"] and r.motion_sent().count("land") == 1
+    assert not r.emu.state.flying and not r.backend.flying
+
+
+def test_goal_timeout_during_takeoff_leaves_the_drone_managed(rig):
+    r = rig(emu={"takeoff_s": 1.5}, timeout_s=0.5, takeoff_timeout_s=5)
+    rep = r.ex.execute(goal("mf(30);"))
+    assert rep.code == ResultCode.TIMEOUT and rep.error.endswith("drone taking off (a Tello hovers when takeoff "
+                                                                 "ends; landed on close)"), rep.error
+    # halt() looked at the state stream while the takeoff was pending; once it completes the
+    # backend knows the drone flies, so close() lands it
+    time.sleep(1.6)
+    assert r.emu.state.flying and r.backend.flying
+    r.ex.close()
+    assert not r.emu.state.flying and r.motion_sent() == ["takeoff", "land"]

@@ -246,6 +246,8 @@ class TelloBackend:
             height = self._fresh_height()
             if height != 0:
                 self.flying = True  # airborne, or unknown: stop it and land it on close
+            elif self._takeoff_pending:
+                return "drone taking off (a Tello hovers when takeoff ends; landed on close)"
         if not self.flying:
             return "drone landed"
         log.info("Tello stop: %s", reason)

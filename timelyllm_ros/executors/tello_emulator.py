@@ -15,7 +15,7 @@ Every command received is recorded (`commands()`; `events()` adds the time, the 
 it was dropped; `log_path` appends the same as JSON lines), `responding = False` makes it go
 silent (commands still recorded) to test timeouts, and `drop_replies=p` loses each reply with
 probability p (seeded) -- the command was executed, only its `ok` never arrives, as over a lossy
-Wi-Fi link.  `is_invalid(cmd)` says whether a command is one the Tello SDK must never be sent.
+Wi-Fi link (`drop_words`: always for these commands).  `is_invalid(cmd)` says whether a command is one the Tello SDK must never be sent.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ class TelloEmulator:
     def __init__(self, host: str = "127.0.0.2", port: int = 9889, *, state_port: int = 8890,
                  state_hz: float = 10.0, battery: int = 87, move_s_per_cm: float = 0.0,
                  turn_s_per_deg: float = 0.0, takeoff_s: float = 0.0, auto_land_s: float = 15.0,
-                 drop_replies: float = 0.0, seed: int = 0, log_path: str | None = None) -> None:
+                 drop_replies: float = 0.0, seed: int = 0, log_path: str | None = None,
+                 drop_words: tuple[str, ...] = ()) -> None:
         if not 0.0 <= drop_replies < 1.0:
             raise ValueError(f"drop_replies must be in [0, 1), got {drop_replies!r}")
         self.host, self.port, self.state_port = host, port, state_port
@@ -66,6 +67,7 @@ class TelloEmulator:
         self.state = DroneState(bat=battery)
         self.responding = True
         self.drop_replies = drop_replies
+        self.drop_words = set(drop_words)  # replies to these commands (first word) are always lost
         self._rng = random.Random(seed)
         self._log_path = log_path
         self._log: list[str] = []
@@ -125,7 +127,8 @@ class TelloEmulator:
 
     def _reply(self, event: dict, text: str, addr: tuple[str, int]) -> None:
         with self._lock:
-            dropped = self.drop_replies > 0 and self._rng.random() < self.drop_replies
+            dropped = (self.drop_replies > 0 and self._rng.random() < self.drop_replies) \
+                or event["cmd"].split(" ", 1)[0] in self.drop_words
             event["reply"], event["dropped"] = text, dropped or not self.responding
             line = json.dumps(event) if self._log_path else ""
         if line:
