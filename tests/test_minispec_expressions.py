@@ -148,3 +148,50 @@ def test_envelope_yaml_errors_are_clear(patch, fragment):
     with pytest.raises(RobotSpecError) as ei:
         parse_robot(data, "t.yaml")
     assert fragment in str(ei.value) and "t.yaml" in str(ei.value)
+
+
+def test_planner_guard_keeps_plan_state_across_segments():
+    """In the planner loop (simulated engine, vllm-stream: no suspension), a str variable from an
+    earlier segment cannot reach mf, and the plan's envelope accumulates over its segments."""
+    from timelyllm_ros.core.clock import VirtualClock
+    from timelyllm_ros.core.exec_time import ExecTimeEstimator
+    from timelyllm_ros.core.planner import Planner
+    from timelyllm_ros.core.policies import make_policy
+    from timelyllm_ros.core.tuf import NORMAL
+    from timelyllm_ros.core.types import GenState, PlanRequest
+    from timelyllm_ros.engines.simulated import SimulatedEngine
+    from timelyllm_ros.sim.prompts import SimPromptSource
+    from timelyllm_ros.sim.tokenizer import SimTokenizer
+
+    robots = load_robots()
+
+    class Goals:
+        def __init__(self):
+            self.goals = []
+
+        def dispatch(self, goal):
+            self.goals.append(goal)
+
+        def cancel(self, request_id):
+            pass
+
+    def run(plan):
+        clock, tok = VirtualClock(), SimTokenizer()
+        engine = SimulatedEngine(clock, tokenizer=tok)
+        disp = Goals()
+        p = Planner(clock=clock, engine=engine, dispatcher=disp, robots=robots, policy=make_policy("vllm-stream"),
+                    estimator=ExecTimeEstimator(robots), prompts=SimPromptSource(engine, tok, robots=robots))
+        p.submit(PlanRequest("r", "d1", "tello", "t", "s", NORMAL, 0.0, reference_plan=plan))
+        for _ in range(5000):
+            if p.generations["r"].engine_finished or p.generations["r"].state.terminal:
+                break
+            p.step()
+        return p.generations["r"], [g.text for g in disp.goals]
+
+    g, sent = run("_1=ox('cup');mf(_1*100);tc(_1*90);")
+    assert g.state is not GenState.FAILED and sent == ["_1=ox('cup');", "mf(_1*100);", "tc(_1*90);"]
+    g, sent = run("_1=p('How far?');mf(_1);tp;")
+    assert g.state is GenState.FAILED and "needs a number, but _1 is a str value" in g.reason
+    assert sent == ["_1=p('How far?');"]
+    g, sent = run("2{mf(500)};2{mf(500)};2{mf(500)};2{mf(500)};2{mf(500)};mf(20);")
+    assert g.state is GenState.FAILED and "plan would command distance_cm 5020" in g.reason and len(sent) == 5
