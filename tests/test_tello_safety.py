@@ -192,3 +192,17 @@ def test_goal_timeout_during_takeoff_leaves_the_drone_managed(rig):
     assert r.emu.state.flying and r.backend.flying
     r.ex.close()
     assert not r.emu.state.flying and r.motion_sent() == ["takeoff", "land"]
+
+
+def test_emulator_log_file_records_every_command_and_dropped_reply(tmp_path, rig):
+    import json
+
+    path = tmp_path / "emu.jsonl"
+    r = rig(emu={"drop_words": ("cw",), "log_path": str(path)})
+    rep = r.ex.execute(goal("mf(30);tc(45);mf(30);"))
+    assert rep.code == ResultCode.TIMEOUT and rep.error.endswith("drone hovering (stop sent)")
+    time.sleep(0.1)
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [(e["cmd"], e["dropped"]) for e in lines if e["cmd"] != "command"] == [
+        ("takeoff", False), ("forward 30", False), ("cw 45", True), ("stop", False)]
+    assert r.motion_sent() == ["takeoff", "forward 30", "cw 45"]  # cw 45 once; the last mf never sent

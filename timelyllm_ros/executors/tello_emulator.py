@@ -130,10 +130,9 @@ class TelloEmulator:
             dropped = (self.drop_replies > 0 and self._rng.random() < self.drop_replies) \
                 or event["cmd"].split(" ", 1)[0] in self.drop_words
             event["reply"], event["dropped"] = text, dropped or not self.responding
-            line = json.dumps(event) if self._log_path else ""
-        if line:
-            with open(self._log_path, "a", encoding="utf-8") as f:  # type: ignore[arg-type]
-                f.write(line + "\n")
+            if self._log_path:  # under the lock: lines from concurrent handlers never interleave
+                with open(self._log_path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(event) + "\n")
         if not dropped:
             self._send(text, addr)
 
