@@ -38,20 +38,32 @@ def _loopback_up() -> None:
         fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
 
 
+_shared_ns: int | None = None  # fd of this process's private namespace, once made
+
+
 @contextlib.contextmanager
 def private_network() -> Iterator[None]:
-    """Run the body (this thread, and threads it starts) in a new network namespace."""
+    """Run the body (this thread, and threads it starts) in this process's private network
+    namespace: made (with loopback up) at the first use, re-entered by later ones -- djitellopy's
+    sockets are process-wide, so every test module that talks to it must share one namespace."""
+    global _shared_ns
     try:
         host = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     except OSError as e:
         raise NamespaceUnavailable(e.errno, f"no network namespaces here: {e}") from None
     libc = _libc()
     try:
-        if libc.unshare(CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise NamespaceUnavailable(err, f"unshare(CLONE_NEWNET): {os.strerror(err)}")
-        try:
+        if _shared_ns is not None:
+            if libc.setns(_shared_ns, CLONE_NEWNET) != 0:
+                err = ctypes.get_errno()
+                raise NamespaceUnavailable(err, f"setns into the test namespace: {os.strerror(err)}")
+        else:
+            if libc.unshare(CLONE_NEWNET) != 0:
+                err = ctypes.get_errno()
+                raise NamespaceUnavailable(err, f"unshare(CLONE_NEWNET): {os.strerror(err)}")
             _loopback_up()
+            _shared_ns = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        try:
             yield
         finally:
             if libc.setns(host, CLONE_NEWNET) != 0:
@@ -59,6 +71,29 @@ def private_network() -> Iterator[None]:
                 raise OSError(err, f"setns back to the host network: {os.strerror(err)}")
     finally:
         os.close(host)
+
+
+def own_udp_ports() -> Iterator[None]:
+    """Body of the module fixture of every djitellopy test module: djitellopy's process-wide UDP
+    8889/8890 (and the emulators) in the private namespace, so another process holding those
+    ports on the host does not matter; where no namespace is possible and they are held, skip
+    with the reason."""
+    import pytest
+
+    ctx = private_network()
+    try:
+        ctx.__enter__()
+    except NamespaceUnavailable as e:
+        held = port_holder(8889) or port_holder(8890)
+        if held:
+            pytest.skip(f"{held}: djitellopy binds 0.0.0.0:8889/8890 process-wide, and no private network "
+                        f"namespace is possible here ({e})")
+        yield  # the host's ports are free: use them
+        return
+    try:
+        yield
+    finally:
+        ctx.__exit__(None, None, None)
 
 
 def port_holder(port: int, proto: int = socket.SOCK_DGRAM) -> str | None:

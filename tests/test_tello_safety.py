@@ -20,6 +20,7 @@ import pytest
 djitellopy = pytest.importorskip("djitellopy")
 djitellopy.Tello.LOGGER.setLevel(logging.ERROR)
 
+from netns import own_udp_ports  # noqa: E402
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
 from timelyllm_ros.core.types import ResultCode, SegmentGoal, SkillCall  # noqa: E402
 from timelyllm_ros.executors.base import (CallContext, ExecutorConfig, SegmentExecutor,  # noqa: E402
@@ -51,6 +52,11 @@ class Rig:
     def close(self):
         self.ex.close()
         self.emu.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _own_udp_ports():
+    yield from own_udp_ports()  # tests/netns.py: djitellopy's host-wide ports in a private namespace
 
 
 @pytest.fixture
