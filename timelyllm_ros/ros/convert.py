@@ -475,7 +475,7 @@ def _check_base(typ: str, value: Any) -> Any:
     if typ == "byte" and isinstance(value, (bytes, bytearray)):
         if len(value) != 1:
             raise MessageError(f"byte field needs exactly 1 byte, got {value!r}")
-        return value[0]
+        return value[0] - 256 if value[0] > 127 else value[0]  # rosbags packs `byte` as signed
     if typ == "bool":
         if not isinstance(value, bool):
             raise MessageError(f"bool field got {value!r}")
@@ -557,7 +557,7 @@ def _node_to_fields(ts, node: tuple, value: Any) -> Any:
     kind, detail = int(node[0]), node[1]
     if kind == 1:
         if detail[0] == "byte":
-            return bytes([int(value)])
+            return bytes([int(value) & 0xFF])
         if hasattr(value, "item"):  # numpy scalar
             return value.item()
         return value
