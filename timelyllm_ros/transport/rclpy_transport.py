@@ -1,8 +1,10 @@
 """The transport port over rclpy (a real ROS 2 graph).
 
-One `RclpyTransport` = one rclpy Node spun by a MultiThreadedExecutor on a background thread, with
-every entity in one ReentrantCallbackGroup: an action server's execute callback can then run for
-seconds while cancel requests, other goals, subscriptions and timers are served on other threads.
+One `RclpyTransport` = one rclpy Node spun by a MultiThreadedExecutor on a background thread.
+Actions and timers share one ReentrantCallbackGroup: an action server's execute callback can then
+run for seconds while cancel requests, other goals, subscriptions and timers are served on other
+threads.  Each subscription has its own mutually exclusive group, so its messages are handled one
+at a time in arrival order (as the in-process transport does).
 
 Field dicts are turned into the generated message classes and back by
 `timelyllm_ros.ros.message_fields` (from the classes' own type information; the input is never
@@ -300,9 +302,13 @@ class RclpyTransport:
 
     def subscribe(self, topic: str, msg_type: str, callback: Callable[[Fields], None], *,
                   qos: str = QOS_DEFAULT) -> Closer:
+        from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+
         cls = message_class(msg_type)
+        # its own mutually exclusive group: one message at a time, in arrival order (in the shared
+        # reentrant group two messages of one topic could be handled at once, and out of order)
         sub = self.node.create_subscription(cls, topic, _guarded(f"subscription {topic}", lambda m: callback(from_msg(m))),
-                                            qos_profile(qos), callback_group=self.group)
+                                            qos_profile(qos), callback_group=MutuallyExclusiveCallbackGroup())
         h = SubscriptionCloser(lambda: self.node.destroy_subscription(sub), matched=sub.get_publisher_count)
         self._handles.append(h)
         return h
