@@ -229,7 +229,6 @@ class RclpyTransport:
         from rclpy.callback_groups import ReentrantCallbackGroup
         from rclpy.executors import MultiThreadedExecutor
         from rclpy.node import Node
-
         from rclpy.signals import SignalHandlerOptions
 
         self._owns_context = False
@@ -269,9 +268,11 @@ class RclpyTransport:
     # -- parameters (not part of the port) -------------------------------------------------
     def parameters(self, defaults: dict[str, Any]) -> dict[str, Any]:
         """The node's parameters named in `defaults`, as given (`-p name:=value`, params files),
-        else the default.  Types are not enforced here (dynamic typing): `-p time_scale:=1` for
-        a float parameter must not end in rclpy's InvalidParameterTypeException; the caller
-        checks and converts (nodes.wiring.coerce_parameters)."""
+        else the default, plus any other parameter it was given (`-p typo:=...`, a YAML key) so
+        the builder can refuse it instead of ignoring it.  Types are not enforced here (dynamic
+        typing): `-p time_scale:=1` for a float parameter must not end in rclpy's
+        InvalidParameterTypeException; the caller checks and converts
+        (nodes.wiring.coerce_parameters)."""
         from rcl_interfaces.msg import ParameterDescriptor
 
         out = {}
@@ -279,11 +280,11 @@ class RclpyTransport:
             if not self.node.has_parameter(name):
                 self.node.declare_parameter(name, default, ParameterDescriptor(dynamic_typing=True))
             out[name] = self.node.get_parameter(name).value
+        given = getattr(self.node, "_parameter_overrides", {})  # rclpy keeps --ros-args/-p/YAML here
+        for name, param in given.items():
+            if name not in out and name != "use_sim_time":
+                out[name] = getattr(param, "value", param)
         return out
-
-    def parameter_overrides(self) -> list[str]:
-        """Names of all parameters given to this node (-p, --params-file), declared or not."""
-        return sorted(getattr(self.node, "_parameter_overrides", {}) or {})
 
     # -- topics ------------------------------------------------------------------------------
     def publisher(self, topic: str, msg_type: str, *, qos: str = QOS_DEFAULT) -> Any:
