@@ -293,7 +293,7 @@ def _run_node(node_name: str, argv: list[str] | None, serve: Callable[[Any], Cal
     try:
         close = serve(t)
         _spin_until_signal()
-    except ConfigError as e:
+    except InputError as e:  # ConfigError and the checks of timelyllm_ros.inputs
         print(f"error: {e}", file=sys.stderr)
         return 2
     finally:
