@@ -332,6 +332,7 @@ def test_request_cli_prints_the_states_to_finished(graph, tmp_path):
 def test_vllm_planner_node_plans_over_dds(graph, monkeypatch):
     """`timelyllm ros planner --ros-args -p engine:=vllm`: vLLM(-cpu) with the bundled model
     writes the plan (no reference_plan), its segments run on the drone1 executor process."""
+    pytest.importorskip("vllm", reason="vLLM is not installed in this interpreter")  # as tests/vllm_fixtures.py
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
     planner = NodeProcess("planner", ["-r", "__ns:=/vllm_planner", "-p", "engine:=vllm", "-p", "server_wait_s:=6.0"],
                           graph.logs, "vllm_planner")
