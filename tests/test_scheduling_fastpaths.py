@@ -1,7 +1,7 @@
 """The scheduling core's fast paths must give exactly what the plain code gives.
 
 priority_order vs sorting by the (-priority, ready_since, arrival, gen_id) tuple; TimelyLLM's
-inlined select() vs its terms()/priority(); the simulated engine's resume validation (only what
+vectorised Eq. 4 vs the formula written out; the simulated engine's resume validation (only what
 follows the validated prompt is re-checked, but bad ids there are still refused).
 """
 
@@ -64,12 +64,31 @@ _F = st.floats(min_value=-50, max_value=50)
 _OPT = st.one_of(st.none(), _F)
 
 
+def eq4_reference(g, G, now, min_slack, rescue):
+    """Paper Eq. 4 as written (module doc of policies/timelyllm.py), with the TUF's own methods:
+    the oracle of the vectorised `eq4`."""
+    G = max(G, 1e-6)
+    tuf = g.request.tuf
+    if g.k == 0:
+        due = g.request.arrival + tuf.ert
+        utility = tuf(now + G - g.request.arrival)
+    else:
+        prev_end = g.prev_exec_end_estimate()
+        due = prev_end if prev_end is not None else now
+        utility = tuf.suspended(now + G - due)
+    floor = G if min_slack is None else min_slack
+    slack = max(due - (now + G), floor, 1e-6)
+    if rescue and utility < tuf.beta:
+        utility = tuf.beta + (tuf.beta - utility)
+    return utility / (G * slack)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(_F, st.floats(0, 3), st.floats(-10, 0), st.floats(0.01, 3),
                           st.lists(st.tuples(_F, _OPT, _OPT, _OPT, st.floats(0, 20)), max_size=3)),
                 max_size=10),
        _F, st.floats(0, 1), st.one_of(st.none(), st.floats(0, 1)), st.booleans())
-def test_timelyllm_select_matches_priority(items, now, G, min_slack, rescue):
+def test_timelyllm_select_matches_eq4_formula(items, now, G, min_slack, rescue):
     gens = []
     for i, (arrival, ert, alpha, beta, segs) in enumerate(items):
         g = _gen(i, arrival=arrival, tuf=TUF(ert, alpha, beta))
@@ -80,9 +99,10 @@ def test_timelyllm_select_matches_priority(items, now, G, min_slack, rescue):
         gens.append(g)
     ctx = PolicyContext(estimator=None, robots={}, stats=None, seg_gen_s=G, token_s=0.02)  # type: ignore[arg-type]
     policy = TimelyLLM(min_slack_s=min_slack, rescue_late=rescue)
-    expected = [policy.priority(g, ctx, now) for g in gens]
+    expected = [eq4_reference(g, G, now, min_slack, rescue) for g in gens]
+    assert [repr(policy.priority(g, ctx, now)) for g in gens] == [repr(p) for p in expected]  # bit for bit
     order = policy.select(gens, [], ctx, now).order
-    assert [repr(g.priority) for g in gens] == [repr(p) for p in expected]  # bit for bit
+    assert [repr(g.priority) for g in gens] == [repr(p) for p in expected]
     assert [g.gen_id for g in order] == [g.gen_id for g in _plain(gens)]
 
 
