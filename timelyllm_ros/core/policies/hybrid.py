@@ -17,17 +17,50 @@ This is a throughput (makespan) policy for known batches; it ignores TUFs on pur
 
 from __future__ import annotations
 
+import math
+import operator
 from typing import Any, Sequence
 
 from ..kv_handling import KVCostModel, SharedPrefix, private_context
 from ..types import Generation, GenState
 from . import register
-from .base import Policy, PolicyContext, Selection, priority_order
+from .base import Policy, PolicyContext, Selection
 from .lamps import _cost_from
 
 
 def _arrival_id(g: Generation) -> tuple:
     return (g.request.arrival, g.gen_id)
+
+
+_ARRIVAL = operator.attrgetter("request.arrival")
+_PRIORITY = operator.attrgetter("priority")
+_ID = operator.attrgetter("request.request_id")
+
+
+def longest_first(gens: Sequence[Generation]) -> list[Generation]:
+    """`gens` sorted by (-priority, arrival, gen_id).  Total lengths tie a lot, so instead of
+    `priority_order` (which re-sorts every run of equal priorities by the tuple) this sorts by
+    arrival (gen_id among equal arrivals), then stably by priority, descending — both with C-level
+    keys; the order is the same.  Non-finite priorities take the plain tuple sort."""
+    try:
+        finite = math.isfinite(sum(map(_PRIORITY, gens)))
+    except TypeError:
+        finite = False
+    if not finite:
+        return sorted(gens, key=lambda g: (-g.priority, g.request.arrival, g.gen_id))
+    order = sorted(gens, key=_ARRIVAL)
+    keys = list(map(_ARRIVAL, order))
+    if len(set(keys)) < len(keys):  # equal arrivals: by gen_id
+        i, n = 0, len(order)
+        while i < n:
+            j = i + 1
+            while j < n and keys[j] == keys[i]:
+                j += 1
+            if j - i > 1:
+                order[i:j] = sorted(order[i:j], key=_ID)
+            i = j
+    order.sort(key=_PRIORITY, reverse=True)  # stable: equal priorities keep the arrival order
+    return order
 
 
 class Hybrid(Policy):
@@ -77,31 +110,56 @@ class Hybrid(Policy):
             self.decode_since_prefill += max(0.0, now - self._last_now)
         self._last_now = now
         cls = type(self)
+        new_tokens: int | None = None  # C_p's tokens, summed in the same pass as the priorities
         if (cls.priority is Hybrid.priority and cls.total_length is Hybrid.total_length
-                and cls.predict_remaining is Hybrid.predict_remaining):
+                and cls.predict_remaining is Hybrid.predict_remaining and cls.prefill_cost is Hybrid.prefill_cost):
             default: dict[str, float] = {}  # predict_remaining without segments, per robot type
-            for g in ready:  # priority() inlined: same expressions, same order
-                done = [s.token_count for s in g.segments if s.token_count > 0] if g.segments else None
-                if done:
-                    rem = sum(done) / len(done)
-                else:
-                    rt = g.request.robot_type
-                    if rt in default:
-                        rem = default[rt]
+            shared: dict[str, int] = {}  # the prefix tracker's shared length, per robot type
+            new_tokens = 0
+            new: list[Generation] = []
+            queued = GenState.QUEUED
+            prefix = self.prefix
+            robots = ctx.robots
+            for g in ready:  # priority() and prefill_cost() inlined: same expressions, same order
+                rt = g.request.robot_type
+                n_prompt = len(g.prompt_ids)
+                n_ctx = n_prompt + len(g.output_ids)
+                segs = g.segments
+                if segs:
+                    done = [c for s in segs if (c := s.token_count) > 0]
+                    if done:
+                        rem = sum(done) / len(done)
                     else:
-                        robot = ctx.robots.get(rt)
+                        robot = robots.get(rt)
+                        rem = float(robot.max_segment_tokens) if robot else 16.0
+                else:
+                    rem = default.get(rt)
+                    if rem is None:
+                        robot = robots.get(rt)
                         rem = default[rt] = float(robot.max_segment_tokens) if robot else 16.0
-                g.priority = len(g.prompt_ids) + len(g.output_ids) + rem
+                g.priority = n_ctx + rem
+                if g.state is queued:  # all observed above: private_context without observing
+                    sh = shared.get(rt)
+                    if sh is None:
+                        sh = shared[rt] = prefix.shared(rt)
+                    own = n_ctx - (sh if sh < n_prompt else n_prompt)  # max(0, n_ctx - min(sh, n_prompt))
+                    if own > 0:
+                        new_tokens += own
+                    new.append(g)
         else:
             for g in ready:
                 g.priority = self.priority(g, ctx, now)
-        order = priority_order(ready, _arrival_id)  # = sorted by (-priority, arrival, gen_id)
-        new = [g for g in order if g.state is GenState.QUEUED]
+        order = longest_first(ready)  # = sorted by (-priority, arrival, gen_id)
+        if new_tokens is None:
+            new = [g for g in order if g.state is GenState.QUEUED]
         if not new:
             return Selection(order=order)
-        if self.pd_rule and running and self.prefill_cost(new) >= self.decode_since_prefill:
-            self.held += 1
-            return Selection(order=[g for g in order if g.state is not GenState.QUEUED])
+        if self.pd_rule and running:
+            c_p = self.cost.t_fwd(new_tokens) if new_tokens is not None else self.prefill_cost(
+                [g for g in order if g.state is GenState.QUEUED])
+            if c_p >= self.decode_since_prefill:
+                self.held += 1
+                return Selection(order=[g for g in order if g.state is not GenState.QUEUED])
         self.decode_since_prefill = 0.0
         return Selection(order=order)
 

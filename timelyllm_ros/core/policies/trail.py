@@ -23,10 +23,16 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ..length_predictor import LengthPredictor, PredictorError, age, make_predictor
+from ..length_predictor import (LearnedPredictor, LengthPredictor, NoisyOraclePredictor, OraclePredictor,
+                                PredictorError, age, make_predictor)
 from ..types import Generation, Segment
 from . import register
-from .base import DispatchMode, Policy, PolicyContext, Selection
+from .base import DispatchMode, Policy, PolicyContext, Selection, priority_order
+
+_RANK = "trail_rank"  # cached (policy, age, predictor state, pinned, remaining) of a ready generation
+# Predictors whose answers for a generation change only when its age or its state object
+# (extra["lenpred"]["q"]) changes: their ranks may be cached between scheduling points.
+_CACHEABLE = (OraclePredictor, NoisyOraclePredictor, LearnedPredictor)
 
 _MODES = {"stream": DispatchMode.STREAM, "suspend": DispatchMode.SUSPEND, "whole": DispatchMode.WHOLE}
 
@@ -63,6 +69,7 @@ class Trail(Policy):
                 raise ValueError(str(e)) from e
         else:
             self.predictor = predictor
+        self._cacheable = type(self.predictor) in _CACHEABLE
         self._desc = {"c": self.c, "predictor": getattr(self.predictor, "name", str(predictor)),
                       "noise_p": noise_p, "seed": seed, "refresh_every": refresh_every, "mode": mode, "kv": kv, "fallback_len": self.fallback_len}
 
@@ -97,20 +104,46 @@ class Trail(Policy):
         return -self.remaining(g)
 
     # --- decisions ------------------------------------------------------------------------------
+    def _ready_rank(self, g: Generation) -> tuple:
+        """(pinned, remaining) of a ready generation, cached while its age and predictor state
+        are unchanged (a ready generation generates nothing, so its rank stays put between
+        scheduling points); sets g.priority = -remaining as `rank` does."""
+        ex = g.extra
+        c = ex.get(_RANK)
+        st = ex.get("lenpred")
+        q = st.get("q") if st is not None else None
+        a = len(g.output_ids)
+        if c is None or c[0] is not self or c[1] != a or c[2] is not q:
+            errors = "lenpred_error" in ex
+            rem = self.remaining(g)
+            pinned = self.pinned(g)
+            st = ex.get("lenpred")
+            c = (self, a, st.get("q") if st is not None else None, pinned, rem)
+            if self._cacheable and not errors and "lenpred_error" not in ex:
+                ex[_RANK] = c
+        g.priority = -c[4]
+        return c
+
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
+        """Pinned ones first, then by predicted remaining tokens, FCFS among equals: the same
+        order as sorting by `rank`, computed as two `priority_order` passes over cached ranks."""
         full = False
+        pinned: list[Generation] = []
+        free: list[Generation] = []
+        rank = self._ready_rank
         for g in ready:
             if g.extra.pop("blocked", None) is not None:
                 full = True
-        keyed = sorted(((self.rank(g), g) for g in ready), key=lambda kg: kg[0])
-        order = [g for _, g in keyed]
+            (pinned if rank(g)[3] else free).append(g)
+        order = priority_order(pinned) + priority_order(free)
         preempt: list[Generation] = []
-        if full and keyed:
+        if full and order:
             victims = sorted(((self.rank(g), g) for g in running if not self.pinned(g)),
                              key=lambda kg: kg[0], reverse=True)
-            for (rk, _), (vk, v) in zip(keyed, victims):
-                if rk[:2] < vk[:2]:  # strictly better predicted work; ties never preempt
+            for g, (vk, v) in zip(order, victims):
+                c = rank(g)
+                if (0 if c[3] else 1, c[4]) < vk[:2]:  # strictly better predicted work; ties never preempt
                     preempt.append(v)
                 else:
                     break
