@@ -147,3 +147,113 @@ def test_resume_with_a_changed_prefix_is_validated_in_full():
     e.add("g", changed, 4)  # different content: nothing of the old prompt's blocks is claimed
     assert e.stats().running == 1
     e.check_invariants()
+
+
+# --- the seed papers' policies: fast select() vs the plain code kept as oracle -------------------
+# A scenario: ready + running generations of mixed robot types (shared prompt prefixes, output,
+# dispatched / executed / blocking segments, KV handlings, ties in arrival and ready time), then a
+# few scheduling points with mutations in between (tokens generated, a preemption's KV handling,
+# generations moving between ready and running, iteration gaps).  Both policies get their own
+# copies and must give the same order, preemptions, priorities and counters at every point.
+import copy  # noqa: E402
+import dataclasses  # noqa: E402
+
+from timelyllm_ros.core.exec_time import ExecTimeEstimator  # noqa: E402
+from timelyllm_ros.core.robots import load_robots  # noqa: E402
+from timelyllm_ros.core.types import GenState  # noqa: E402
+from timelyllm_ros.engines.base import EngineStats  # noqa: E402
+
+ROBOTS = load_robots()
+_TYPES = ("tello", "arm", "chat", "tello")
+_SEG = st.tuples(st.integers(0, 12), st.booleans(), st.sampled_from([0.0, 0.5, 2.0, 7.5]),
+                 st.sampled_from([None, 0.5, 3.0]), st.sampled_from([None, 1.0, 9.0]))
+_GEN = st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(0, 30), st.lists(_SEG, max_size=3),
+                 st.sampled_from([0.0, 1.0, 2.0]), st.sampled_from([0.0, 0.5, 1.0]),
+                 st.sampled_from([None, "preserve", "discard", "swap"]), st.booleans())
+_STEP = st.tuples(st.sampled_from([1, 1, 2]), st.floats(0, 12), st.sampled_from([0.0, 0.01, 0.02, 0.05]),
+                  st.lists(st.tuples(st.integers(0, 20), st.integers(0, 4),
+                                     st.sampled_from([None, "preserve", "discard", "swap"]),
+                                     st.booleans()), max_size=4),
+                  st.integers(0, 80))
+
+
+def _scenario(specs):
+    gens = []
+    for i, (t, own, out, segs, arrival, rs, kv, run) in enumerate(specs):
+        rt = _TYPES[t]
+        req = PlanRequest(request_id=f"g{i:02d}", robot_id="x", robot_type=rt, task="t", scene="", tuf=NORMAL,
+                          arrival=arrival, reference_plan="mf(50); tl(90);" * (1 + i % 3))
+        g = Generation(request=req, ready_since=rs)
+        g.prompt_ids = [7] * (16 * (t + 1)) + [100 + i] * own
+        g.output_ids = [3] * out
+        for j, (tok, blocking, est, start, end) in enumerate(segs):
+            g.segments.append(Segment(index=j, text="mf(50);", calls=(), blocking=blocking, token_count=tok,
+                                      gen_start=0.0, gen_end=0.5 * j, est_exec_s=est, dispatched_at=0.5 * j,
+                                      exec_start=start, exec_end=end))
+        if kv is not None:
+            g.extra["lamps_kv"] = kv
+        g.state = GenState.RUNNING if run else (GenState.SUSPENDED if g.segments else GenState.QUEUED)
+        gens.append(g)
+    return gens
+
+
+def _copy(gens):
+    return [dataclasses.replace(g, prompt_ids=list(g.prompt_ids), output_ids=list(g.output_ids),
+                                segments=[dataclasses.replace(s) for s in g.segments], extra=copy.deepcopy(g.extra))
+            for g in gens]
+
+
+def _run(policy, gens, steps, blocked):
+    """Scheduling points of `policy` over `gens`; returns what each point decided."""
+    seen = []
+    it = 0
+    for k, (gap, now, token_s, muts, free) in enumerate(steps):
+        it += gap
+        for idx, n_new, kv, flip in muts:
+            if not gens:
+                break
+            g = gens[idx % len(gens)]
+            g.output_ids.extend([4] * n_new)
+            if kv is not None:
+                g.extra["lamps_kv"] = kv
+            if flip:
+                g.state = (GenState.RUNNING if g.state is not GenState.RUNNING
+                           else GenState.SUSPENDED if g.segments else GenState.QUEUED)
+                g.ready_since = float(k)
+        ready = [g for g in gens if g.state is not GenState.RUNNING]
+        running = [g for g in gens if g.state is GenState.RUNNING]
+        if blocked and ready:
+            ready[0].extra["blocked"] = "batch full"
+        ctx = PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS,
+                            stats=EngineStats(400, free, 16, len(running), 45.0), seg_gen_s=0.1,
+                            token_s=token_s, running=running, iteration=it)
+        sel = policy.select(ready, running, ctx, now)
+        seen.append(([g.gen_id for g in sel.order], [g.gen_id for g in sel.preempt],
+                     [repr(g.priority) for g in gens],
+                     sorted((g.gen_id, bool(g.extra.get("lamps_starving"))) for g in gens)))
+    return seen
+
+
+_SCEN = dict(specs=st.lists(_GEN, max_size=12), steps=st.lists(_STEP, min_size=1, max_size=4))
+
+
+@settings(max_examples=300, deadline=None)
+@given(**_SCEN, threshold=st.integers(1, 3), allowed=st.sampled_from(
+    [("preserve", "discard", "swap"), ("discard",), ("preserve", "swap"), ("swap", "discard")]),
+       jit=st.booleans(), admission=st.booleans())
+def test_lamps_fast_select_matches_reference(specs, steps, threshold, allowed, jit, admission):
+    from timelyllm_ros.core.kv_handling import KVCostModel
+    from timelyllm_ros.core.policies.lamps import LAMPS
+
+    class Reference(LAMPS):
+        def _fast_ok(self):
+            return False
+
+    cost = KVCostModel(prefill_s_per_token=1e-4, prefill_base_s=0.01, swap_s_per_block=3e-4, block_size=16)
+    kw = dict(cost=cost, starvation_threshold=threshold, allowed=allowed, jit_resume=jit,
+              memory_admission=admission)
+    fast, ref = LAMPS(**kw), Reference(**kw)
+    gens = _scenario(specs)
+    a, b = _copy(gens), _copy(gens)
+    assert _run(fast, a, steps, False) == _run(ref, b, steps, False)
+    assert [fast.wait_count(g) for g in a] == [ref.wait_count(g) for g in b]

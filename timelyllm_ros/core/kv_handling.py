@@ -162,6 +162,11 @@ class SharedPrefix:
             i += 1
         self._lcp[rt] = i
 
+    def signature(self) -> tuple:
+        """The shared length of every robot type seen: equal signatures, equal `shared` answers
+        (policies that cache private contexts check it once per scheduling point)."""
+        return tuple((rt, self.shared(rt)) for rt in self._seen)
+
     def shared(self, robot_type: str) -> int:
         if len(self._seen.get(robot_type, ())) < 2:
             return 0

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Callable, Sequence
 
+import numpy as np
+
 from ...engines.base import EngineStats
 from ..exec_time import ExecTimeEstimator
 from ..robots import RobotSpec
@@ -90,6 +92,37 @@ def priority_order(gens: Sequence[Generation],
         except ValueError:
             break
     return order
+
+
+def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray") -> list[int]:
+    """Indices of `gens` sorted by (keys[i], ready_since, arrival, gen_id): the order
+    `priority_order` gives with priority = -keys[i], for policies that computed their keys as a
+    numpy array.  One numpy lexsort on (key, ready_since, arrival); only runs equal in all three
+    (rare: same arrival and ready time) are re-sorted by gen_id in Python.  Non-finite keys take
+    the plain tuple sort."""
+    n = len(gens)
+    if n < 2:
+        return list(range(n))
+    rs = np.array([g.ready_since for g in gens], dtype=float)
+    arr = np.array([g.request.arrival for g in gens], dtype=float)
+    if not (np.isfinite(keys).all() and np.isfinite(rs).all() and np.isfinite(arr).all()):
+        return sorted(range(n), key=lambda i: (float(keys[i]),) + _tie_key(gens[i]))
+    perm = np.lexsort((arr, rs, keys))  # last key primary; stable
+    idx = perm.tolist()
+    k_, r_, a_ = keys[perm], rs[perm], arr[perm]
+    tie = np.flatnonzero((k_[1:] == k_[:-1]) & (r_[1:] == r_[:-1]) & (a_[1:] == a_[:-1]))
+    if tie.size:
+        ties = tie.tolist()
+        k = 0
+        while k < len(ties):
+            i = ties[k]
+            j = i + 1
+            k += 1
+            while k < len(ties) and ties[k] == j:
+                j += 1
+                k += 1
+            idx[i:j + 1] = sorted(idx[i:j + 1], key=lambda x: gens[x].gen_id)
+    return idx
 
 
 class Policy:
