@@ -219,8 +219,7 @@ class QoEBatch:
             d = sa - s_ideal
             s_delay = np.where(d > 0.0, d, 0.0)  # max(0.0, ·)
             s_whole = n * la - s_ideal
-            y = 1.0 - s_delay / s_whole
-            y = np.where(y < 1.0, y, 1.0)  # min(1.0, ·)
+            y = 1.0 - s_delay / s_whole  # <= 1 where it is used (s_delay >= 0, s_whole > eps): min(1, ·) is a no-op
             y = np.where(y > 0.0, y, 0.0)  # max(0.0, ·)
         return np.where((n == 0) | (s_whole <= _EPS), 1.0, y)
 

@@ -395,8 +395,9 @@ class Andes(Policy):
         else:
             on, why = False, ""
         if not on:
-            for g in ready:
-                g.extra.pop("andes_pri", None)
+            if self.__dict__.get("_pri_written"):
+                for g in ready:
+                    g.extra.pop("andes_pri", None)
             return Selection(order=arrival_order(ready))
         self._triggered += 1
         if (self._triggered - 1) % self.solve_every:
@@ -411,25 +412,37 @@ class Andes(Policy):
         col = lambda xs: np.array(xs)[:, None]  # noqa: E731 - one row per candidate batch size
         q_serve = qb.at(T_wait, (col(s0), a["pending"][sl] + col([int(self.delta_t / lat) for lat in lats]),
                                  col(lats)))
+        late = float(np.max(last_start))
+        for r, lat in enumerate(lats):  # a delivered run after the projected stream's start: scalar formula
+            for i in (odd_wait + np.flatnonzero(last_start > s0[r]).tolist() if late > min(s0) else odd_wait):
+                q_serve[r, i] = self.q_serve(item(i), lat, now)
+        # greedy_pack for every B: by priority (stable), take while count < B and memory fits
+        gains = q_serve - q_wait
+        neg_pri = (q_wait - q_serve) / mem  # = -(gains / mem) exactly
+        perms = [np.argsort(neg_pri[r], kind="stable") for r in range(len(cands))]
+        if M < _INF:
+            over = np.cumsum(mem[np.array(perms)], axis=1) > M
+            fits = np.where(over.any(axis=1), over.argmax(axis=1), n).tolist()
+        else:
+            fits = [n] * len(cands)
         best: tuple | None = None
-        for r, (B, lat) in enumerate(zip(cands, lats)):
-            qs = q_serve[r]
-            for i in odd_wait + np.flatnonzero(last_start > s0[r]).tolist():
-                qs[i] = self.q_serve(item(i), lat, now)
-            gains = qs - q_wait
-            pri = gains / mem
-            perm = np.argsort(-pri, kind="stable")  # greedy_pack: by priority, take while it fits
-            stop = np.flatnonzero(np.cumsum(mem[perm]) > M) if M < _INF else ()
-            chosen = perm[:min(B, int(stop[0]) if len(stop) else n)]
-            key = (round(math.fsum(gains[chosen].tolist()), 12), -abs(B - n_run))
+        for r, B in enumerate(cands):
+            chosen = perms[r][:min(B, fits[r])]
+            key = (round(math.fsum(gains[r][chosen].tolist()), 12), -abs(B - n_run))
             if best is None or key > best[0]:
-                best = (key, B, chosen, gains, pri)
+                best = (key, B, chosen, r)
         assert best is not None
-        _, B, chosen, gains, pri = best
+        _, B, chosen, r = best
+        gains, pri = gains[r], -neg_pri[r]
         pri_l = pri.tolist()
-        for g, p in zip(gens, pri_l):
-            g.priority = p
-            g.extra["andes_pri"] = p
+        if self.solve_every > 1:  # the last priorities order the points between solves
+            for g, p in zip(gens, pri_l):
+                g.priority = p
+                g.extra["andes_pri"] = p
+            self._pri_written = True
+        else:
+            for g, p in zip(gens, pri_l):
+                g.priority = p
         cs = set(chosen.tolist())
         admit = sorted((i for i in cs if i >= n_run), key=lambda i: -pri_l[i])
         victims = sorted((i for i in range(n_run) if i not in cs), key=lambda i: pri_l[i])
