@@ -203,7 +203,14 @@ def _copy(gens):
             for g in gens]
 
 
-def _run(policy, gens, steps, blocked):
+def _ctx(gens, it, token_s, free):
+    running = [g for g in gens if g.state is GenState.RUNNING]
+    return PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS,
+                         stats=EngineStats(400, free, 16, len(running), 45.0), seg_gen_s=0.1,
+                         token_s=token_s, running=running, iteration=it)
+
+
+def _run(policy, gens, steps, blocked, kv_via_policy=False):
     """Scheduling points of `policy` over `gens`; returns what each point decided."""
     seen = []
     it = 0
@@ -217,8 +224,11 @@ def _run(policy, gens, steps, blocked):
                 g.output_ids.extend([4] * n_new)
             else:  # a suspension drops tokens past the statement end
                 del g.output_ids[n_new:]
-            if kv is not None:
-                g.extra["lamps_kv"] = kv
+            if kv is not None:  # a KV handling picked for it (as at a preemption)
+                if kv_via_policy:
+                    policy.kv_mode(g, None, _ctx(gens, it, token_s, free))
+                else:
+                    g.extra["lamps_kv"] = kv
             if flip:
                 g.state = (GenState.RUNNING if g.state is not GenState.RUNNING
                            else GenState.SUSPENDED if g.segments else GenState.QUEUED)
@@ -227,10 +237,7 @@ def _run(policy, gens, steps, blocked):
         running = [g for g in gens if g.state is GenState.RUNNING]
         if blocked and ready:
             ready[0].extra["blocked"] = "batch full"
-        ctx = PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS,
-                            stats=EngineStats(400, free, 16, len(running), 45.0), seg_gen_s=0.1,
-                            token_s=token_s, running=running, iteration=it)
-        sel = policy.select(ready, running, ctx, now)
+        sel = policy.select(ready, running, _ctx(gens, it, token_s, free), now)
         seen.append(([g.gen_id for g in sel.order], [g.gen_id for g in sel.preempt],
                      [repr(g.priority) for g in gens],
                      sorted((g.gen_id, bool(g.extra.get("lamps_starving"))) for g in gens)))
@@ -258,7 +265,7 @@ def test_lamps_fast_select_matches_reference(specs, steps, threshold, allowed, j
     fast, ref = LAMPS(**kw), Reference(**kw)
     gens = _scenario(specs)
     a, b = _copy(gens), _copy(gens)
-    assert _run(fast, a, steps, False) == _run(ref, b, steps, False)
+    assert _run(fast, a, steps, False, True) == _run(ref, b, steps, False, True)
     assert [fast.wait_count(g) for g in a] == [ref.wait_count(g) for g in b]
 
 
@@ -327,6 +334,8 @@ def test_longest_first_and_ascending_perm_equal_tuple_sorts(items):
     if np.isfinite(keys).all():  # NaN orders are not defined; ±inf are
         idx = ascending_perm(gens, keys)
         assert [gens[i].gen_id for i in idx] == [g.gen_id for g in _plain(gens)]
+        idx = ascending_perm(gens, keys, ready_since=False)
+        assert [gens[i].gen_id for i in idx] == [g.gen_id for g in plain]
 
 
 @settings(max_examples=300, deadline=None)

@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import operator
-from itertools import repeat
 
 import numpy as np
 
@@ -48,10 +47,9 @@ from ..qoe import (_EPS, PAPER_TOKENS_PER_WORD, READING_TOK_S, SPEAKING_TOK_S, R
                    QoEBatch, fold_runs, measured_tokens_per_word, qoe_of_runs, ttft_target)
 from ..types import Generation, Segment
 from . import register
-from .base import DispatchMode, Policy, PolicyContext, Selection
+from .base import DispatchMode, Policy, PolicyContext, Selection, set_priorities
+from .slots import SlotTable
 
-_OUTPUT = operator.attrgetter("output_ids")
-_SEGMENTS = operator.attrgetter("segments")
 _ARRIVAL = operator.attrgetter("request.arrival")
 _ID = operator.attrgetter("request.request_id")
 
@@ -246,26 +244,14 @@ class Andes(Policy):
         return all(getattr(cls, m) is getattr(Andes, m)
                    for m in ("rate", "lat", "_item", "q_serve", "loss", "triggered", "batch_sizes", "_refine"))
 
-    _ARRAYS = ("out", "segs", "start", "l", "pending", "own", "fixed", "base", "fold_rate", "sa", "pn", "la", "dl",
-               "last_start")
-
-    def _slots(self, n: int) -> dict:
-        """Per-generation static terms, one slot each (grown by doubling)."""
-        a = self.__dict__.get("_a")
-        size = 0 if a is None else len(a["out"])
-        if n > size:
-            new = {k: np.full(max(n, 2 * size, 1024), np.nan) for k in self._ARRAYS}
-            if a is not None:
-                for k, v in a.items():
-                    new[k][:size] = v
-            self._a = a = new
-        return a
+    _ARRAYS = ("start", "l", "pending", "own", "fixed", "base", "fold_rate", "sa", "pn", "la", "dl", "last_start")
 
     def _fill(self, g: Generation, slot: int, ctx: PolicyContext) -> None:
-        """What Andes needs of g that only changes when g runs (its output or segments grow):
-        delivery runs, ideal start, context length, pending tokens, own tokens per word, and the
-        consumption speed (fixed, or a reading / listening base scaled by tokens per word)."""
-        a = self._a
+        """What Andes needs of g that only changes when g runs: delivery runs, ideal start,
+        context length, pending tokens, own tokens per word, and the consumption speed (fixed, or
+        a reading / listening base scaled by tokens per word)."""
+        table = self._table
+        a = table.a
         req = g.request
         robot = ctx.robots.get(req.robot_type)
         if req.consume_rate is not None:
@@ -277,10 +263,8 @@ class Andes(Policy):
         runs = delivery_runs(g, self.network_latency_s)
         runs.sort(key=lambda r: r.start)
         own = measured_tokens_per_word(g) if self.tokens_per_word is None else None
-        self._runs[slot] = runs
+        table.py[slot] = runs
         start = req.arrival + ttft_target(req)
-        a["out"][slot] = len(g.output_ids)
-        a["segs"][slot] = len(g.segments)
         a["start"][slot] = start
         a["l"][slot] = max(1, len(g.prompt_ids) + len(g.output_ids))
         a["pending"][slot] = g.seg_tokens if self.mode is DispatchMode.STREAM else 0
@@ -295,31 +279,11 @@ class Andes(Policy):
             a["sa"][slot], a["pn"][slot], a["la"][slot], a["dl"][slot] = 0.0, start, start, 0
 
     def _slot_map(self, gens: list[Generation], ctx: PolicyContext) -> np.ndarray:
-        """Slots of gens (new ones filled; stale ones, whose output or segments changed, refilled).
-        Generations are found by identity; the policy holds them (so ids are not reused) until
-        the map is rebuilt, when it holds 4x more than the current live set."""
-        if (self.__dict__.get("_slot_of") is None or self._robots is not ctx.robots
-                or len(self._objs) > 4 * len(gens) + 4096):
-            self._slot_of: dict[int, int] = {}
-            self._objs: list[Generation] = []
-            self._runs: list[list[Run]] = []
+        """Slots of gens in the policy's SlotTable (new and changed ones filled)."""
+        if self.__dict__.get("_table") is None or self._robots is not ctx.robots:
+            self._table = SlotTable({k: (float, math.nan) for k in self._ARRAYS})
             self._robots = ctx.robots
-        n = len(gens)
-        sl = np.fromiter(map(self._slot_of.get, map(id, gens), repeat(-1)), dtype=np.intp, count=n)
-        a = self._slots(len(self._objs) + n)
-        out = np.fromiter(map(len, map(_OUTPUT, gens)), dtype=float, count=n)
-        segs = np.fromiter(map(len, map(_SEGMENTS, gens)), dtype=float, count=n)
-        stale = np.flatnonzero((sl < 0) | (a["out"][sl] != out) | (a["segs"][sl] != segs))
-        for i in stale.tolist():
-            g = gens[i]
-            slot = int(sl[i])
-            if slot < 0:
-                slot = sl[i] = len(self._objs)
-                self._slot_of[id(g)] = slot
-                self._objs.append(g)
-                self._runs.append([])
-            self._fill(g, slot, ctx)
-        return sl
+        return self._table.lookup(gens, lambda g, slot: self._fill(g, slot, ctx))
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
@@ -335,7 +299,7 @@ class Andes(Policy):
         n_run = len(running)
         n = len(gens)
         sl = self._slot_map(gens, ctx)
-        a = self._a
+        a = self._table.a
         # consumption rates: the running tokens-per-word average is updated in item order
         fixed = a["fixed"][sl]
         if self.tokens_per_word is not None:
@@ -357,7 +321,7 @@ class Andes(Policy):
         refold = np.flatnonzero((a["last_start"][sl] > -_INF) & (a["fold_rate"][sl] != rate))
         for i, r_ in zip(refold.tolist(), rate[refold].tolist()):
             slot = int(sl[i])
-            runs = self._runs[slot]
+            runs = self._table.py[slot]
             a["sa"][slot], a["pn"][slot], a["la"][slot] = fold_runs(runs, 1.0 / r_, float(a["start"][slot]))
             a["dl"][slot] = sum(r.count for r in runs)
             a["fold_rate"][slot] = r_
@@ -372,7 +336,7 @@ class Andes(Policy):
             it_ = items[i]
             if it_ is None:
                 slot = int(sl[i])
-                it_ = items[i] = _Item(gens[i], i < n_run, int(a["l"][slot]), list(self._runs[slot]),
+                it_ = items[i] = _Item(gens[i], i < n_run, int(a["l"][slot]), list(self._table.py[slot]),
                                        float(a["start"][slot]), rates[i], int(a["pending"][slot]), 0.0, 0.0)
                 it_.q_cur = qoe_of_runs(it_.runs, ideal_start=it_.start, rate=it_.rate, now=now, complete=False).qoe
                 it_.q_wait = qoe_of_runs(it_.runs, ideal_start=it_.start, rate=it_.rate, now=T_wait,
@@ -441,8 +405,7 @@ class Andes(Policy):
                 g.extra["andes_pri"] = p
             self._pri_written = True
         else:
-            for g, p in zip(gens, pri_l):
-                g.priority = p
+            set_priorities(gens, pri_l)
         cs = set(chosen.tolist())
         admit = sorted((i for i in cs if i >= n_run), key=lambda i: -pri_l[i])
         victims = sorted((i for i in range(n_run) if i not in cs), key=lambda i: pri_l[i])

@@ -10,7 +10,8 @@ import enum
 import math
 import operator
 from dataclasses import dataclass, field
-from itertools import islice
+from collections import deque
+from itertools import islice, repeat
 from typing import Callable, Sequence
 
 import numpy as np
@@ -47,6 +48,13 @@ class Selection:
 
 
 _PRIORITY = operator.attrgetter("priority")
+_READY_SINCE = operator.attrgetter("ready_since")
+_ARRIVAL = operator.attrgetter("request.arrival")
+
+
+def set_priorities(gens: Sequence[Generation], values: Sequence[float]) -> None:
+    """g.priority = value for each pair (a C-level loop)."""
+    deque(map(setattr, gens, repeat("priority"), values), maxlen=0)
 
 
 def _order_key(g: Generation) -> tuple:
@@ -94,23 +102,29 @@ def priority_order(gens: Sequence[Generation],
     return order
 
 
-def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray") -> list[int]:
-    """Indices of `gens` sorted by (keys[i], ready_since, arrival, gen_id): the order
-    `priority_order` gives with priority = -keys[i], for policies that computed their keys as a
-    numpy array.  One numpy lexsort on (key, ready_since, arrival); only runs equal in all three
-    (rare: same arrival and ready time) are re-sorted by gen_id in Python.  Non-finite keys take
-    the plain tuple sort."""
+def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: bool = True) -> list[int]:
+    """Indices of `gens` sorted by (keys[i], ready_since, arrival, gen_id) — the order
+    `priority_order` gives with priority = -keys[i] — or, with ready_since False, by (keys[i],
+    arrival, gen_id), for policies that computed their keys as a numpy array.  One numpy lexsort;
+    only runs equal in everything but gen_id (rare: same arrival and ready time) are re-sorted by
+    gen_id in Python.  Non-finite values take the plain tuple sort."""
     n = len(gens)
     if n < 2:
         return list(range(n))
-    rs = np.array([g.ready_since for g in gens], dtype=float)
-    arr = np.array([g.request.arrival for g in gens], dtype=float)
-    if not (np.isfinite(keys).all() and np.isfinite(rs).all() and np.isfinite(arr).all()):
-        return sorted(range(n), key=lambda i: (float(keys[i]),) + _tie_key(gens[i]))
-    perm = np.lexsort((arr, rs, keys))  # last key primary; stable
+    cols = [np.fromiter(map(_ARRIVAL, gens), dtype=float, count=n)]
+    if ready_since:
+        cols.append(np.fromiter(map(_READY_SINCE, gens), dtype=float, count=n))
+    cols.append(keys)
+    if not all(np.isfinite(c).all() for c in cols):
+        tie = _tie_key if ready_since else (lambda g: (g.request.arrival, g.gen_id))
+        return sorted(range(n), key=lambda i: (float(keys[i]),) + tie(gens[i]))
+    perm = np.lexsort(cols)  # last key primary; stable
     idx = perm.tolist()
-    k_, r_, a_ = keys[perm], rs[perm], arr[perm]
-    tie = np.flatnonzero((k_[1:] == k_[:-1]) & (r_[1:] == r_[:-1]) & (a_[1:] == a_[:-1]))
+    same = np.ones(n - 1, dtype=bool)
+    for c in cols:
+        cp = c[perm]
+        same &= cp[1:] == cp[:-1]
+    tie = np.flatnonzero(same)
     if tie.size:
         ties = tie.tolist()
         k = 0

@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import math
 import operator
+from itertools import repeat
 from typing import Any, Sequence
+
+import numpy as np
 
 from ..kv_handling import KVCostModel, SharedPrefix, private_context
 from ..types import Generation, GenState
 from . import register
-from .base import Policy, PolicyContext, Selection
+from .base import Policy, PolicyContext, Selection, ascending_perm, set_priorities
+from .slots import SlotTable
 from .lamps import _cost_from
 
 
@@ -35,6 +39,7 @@ def _arrival_id(g: Generation) -> tuple:
 _ARRIVAL = operator.attrgetter("request.arrival")
 _PRIORITY = operator.attrgetter("priority")
 _ID = operator.attrgetter("request.request_id")
+_STATE = operator.attrgetter("state")
 
 
 def longest_first(gens: Sequence[Generation]) -> list[Generation]:
@@ -103,6 +108,12 @@ class Hybrid(Policy):
             total += max(0, n_prompt + len(g.output_ids) - min(sh, n_prompt))
         return self.cost.t_fwd(total)
 
+    def _fill(self, g: Generation, slot: int, ctx: PolicyContext) -> None:
+        """g's total length (priority) and private (uncached) tokens: fixed while it is ready."""
+        a = self._table.a
+        a["pri"][slot] = self.total_length(g, ctx)
+        a["own"][slot] = private_context(g, self.prefix)
+
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
         self.prefix.observe_all(list(running) + list(ready))
@@ -110,56 +121,50 @@ class Hybrid(Policy):
             self.decode_since_prefill += max(0.0, now - self._last_now)
         self._last_now = now
         cls = type(self)
-        new_tokens: int | None = None  # C_p's tokens, summed in the same pass as the priorities
-        if (cls.priority is Hybrid.priority and cls.total_length is Hybrid.total_length
+        if not (cls.priority is Hybrid.priority and cls.total_length is Hybrid.total_length
                 and cls.predict_remaining is Hybrid.predict_remaining and cls.prefill_cost is Hybrid.prefill_cost):
-            default: dict[str, float] = {}  # predict_remaining without segments, per robot type
-            shared: dict[str, int] = {}  # the prefix tracker's shared length, per robot type
-            new_tokens = 0
-            new: list[Generation] = []
-            queued = GenState.QUEUED
-            prefix = self.prefix
-            robots = ctx.robots
-            for g in ready:  # priority() and prefill_cost() inlined: same expressions, same order
-                rt = g.request.robot_type
-                n_prompt = len(g.prompt_ids)
-                n_ctx = n_prompt + len(g.output_ids)
-                segs = g.segments
-                if segs:
-                    done = [c for s in segs if (c := s.token_count) > 0]
-                    if done:
-                        rem = sum(done) / len(done)
-                    else:
-                        robot = robots.get(rt)
-                        rem = float(robot.max_segment_tokens) if robot else 16.0
-                else:
-                    rem = default.get(rt)
-                    if rem is None:
-                        robot = robots.get(rt)
-                        rem = default[rt] = float(robot.max_segment_tokens) if robot else 16.0
-                g.priority = n_ctx + rem
-                if g.state is queued:  # all observed above: private_context without observing
-                    sh = shared.get(rt)
-                    if sh is None:
-                        sh = shared[rt] = prefix.shared(rt)
-                    own = n_ctx - (sh if sh < n_prompt else n_prompt)  # max(0, n_ctx - min(sh, n_prompt))
-                    if own > 0:
-                        new_tokens += own
-                    new.append(g)
-        else:
-            for g in ready:
-                g.priority = self.priority(g, ctx, now)
-        order = longest_first(ready)  # = sorted by (-priority, arrival, gen_id)
-        if new_tokens is None:
-            new = [g for g in order if g.state is GenState.QUEUED]
-        if not new:
+            return self._select_generic(ready, running, ctx, now)
+        # The same decisions on arrays: a ready generation's total length and private tokens
+        # only change when it runs (SlotTable), or, for the private tokens, when a shared prompt
+        # prefix changes (every slot refilled).
+        table = self.__dict__.get("_table")
+        sig = (self.prefix.signature(), id(ctx.robots))
+        if table is None:
+            table = self._table = SlotTable({"pri": (float, 0.0), "own": (float, 0.0)})
+        if sig != self.__dict__.get("_sig"):
+            table.invalidate()
+            self._sig = sig
+        if not ready:
+            return Selection(order=[])
+        sl = table.lookup(ready, lambda g, slot: self._fill(g, slot, ctx))
+        pri = table.a["pri"][sl]
+        set_priorities(ready, pri.tolist())
+        perm = np.asarray(ascending_perm(ready, -pri, ready_since=False), dtype=np.intp)  # (-priority, arrival, id)
+        queued = np.fromiter(map(operator.is_, map(_STATE, ready), repeat(GenState.QUEUED)), dtype=bool,
+                             count=len(ready))
+        order = list(map(ready.__getitem__, perm.tolist()))
+        if not queued.any():
             return Selection(order=order)
         if self.pd_rule and running:
-            c_p = self.cost.t_fwd(new_tokens) if new_tokens is not None else self.prefill_cost(
-                [g for g in order if g.state is GenState.QUEUED])
+            c_p = self.cost.t_fwd(int(table.a["own"][sl][queued].sum()))  # C_p over the new generations
             if c_p >= self.decode_since_prefill:
                 self.held += 1
-                return Selection(order=[g for g in order if g.state is not GenState.QUEUED])
+                return Selection(order=list(map(ready.__getitem__, perm[~queued[perm]].tolist())))
+        self.decode_since_prefill = 0.0
+        return Selection(order=order)
+
+    def _select_generic(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
+                        now: float) -> Selection:
+        """Subclasses that change the priority or C_p: priority() and prefill_cost() per generation."""
+        for g in ready:
+            g.priority = self.priority(g, ctx, now)
+        order = longest_first(ready)  # = sorted by (-priority, arrival, gen_id)
+        new = [g for g in order if g.state is GenState.QUEUED]
+        if not new:
+            return Selection(order=order)
+        if self.pd_rule and running and self.prefill_cost(new) >= self.decode_since_prefill:
+            self.held += 1
+            return Selection(order=[g for g in order if g.state is not GenState.QUEUED])
         self.decode_since_prefill = 0.0
         return Selection(order=order)
 

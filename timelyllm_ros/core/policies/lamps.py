@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
+from itertools import repeat
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -53,7 +55,8 @@ from ..kv_handling import (HANDLINGS, KVCostModel, SharedPrefix, choose, other_c
                            private_context)
 from ..types import Generation, GenState, Segment
 from . import register
-from .base import Policy, PolicyContext, Selection, ascending_perm
+from .base import Policy, PolicyContext, Selection, ascending_perm, set_priorities
+from .slots import SlotTable
 from .timelyllm import TimelyLLM
 
 _STARVE = "lamps_starving"
@@ -61,7 +64,8 @@ _COUNT = "lamps_wait"
 _SEEN = "lamps_seen"
 _KV = "lamps_kv"  # handling chosen at the last suspension
 _SCORE = "lamps_score"
-_SLOT = "lamps_slot"  # (cache token, output length, segments, KV mode, slot) of the area's static terms
+_STATE = operator.attrgetter("state")
+_ID = operator.attrgetter("request.request_id")
 _INSTANCES = itertools.count()
 
 
@@ -169,6 +173,9 @@ class WasteHandling:
             else:
                 self._pinned[g.gen_id] = g
         g.extra[_KV] = mode
+        table = self.__dict__.get("_slots")
+        if table is not None:  # LAMPS's cached area terms depend on the last handling
+            table.invalidate(g)
         g.extra.setdefault("kv_modes", {}).setdefault(mode, 0)
         g.extra["kv_modes"][mode] += 1
         return mode
@@ -272,14 +279,14 @@ class LAMPS(WasteHandling, Policy):
 
     # ----------------------------------------------------------------- the fast path
     # At 1,000 ready generations the per-generation Python of `_select_reference` (area(),
-    # counters in `extra`) costs ~8 ms a scheduling point.  What makes a generation's area
-    # differs between points only through tau (the measured token time) and C_other (the
-    # running batch): the rest (C, the resume term, n, T, the KV-growth term and the costs of the
-    # three handlings) stays put while it is ready.  Those static terms live in numpy arrays, one
-    # slot per generation, refilled when its output, segments, last KV handling or the shared
-    # prompt prefixes change; the starvation counters live there too.  Every point then
-    # evaluates the area for all ready generations at once with the same operations in the same
-    # order as `area` (bit for bit: tests/test_scheduling_fastpaths.py checks it against
+    # counters in `extra`) costs ~8 ms a scheduling point.  A generation's area differs between
+    # points only through tau (the measured token time) and C_other (the running batch): the
+    # rest (C, the resume term, n, T, the KV-growth term and the costs of the three handlings)
+    # stays put while it is ready.  Those static terms, its admission need and the starvation
+    # counters live in a SlotTable (refilled when its output, segments or last KV handling
+    # change, all of them when the shared prompt prefixes change); every point evaluates the
+    # areas of all ready generations at once with the same operations in the same order as
+    # `area`: bit for bit (tests/test_scheduling_fastpaths.py checks it against
     # `_select_reference`, the plain code kept as the oracle).
     _STATIC = ("c", "resume", "D", "c2", "t_call", "fwd2", "swp2", "wp", "wd0", "need")
 
@@ -289,35 +296,18 @@ class LAMPS(WasteHandling, Policy):
                 and cls.predict_call_s is LAMPS.predict_call_s and cls.eligible is LAMPS.eligible
                 and cls.private is WasteHandling.private and cls._count is LAMPS._count)
 
-    def _arrays(self, need: int) -> None:
-        st = self.__dict__.get("_st")
-        n = 0 if st is None else len(st["c"])
-        if need <= n:
-            return
-        size = max(need, 2 * n, 1024)
-        new = {k: np.zeros(size) for k in self._STATIC}
-        new["seen"] = np.full(size, -(2 ** 62), dtype=np.int64)  # iteration last seen ready
-        new["count"] = np.zeros(size, dtype=np.int64)  # consecutive iterations ready
-        new["starving"] = np.zeros(size, dtype=bool)
-        if st is not None:
-            for k, v in st.items():
-                new[k][:n] = v
-        self._st = new
+    def _table(self) -> SlotTable:
+        t = self.__dict__.get("_slots")
+        if t is None:
+            fields: dict = {k: (float, 0.0) for k in self._STATIC}
+            fields.update(ok=(bool, False), jit_cand=(bool, False), seen=(np.int64, -(2 ** 62)),
+                          count=(np.int64, 0), starving=(bool, False))
+            t = self._slots = SlotTable(fields, persistent=("seen", "count", "starving"))
+        return t
 
-    def _fill(self, g: Generation, ctx: PolicyContext, key: tuple, old: tuple | None) -> tuple:
-        """Compute g's static area terms into a slot (a new one unless g had one under the current
-        cache token); returns the cache entry."""
-        slot = old[4] if old is not None and old[0] == self._cache_token else None
-        if slot is None:
-            slot = self._n_slots
-            self._n_slots += 1
-            self._arrays(self._n_slots)
-            a = self._st
-            if old is not None and old[0] == self._old_token and self._old_st is not None:  # compacted
-                for k in ("seen", "count", "starving"):
-                    a[k][slot] = self._old_st[k][old[4]]
-            a["starving"][slot] = bool(g.extra.get(_STARVE, False))
-        a = self._st
+    def _fill(self, g: Generation, slot: int, ctx: PolicyContext) -> None:
+        """g's static area terms and admission need."""
+        a = self._slots.a
         cost = self.cost
         c = self.private(g)
         last = g.extra.get(_KV) if g.segments else None
@@ -331,91 +321,77 @@ class LAMPS(WasteHandling, Policy):
         t_call = self.predict_call_s(g, ctx)
         fwd2, swp2 = cost.t_fwd(c2), cost.t_swap(c2)
         m = cost.bytes_per_token
-        vals = (c, resume, n * c + n * (n + 1) / 2, c2, t_call, fwd2, swp2, t_call * c2 * m, fwd2 * c2 * m)
-        # admission_cut's blocks for g: one segment of growth, plus its private context unless preserved
+        # admission_cut's blocks: one segment of growth, plus the private context unless preserved
         robot = ctx.robots.get(g.request.robot_type)
         bs = max(1, ctx.stats.block_size)
         need = math.ceil((robot.max_segment_tokens if robot else 16) / bs)
         if not (g.segments and g.extra.get(_KV) == "preserve"):
             need += math.ceil(c / bs)
-        vals += (need,)
-        for k, v in zip(self._STATIC, vals):
+        for k, v in zip(self._STATIC, (c, resume, n * c + n * (n + 1) / 2, c2, t_call, fwd2, swp2,
+                                       t_call * c2 * m, fwd2 * c2 * m, need)):
             a[k][slot] = v
-        entry = key + (slot, t_call >= 0 and c2 >= 0)
-        g.extra[_SLOT] = entry
-        return entry
+        a["ok"][slot] = t_call >= 0 and c2 >= 0  # waste() refuses negative inputs: the plain path raises
+        a["jit_cand"][slot] = bool(g.segments) and not g.segments[-1].blocking
+        if g.extra.get(_STARVE):
+            a["starving"][slot] = True
 
     def wait_count(self, g: Generation) -> int:
         """Consecutive scheduling iterations g has spent ready (the starvation counter)."""
         if not self._fast_ok():
             return int(g.extra.get(_COUNT, 0))
-        e = g.extra.get(_SLOT)
-        return int(self._st["count"][e[4]]) if e is not None and e[0] == self._cache_token else 0
+        t = self._table()
+        slot = t.slot(g)
+        return 0 if slot is None else int(t.a["count"][slot])
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
         if not self._fast_ok():
             return self._select_reference(ready, running, ctx, now)
-        if not ready:
-            self.observe(running)
-            return Selection(order=self.admission_cut([], running, ctx) if self.memory_admission else [])
         self.observe(running)
-        self.observe(ready)
+        if not ready:
+            return Selection(order=self.admission_cut([], running, ctx) if self.memory_admission else [])
         it = ctx.iteration
+        table = self._table()
+
+        def observe_new(gens: list[Generation]) -> None:
+            # every ready generation is observed before any area is computed (as the plain path
+            # does); the ones already in the table were, when filled
+            self.observe(gens)
+
+        fill = lambda g, slot: self._fill(g, slot, ctx)  # noqa: E731
         sig = (self.prefix.signature(), id(ctx.robots), ctx.stats.block_size)
-        if sig != self.__dict__.get("_sig") or self.__dict__.get("_n_slots", 0) > 4 * len(ready) + 65536:
-            # shared prefixes (hence private contexts) or robots changed, or too many dead slots:
-            # a new cache token; counters of generations that had a slot are carried over
-            self._old_token = self.__dict__.get("_cache_token")
-            self._old_st = self.__dict__.get("_st")
-            self._cache_token = object()
-            self._n_slots = 0
-            self._st = None
-            self._sig = sig
-        self._arrays(len(ready) + 1)
-        token = self._cache_token
-        slots: list[int] = []
-        ends: list[float] = []  # jit resume: the action end (inf: no jit wait)
-        slow: list[int] = []  # positions whose area takes the plain path
-        run_ids = {o.request.request_id for o in running}
-        jit = self.jit_resume
-        suspended = GenState.SUSPENDED
-        inf = math.inf
-        for i, g in enumerate(ready):
-            ex = g.extra
-            segs = g.segments
-            e = ex.get(_SLOT)
-            kv = ex.get(_KV)
-            if (e is None or e[0] is not token or e[1] != len(g.output_ids) or e[2] != len(segs)
-                    or e[3] != kv):
-                e = self._fill(g, ctx, (token, len(g.output_ids), len(segs), kv), e)
-            slots.append(e[4])
-            if not e[5] or g.request.request_id in run_ids:
-                slow.append(i)
-            if jit and g.state is suspended and segs and not segs[-1].blocking:
-                end = g.prev_exec_end_estimate()
-                ends.append(inf if end is None else end)
-            else:
-                ends.append(-inf)
-        a = self._st
-        sl = np.array(slots, dtype=np.intp)
+        if sig != self.__dict__.get("_sig"):
+            table.invalidate()
+        sl = table.lookup(ready, fill, observe_new)
+        sig2 = (self.prefix.signature(), id(ctx.robots), ctx.stats.block_size)
+        if sig2 != sig:  # the new ones changed a shared prefix: every private context changes
+            table.invalidate()
+            sl = table.lookup(ready, fill)
+        self._sig = sig2
+        a = table.a
         # starvation counters (_count, for all ready generations at once)
-        cont = a["seen"][sl] == it - 1
-        cnt = np.where(cont, a["count"][sl] + 1, 0)
+        cnt = np.where(a["seen"][sl] == it - 1, a["count"][sl] + 1, 0)
         a["count"][sl] = cnt
         a["seen"][sl] = it
-        newly = np.flatnonzero((cnt >= self.starvation_threshold) & ~a["starving"][sl])
-        for i in newly.tolist():
+        for i in np.flatnonzero((cnt >= self.starvation_threshold) & ~a["starving"][sl]).tolist():
             g = ready[i]
-            a["starving"][slots[i]] = True
+            a["starving"][sl[i]] = True
             g.extra[_STARVE] = True
             g.extra["lamps_starved_at"] = it
-        # eligibility (just-in-time resume): end None -> eligible; -inf: not a jit candidate
-        end_a = np.array(ends)
-        elig = ~((end_a != -inf) & (end_a != inf) & ~(now >= end_a - ctx.seg_gen_s))
+        # eligibility (just-in-time resume): a suspended generation whose last segment does not
+        # block waits until its robot's action is about G from its end
+        elig = np.ones(len(ready), dtype=bool)
+        if self.jit_resume:
+            susp = np.fromiter(map(operator.is_, map(_STATE, ready), repeat(GenState.SUSPENDED)), dtype=bool,
+                               count=len(ready))
+            cand = np.flatnonzero(susp & a["jit_cand"][sl])
+            if cand.size:
+                ends = np.array([np.inf if e is None else e for e in
+                                 map(Generation.prev_exec_end_estimate, map(ready.__getitem__, cand.tolist()))])
+                elig[cand] = (ends == np.inf) | (now >= ends - ctx.seg_gen_s)
         # areas
         tau = max(ctx.token_s, 0.0)
-        c_other = float(sum(private_context(o, self.prefix) for o in running))  # C_other of one outside the batch
+        c_other = float(sum(private_context(o, self.prefix) for o in running))  # C_other outside the batch
         m = self.cost.bytes_per_token
         c2, fwd2, swp2, t_call = a["c2"][sl], a["fwd2"][sl], a["swp2"][sl], a["t_call"][sl]
         waste = {"preserve": a["wp"][sl], "discard": a["wd0"][sl] + fwd2 * c_other * m,
@@ -428,14 +404,17 @@ class LAMPS(WasteHandling, Policy):
             best_w = np.where(take, waste[h], best_w)
             mult = np.where(take, per_token[h], mult)
         area = (a["resume"][sl] + tau * a["D"][sl]) + c2 * mult
+        run_ids = {o.request.request_id for o in running}
+        slow = np.flatnonzero(~a["ok"][sl]).tolist()
+        if not run_ids.isdisjoint(map(_ID, ready)):
+            slow += [i for i, g in enumerate(ready) if g.gen_id in run_ids]
         for i in slow:  # C_other of a running one, or inputs waste() refuses: the plain formula
             area[i] = self.area(ready[i], ctx, running, None if ready[i].gen_id in run_ids else int(c_other))
         keep = np.flatnonzero(elig)
         starving = a["starving"][sl][keep]
         area_k = area[keep]
-        gens = [ready[i] for i in keep.tolist()]
-        for g, x in zip(gens, area_k.tolist()):
-            g.priority = -x
+        gens = list(map(ready.__getitem__, keep.tolist()))
+        set_priorities(gens, (-area_k).tolist())
         if starving.any():  # starving ones first, each group by area, FCFS among equals
             first = np.flatnonzero(starving)
             rest = np.flatnonzero(~starving)
@@ -443,7 +422,7 @@ class LAMPS(WasteHandling, Policy):
                     + [rest[i] for i in ascending_perm([gens[j] for j in rest.tolist()], area_k[rest])])
         else:
             perm = ascending_perm(gens, area_k)
-        order = [gens[i] for i in perm]
+        order = list(map(gens.__getitem__, perm))
         if self.memory_admission and order:
             # admission_cut over the static block needs: the longest prefix whose cumulative need
             # stays within the free blocks (the head always, when nothing runs)

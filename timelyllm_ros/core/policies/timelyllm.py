@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..types import Generation
-from .base import Policy, PolicyContext, Selection, priority_order
+from .base import Policy, PolicyContext, Selection, priority_order, set_priorities
 
 
 def eq4(gens: Sequence[Generation], now: float, G: float, floor: float, rescue_late: bool,
@@ -98,8 +98,7 @@ class TimelyLLM(Policy):
         if cls.priority is not TimelyLLM.priority or cls.terms is not TimelyLLM.terms:
             return super().select(ready, running, ctx, now)
         G, floor = self._g_floor(ctx)
-        for g, p in zip(ready, eq4(ready, now, G, floor, self.rescue_late)):
-            g.priority = p
+        set_priorities(ready, eq4(ready, now, G, floor, self.rescue_late))
         return Selection(order=priority_order(ready))
 
     def params(self):
