@@ -336,6 +336,11 @@ def test_longest_first_and_ascending_perm_equal_tuple_sorts(items):
         assert [gens[i].gen_id for i in idx] == [g.gen_id for g in _plain(gens)]
         idx = ascending_perm(gens, keys, ready_since=False)
         assert [gens[i].gen_id for i in idx] == [g.gen_id for g in plain]
+        first = np.array([i % 3 == 0 for i in range(len(gens))], dtype=bool)
+        idx = ascending_perm(gens, keys, first=first)
+        grouped = sorted(gens, key=lambda g: (int(g.gen_id[1:]) % 3 != 0, -g.priority, g.ready_since,
+                                              g.request.arrival, g.gen_id))
+        assert [gens[i].gen_id for i in idx] == [g.gen_id for g in grouped]
 
 
 @settings(max_examples=300, deadline=None)

@@ -102,12 +102,14 @@ def priority_order(gens: Sequence[Generation],
     return order
 
 
-def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: bool = True) -> list[int]:
+def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: bool = True,
+                   first: "np.ndarray | None" = None) -> list[int]:
     """Indices of `gens` sorted by (keys[i], ready_since, arrival, gen_id) — the order
     `priority_order` gives with priority = -keys[i] — or, with ready_since False, by (keys[i],
-    arrival, gen_id), for policies that computed their keys as a numpy array.  One numpy lexsort;
-    only runs equal in everything but gen_id (rare: same arrival and ready time) are re-sorted by
-    gen_id in Python.  Non-finite values take the plain tuple sort."""
+    arrival, gen_id); with `first` (bools), those marked True come first, each group in that
+    order.  For policies that computed their keys as a numpy array: one numpy lexsort; only runs
+    equal in everything but gen_id (rare: same arrival and ready time) are re-sorted by gen_id in
+    Python.  Non-finite values take the plain tuple sort."""
     n = len(gens)
     if n < 2:
         return list(range(n))
@@ -115,9 +117,12 @@ def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: 
     if ready_since:
         cols.append(np.fromiter(map(_READY_SINCE, gens), dtype=float, count=n))
     cols.append(keys)
-    if not all(np.isfinite(c).all() for c in cols):
+    if first is not None:
+        cols.append(~first)
+    if not all(np.isfinite(c).all() for c in cols if c.dtype != bool):
         tie = _tie_key if ready_since else (lambda g: (g.request.arrival, g.gen_id))
-        return sorted(range(n), key=lambda i: (float(keys[i]),) + tie(gens[i]))
+        grp = (lambda i: (not first[i],)) if first is not None else (lambda i: ())
+        return sorted(range(n), key=lambda i: grp(i) + (float(keys[i]),) + tie(gens[i]))
     perm = np.lexsort(cols)  # last key primary; stable
     idx = perm.tolist()
     same = np.ones(n - 1, dtype=bool)

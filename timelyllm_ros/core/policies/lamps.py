@@ -300,7 +300,7 @@ class LAMPS(WasteHandling, Policy):
         t = self.__dict__.get("_slots")
         if t is None:
             fields: dict = {k: (float, 0.0) for k in self._STATIC}
-            fields.update(ok=(bool, False), jit_cand=(bool, False), seen=(np.int64, -(2 ** 62)),
+            fields.update(ok=(bool, False), jit_cand=(bool, False), id_hash=(np.int64, 0), seen=(np.int64, -(2 ** 62)),
                           count=(np.int64, 0), starving=(bool, False))
             t = self._slots = SlotTable(fields, persistent=("seen", "count", "starving"))
         return t
@@ -332,6 +332,7 @@ class LAMPS(WasteHandling, Policy):
             a[k][slot] = v
         a["ok"][slot] = t_call >= 0 and c2 >= 0  # waste() refuses negative inputs: the plain path raises
         a["jit_cand"][slot] = bool(g.segments) and not g.segments[-1].blocking
+        a["id_hash"][slot] = hash(g.gen_id)
         if g.extra.get(_STARVE):
             a["starving"][slot] = True
 
@@ -406,8 +407,9 @@ class LAMPS(WasteHandling, Policy):
         area = (a["resume"][sl] + tau * a["D"][sl]) + c2 * mult
         run_ids = {o.request.request_id for o in running}
         slow = np.flatnonzero(~a["ok"][sl]).tolist()
-        if not run_ids.isdisjoint(map(_ID, ready)):
-            slow += [i for i, g in enumerate(ready) if g.gen_id in run_ids]
+        if run_ids:  # a ready generation with a running one's id (hashes first, then the ids)
+            maybe = np.flatnonzero(np.isin(a["id_hash"][sl], [hash(r) for r in run_ids])).tolist()
+            slow += [i for i in maybe if ready[i].gen_id in run_ids]
         for i in slow:  # C_other of a running one, or inputs waste() refuses: the plain formula
             area[i] = self.area(ready[i], ctx, running, None if ready[i].gen_id in run_ids else int(c_other))
         keep = np.flatnonzero(elig)
@@ -415,13 +417,8 @@ class LAMPS(WasteHandling, Policy):
         area_k = area[keep]
         gens = list(map(ready.__getitem__, keep.tolist()))
         set_priorities(gens, (-area_k).tolist())
-        if starving.any():  # starving ones first, each group by area, FCFS among equals
-            first = np.flatnonzero(starving)
-            rest = np.flatnonzero(~starving)
-            perm = ([first[i] for i in ascending_perm([gens[j] for j in first.tolist()], area_k[first])]
-                    + [rest[i] for i in ascending_perm([gens[j] for j in rest.tolist()], area_k[rest])])
-        else:
-            perm = ascending_perm(gens, area_k)
+        # starving ones first, each group by area, FCFS among equals
+        perm = ascending_perm(gens, area_k, first=starving if starving.any() else None)
         order = list(map(gens.__getitem__, perm))
         if self.memory_admission and order:
             # admission_cut over the static block needs: the longest prefix whose cumulative need

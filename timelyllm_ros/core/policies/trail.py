@@ -21,17 +21,20 @@ the batcher.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Sequence
 
 from ..length_predictor import (LearnedPredictor, LengthPredictor, NoisyOraclePredictor, OraclePredictor,
                                 PredictorError, age, make_predictor)
 from ..types import Generation, Segment
 from . import register
-from .base import DispatchMode, Policy, PolicyContext, Selection, priority_order
+from .base import DispatchMode, Policy, PolicyContext, Selection, ascending_perm, set_priorities
+from .slots import SlotTable
 
-_RANK = "trail_rank"  # cached (policy, age, predictor state, pinned, remaining) of a ready generation
-# Predictors whose answers for a generation change only when its age or its state object
-# (extra["lenpred"]["q"]) changes: their ranks may be cached between scheduling points.
+_EXTRA = operator.attrgetter("extra")
+_POP_BLOCKED = operator.methodcaller("pop", "blocked", None)
+# Predictors whose answers for a generation change only when its age changes: their ranks may
+# be kept between scheduling points.
 _CACHEABLE = (OraclePredictor, NoisyOraclePredictor, LearnedPredictor)
 
 _MODES = {"stream": DispatchMode.STREAM, "suspend": DispatchMode.SUSPEND, "whole": DispatchMode.WHOLE}
@@ -104,46 +107,39 @@ class Trail(Policy):
         return -self.remaining(g)
 
     # --- decisions ------------------------------------------------------------------------------
-    def _ready_rank(self, g: Generation) -> tuple:
-        """(pinned, remaining) of a ready generation, cached while its age and predictor state
-        are unchanged (a ready generation generates nothing, so its rank stays put between
-        scheduling points); sets g.priority = -remaining as `rank` does."""
+    def _fill(self, g: Generation, slot: int) -> None:
+        """A ready generation's rank terms: fixed until it runs (its age changes), for the
+        predictors whose answers only change with the age; others (and generations whose
+        prediction failed) are refilled at every point."""
         ex = g.extra
-        c = ex.get(_RANK)
-        st = ex.get("lenpred")
-        q = st.get("q") if st is not None else None
-        a = len(g.output_ids)
-        if c is None or c[0] is not self or c[1] != a or c[2] is not q:
-            errors = "lenpred_error" in ex
-            rem = self.remaining(g)
-            pinned = self.pinned(g)
-            st = ex.get("lenpred")
-            c = (self, a, st.get("q") if st is not None else None, pinned, rem)
-            if self._cacheable and not errors and "lenpred_error" not in ex:
-                ex[_RANK] = c
-        g.priority = -c[4]
-        return c
+        errors = "lenpred_error" in ex
+        a = self._table.a
+        a["rem"][slot] = self.remaining(g)
+        a["pinned"][slot] = self.pinned(g)
+        if not self._cacheable or errors or "lenpred_error" in ex:
+            self._table.invalidate(g)
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
         """Pinned ones first, then by predicted remaining tokens, FCFS among equals: the same
-        order as sorting by `rank`, computed as two `priority_order` passes over cached ranks."""
-        full = False
-        pinned: list[Generation] = []
-        free: list[Generation] = []
-        rank = self._ready_rank
-        for g in ready:
-            if g.extra.pop("blocked", None) is not None:
-                full = True
-            (pinned if rank(g)[3] else free).append(g)
-        order = priority_order(pinned) + priority_order(free)
+        order as sorting by `rank` (ranks of ready generations kept in a SlotTable: a ready
+        generation generates nothing, so its rank stays put between scheduling points)."""
+        full = any([x is not None for x in map(_POP_BLOCKED, map(_EXTRA, ready))])  # pops from every one
+        if self.__dict__.get("_table") is None:
+            self._table = SlotTable({"rem": (float, 0.0), "pinned": (bool, False)})
+        table = self._table
+        sl = table.lookup(ready, self._fill)
+        rem = table.a["rem"][sl]
+        pinned = table.a["pinned"][sl]
+        set_priorities(ready, (-rem).tolist())
+        perm = ascending_perm(ready, rem, first=pinned)
+        order = list(map(ready.__getitem__, perm))
         preempt: list[Generation] = []
         if full and order:
             victims = sorted(((self.rank(g), g) for g in running if not self.pinned(g)),
                              key=lambda kg: kg[0], reverse=True)
-            for g, (vk, v) in zip(order, victims):
-                c = rank(g)
-                if (0 if c[3] else 1, c[4]) < vk[:2]:  # strictly better predicted work; ties never preempt
+            for i, (vk, v) in zip(perm, victims):
+                if (0 if pinned[i] else 1, float(rem[i])) < vk[:2]:  # strictly better predicted work; ties never preempt
                     preempt.append(v)
                 else:
                     break
