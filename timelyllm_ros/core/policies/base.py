@@ -113,9 +113,9 @@ def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: 
     n = len(gens)
     if n < 2:
         return list(range(n))
-    cols = [np.fromiter(map(_ARRIVAL, gens), dtype=float, count=n)]
+    cols = [np.array([g.request.arrival for g in gens], dtype=float)]  # (list comprehensions beat np.fromiter here)
     if ready_since:
-        cols.append(np.fromiter(map(_READY_SINCE, gens), dtype=float, count=n))
+        cols.append(np.array([g.ready_since for g in gens], dtype=float))
     cols.append(keys)
     if first is not None:
         cols.append(~first)

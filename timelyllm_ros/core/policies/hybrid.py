@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import operator
-from itertools import repeat
 from typing import Any, Sequence
 
 import numpy as np
@@ -39,7 +38,6 @@ def _arrival_id(g: Generation) -> tuple:
 _ARRIVAL = operator.attrgetter("request.arrival")
 _PRIORITY = operator.attrgetter("priority")
 _ID = operator.attrgetter("request.request_id")
-_STATE = operator.attrgetter("state")
 
 
 def longest_first(gens: Sequence[Generation]) -> list[Generation]:
@@ -140,8 +138,8 @@ class Hybrid(Policy):
         pri = table.a["pri"][sl]
         set_priorities(ready, pri.tolist())
         perm = np.asarray(ascending_perm(ready, -pri, ready_since=False), dtype=np.intp)  # (-priority, arrival, id)
-        queued = np.fromiter(map(operator.is_, map(_STATE, ready), repeat(GenState.QUEUED)), dtype=bool,
-                             count=len(ready))
+        queued_state = GenState.QUEUED
+        queued = np.array([g.state is queued_state for g in ready], dtype=bool)
         order = list(map(ready.__getitem__, perm.tolist()))
         if not queued.any():
             return Selection(order=order)

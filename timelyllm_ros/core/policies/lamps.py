@@ -44,8 +44,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import operator
-from itertools import repeat
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -64,8 +62,6 @@ _COUNT = "lamps_wait"
 _SEEN = "lamps_seen"
 _KV = "lamps_kv"  # handling chosen at the last suspension
 _SCORE = "lamps_score"
-_STATE = operator.attrgetter("state")
-_ID = operator.attrgetter("request.request_id")
 _INSTANCES = itertools.count()
 
 
@@ -383,8 +379,8 @@ class LAMPS(WasteHandling, Policy):
         # block waits until its robot's action is about G from its end
         elig = np.ones(len(ready), dtype=bool)
         if self.jit_resume:
-            susp = np.fromiter(map(operator.is_, map(_STATE, ready), repeat(GenState.SUSPENDED)), dtype=bool,
-                               count=len(ready))
+            suspended = GenState.SUSPENDED
+            susp = np.array([g.state is suspended for g in ready], dtype=bool)
             cand = np.flatnonzero(susp & a["jit_cand"][sl])
             if cand.size:
                 ends = np.array([np.inf if e is None else e for e in

@@ -19,15 +19,12 @@ carrying the `persistent` fields (e.g. starvation counters) over.
 
 from __future__ import annotations
 
-import operator
-from itertools import repeat
 from typing import Callable, Sequence
 
 import numpy as np
 
 from ..types import Generation
 
-_OUTPUT = operator.attrgetter("output_ids")
 
 
 class SlotTable:
@@ -72,10 +69,11 @@ class SlotTable:
         n = len(gens)
         if len(self.objs) > 4 * n + 4096:
             self._rebuild(gens)
-        sl = np.fromiter(map(self._slot_of.get, map(id, gens), repeat(-1)), dtype=np.intp, count=n)
+        get = self._slot_of.get
+        sl = np.array([get(id(g), -1) for g in gens], dtype=np.intp)
         self._grow(len(self.objs) + n)
         a = self.a
-        out = np.fromiter(map(len, map(_OUTPUT, gens)), dtype=float, count=n)
+        out = np.array([len(g.output_ids) for g in gens], dtype=float)
         stale = np.flatnonzero((sl < 0) | (a["_out"][sl] != out)).tolist()
         if stale and before_fill is not None:
             before_fill([gens[i] for i in stale])

@@ -21,7 +21,6 @@ the batcher.
 from __future__ import annotations
 
 import math
-import operator
 from typing import Sequence
 
 from ..length_predictor import (LearnedPredictor, LengthPredictor, NoisyOraclePredictor, OraclePredictor,
@@ -31,8 +30,6 @@ from . import register
 from .base import DispatchMode, Policy, PolicyContext, Selection, ascending_perm, set_priorities
 from .slots import SlotTable
 
-_EXTRA = operator.attrgetter("extra")
-_POP_BLOCKED = operator.methodcaller("pop", "blocked", None)
 # Predictors whose answers for a generation change only when its age changes: their ranks may
 # be kept between scheduling points.
 _CACHEABLE = (OraclePredictor, NoisyOraclePredictor, LearnedPredictor)
@@ -124,7 +121,7 @@ class Trail(Policy):
         """Pinned ones first, then by predicted remaining tokens, FCFS among equals: the same
         order as sorting by `rank` (ranks of ready generations kept in a SlotTable: a ready
         generation generates nothing, so its rank stays put between scheduling points)."""
-        full = any([x is not None for x in map(_POP_BLOCKED, map(_EXTRA, ready))])  # pops from every one
+        full = any([g.extra.pop("blocked", None) is not None for g in ready])  # pops from every one
         if self.__dict__.get("_table") is None:
             self._table = SlotTable({"rem": (float, 0.0), "pinned": (bool, False)})
         table = self._table
