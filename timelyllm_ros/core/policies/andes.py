@@ -39,36 +39,14 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-import operator
-
 import numpy as np
 
 from ..qoe import (_EPS, PAPER_TOKENS_PER_WORD, READING_TOK_S, SPEAKING_TOK_S, Run, consume_rate, delivery_runs,
                    QoEBatch, fold_runs, measured_tokens_per_word, qoe_of_runs, ttft_target)
 from ..types import Generation, Segment
 from . import register
-from .base import DispatchMode, Policy, PolicyContext, Selection, set_priorities
+from .base import DispatchMode, Policy, PolicyContext, Selection, arrival_order, set_priorities
 from .slots import SlotTable
-
-_ARRIVAL = operator.attrgetter("request.arrival")
-_ID = operator.attrgetter("request.request_id")
-
-
-def arrival_order(gens: Sequence[Generation]) -> list[Generation]:
-    """`gens` sorted by (arrival, gen_id) (vLLM's FCFS): by the C-level arrival key, then
-    runs of equal arrivals by gen_id; the same order as the tuple sort."""
-    order = sorted(gens, key=_ARRIVAL)
-    keys = list(map(_ARRIVAL, order))
-    if len(set(keys)) < len(keys):
-        i, n = 0, len(order)
-        while i < n:
-            j = i + 1
-            while j < n and keys[j] == keys[i]:
-                j += 1
-            if j - i > 1:
-                order[i:j] = sorted(order[i:j], key=_ID)
-            i = j
-    return order
 
 _MODES = {"stream": DispatchMode.STREAM, "suspend": DispatchMode.SUSPEND}
 _INF = float("inf")
@@ -85,6 +63,22 @@ class _Item:
     pending: int  # generated, not yet delivered (current sentence)
     q_cur: float
     q_wait: float
+
+
+def _paying_pairs(admit: list[int], victims: list[int], gains: Sequence[float],
+                  loss_of) -> tuple[list[int], list[int]]:
+    """The refiner's walk: admit/preempt pairs in order while gain(admit) − gain(victim) − the
+    stall loss of the kept requests (`loss_of(k, j)` for the k-th admission, j) stays > 0."""
+    acc_a: list[int] = []
+    acc_v: list[int] = []
+    for k, j in enumerate(admit):
+        v = victims[k] if k < len(victims) else None
+        if gains[j] - (gains[v] if v is not None else 0.0) - loss_of(k, j) <= 0:
+            break
+        acc_a.append(j)
+        if v is not None:
+            acc_v.append(v)
+    return acc_a, acc_v
 
 
 def greedy_pack(items: Sequence[int], priority: Sequence[float], mem: Sequence[int], M: float,
@@ -382,7 +376,8 @@ class Andes(Policy):
                 q_serve[r, i] = self.q_serve(item(i), lat, now)
         # greedy_pack for every B: by priority (stable), take while count < B and memory fits
         gains = q_serve - q_wait
-        neg_pri = (q_wait - q_serve) / mem  # = -(gains / mem) exactly
+        pri_all = gains / mem
+        neg_pri = -pri_all
         perms = [np.argsort(neg_pri[r], kind="stable") for r in range(len(cands))]
         if M < _INF:
             over = np.cumsum(mem[np.array(perms)], axis=1) > M
@@ -397,7 +392,7 @@ class Andes(Policy):
                 best = (key, B, chosen, r)
         assert best is not None
         _, B, chosen, r = best
-        gains, pri = gains[r], -neg_pri[r]
+        gains, pri = gains[r], pri_all[r]
         pri_l = pri.tolist()
         if self.solve_every > 1:  # the last priorities order the points between solves
             for g, p in zip(gens, pri_l):
@@ -444,17 +439,7 @@ class Andes(Policy):
                     loss[row] = [self.loss(item(i), o, now) for o in over.tolist()]
         else:
             loss = np.zeros((len(kept), len(admit)))
-        acc_a: list[int] = []
-        acc_v: list[int] = []
-        for k, j in enumerate(admit):
-            v = victims[k] if k < len(victims) else None
-            net = g_l[j] - (g_l[v] if v is not None else 0.0) - math.fsum(loss[:, k].tolist())
-            if net <= 0:
-                break
-            acc_a.append(j)
-            if v is not None:
-                acc_v.append(v)
-        return acc_a, acc_v
+        return _paying_pairs(admit, victims, g_l, lambda k, j: math.fsum(loss[:, k].tolist()))
 
     def _select_reference(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                           now: float) -> Selection:
@@ -511,19 +496,8 @@ class Andes(Policy):
         if not self.refine:
             return admit, victims
         kept = [it for i, it in enumerate(items) if it.running and i in chosen]
-        acc_a: list[int] = []
-        acc_v: list[int] = []
-        for k, j in enumerate(admit):
-            v = victims[k] if k < len(victims) else None
-            overhead = self.prefill_s_per_token * items[j].l
-            loss = math.fsum(self.loss(it, overhead, now) for it in kept)
-            net = gains[j] - (gains[v] if v is not None else 0.0) - loss
-            if net <= 0:
-                break
-            acc_a.append(j)
-            if v is not None:
-                acc_v.append(v)
-        return acc_a, acc_v
+        return _paying_pairs(admit, victims, gains, lambda k, j: math.fsum(
+            self.loss(it, self.prefill_s_per_token * items[j].l, now) for it in kept))
 
     def kv_mode(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> str:
         return self.kv if seg is None else "cache"

@@ -50,6 +50,24 @@ class Selection:
 _PRIORITY = operator.attrgetter("priority")
 _READY_SINCE = operator.attrgetter("ready_since")
 _ARRIVAL = operator.attrgetter("request.arrival")
+_ID = operator.attrgetter("request.request_id")
+
+
+def arrival_order(gens: Sequence[Generation]) -> list[Generation]:
+    """`gens` sorted by (arrival, gen_id) (vLLM's FCFS): by the C-level arrival key, then runs of
+    equal arrivals by gen_id; the same order as the tuple sort, without building the tuples."""
+    order = sorted(gens, key=_ARRIVAL)
+    keys = list(map(_ARRIVAL, order))
+    if len(set(keys)) < len(keys):
+        i, n = 0, len(order)
+        while i < n:
+            j = i + 1
+            while j < n and keys[j] == keys[i]:
+                j += 1
+            if j - i > 1:
+                order[i:j] = sorted(order[i:j], key=_ID)
+            i = j
+    return order
 
 
 def set_priorities(gens: Sequence[Generation], values: Sequence[float]) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 from ..kv_handling import KVCostModel, SharedPrefix, private_context
 from ..types import Generation, GenState
 from . import register
-from .base import Policy, PolicyContext, Selection, ascending_perm, set_priorities
+from .base import Policy, PolicyContext, Selection, arrival_order, ascending_perm, set_priorities
 from .slots import SlotTable
 from .lamps import _cost_from
 
@@ -35,33 +35,21 @@ def _arrival_id(g: Generation) -> tuple:
     return (g.request.arrival, g.gen_id)
 
 
-_ARRIVAL = operator.attrgetter("request.arrival")
 _PRIORITY = operator.attrgetter("priority")
-_ID = operator.attrgetter("request.request_id")
 
 
 def longest_first(gens: Sequence[Generation]) -> list[Generation]:
     """`gens` sorted by (-priority, arrival, gen_id).  Total lengths tie a lot, so instead of
     `priority_order` (which re-sorts every run of equal priorities by the tuple) this sorts by
-    arrival (gen_id among equal arrivals), then stably by priority, descending — both with C-level
-    keys; the order is the same.  Non-finite priorities take the plain tuple sort."""
+    (arrival, gen_id), then stably by priority, descending — with C-level keys; the order is the
+    same.  Non-finite priorities take the plain tuple sort."""
     try:
         finite = math.isfinite(sum(map(_PRIORITY, gens)))
     except TypeError:
         finite = False
     if not finite:
         return sorted(gens, key=lambda g: (-g.priority, g.request.arrival, g.gen_id))
-    order = sorted(gens, key=_ARRIVAL)
-    keys = list(map(_ARRIVAL, order))
-    if len(set(keys)) < len(keys):  # equal arrivals: by gen_id
-        i, n = 0, len(order)
-        while i < n:
-            j = i + 1
-            while j < n and keys[j] == keys[i]:
-                j += 1
-            if j - i > 1:
-                order[i:j] = sorted(order[i:j], key=_ID)
-            i = j
+    order = arrival_order(gens)
     order.sort(key=_PRIORITY, reverse=True)  # stable: equal priorities keep the arrival order
     return order
 
