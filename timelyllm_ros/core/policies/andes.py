@@ -238,7 +238,8 @@ class Andes(Policy):
         return all(getattr(cls, m) is getattr(Andes, m)
                    for m in ("rate", "lat", "_item", "q_serve", "loss", "triggered", "batch_sizes", "_refine"))
 
-    _ARRAYS = ("start", "l", "pending", "own", "fixed", "base", "fold_rate", "sa", "pn", "la", "dl", "last_start")
+    _ARRAYS = ("start", "l", "pending", "own", "fixed", "base", "fold_rate", "sa", "pn", "la", "dl", "last_start",
+               "nseg")
 
     def _fill(self, g: Generation, slot: int, ctx: PolicyContext) -> None:
         """What Andes needs of g that only changes when g runs: delivery runs, ideal start,
@@ -246,6 +247,11 @@ class Andes(Policy):
         a reading / listening base scaled by tokens per word)."""
         table = self._table
         a = table.a
+        a["l"][slot] = max(1, len(g.prompt_ids) + len(g.output_ids))
+        a["pending"][slot] = g.seg_tokens if self.mode is DispatchMode.STREAM else 0
+        if a["nseg"][slot] == len(g.segments):
+            return  # more tokens, same segments (a running one): runs and speeds unchanged
+        a["nseg"][slot] = len(g.segments)
         req = g.request
         robot = ctx.robots.get(req.robot_type)
         if req.consume_rate is not None:
@@ -260,8 +266,6 @@ class Andes(Policy):
         table.py[slot] = runs
         start = req.arrival + ttft_target(req)
         a["start"][slot] = start
-        a["l"][slot] = max(1, len(g.prompt_ids) + len(g.output_ids))
-        a["pending"][slot] = g.seg_tokens if self.mode is DispatchMode.STREAM else 0
         a["own"][slot] = math.nan if own is None else own
         a["fixed"][slot] = fixed
         a["base"][slot] = SPEAKING_TOK_S if req.robot_type in self.speaking_types else READING_TOK_S

@@ -19,6 +19,7 @@ carrying the `persistent` fields (e.g. starvation counters) over.
 
 from __future__ import annotations
 
+import operator
 from typing import Callable, Sequence
 
 import numpy as np
@@ -38,6 +39,7 @@ class SlotTable:
         self._slot_of: dict[int, int] = {}
         self.objs: list[Generation] = []
         self.py: list = []  # one Python object per slot, for the fills (e.g. delivery runs)
+        self._last: tuple[list[Generation], np.ndarray] | None = None
         self.a: dict[str, np.ndarray] = {k: np.full(0, v, dtype=t) for k, (t, v) in self.fields.items()}
 
     def _grow(self, need: int) -> None:
@@ -69,8 +71,12 @@ class SlotTable:
         n = len(gens)
         if len(self.objs) > 4 * n + 4096:
             self._rebuild(gens)
-        get = self._slot_of.get
-        sl = np.array([get(id(g), -1) for g in gens], dtype=np.intp)
+        last = self._last
+        if last is not None and len(last[0]) == n and all(map(operator.is_, gens, last[0])):
+            sl = last[1].copy()  # the same generations as at the last lookup (common between points)
+        else:
+            get = self._slot_of.get
+            sl = np.array([get(id(g), -1) for g in gens], dtype=np.intp)
         self._grow(len(self.objs) + n)
         a = self.a
         out = np.array([len(g.output_ids) for g in gens], dtype=float)
@@ -87,6 +93,7 @@ class SlotTable:
                 self.py.append(None)
             a["_out"][slot] = out[i]
             fill(g, slot)
+        self._last = (list(gens), sl.copy())
         return sl
 
     def _rebuild(self, gens: Sequence[Generation]) -> None:
