@@ -365,3 +365,34 @@ def test_andes_fast_select_matches_reference(specs, steps, blocked, net, tpw, mo
     fast, ref = Andes(**kw), Reference(**kw)
     assert _run(fast, a, steps, blocked) == _run(ref, b, steps, blocked)
     assert (fast.solves, fast.last_decision, repr(fast._tpw)) == (ref.solves, ref.last_decision, repr(ref._tpw))
+
+
+_RUNS = st.lists(st.tuples(st.floats(0, 20), st.integers(1, 6)), max_size=4)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(_RUNS, st.floats(0, 10), st.sampled_from([0.5, 2.0, 4.8, 12.0])), min_size=1, max_size=6),
+       st.floats(0, 30), st.one_of(st.none(), st.tuples(st.floats(0, 3), st.integers(0, 30),
+                                                         st.sampled_from([0.01, 0.08, 0.3, 1.0]))))
+def test_qoe_batch_equals_qoe_of_runs(reqs, at, stream):
+    """QoEBatch against the scalar QoE, for requests whose delivered runs all start by `at`."""
+    import numpy as np
+
+    from timelyllm_ros.core.qoe import QoEBatch, Run, fold_runs, qoe_of_runs
+    rows = []
+    for runs, start, rate in reqs:
+        rs = sorted((Run(t, c) for t, c in runs if t <= at), key=lambda r: r.start)
+        rows.append((rs, start, rate))
+    folded = [fold_runs(rs, 1.0 / rate, start) + (sum(r.count for r in rs),) for rs, start, rate in rows]
+    f = np.array(folded, dtype=float).reshape(-1, 4).T
+    qb = QoEBatch(f[0], f[1], f[2], f[3], np.array([r[1] for r in rows]), 1.0 / np.array([r[2] for r in rows]))
+    if stream is None:
+        got = qb.at(at)
+        want = [qoe_of_runs(rs, ideal_start=st_, rate=r, now=at, complete=False).qoe for rs, st_, r in rows]
+    else:
+        s0, count, iv = stream
+        s0 = max(s0, max((r.start for rs, _, _ in rows for r in rs), default=0.0))  # after every delivered run
+        got = qb.at(at, (s0, np.full(len(rows), float(count)), iv))
+        want = [qoe_of_runs(rs + [Run(s0, count, iv)], ideal_start=st_, rate=r, now=at, complete=False).qoe
+                for rs, st_, r in rows]
+    assert [repr(float(x)) for x in got] == [repr(x) for x in want]

@@ -198,29 +198,44 @@ class QoEBatch:
                     tail = ks < c
                     sa2 = np.where(tail, sa2 + ((c - ks) * s + iv * (c * (c - 1) / 2 - ks * (ks - 1) / 2)), sa2)
                     la2 = np.where(tail, s + (c - 1) * iv, a0 + (c - 1) * u)
-                has = started & (count > 0)  # zero-count runs are dropped
-                if has.all():
+                if bool(np.all(started)) and np.min(count) > 0:
                     sa, la, pn, dl = sa2, la2, la2 + u, dl + c
+                    some = bool(np.min(c) >= 1)  # every request has a token on its timeline: n >= 1
                 else:
+                    has = started & (count > 0)  # zero-count runs are dropped
                     sa, la = np.where(has, sa2, sa), np.where(has, la2, la)
                     pn, dl = np.where(has, la2 + u, pn), dl + np.where(has, c, 0)
+                    some = False
+            else:
+                some = False
             if np.ndim(at):
                 start = self.start
                 expected = np.where(at < start - _EPS, 0.0, np.floor((at - start) / u + _EPS) + 1)
             else:
                 expected = self.expected(at)
+            # (token counts are integers in floats: their sums and differences are exact)
             missing = expected - dl
             pend = missing > 0  # expected but not delivered: consumed "at `at`" (flat)
             a0 = np.where(pn > at, pn, at)  # max(at, prev_next)
-            sa = np.where(pend, sa + missing * a0, sa)
+            t = missing * a0
+            t += sa  # sa + missing * a0
+            sa = np.where(pend, t, sa)
             la = np.where(pend, a0, la)
-            n = np.where(pend, dl + missing, dl)
-            s_ideal = n * self.start + u * n * (n - 1) / 2
+            n = np.where(pend, expected, dl)  # dl + missing
+            s_ideal = n * self.start
+            t = u * n
+            t *= n - 1
+            t /= 2
+            s_ideal += t  # n * start + u * n * (n - 1) / 2
             d = sa - s_ideal
             s_delay = np.where(d > 0.0, d, 0.0)  # max(0.0, ·)
-            s_whole = n * la - s_ideal
-            y = 1.0 - s_delay / s_whole  # <= 1 where it is used (s_delay >= 0, s_whole > eps): min(1, ·) is a no-op
+            s_whole = n * la
+            s_whole -= s_ideal
+            y = s_delay / s_whole
+            np.subtract(1.0, y, out=y)  # <= 1 where it is used (s_delay >= 0, s_whole > eps): min(1, ·) is a no-op
             y = np.where(y > 0.0, y, 0.0)  # max(0.0, ·)
+        if some:
+            return np.where(s_whole <= _EPS, 1.0, y)
         return np.where((n == 0) | (s_whole <= _EPS), 1.0, y)
 
 
