@@ -81,6 +81,15 @@ def step_report(records, profile) -> list[str]:
         pred = [profile.record_s(r) for r in rs]  # tokenising happens at submit, outside the step
         lines.append(f"{name:14} {len(rs):>5} {1e3 * statistics.median(meas):>12.2f} "
                      f"{1e3 * statistics.median(pred):>11.2f} {sum(pred) / sum(meas):>10.2f}")
+    dec = kinds["decode only"]
+    for lo, hi in ((1, 1), (2, 3), (4, 7), (8, 10 ** 9)):  # does the batch term follow? (decode only)
+        rs = [r for r in dec if lo <= r.seqs <= hi]
+        if rs:
+            meas = [r.duration_s + r.post_s for r in rs]
+            pred = [profile.record_s(r) for r in rs]
+            label = f"  {lo}{'+' if hi > 10 ** 6 else '' if lo == hi else f'-{hi}'} seqs"
+            lines.append(f"{label:14} {len(rs):>5} {1e3 * statistics.median(meas):>12.2f} "
+                         f"{1e3 * statistics.median(pred):>11.2f} {sum(pred) / sum(meas):>10.2f}")
     gaps = host_gaps(records)
     if gaps:
         lines.append(f"host time between back-to-back iterations (planner, segmenter, dispatch; not in "
