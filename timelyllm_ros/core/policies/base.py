@@ -121,17 +121,20 @@ def priority_order(gens: Sequence[Generation],
 
 
 def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: bool = True,
-                   first: "np.ndarray | None" = None) -> list[int]:
+                   first: "np.ndarray | None" = None, arrival: "np.ndarray | None" = None) -> list[int]:
     """Indices of `gens` sorted by (keys[i], ready_since, arrival, gen_id) — the order
     `priority_order` gives with priority = -keys[i] — or, with ready_since False, by (keys[i],
     arrival, gen_id); with `first` (bools), those marked True come first, each group in that
     order.  For policies that computed their keys as a numpy array: one numpy lexsort; only runs
     equal in everything but gen_id (rare: same arrival and ready time) are re-sorted by gen_id in
-    Python.  Non-finite values take the plain tuple sort."""
+    Python.  `arrival`: the generations' arrival times, if the caller has them.  Non-finite values
+    take the plain tuple sort."""
     n = len(gens)
     if n < 2:
         return list(range(n))
-    cols = [np.array([g.request.arrival for g in gens], dtype=float)]  # (list comprehensions beat np.fromiter here)
+    if arrival is None:
+        arrival = np.array([g.request.arrival for g in gens], dtype=float)  # (list comprehensions beat np.fromiter)
+    cols = [arrival]
     if ready_since:
         cols.append(np.array([g.ready_since for g in gens], dtype=float))
     cols.append(keys)

@@ -99,6 +99,7 @@ class Hybrid(Policy):
         a = self._table.a
         a["pri"][slot] = self.total_length(g, ctx)
         a["own"][slot] = private_context(g, self.prefix)
+        a["arrival"][slot] = g.request.arrival
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
@@ -116,7 +117,7 @@ class Hybrid(Policy):
         table = self.__dict__.get("_table")
         sig = (self.prefix.signature(), id(ctx.robots))
         if table is None:
-            table = self._table = SlotTable({"pri": (float, 0.0), "own": (float, 0.0)})
+            table = self._table = SlotTable({"pri": (float, 0.0), "own": (float, 0.0), "arrival": (float, 0.0)})
         if sig != self.__dict__.get("_sig"):
             table.invalidate()
             self._sig = sig
@@ -125,7 +126,8 @@ class Hybrid(Policy):
         sl = table.lookup(ready, lambda g, slot: self._fill(g, slot, ctx))
         pri = table.a["pri"][sl]
         set_priorities(ready, pri.tolist())
-        perm = np.asarray(ascending_perm(ready, -pri, ready_since=False), dtype=np.intp)  # (-priority, arrival, id)
+        perm = np.asarray(ascending_perm(ready, -pri, ready_since=False, arrival=table.a["arrival"][sl]),
+                          dtype=np.intp)  # (-priority, arrival, id)
         queued_state = GenState.QUEUED
         queued = np.array([g.state is queued_state for g in ready], dtype=bool)
         order = list(map(ready.__getitem__, perm.tolist()))

@@ -296,7 +296,8 @@ class LAMPS(WasteHandling, Policy):
         t = self.__dict__.get("_slots")
         if t is None:
             fields: dict = {k: (float, 0.0) for k in self._STATIC}
-            fields.update(ok=(bool, False), jit_cand=(bool, False), id_hash=(np.int64, 0), seen=(np.int64, -(2 ** 62)),
+            fields.update(ok=(bool, False), jit_cand=(bool, False), id_hash=(np.int64, 0), arrival=(float, 0.0),
+                          seen=(np.int64, -(2 ** 62)),
                           count=(np.int64, 0), starving=(bool, False))
             t = self._slots = SlotTable(fields, persistent=("seen", "count", "starving"))
         return t
@@ -329,6 +330,7 @@ class LAMPS(WasteHandling, Policy):
         a["ok"][slot] = t_call >= 0 and c2 >= 0  # waste() refuses negative inputs: the plain path raises
         a["jit_cand"][slot] = bool(g.segments) and not g.segments[-1].blocking
         a["id_hash"][slot] = hash(g.gen_id)
+        a["arrival"][slot] = g.request.arrival
         if g.extra.get(_STARVE):
             a["starving"][slot] = True
 
@@ -408,13 +410,15 @@ class LAMPS(WasteHandling, Policy):
             slow += [i for i in maybe if ready[i].gen_id in run_ids]
         for i in slow:  # C_other of a running one, or inputs waste() refuses: the plain formula
             area[i] = self.area(ready[i], ctx, running, None if ready[i].gen_id in run_ids else int(c_other))
-        keep = np.flatnonzero(elig)
+        if elig.all():
+            keep, gens, area_k = np.arange(len(ready)), list(ready), area
+        else:
+            keep = np.flatnonzero(elig)
+            gens, area_k = list(map(ready.__getitem__, keep.tolist())), area[keep]
         starving = a["starving"][sl][keep]
-        area_k = area[keep]
-        gens = list(map(ready.__getitem__, keep.tolist()))
         set_priorities(gens, (-area_k).tolist())
         # starving ones first, each group by area, FCFS among equals
-        perm = ascending_perm(gens, area_k, first=starving if starving.any() else None)
+        perm = ascending_perm(gens, area_k, first=starving if starving.any() else None, arrival=a["arrival"][sl][keep])
         order = list(map(gens.__getitem__, perm))
         if self.memory_admission and order:
             # admission_cut over the static block needs: the longest prefix whose cumulative need

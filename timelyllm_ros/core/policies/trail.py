@@ -113,6 +113,7 @@ class Trail(Policy):
         a = self._table.a
         a["rem"][slot] = self.remaining(g)
         a["pinned"][slot] = self.pinned(g)
+        a["arrival"][slot] = g.request.arrival
         if not self._cacheable or errors or "lenpred_error" in ex:
             self._table.invalidate(g)
 
@@ -123,13 +124,13 @@ class Trail(Policy):
         generation generates nothing, so its rank stays put between scheduling points)."""
         full = any([g.extra.pop("blocked", None) is not None for g in ready])  # pops from every one
         if self.__dict__.get("_table") is None:
-            self._table = SlotTable({"rem": (float, 0.0), "pinned": (bool, False)})
+            self._table = SlotTable({"rem": (float, 0.0), "pinned": (bool, False), "arrival": (float, 0.0)})
         table = self._table
         sl = table.lookup(ready, self._fill)
         rem = table.a["rem"][sl]
         pinned = table.a["pinned"][sl]
         set_priorities(ready, (-rem).tolist())
-        perm = ascending_perm(ready, rem, first=pinned)
+        perm = ascending_perm(ready, rem, first=pinned, arrival=table.a["arrival"][sl])
         order = list(map(ready.__getitem__, perm))
         preempt: list[Generation] = []
         if full and order:
