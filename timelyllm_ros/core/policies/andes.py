@@ -436,7 +436,8 @@ class Andes(Policy):
         if kept and admit:  # loss(): the QoE a kept request loses if the whole batch stalls `overhead` s
             k_ = np.array(kept)[:, None]
             one = QoEBatch(qb.sa[k_], qb.pn[k_], qb.la[k_], qb.dl[k_], qb.start[k_], qb.u[k_])
-            d = one.at(now) - one.at(now + over)  # Q_cur minus Q at the end of the stall, kept x admitted
+            q = one.at(np.concatenate(([now], now + over)))  # Q_cur, then Q at the end of each stall
+            d = q[:, :1] - q[:, 1:]  # kept x admitted
             loss = np.where(over > 0, np.where(d > 0.0, d, 0.0), 0.0)
             for row, i in enumerate(kept):  # a delivered run not started yet: the scalar formula
                 if last_start[i] > now + _EPS:
