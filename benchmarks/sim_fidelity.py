@@ -31,35 +31,11 @@ sys.path.insert(0, str(REPO))
 
 def simulate(workload, plans, *, profile_path, tokenizer, robots, policy, keep):
     """The simulator on the same arrivals, replaying the real model's prompts and outputs."""
-    from timelyllm_ros.prompts import PromptBuilder
-    from timelyllm_ros.serve import warm_up
-    from timelyllm_ros.sim.runner import run_simulation
+    from timelyllm_ros.sim.replay import replay
 
-    builder = PromptBuilder(robots, tokenizer)
     log: list = []
-
-    def prompts(engine):
-        class ScriptedPrompts:
-            """The model's real prompts; the simulated LLM 'generates' what the real one did."""
-
-            def prompt_ids(self, request):
-                engine.set_script(request.request_id, plans[request.request_id])
-                return builder.prompt_ids(request)
-
-            def result_ids(self, request, segment, value):
-                return builder.result_ids(request, segment, value)
-
-        return ScriptedPrompts()
-
-    def setup(planner, arrivals):
-        warm_up(planner.engine, builder, sorted({a.robot_type for a in arrivals}))  # as the real run
-        planner.engine.step_log = log
-        # the real run's clock starts after its warm-up: shift the arrivals past the simulated one
-        t0 = planner.clock.now()
-        return [dataclasses.replace(a, time=a.time + t0) for a in arrivals if keep(a) and a.request_id in plans]
-
-    res = run_simulation(workload, policy, profile_path=profile_path, robots=robots, setup=setup,
-                         tokenizer=tokenizer, prompts=prompts)
+    res = replay(workload, plans, profile_path=profile_path, tokenizer=tokenizer, robots=robots, policy=policy,
+                 keep=keep, step_log=log)
     return res.metrics, log
 
 

@@ -10,7 +10,7 @@ import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -219,23 +219,49 @@ def parse_robot(data: Any, source: str = "<robot>") -> RobotSpec:
     )
 
 
+def yaml_error_line(e: Exception) -> str:
+    """A PyYAML error as ``:LINE: problem`` (PyYAML's own text spans several lines)."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    return f"{':' + str(mark.line + 1) if mark is not None else ''}: not valid YAML: {problem}"
+
+
 def load_robot(path: str | Path) -> RobotSpec:
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise RobotSpecError(f"{path}: cannot read robot definition: {e}") from e
+        text = path.read_text()
+    except OSError as e:
+        raise RobotSpecError(f"{path}: cannot read robot definition: {e.strerror or e}") from e
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise RobotSpecError(f"{path}{yaml_error_line(e)}") from e
     return parse_robot(data, str(path))
 
 
-def load_robots(directory: str | Path = ROBOTS_DIR) -> dict[str, RobotSpec]:
-    """All robot types in a directory, keyed by robot_type."""
+def load_robots(directory: str | Path = ROBOTS_DIR, *, extra_dirs: Sequence[str | Path] = ()) -> dict[str, RobotSpec]:
+    """All robot types in a directory, plus those of ``extra_dirs`` (custom robots beside the
+    bundled ones), keyed by robot_type.  A robot_type defined twice is an error that blames the
+    file added last — a file of ``extra_dirs`` over one of ``directory``; within one directory
+    the newer file (modification time) — and names the other one."""
     out: dict[str, RobotSpec] = {}
-    for p in sorted(Path(directory).glob("*.yaml")):
-        spec = load_robot(p)
-        if spec.robot_type in out:
-            raise RobotSpecError(f"{p}: robot_type {spec.robot_type!r} defined twice")
-        out[spec.robot_type] = spec
+    origin: dict[str, Path] = {}
+    for i, d in enumerate((directory, *extra_dirs)):
+        d = Path(d)
+        if not d.is_dir():
+            raise RobotSpecError(f"robots directory {str(d)!r} does not exist")
+        files = sorted(d.glob("*.yaml"))
+        if not files and i > 0:
+            raise RobotSpecError(f"no robot definitions (*.yaml) in {d}")
+        for p in files:
+            spec = load_robot(p)
+            old = origin.get(spec.robot_type)
+            if old is not None:
+                new, other = p, old
+                if old.parent == p.parent and old.stat().st_mtime > p.stat().st_mtime:
+                    new, other = old, p
+                raise RobotSpecError(f"{new}: robot_type {spec.robot_type!r} is already defined in {other}")
+            out[spec.robot_type], origin[spec.robot_type] = spec, p
     if not out:
         raise RobotSpecError(f"no robot definitions in {directory}")
     return out

@@ -13,7 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from timelyllm_ros.core.robots import ROBOTS_DIR, RobotSpec, load_robots
+from timelyllm_ros.core.robots import ROBOTS_DIR, RobotSpec, RobotSpecError, load_robots
+from timelyllm_ros.inputs import InputError
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +61,8 @@ PLANNER_DEFAULTS: dict[str, Any] = {
 }
 
 
-class ConfigError(ValueError):
-    """A node parameter is invalid; the message names it."""
+class ConfigError(InputError):
+    """A node parameter is invalid; the message (one line) names it."""
 
 
 def share_dir(sub: str) -> Path:
@@ -80,7 +81,18 @@ def share_dir(sub: str) -> Path:
 def robots_from(params: dict[str, Any]) -> dict[str, RobotSpec]:
     d = params.get("robots_dir") or ""
     path = Path(d) if d else (ROBOTS_DIR if ROBOTS_DIR.is_dir() else share_dir("robots"))
-    return load_robots(path)
+    try:
+        return load_robots(path)
+    except RobotSpecError as e:
+        raise ConfigError(f"robots_dir: {e}") from None
+
+
+def _checked(name: str, check: Callable[[], Any]) -> Any:
+    """Run one of timelyllm_ros.inputs' checks, its error as this node's ConfigError."""
+    try:
+        return check()
+    except InputError as e:
+        raise ConfigError(str(e) if str(e).startswith(name) else f"{name}: {e}") from None
 
 
 def build_executor(params: dict[str, Any], *, namespace: str = "") -> tuple[Any, str]:
@@ -136,11 +148,14 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
     if unknown:
         raise ConfigError(f"unknown planner parameters {sorted(unknown)}")
     robots = robots_from(p)
-    try:
-        extra = {"model_dir": str(share_dir("models") / "length-predictor")} if p["policy"] == "trail" else {}
-        policy = make_policy(str(p["policy"]), **extra)  # installed: models/ lives in share/timelyllm
-    except Exception as e:
-        raise ConfigError(f"policy {p['policy']!r}: {e}") from e
+    from timelyllm_ros.inputs import check_policies, check_policy_params
+
+    _checked("policy", lambda: check_policies([str(p["policy"])], arg="policy"))
+    extra = {"model_dir": str(share_dir("models") / "length-predictor")} if p["policy"] == "trail" else {}
+    _checked("policy", lambda: check_policy_params(str(p["policy"]), extra, arg="policy"))
+    policy = make_policy(str(p["policy"]), **extra)  # installed: models/ lives in share/timelyllm
+    if isinstance(p["max_batch"], bool) or not isinstance(p["max_batch"], int) or p["max_batch"] < 0:
+        raise ConfigError(f"max_batch: must be an integer >= 0 (0: latency-guided), got {p['max_batch']!r}")
     if p["engine"] == "simulated":
         from timelyllm_ros.core.clock import VirtualClock
         from timelyllm_ros.engines.simulated import LatencyProfile, SimulatedEngine
@@ -149,23 +164,21 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
         restart_engine = None  # the simulated engine does not die
         clock: Any = VirtualClock()
         profile = Path(p["profile"]) if p["profile"] else share_dir("profiles") / "rtx4090_llama3_8b.yaml"
-        engine: Any = SimulatedEngine(clock, LatencyProfile.from_yaml(profile))
+        try:
+            latency = LatencyProfile.from_yaml(profile)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"profile: {e}") from None
+        engine: Any = SimulatedEngine(clock, latency)
         prompts: Any = SimPromptSource(engine, robots=robots)
     elif p["engine"] == "vllm":
-        import yaml
-
         from timelyllm_ros.core.clock import WallClock
         from timelyllm_ros.engines.vllm_engine import VllmEngine
+        from timelyllm_ros.inputs import vllm_config
         from timelyllm_ros.prompts import PromptBuilder
 
-        cfg: dict[str, Any] = {"block_size": 32, "max_num_seqs": 32, "kv_cache_space_gib": 1,
-                               "enforce_eager": True, "max_model_len": 2048, "seed": 0}
-        if p["engine_config"]:
-            extra = yaml.safe_load(Path(p["engine_config"]).read_text()) or {}
-            if not isinstance(extra, dict):
-                raise ConfigError(f"engine_config {p['engine_config']} must be a YAML mapping")
-            cfg.update(extra)
-        cfg["model"] = p["model"] or cfg.get("model") or str(share_dir("models") / "tiny-planner")
+        cfg = _checked("engine_config", lambda: vllm_config(
+            p["engine_config"] or None, p["model"] or None, default_model=share_dir("models") / "tiny-planner",
+            config_arg="engine_config", model_arg="model"))
         clock = WallClock()
         engine = VllmEngine(cfg)
 
