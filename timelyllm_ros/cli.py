@@ -20,7 +20,8 @@ from typing import Any, Callable, NoReturn, Sequence
 from .inputs import InputError as CliError  # noqa: F401 - subcommands raise it
 
 EXIT_USAGE = 2
-SUBCOMMAND_MODULES = ("timelyllm_ros.demo", "timelyllm_ros.serve", "timelyllm_ros.offline.cli")
+SUBCOMMAND_MODULES = ("timelyllm_ros.demo", "timelyllm_ros.serve", "timelyllm_ros.offline.cli",
+                      "timelyllm_ros.nodes.cli")
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -366,11 +366,12 @@ def request_status_fields(gen: Generation, *, stamp: float | None = None) -> dic
 
 
 def rejected_status_fields(request_id: str, robot_id: str, reason: str, *,
-                           stamp: float | None = None) -> dict[str, Any]:
-    """Status for a request that was never admitted: the sender always hears back."""
+                           stamp: float | None = None, state: str = "rejected") -> dict[str, Any]:
+    """Terminal status of a request this planner does not run: never admitted (rejected), or
+    failed by a restarted planner's recovery (state "failed"). The sender always hears back."""
     return {
         "stamp": time_fields(stamp), "request_id": request_id, "robot_id": robot_id,
-        "state": "rejected", "terminal": True, "segments_dispatched": 0, "segments_done": 0,
+        "state": state, "terminal": True, "segments_dispatched": 0, "segments_done": 0,
         "response_time_s": -1.0, "utility": 0.0, "reason": reason,
     }
 

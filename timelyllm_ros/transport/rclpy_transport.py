@@ -31,6 +31,7 @@ from .base import (
     QOS_SENSOR,
     CancelCallback,
     Closer,
+    SubscriptionCloser,
     ExecuteCallback,
     Fields,
     GoalCallback,
@@ -302,7 +303,7 @@ class RclpyTransport:
         cls = message_class(msg_type)
         sub = self.node.create_subscription(cls, topic, _guarded(f"subscription {topic}", lambda m: callback(from_msg(m))),
                                             qos_profile(qos), callback_group=self.group)
-        h = Closer(lambda: self.node.destroy_subscription(sub))
+        h = SubscriptionCloser(lambda: self.node.destroy_subscription(sub), matched=sub.get_publisher_count)
         self._handles.append(h)
         return h
 
@@ -386,3 +387,7 @@ class _Publisher:
 
     def publish(self, fields: Fields) -> None:
         self._pub.publish(to_msg(self._cls, fields))
+
+    def matched_count(self) -> int:
+        return int(self._pub.get_subscription_count())
+
