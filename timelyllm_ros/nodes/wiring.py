@@ -59,6 +59,8 @@ PLANNER_DEFAULTS: dict[str, Any] = {
     "server_wait_s": 2.0,
     "journal_path": "",  # SQLite request journal ("" = off); unfinished requests recovered at start
     "journal_retention_s": 604800.0,  # terminal requests kept in the journal (7 days)
+    "executors": "",  # comma-separated robot ids whose action servers are discovered at start
+    "warm_up": False,  # vllm: prefill each robot type's prompt prefix and compile before serving
 }
 
 
@@ -227,6 +229,10 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
                 pass
             return VllmEngine(cfg)
         prompts = PromptBuilder(robots, engine.tokenizer)
+        if p["warm_up"]:
+            from timelyllm_ros.serve import warm_up
+
+            warm_up(engine, prompts, sorted(robots))
     else:
         raise ConfigError(f"engine must be simulated or vllm, got {p['engine']!r}")
 
@@ -262,6 +268,7 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
 
     node_cfg = PlannerNodeConfig(
         status_period_s=float(p["status_period_s"]), frame_id=str(p["frame_id"]),
+        executors=tuple(r.strip() for r in str(p["executors"]).split(",") if r.strip()),
         dispatcher=DispatcherConfig(timeout_factor=float(p["goal_timeout_factor"]),
                                     timeout_margin_s=float(p["goal_timeout_margin_s"]),
                                     server_wait_s=float(p["server_wait_s"])))
