@@ -60,7 +60,7 @@ PLANNER_DEFAULTS: dict[str, Any] = {
     "journal_path": "",  # SQLite request journal ("" = off); unfinished requests recovered at start
     "journal_retention_s": 604800.0,  # terminal requests kept in the journal (7 days)
     "executors": "",  # comma-separated robot ids whose action servers are discovered at start
-    "warm_up": False,  # vllm: prefill each robot type's prompt prefix and compile before serving
+    "warm_up": False,  # prefill each robot type's prompt prefix (vLLM: and compile) before serving
 }
 
 
@@ -229,12 +229,12 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
                 pass
             return VllmEngine(cfg)
         prompts = PromptBuilder(robots, engine.tokenizer)
-        if p["warm_up"]:
-            from timelyllm_ros.serve import warm_up
-
-            warm_up(engine, prompts, sorted(robots))
     else:
         raise ConfigError(f"engine must be simulated or vllm, got {p['engine']!r}")
+    if p["warm_up"]:  # as the in-process demo: no request pays for a robot type's first prefill
+        from timelyllm_ros.serve import warm_up
+
+        warm_up(engine, prompts, sorted(robots))
 
     journal = None
     if p["journal_path"]:
