@@ -304,7 +304,8 @@ def run_ros_graph(inp: DemoInputs, opts: Any) -> int:
     console.print(f"recorded {sum(res.bag_counts.values())} messages on {len(res.bag_counts)} topics to the MCAP bag "
                   f"{res.bag}/ (rosbag2; open {next(iter(sorted(res.bag.glob('*.mcap'))), res.bag)} in Foxglove)")
     console.print()
-    report(console, inp, metrics=res.metrics, plans={g.gen_id: g.text for g in res.generations}, step_records=[],
+    report(console, inp, metrics=res.metrics, plans={g.gen_id: g.text for g in res.generations},
+           step_records=res.step_records,
            device="cpu", wall_s=res.wall_s, engine=opts.engine, mode="ROS 2 graph", timeline=res.timeline(),
            extra={"ros_domain_id": res.domain_id, "bag": str(res.bag), "bag_counts": res.bag_counts,
                   "node_exit_codes": res.exit_codes, "tello_drone": res.tello_drone, "notes": res.notes,

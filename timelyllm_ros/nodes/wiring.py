@@ -60,6 +60,7 @@ PLANNER_DEFAULTS: dict[str, Any] = {
     "journal_path": "",  # SQLite request journal ("" = off); unfinished requests recovered at start
     "journal_retention_s": 604800.0,  # terminal requests kept in the journal (7 days)
     "executors": "",  # comma-separated robot ids whose action servers are discovered at start
+    "step_log_path": "",  # write the engine's serving steps (StepRecords, JSON lines) here at shutdown
     "warm_up": False,  # prefill each robot type's prompt prefix (vLLM: and compile) before serving
 }
 
@@ -227,7 +228,9 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
                 old.shutdown()
             except Exception:  # noqa: BLE001 - it is dead already
                 pass
-            return VllmEngine(cfg)
+            new = VllmEngine(cfg)
+            new.step_log = old.step_log  # the serving steps go on in one log
+            return new
         prompts = PromptBuilder(robots, engine.tokenizer)
     else:
         raise ConfigError(f"engine must be simulated or vllm, got {p['engine']!r}")
@@ -235,6 +238,8 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
         from timelyllm_ros.serve import warm_up
 
         warm_up(engine, prompts, sorted(robots))
+    step_log: list | None = [] if p["step_log_path"] else None
+    engine.step_log = step_log  # serving steps only (not the warm-up)
 
     journal = None
     if p["journal_path"]:
@@ -272,7 +277,14 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
         dispatcher=DispatcherConfig(timeout_factor=float(p["goal_timeout_factor"]),
                                     timeout_margin_s=float(p["goal_timeout_margin_s"]),
                                     server_wait_s=float(p["server_wait_s"])))
-    return make_planner, clock, node_cfg, engine.shutdown
+    def shutdown() -> None:
+        if step_log is not None:
+            from timelyllm_ros.engines.base import save_step_log
+
+            save_step_log(str(p["step_log_path"]), step_log)
+        engine.shutdown()
+
+    return make_planner, clock, node_cfg, shutdown
 
 
 def _spin_until_signal() -> None:

@@ -80,6 +80,7 @@ class GraphResult:
     tello_drone: str | None
     logs: Path
     notes: list[str] = field(default_factory=list)
+    step_records: list[Any] = field(default_factory=list)  # the planner's serving steps (engine speed)
 
     def timeline(self) -> list[dict[str, Any]]:
         return timeline_records(self.generations)
@@ -138,6 +139,7 @@ def run_graph(inp: Any, opts: GraphOptions, *, say: Callable[[str], None],
     os.environ.update({k: env[k] for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE")})  # our own node
     logs = inp.out / "logs"
     bag_path = inp.out / "bag"
+    (inp.out / "planner_steps.jsonl").unlink(missing_ok=True)
     if bag_path.exists():
         shutil.rmtree(bag_path)  # this policy's previous run (check_demo_inputs allowed --out)
     group = ProcessGroup(logs, env)
@@ -147,7 +149,8 @@ def run_graph(inp: Any, opts: GraphOptions, *, say: Callable[[str], None],
 
     # -- start: emulator, executors, planner, agents (the agents wait for the start signal)
     planner_params: dict[str, Any] = dict(engine=opts.engine, policy=inp.policy, executors=",".join(robots),
-                                          goal_timeout_margin_s=30.0, server_wait_s=10.0, warm_up=True)
+                                          goal_timeout_margin_s=30.0, server_wait_s=10.0, warm_up=True,
+                                          step_log_path=str(inp.out / "planner_steps.jsonl"))
     if inp.max_batch:
         planner_params["max_batch"] = int(inp.max_batch)
     if opts.engine == "vllm":
@@ -259,12 +262,18 @@ def run_graph(inp: Any, opts: GraphOptions, *, say: Callable[[str], None],
             monitor.close()
         if transport is not None:
             transport.close()
+    from timelyllm_ros.engines.base import load_step_log
+
+    steps_file = inp.out / "planner_steps.jsonl"
+    steps = load_step_log(steps_file) if steps_file.is_file() else []
+    if not steps:
+        notes.append(f"the planner wrote no engine steps to {steps_file}: engine speed not measured")
     bad = {n: rc for n, rc in exit_codes.items() if rc != 0}
     if bad:
         notes.append(f"nodes that did not exit cleanly: {bad} (logs in {logs})")
     return GraphResult(generations=gens, metrics=summarize(gens), rejected=rejected, wall_s=wall_s, bag=bag_path,
                        bag_counts=dict(recorder.counts) if recorder else {}, exit_codes=exit_codes, domain_id=domain,
-                       tello_drone=tello, logs=logs, notes=notes)
+                       tello_drone=tello, logs=logs, notes=notes, step_records=steps)
 
 
 __all__ = ["GraphOptions", "GraphResult", "RECORDED", "robots_of", "run_graph"]
