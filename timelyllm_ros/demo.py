@@ -301,6 +301,9 @@ def run_ros_graph(inp: DemoInputs, opts: Any) -> int:
     console.print(f"all {len(res.generations) + len(res.rejected)} requests terminal: "
                   f"{dict(sorted(states.items()))}{f', rejected {len(res.rejected)}' if res.rejected else ''}; "
                   f"total wall {time.monotonic() - t_start:.0f} s (serving {res.wall_s:.0f} s)")
+    slow = sorted(res.stop_s.items(), key=lambda kv: -kv[1])[:2]
+    console.print(f"nodes stopped: exit codes {sorted(set(res.exit_codes.values()))}; slowest to stop after SIGINT: "
+                  + ", ".join(f"{n} {s:.1f} s" for n, s in slow))
     console.print(f"recorded {sum(res.bag_counts.values())} messages on {len(res.bag_counts)} topics to the MCAP bag "
                   f"{res.bag}/ (rosbag2; open {next(iter(sorted(res.bag.glob('*.mcap'))), res.bag)} in Foxglove)")
     console.print()
@@ -308,7 +311,7 @@ def run_ros_graph(inp: DemoInputs, opts: Any) -> int:
            step_records=res.step_records,
            device="cpu", wall_s=res.wall_s, engine=opts.engine, mode="ROS 2 graph", timeline=res.timeline(),
            extra={"ros_domain_id": res.domain_id, "bag": str(res.bag), "bag_counts": res.bag_counts,
-                  "node_exit_codes": res.exit_codes, "tello_drone": res.tello_drone, "notes": res.notes,
+                  "node_exit_codes": res.exit_codes, "node_stop_s": res.stop_s, "tello_drone": res.tello_drone, "notes": res.notes,
                   "total_wall_s": round(time.monotonic() - t_start, 3)})
     return 0
 

@@ -91,6 +91,7 @@ class ProcessGroup:
         self.env = dict(env)
         self.children: list[Child] = []
         self.exit_codes: dict[str, int] = {}
+        self.stop_s: dict[str, float] = {}
 
     def start(self, name: str, argv: Sequence[str]) -> Child:
         log = self.log_dir / f"{name}.log"
@@ -110,19 +111,23 @@ class ProcessGroup:
             if (names is None or c.name in names) and c.exited() is not None:
                 raise ChildExited(f"{c.name} exited with code {c.exited()}: {c.log_tail()} (log: {c.log})")
 
-    def stop(self, *, grace_s: float = 15.0, order: Sequence[str] = ()) -> dict[str, int]:
+    def stop(self, *, grace_s: float = 15.0, order: Sequence[str] = (),
+             grace_for: Mapping[str, float] | None = None) -> dict[str, int]:
         """Stop every child: SIGINT (named ones in `order` first, each waited for), then SIGTERM
-        after `grace_s`, then SIGKILL of the process group.  Returns name -> exit code."""
+        after `grace_s` (`grace_for`: per child), then SIGKILL of the process group.  Returns
+        name -> exit code; `stop_s` holds how long each took to exit after its SIGINT."""
+        grace_for = dict(grace_for or {})
         first = [c for n in order for c in self.children if c.name == n]
         rest = [c for c in self.children if c not in first]
         for c in first:
-            self._signal_wait(c, grace_s)
+            self._signal_wait(c, grace_for.get(c.name, grace_s))
+        t_rest = time.monotonic()
         for c in rest:
             if c.exited() is None:
                 self._send(c, signal.SIGINT)
-        end = time.monotonic() + grace_s
         for c in rest:
-            self._wait(c, max(0.1, end - time.monotonic()))
+            self._wait(c, max(0.1, t_rest + grace_for.get(c.name, grace_s) - time.monotonic()))
+            self.stop_s.setdefault(c.name, time.monotonic() - t_rest)
         for c in self.children:
             if c.exited() is None:
                 self._send(c, signal.SIGTERM)
@@ -136,9 +141,11 @@ class ProcessGroup:
         return dict(self.exit_codes)
 
     def _signal_wait(self, c: Child, grace_s: float) -> None:
+        t = time.monotonic()
         if c.exited() is None:
             self._send(c, signal.SIGINT)
             self._wait(c, grace_s)
+        self.stop_s[c.name] = time.monotonic() - t
 
     @staticmethod
     def _send(c: Child, sig: int) -> None:

@@ -81,6 +81,7 @@ class GraphResult:
     logs: Path
     notes: list[str] = field(default_factory=list)
     step_records: list[Any] = field(default_factory=list)  # the planner's serving steps (engine speed)
+    stop_s: dict[str, float] = field(default_factory=dict)  # node -> seconds from SIGINT to its exit
 
     def timeline(self) -> list[dict[str, Any]]:
         return timeline_records(self.generations)
@@ -257,7 +258,8 @@ def run_graph(inp: Any, opts: GraphOptions, *, say: Callable[[str], None],
         signal.signal(signal.SIGTERM, previous_term)
         if recorder is not None:
             recorder.close()
-        exit_codes = group.stop(order=("agents", "planner"))
+        # vLLM's shutdown (engine core, worker process) takes seconds on a loaded CPU
+        exit_codes = group.stop(order=("agents", "planner"), grace_for={"planner": 60.0})
         if monitor is not None:
             monitor.close()
         if transport is not None:
@@ -273,7 +275,8 @@ def run_graph(inp: Any, opts: GraphOptions, *, say: Callable[[str], None],
         notes.append(f"nodes that did not exit cleanly: {bad} (logs in {logs})")
     return GraphResult(generations=gens, metrics=summarize(gens), rejected=rejected, wall_s=wall_s, bag=bag_path,
                        bag_counts=dict(recorder.counts) if recorder else {}, exit_codes=exit_codes, domain_id=domain,
-                       tello_drone=tello, logs=logs, notes=notes, step_records=steps)
+                       tello_drone=tello, logs=logs, notes=notes, step_records=steps,
+                       stop_s={n: round(s, 2) for n, s in group.stop_s.items()})
 
 
 __all__ = ["GraphOptions", "GraphResult", "RECORDED", "robots_of", "run_graph"]
