@@ -297,7 +297,6 @@ class PlannerNode:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.dispatcher = ActionDispatcher(transport, clock, self._post_result, cfg.dispatcher)
-        self.planner = make_planner(self.dispatcher, [self])
         self.rejected: list[tuple[str, str]] = []  # (request id, reason), never admitted
         self._last_status: dict[str, tuple] = {}
         self._poses: dict[str, _Pose] = {}
@@ -310,6 +309,8 @@ class PlannerNode:
         self._pub_planner = transport.publisher(cfg.planner_status_topic, convert.PLANNER_STATUS, qos=QOS_LATCHED)
         self._pub_diag = transport.publisher(cfg.diagnostics_topic, convert.DIAGNOSTIC_ARRAY)
         self._pub_markers = transport.publisher(cfg.markers_topic, convert.MARKER_ARRAY, qos=QOS_LATCHED)
+        # after the state and publishers: a journal recovery in make_planner already reports to us
+        self.planner = make_planner(self.dispatcher, [self])
         self._subs = [
             transport.subscribe(cfg.request_topic, convert.PLAN_REQUEST, self._on_request, qos=QOS_RELIABLE_DEEP),
             transport.subscribe(cfg.cancel_topic, STRING, self._on_cancel, qos=QOS_RELIABLE_DEEP),
