@@ -2,6 +2,9 @@
 
 djitellopy binds local UDP 8889 (replies) and 8890 (state) once per process; each test uses its
 own emulator address 127.0.0.N:9889 so replies are told apart by source IP, as with real drones.
+Those host-wide ports may be held by another process, so the module runs in a network namespace
+of its own (tests/netns.py) where it can; where it cannot and the ports are taken, it is skipped
+with the reason.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import pytest
 djitellopy = pytest.importorskip("djitellopy")
 djitellopy.Tello.LOGGER.setLevel(logging.WARNING)
 
+from netns import NamespaceUnavailable, port_holder, private_network  # noqa: E402
 from timelyllm_ros.core.robots import load_robots, parse_robot  # noqa: E402
 from timelyllm_ros.core.types import ResultCode, SegmentGoal  # noqa: E402
 from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor, SimulatedPerception  # noqa: E402
@@ -54,6 +58,26 @@ class Rig:
     def close(self):
         self.ex.close()
         self.emu.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def own_udp_ports():
+    """djitellopy's process-wide UDP 8889/8890 (and the emulators) in a private network namespace,
+    so another process holding those ports on the host does not matter."""
+    ctx = private_network()
+    try:
+        ctx.__enter__()
+    except NamespaceUnavailable as e:
+        held = port_holder(8889) or port_holder(8890)
+        if held:
+            pytest.skip(f"{held}: djitellopy binds 0.0.0.0:8889/8890 process-wide, and no private network "
+                        f"namespace is possible here ({e})")
+        yield  # the host's ports are free: use them
+        return
+    try:
+        yield
+    finally:
+        ctx.__exit__(None, None, None)
 
 
 @pytest.fixture

@@ -137,7 +137,7 @@ def run_bench(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .core.metrics import to_json
-    from .engines.simulated import DEFAULT_PROFILE, ProfileError
+    from .engines.simulated import DEFAULT_PROFILE, LatencyProfile, ProfileError
     from .inputs import catalog_for, check_out_file, check_policies, robots_from_dirs, workload_arrivals
     from .lrtrace import WorkloadError
     from .report import console as make_console
@@ -152,6 +152,10 @@ def run_bench(args: argparse.Namespace) -> int:
     profile = Path(args.profile) if args.profile else DEFAULT_PROFILE
     if not profile.is_file():
         raise CliError(f"--profile {str(profile)!r}: no such file")
+    try:
+        LatencyProfile.from_yaml(profile)
+    except (OSError, ValueError) as e:
+        raise CliError(f"--profile: {e}") from None
     check_params(args.policies, args.param)
     out = check_out_file(args.out)
     for arg, path in (("--plot", args.plot), ("--timeline", args.timeline)):

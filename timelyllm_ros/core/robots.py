@@ -219,11 +219,12 @@ def parse_robot(data: Any, source: str = "<robot>") -> RobotSpec:
     )
 
 
-def yaml_error_line(e: Exception) -> str:
-    """A PyYAML error as ``:LINE: problem`` (PyYAML's own text spans several lines)."""
+def yaml_error_line(e: Exception, what: str = "not valid YAML") -> str:
+    """A PyYAML error as ``:LINE: what: problem``, to follow a file name (PyYAML's own text spans
+    several lines)."""
     mark = getattr(e, "problem_mark", None)
     problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-    return f"{':' + str(mark.line + 1) if mark is not None else ''}: not valid YAML: {problem}"
+    return f"{':' + str(mark.line + 1) if mark is not None else ''}: {what}: {problem}"
 
 
 def load_robot(path: str | Path) -> RobotSpec:
