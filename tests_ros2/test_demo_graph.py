@@ -16,8 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from timelyllm_ros.rosgraph.bag import read_bag
 from timelyllm_ros.rosgraph.processes import free_domain_id
 
@@ -124,3 +122,45 @@ def test_ctrl_c_stops_every_node(tmp_path: Path) -> None:
     assert rc == 130, log.read_text()[-2000:]
     left = _graph_processes(domain)
     assert not left, left
+
+
+def test_timeout_cancels_what_is_open_and_reports_it(tmp_path: Path) -> None:
+    """--timeout shorter than the plans: the open requests are cancelled over DDS and end
+    `cancelled` with the reason; none is left without a terminal state."""
+    domain = free_domain_id(100 + os.getpid() % 20)
+    argv, out = _demo(tmp_path, domain, "--timeout", "2.5", "--tello-drone", "none")
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    rows = {r["request_id"]: r for r in json.loads((out / "results.json").read_text())["metrics"]["requests"]}
+    assert set(rows) == IDS
+    assert rows["t-move"]["state"] == "cancelled" and rows["t-move"]["reason"], rows["t-move"]  # 5 s of moves
+    assert all(r["state"] in ("finished", "cancelled", "failed") for r in rows.values()), rows
+    assert not _graph_processes(domain)
+
+
+def test_planner_killed_mid_run_fails_every_open_request_with_the_reason(tmp_path: Path) -> None:
+    domain = free_domain_id(60 + os.getpid() % 20)
+    argv, out = _demo(tmp_path, domain, "--tello-drone", "none")
+    log = tmp_path / "demo.log"
+    with open(log, "w") as f:
+        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, text=True)
+    try:
+        end = time.monotonic() + 120
+        while "serving" not in log.read_text() and time.monotonic() < end and p.poll() is None:
+            time.sleep(0.2)
+        time.sleep(3.0)  # the requests are out (1.5-2 s after "serving"), t-move's 5 s of moves still running
+        planner = [ln.split(":")[0] for ln in _graph_processes(domain) if "ros planner" in ln]
+        assert planner, _graph_processes(domain)
+        os.kill(int(planner[0]), signal.SIGKILL)
+        rc = p.wait(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert rc == 0, log.read_text()[-3000:]
+    doc = json.loads((out / "results.json").read_text())
+    rows = {r["request_id"]: r for r in doc["metrics"]["requests"]}
+    assert set(rows) == IDS
+    open_ones = [r for r in rows.values() if r["state"] != "finished"]
+    assert open_ones and all(r["state"] == "failed" and "planner process died" in r["reason"] for r in open_ones), rows
+    assert doc["node_exit_codes"]["planner"] == -signal.SIGKILL
+    assert not _graph_processes(domain)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from timelyllm_ros.core.types import Generation, GenState, PlanRequest, RequestError
 from timelyllm_ros.ros import convert

@@ -116,141 +116,152 @@ def robots_of(arrivals: list[Any]) -> dict[str, str]:
     return out
 
 
+def _pick_tello(robots: dict[str, str], opts: GraphOptions, notes: list[str]) -> str | None:
+    """The drone to fly with djitellopy (None: all simulated); simulated, with a note, when the
+    UDP ports it needs are taken on this machine."""
+    if opts.tello_drone == "none":
+        return None
+    tello = next((r for r, t in robots.items() if t == "tello"), None) if opts.tello_drone == "auto" \
+        else opts.tello_drone
+    if tello is not None and robots.get(tello) != "tello":
+        raise ValueError(f"--tello-drone {tello!r} is not a tello robot of the workload")
+    busy = [p for p in TELLO_LOCAL_PORTS if not _udp_free("0.0.0.0", p)]
+    if tello is not None and (busy or not _udp_free(TELLO_EMULATOR_HOST, TELLO_EMULATOR_PORT)):
+        notes.append(f"{tello} runs the simulated backend: UDP {busy or TELLO_EMULATOR_PORT} is taken by another "
+                     f"program (djitellopy needs 8889/8890 and the emulator {TELLO_EMULATOR_HOST}:{TELLO_EMULATOR_PORT})")
+        return None
+    return tello
+
+
+def _start_nodes(group: ProcessGroup, inp: Any, opts: GraphOptions, robots: dict[str, str], tello: str | None) -> None:
+    """Emulator, executors, planner, agents (the agents wait for the start signal)."""
+    planner: dict[str, Any] = dict(engine=opts.engine, policy=inp.policy, executors=",".join(robots),
+                                   goal_timeout_margin_s=30.0, server_wait_s=10.0, warm_up=True,
+                                   step_log_path=str(inp.out / "planner_steps.jsonl"))
+    if inp.max_batch:
+        planner["max_batch"] = int(inp.max_batch)
+    if opts.engine == "vllm":
+        cfg_file = inp.out / "engine_config.yaml"
+        cfg_file.write_text(yaml.safe_dump({k: v for k, v in inp.engine_config.items() if k != "model"}))
+        planner.update(model=str(inp.engine_config["model"]), engine_config=str(cfg_file))
+    else:
+        planner.update(profile=str(inp.profile))
+    if tello:
+        group.start("tello_emulator", [sys.executable, "-m", "timelyllm_ros.executors.tello_emulator",
+                                       "--host", TELLO_EMULATOR_HOST, "--port", str(TELLO_EMULATOR_PORT)])
+    for i, (rid, rtype) in enumerate(robots.items()):
+        p = dict(robot_type=rtype, seed=inp.seed * 1000 + i, backend="simulated")
+        if rid == tello:
+            p.update(backend="tello", tello_host=TELLO_EMULATOR_HOST, tello_port=TELLO_EMULATOR_PORT)
+        group.start(f"executor_{rid}", _node("executor", "-r", f"__ns:=/{rid}", *_params(**p)))
+    group.start("planner", _node("planner", *_params(**planner)))
+    # the same arrivals as inp.arrivals: the workload up to the last one served here
+    group.start("agents", [sys.executable, "-m", "timelyllm_ros.rosgraph.agents", "--workload",
+                           str(inp.workload.source), "--duration", repr(max(a.time for a in inp.arrivals)),
+                           "--subscribers", "3"])
+
+
+def _wait_until_up(group: ProcessGroup, node: Any, monitor: GraphMonitor, robots: dict[str, str],
+                   timeout_s: float) -> None:
+    """Until the planner publishes, reports every executor's action server, the agents' publisher
+    is discovered and the monitor hears every topic; ChildExited if a node dies or time runs out."""
+    t = time.monotonic()
+    wanted = set(robots)
+    while True:
+        group.check()
+        if monitor.planner_status is not None and wanted <= monitor.executors_ready() and \
+                node.count_publishers("/plan_requests") >= 1 and node.count_subscribers(START_TOPIC) >= 1 and \
+                all(n > 0 for k, n in monitor.matched().items() if k != "plan_requests"):
+            return
+        if time.monotonic() - t > timeout_s:
+            missing = sorted(wanted - monitor.executors_ready())
+            raise ChildExited(f"the graph was not up within {timeout_s:.0f} s (planner status: "
+                              f"{'yes' if monitor.planner_status else 'no'}; executors not reported ready: "
+                              f"{missing[:5]}); logs in {group.log_dir}")
+        time.sleep(0.2)
+
+
+def _serve(group: ProcessGroup, monitor: GraphMonitor, cancel_pub: Any, inp: Any, opts: GraphOptions, t0: float,
+           notes: list[str], on_progress: Callable[[Any], None] | None, progress_every_s: float) -> None:
+    """Watch the topics until every request of `inp.arrivals` is terminal; the timeout cancels
+    and then fails (with the reason) what is still open; nothing is left without a state."""
+    expected = {a.request_id: a for a in inp.arrivals}
+    arrivals = sorted(inp.arrivals, key=lambda a: a.time)
+    cancelled_at: float | None = None
+    last_progress = -1.0
+    missing_reason = "never seen on plan_requests (the agents node did not publish it)"
+    while True:
+        now = time.time() - t0
+        ended = ""
+        try:
+            group.check(["planner"])
+        except ChildExited as e:
+            ended = missing_reason = f"planner process died: {e}"
+            notes.append(str(e))
+        if cancelled_at is not None and time.time() > cancelled_at + opts.grace_s:
+            ended = f"no terminal status within the {inp.timeout_s:.0f} s timeout and {opts.grace_s:.0f} s after its cancel"
+            missing_reason = f"not published within the {inp.timeout_s:.0f} s timeout"
+        if ended or not group.alive("agents") or now > arrivals[-1].time + 30.0:
+            for rid in sorted(set(expected) - set(monitor.request_ids())):  # will not be published any more
+                a = expected[rid]
+                monitor.add_missing(convert.plan_request_to_fields(a.to_request(), stamp=t0 + a.time), missing_reason)
+        if ended:
+            for rid in monitor.request_ids():
+                if not monitor.terminal(rid):
+                    monitor.give_up(rid, ended)
+        seen = set(monitor.request_ids())
+        done = seen >= set(expected) and all(monitor.terminal(r) for r in seen)
+        if on_progress and (done or now - last_progress >= progress_every_s):
+            last_progress = now
+            nxt = next((a.time - now for a in arrivals if a.time > now), None)
+            on_progress(monitor.progress(len(expected), now=now, next_arrival_s=nxt, final=done))
+        if done:
+            return
+        if time.time() > t0 + inp.timeout_s and cancelled_at is None:
+            cancelled_at = time.time()
+            for rid in seen:
+                if not monitor.terminal(rid):
+                    cancel_pub.publish({"data": rid})
+        time.sleep(0.05)
+
+
 def run_graph(inp: Any, opts: GraphOptions, *, say: Callable[[str], None],
               on_progress: Callable[[Any], None] | None = None, progress_every_s: float = 0.25) -> GraphResult:
     """Run the demo `inp` (demo.DemoInputs) as a ROS graph; see the module docstring."""
+    from timelyllm_ros.engines.base import load_step_log
     from timelyllm_ros.transport.rclpy_transport import RclpyTransport
 
     robots = robots_of(inp.arrivals)
     notes: list[str] = []
-    tello = None
-    if opts.tello_drone != "none":
-        tello = next((r for r, t in robots.items() if t == "tello"), None) if opts.tello_drone == "auto" \
-            else opts.tello_drone
-        if tello is not None and robots.get(tello) != "tello":
-            raise ValueError(f"--tello-drone {tello!r} is not a tello robot of the workload")
-        busy = [p for p in TELLO_LOCAL_PORTS if not _udp_free("0.0.0.0", p)]
-        if tello is not None and (busy or not _udp_free(TELLO_EMULATOR_HOST, TELLO_EMULATOR_PORT)):
-            notes.append(f"{tello} runs the simulated backend: UDP {busy or TELLO_EMULATOR_PORT} is taken by "
-                         f"another program (djitellopy needs 8889/8890 and the emulator "
-                         f"{TELLO_EMULATOR_HOST}:{TELLO_EMULATOR_PORT})")
-            tello = None
+    tello = _pick_tello(robots, opts, notes)
     domain = opts.domain_id if opts.domain_id is not None else free_domain_id()
     env = graph_env(domain)
     os.environ.update({k: env[k] for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE")})  # our own node
-    logs = inp.out / "logs"
-    bag_path = inp.out / "bag"
-    (inp.out / "planner_steps.jsonl").unlink(missing_ok=True)
+    logs, bag_path, steps_file = inp.out / "logs", inp.out / "bag", inp.out / "planner_steps.jsonl"
+    steps_file.unlink(missing_ok=True)
     if bag_path.exists():
         shutil.rmtree(bag_path)  # this policy's previous run (check_demo_inputs allowed --out)
     group = ProcessGroup(logs, env)
     say(f"ROS graph on ROS_DOMAIN_ID={domain} (localhost discovery): planner ({opts.engine}), "
         f"{len(robots)} executor nodes{f' ({tello} on djitellopy + Tello emulator)' if tello else ''}, agents; "
         f"node logs in {logs}/")
-
-    # -- start: emulator, executors, planner, agents (the agents wait for the start signal)
-    planner_params: dict[str, Any] = dict(engine=opts.engine, policy=inp.policy, executors=",".join(robots),
-                                          goal_timeout_margin_s=30.0, server_wait_s=10.0, warm_up=True,
-                                          step_log_path=str(inp.out / "planner_steps.jsonl"))
-    if inp.max_batch:
-        planner_params["max_batch"] = int(inp.max_batch)
-    if opts.engine == "vllm":
-        cfg_file = inp.out / "engine_config.yaml"
-        cfg_file.write_text(yaml.safe_dump({k: v for k, v in inp.engine_config.items() if k != "model"}))
-        planner_params.update(model=str(inp.engine_config["model"]), engine_config=str(cfg_file))
-    else:
-        planner_params.update(profile=str(inp.profile))
-
-    transport = None
-    recorder = None
-    monitor = None
+    transport = recorder = monitor = None
     previous_term = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM: clean up as Ctrl-C
     try:
-        if tello:
-            group.start("tello_emulator", [sys.executable, "-m", "timelyllm_ros.executors.tello_emulator",
-                                           "--host", TELLO_EMULATOR_HOST, "--port", str(TELLO_EMULATOR_PORT)])
-        for i, (rid, rtype) in enumerate(robots.items()):
-            p = dict(robot_type=rtype, seed=inp.seed * 1000 + i, backend="simulated")
-            if rid == tello:
-                p.update(backend="tello", tello_host=TELLO_EMULATOR_HOST, tello_port=TELLO_EMULATOR_PORT)
-            group.start(f"executor_{rid}", _node("executor", "-r", f"__ns:=/{rid}", *_params(**p)))
-        group.start("planner", _node("planner", *_params(**planner_params)))
-        # the same arrivals as inp.arrivals: the workload up to the last one served here
-        group.start("agents", [sys.executable, "-m", "timelyllm_ros.rosgraph.agents", "--workload",
-                               str(inp.workload.source), "--duration", repr(max(a.time for a in inp.arrivals)),
-                               "--subscribers", "3"])
-
+        _start_nodes(group, inp, opts, robots, tello)
         transport = RclpyTransport("demo_monitor", args=["timelyllm-demo"])
-        t0_guess = time.time()
-        monitor = GraphMonitor(transport, t0=t0_guess)
+        monitor = GraphMonitor(transport, t0=time.time())
         recorder = BagRecorder(transport.node, bag_path, RECORDED)
         start_pub = transport.publisher(START_TOPIC, STRING, qos=QOS_LATCHED)
         cancel_pub = transport.publisher("/cancel_requests", STRING, qos=QOS_RELIABLE_DEEP)
-
-        # -- wait until the graph is up: the planner publishes, reports every executor, the agents listen
-        t_ready0 = time.monotonic()
-        wanted = set(robots)
-        while True:
-            group.check()
-            node = transport.node
-            up = monitor.planner_status is not None and wanted <= monitor.executors_ready() and \
-                node.count_publishers("/plan_requests") >= 1 and node.count_subscribers(START_TOPIC) >= 1 and \
-                all(n > 0 for k, n in monitor.matched().items() if k != "plan_requests")
-            if up:
-                break
-            if time.monotonic() - t_ready0 > opts.ready_timeout_s:
-                missing = sorted(wanted - monitor.executors_ready())
-                raise ChildExited(f"the graph was not up within {opts.ready_timeout_s:.0f} s (planner status: "
-                                  f"{'yes' if monitor.planner_status else 'no'}; executors not reported ready: "
-                                  f"{missing[:5]}); logs in {logs}")
-            time.sleep(0.2)
-        say(f"graph up in {time.monotonic() - t_ready0:.0f} s (planner, {len(robots)} executors, agents discovered); "
+        t_up = time.monotonic()
+        _wait_until_up(group, transport.node, monitor, robots, opts.ready_timeout_s)
+        say(f"graph up in {time.monotonic() - t_up:.0f} s (planner, {len(robots)} executors, agents discovered); "
             f"serving")
-
-        # -- serve: start signal, then watch until every request is terminal
         t0 = time.time() + 1.0
         monitor.t0 = t0
         start_pub.publish({"data": repr(t0)})
-        expected = {a.request_id: a for a in inp.arrivals}
-        last_arrival = max(a.time for a in inp.arrivals)
-        deadline = t0 + inp.timeout_s
-        cancelled_at: float | None = None
-        last_progress = -1.0
-        while True:
-            now = time.time() - t0
-            try:
-                group.check(["planner"])
-            except ChildExited as e:
-                for rid in monitor.request_ids():
-                    if not monitor.terminal(rid):
-                        monitor.give_up(rid, f"planner process died: {e}")
-                notes.append(str(e))
-                break
-            seen = set(monitor.request_ids())
-            if not group.alive("agents") or now > last_arrival + 30.0:
-                for rid in sorted(set(expected) - seen):  # the agents will not publish it any more
-                    a = expected[rid]
-                    monitor.add_missing(convert.plan_request_to_fields(a.to_request(), stamp=t0 + a.time),
-                                        "never seen on plan_requests (the agents node did not publish it)")
-                seen = set(monitor.request_ids())
-            done = seen >= set(expected) and all(monitor.terminal(r) for r in seen)
-            if on_progress and (done or now - last_progress >= progress_every_s):
-                last_progress = now
-                nxt = next((a.time - now for a in sorted(inp.arrivals, key=lambda a: a.time) if a.time > now), None)
-                on_progress(monitor.progress(len(expected), now=now, next_arrival_s=nxt, final=done))
-            if done:
-                break
-            if time.time() > deadline and cancelled_at is None:
-                cancelled_at = time.time()
-                for rid in seen:
-                    if not monitor.terminal(rid):
-                        cancel_pub.publish({"data": rid})
-            if cancelled_at is not None and time.time() > cancelled_at + opts.grace_s:
-                for rid in seen:
-                    if not monitor.terminal(rid):
-                        monitor.give_up(rid, f"no terminal status within the {inp.timeout_s:.0f} s timeout and "
-                                             f"{opts.grace_s:.0f} s after its cancel")
-            time.sleep(0.05)
+        _serve(group, monitor, cancel_pub, inp, opts, t0, notes, on_progress, progress_every_s)
         wall_s = time.time() - t0
         gens = monitor.generations()
         rejected = monitor.rejected()
@@ -264,9 +275,6 @@ def run_graph(inp: Any, opts: GraphOptions, *, say: Callable[[str], None],
             monitor.close()
         if transport is not None:
             transport.close()
-    from timelyllm_ros.engines.base import load_step_log
-
-    steps_file = inp.out / "planner_steps.jsonl"
     steps = load_step_log(steps_file) if steps_file.is_file() else []
     if not steps:
         notes.append(f"the planner wrote no engine steps to {steps_file}: engine speed not measured")
