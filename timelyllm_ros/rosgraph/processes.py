@@ -125,11 +125,22 @@ class ProcessGroup:
         for c in rest:
             if c.exited() is None:
                 self._send(c, signal.SIGINT)
+        waiting = [c for c in rest if c.exited() is None]
         for c in rest:
-            self._wait(c, max(0.1, t_rest + grace_for.get(c.name, grace_s) - time.monotonic()))
-            self.stop_s.setdefault(c.name, time.monotonic() - t_rest)
+            if c not in waiting:
+                self.stop_s[c.name] = 0.0
+        while waiting:  # poll them together: each one's own time to exit
+            now = time.monotonic()
+            for c in list(waiting):
+                if c.exited() is not None:
+                    self.stop_s[c.name] = now - t_rest
+                    waiting.remove(c)
+                elif now - t_rest > grace_for.get(c.name, grace_s):
+                    waiting.remove(c)  # SIGTERM below
+            time.sleep(0.02)
         for c in self.children:
             if c.exited() is None:
+                self.stop_s.setdefault(c.name, float("inf"))  # did not stop on SIGINT
                 self._send(c, signal.SIGTERM)
                 self._wait(c, 5.0)
             if c.exited() is None:
