@@ -291,7 +291,10 @@ def _spin_until_signal() -> None:
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
-    done.wait()
+    # timed: a signal delivered to another thread only runs its Python handler when the main
+    # thread wakes up, which an untimed wait never does
+    while not done.wait(0.2):
+        pass
 
 
 def _node_params(t: Any, defaults: dict[str, Any]) -> dict[str, Any]:

@@ -31,7 +31,9 @@ def publish_schedule(pub: Any, arrivals: list[Any], t0: float, stop: threading.E
     """Publish each arrival's request at t0 + its time (wall clock); returns how many went out."""
     n = 0
     for a in sorted(arrivals, key=lambda a: (a.time, a.request_id)):
-        if stop.wait(max(0.0, t0 + a.time - time.time())):
+        while not stop.is_set() and time.time() < t0 + a.time:  # short waits: signals get handled
+            stop.wait(min(0.2, max(0.0, t0 + a.time - time.time())))
+        if stop.is_set():
             break
         now = time.time()
         pub.publish(convert.plan_request_to_fields(a.to_request(), stamp=now))
@@ -92,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
                         args.subscribers)
         n = publish_schedule(pub, arrivals, start["t0"], stop)
         log.info("published %d of %d requests", n, len(arrivals))
-        stop.wait()
+        while not stop.wait(0.2):  # timed: see nodes.wiring._spin_until_signal
+            pass
     finally:
         t.close()
     return 0

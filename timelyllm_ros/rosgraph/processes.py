@@ -111,33 +111,20 @@ class ProcessGroup:
             if (names is None or c.name in names) and c.exited() is not None:
                 raise ChildExited(f"{c.name} exited with code {c.exited()}: {c.log_tail()} (log: {c.log})")
 
-    def stop(self, *, grace_s: float = 15.0, order: Sequence[str] = (),
+    def stop(self, *, grace_s: float = 15.0, order: Sequence[str] = (), last: Sequence[str] = (),
              grace_for: Mapping[str, float] | None = None) -> dict[str, int]:
-        """Stop every child: SIGINT (named ones in `order` first, each waited for), then SIGTERM
-        after `grace_s` (`grace_for`: per child), then SIGKILL of the process group.  Returns
-        name -> exit code; `stop_s` holds how long each took to exit after its SIGINT."""
+        """Stop every child: SIGINT (named ones in `order` first, each waited for; then the rest
+        together; then those in `last`, e.g. a device the others talk to while they close), then
+        SIGTERM after `grace_s` (`grace_for`: per child), then SIGKILL of the process group.
+        Returns name -> exit code; `stop_s` holds how long each took to exit after its SIGINT."""
         grace_for = dict(grace_for or {})
         first = [c for n in order for c in self.children if c.name == n]
-        rest = [c for c in self.children if c not in first]
+        final = [c for n in last for c in self.children if c.name == n]
+        rest = [c for c in self.children if c not in first and c not in final]
         for c in first:
             self._signal_wait(c, grace_for.get(c.name, grace_s))
-        t_rest = time.monotonic()
-        for c in rest:
-            if c.exited() is None:
-                self._send(c, signal.SIGINT)
-        waiting = [c for c in rest if c.exited() is None]
-        for c in rest:
-            if c not in waiting:
-                self.stop_s[c.name] = 0.0
-        while waiting:  # poll them together: each one's own time to exit
-            now = time.monotonic()
-            for c in list(waiting):
-                if c.exited() is not None:
-                    self.stop_s[c.name] = now - t_rest
-                    waiting.remove(c)
-                elif now - t_rest > grace_for.get(c.name, grace_s):
-                    waiting.remove(c)  # SIGTERM below
-            time.sleep(0.02)
+        self._stop_together(rest, grace_s, grace_for)
+        self._stop_together(final, grace_s, grace_for)
         for c in self.children:
             if c.exited() is None:
                 self.stop_s.setdefault(c.name, float("inf"))  # did not stop on SIGINT
@@ -150,6 +137,26 @@ class ProcessGroup:
                 self._kill_group(c)  # helpers a node left behind in its group
             self.exit_codes[c.name] = int(c.popen.returncode)
         return dict(self.exit_codes)
+
+    def _stop_together(self, children: list[Child], grace_s: float, grace_for: Mapping[str, float]) -> None:
+        """SIGINT to all of `children`, then wait for them together (each one's own stop time)."""
+        t0 = time.monotonic()
+        for c in children:
+            if c.exited() is None:
+                self._send(c, signal.SIGINT)
+        waiting = [c for c in children if c.exited() is None]
+        for c in children:
+            if c not in waiting:
+                self.stop_s[c.name] = 0.0
+        while waiting:  # poll them together: each one's own time to exit
+            now = time.monotonic()
+            for c in list(waiting):
+                if c.exited() is not None:
+                    self.stop_s[c.name] = now - t0
+                    waiting.remove(c)
+                elif now - t0 > grace_for.get(c.name, grace_s):
+                    waiting.remove(c)  # SIGTERM below
+            time.sleep(0.02)
 
     def _signal_wait(self, c: Child, grace_s: float) -> None:
         t = time.monotonic()

@@ -270,7 +270,8 @@ def run_graph(inp: Any, opts: GraphOptions, *, say: Callable[[str], None],
         if recorder is not None:
             recorder.close()
         # vLLM's shutdown (engine core, worker process) takes seconds on a loaded CPU
-        exit_codes = group.stop(order=("agents", "planner"), grace_for={"planner": 60.0})
+        # the Tello emulator last: the djitellopy executor lands the drone when it closes
+        exit_codes = group.stop(order=("agents", "planner"), last=("tello_emulator",), grace_for={"planner": 60.0})
         if monitor is not None:
             monitor.close()
         if transport is not None:
