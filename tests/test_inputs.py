@@ -287,3 +287,27 @@ def test_bench_catalog_and_plan_offline_files(files, tmp_path, capsys):
     assert _run(["plan-offline", "WID1"]) == 2
     line = _one_line(capsys)
     assert "WID1 is an LRTrace workload for `timelyllm bench`" in line and "workloads/hybrid_gsm8k.yaml" in line
+
+
+def test_demo_report_from_records_without_an_engine(tmp_path, capsys):
+    """The demo's report (table, engine speed, deadline line, results.json, demo.png) needs only a
+    run's records.  Records from the simulator with the demo's own profile must measure 1.0x it."""
+    from timelyllm_ros.cli import build_parser
+    from timelyllm_ros.demo import at_profile_speed, check_demo_inputs, report
+    from timelyllm_ros.report import console
+
+    args = build_parser().parse_args(["demo", "--duration", "8", "--out", str(tmp_path / "d")])
+    inp = check_demo_inputs(args)
+    plans = {a.request_id: a.reference_plan for a in inp.arrivals}
+    log: list = []
+    sim = at_profile_speed(inp, "timelyllm", plans, step_log=log)
+    doc = report(console(), inp, metrics=sim.metrics, plans=plans, step_records=log, device="cpu", wall_s=1.0)
+    speed = doc["engine_speed"]
+    assert speed["steps"] == len(log) > 0 and speed["ratio"] == pytest.approx(1.0, rel=0.05)
+    assert set(doc["simulated_same_arrivals"]) == {
+        "timelyllm — simulator, fitted profile vllm_cpu_tiny, same arrivals and plans",
+        "vllm (baseline) — simulator, fitted profile vllm_cpu_tiny, same arrivals and plans"}
+    out = capsys.readouterr().out
+    assert "engine speed: " in out and "deadlines: " in out and "T1" in out
+    assert json.loads((inp.out / "results.json").read_text())["policy"] == "timelyllm"
+    assert (inp.out / "demo.png").read_bytes()[:4] == b"\x89PNG"

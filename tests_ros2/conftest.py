@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 
 # before anything imports rclpy: the domain is read when the context is initialised
-os.environ["ROS_DOMAIN_ID"] = os.environ.get("TIMELYLLM_TEST_ROS_DOMAIN_ID") or str(1 + os.getpid() % 200)
+# 1..100: DDS ports of domains above 101 can fall into Linux's ephemeral port range (ROS docs)
+os.environ["ROS_DOMAIN_ID"] = os.environ.get("TIMELYLLM_TEST_ROS_DOMAIN_ID") or str(1 + os.getpid() % 100)
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
 os.environ.pop("ROS_STATIC_PEERS", None)
 os.environ.pop("ROS_LOCALHOST_ONLY", None)  # deprecated in Jazzy; the range above replaces it

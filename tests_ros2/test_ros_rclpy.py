@@ -156,3 +156,24 @@ def test_close_joins_the_spin_thread(transports):
     t.close()
     assert not spin.is_alive()
     t.close()  # idempotent
+
+
+def test_messages_of_one_topic_are_handled_in_order(transports):
+    """In one reentrant callback group, rclpy's MultiThreadedExecutor may run two callbacks of
+    the same subscription at once: status messages were seen out of order ("finished" before
+    the "draining" published just before it)."""
+    a, b = transports("pub_o"), transports("sub_o")
+    got = []
+
+    def slow(m):
+        if m["data"] == "0":
+            time.sleep(0.2)  # the next messages arrive while this one is still being handled
+        got.append(m["data"])
+
+    b.subscribe("/timelyllm_test/order", "std_msgs/msg/String", slow, qos="reliable_deep")
+    pub = a.publisher("/timelyllm_test/order", "std_msgs/msg/String", qos="reliable_deep")
+    assert wait_for(lambda: pub.matched_count() > 0)
+    for i in range(20):
+        pub.publish({"data": str(i)})
+    assert wait_for(lambda: len(got) == 20, 10), got
+    assert got == [str(i) for i in range(20)]

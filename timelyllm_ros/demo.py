@@ -161,7 +161,7 @@ def check_demo_inputs(args: argparse.Namespace) -> DemoInputs:
 
 
 def at_profile_speed(inp: DemoInputs, policy: str, plans: Mapping[str, str],
-                     params: Mapping[str, Any] | None = None) -> Any:
+                     params: Mapping[str, Any] | None = None, *, step_log: list[Any] | None = None) -> Any:
     """``policy`` in the simulator with the demo's profile on exactly the demo's arrivals,
     replaying what the model generated in the real run (``plans``: request id -> text) with the
     model's tokenizer: what the policy gets when the engine runs at the profile's speed."""
@@ -171,7 +171,7 @@ def at_profile_speed(inp: DemoInputs, policy: str, plans: Mapping[str, str],
     ids = {a.request_id for a in inp.arrivals}
     return replay(inp.workload, plans, profile_path=inp.profile, tokenizer=TokenizerFile(inp.engine_config["model"]),
                   robots=inp.robots, catalog=inp.catalog, policy=policy, policy_params=params,
-                  max_batch=inp.max_batch, keep=lambda a: a.request_id in ids)
+                  max_batch=inp.max_batch, keep=lambda a: a.request_id in ids, step_log=step_log)
 
 
 def report(console: Any, inp: DemoInputs, *, metrics: Mapping[str, Any], plans: Mapping[str, str],
@@ -222,25 +222,26 @@ def report(console: Any, inp: DemoInputs, *, metrics: Mapping[str, Any], plans: 
 
 
 def progress_view(title: str, p: Any) -> Any:
-    """The live table of a serving run (serve.Progress)."""
+    """The live table of a serving run (serve.Progress); fits an 80-column terminal."""
+    from rich import box
     from rich.table import Table
 
-    t = Table(title=title)
-    for col in ("elapsed", "requests done", "segments dispatched", "queued", "running (batch)",
-                "suspended", "waiting", "draining", "KV used", "tok/s/seq", "next"):
-        t.add_column(col, no_wrap=True)
-    c = p.counts
     if p.final:
         nxt = "all done"
     elif p.next_arrival_s is not None:
-        nxt = f"arrival in {p.next_arrival_s:.1f} s"
+        nxt = f"next arrival in {p.next_arrival_s:.1f} s"
     elif p.drain_eta_s is not None:
-        nxt = f"all arrived; est. {p.drain_eta_s:.0f} s left"
+        nxt = f"all arrived; about {p.drain_eta_s:.0f} s left (robots executing)"
     else:
-        nxt = "-"
-    t.add_row(f"{p.elapsed_s:5.1f} s", f"{p.done}/{p.total}", str(p.segments), str(c.get("queued", 0)),
-              str(p.batch), str(c.get("suspended", 0)), str(c.get("waiting", 0)),
-              str(c.get("draining", 0)), f"{100 * p.kv_usage:.0f} %", f"{p.tokens_per_s:.0f}", nxt)
+        nxt = ""
+    t = Table(title=title, caption=nxt, caption_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+              pad_edge=False)  # queue/batch/susp/wait/drain: requests by state; tok/s: per sequence
+    for col in ("time", "done", "segments", "queue", "batch", "susp", "wait", "drain", "KV", "tok/s"):
+        t.add_column(col, justify="right", no_wrap=True)
+    c = p.counts
+    t.add_row(f"{p.elapsed_s:.1f} s", f"{p.done}/{p.total}", str(p.segments), str(c.get("queued", 0)),
+              str(p.batch), str(c.get("suspended", 0)), str(c.get("waiting", 0)), str(c.get("draining", 0)),
+              f"{100 * p.kv_usage:.0f} %", f"{p.tokens_per_s:.0f}")
     return t
 
 

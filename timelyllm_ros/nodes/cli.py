@@ -78,6 +78,7 @@ def run_request(args: argparse.Namespace) -> int:
         t = RclpyTransport(f"request_{uuid.uuid4().hex[:8]}", args=["timelyllm-request"])
     except RclpyUnavailable as e:
         raise CliError(str(e)) from None
+    client = None
     try:
         client = RequestClient(t, args.planner_ns)
         t0 = time.monotonic()
@@ -99,8 +100,9 @@ def run_request(args: argparse.Namespace) -> int:
         bad = final["state"] in ("rejected", "failed", "cancelled")
         return EXIT_NOT_FINISHED if bad else 0
     except KeyboardInterrupt:
-        client.cancel(rid)
-        time.sleep(0.2)  # let the cancel go out
+        if client is not None:
+            client.cancel(rid)  # an operator's Ctrl-C ends the request too
+            time.sleep(0.2)  # let the cancel go out
         return 130
     finally:
         t.close()

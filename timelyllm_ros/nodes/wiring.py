@@ -69,19 +69,11 @@ class ConfigError(InputError):
     """A node parameter is invalid; the message (one line) names it."""
 
 
-# parameters rclpy declares on every node itself
-_ROS_OWN_PARAMETERS = {"use_sim_time", "start_type_description_service"}
-
-
-def coerce_parameters(defaults: dict[str, Any], values: dict[str, Any],
-                      given: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+def coerce_parameters(defaults: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
     """Parameter values as given (`-p name:=value` is YAML-typed: `1` is an int, `1.5` a float)
     -> values of the defaults' types.  An int for a float parameter is that float
-    (`-p time_scale:=1`); anything else of the wrong type, and any parameter name in `given` that
-    the node does not know, is a ConfigError naming it."""
-    unknown = sorted(set(given) - set(defaults) - _ROS_OWN_PARAMETERS)
-    if unknown:
-        raise ConfigError(f"unknown parameter(s) {unknown}; known: {sorted(defaults)}")
+    (`-p time_scale:=1`); anything else of the wrong type is a ConfigError naming it.  Names
+    that are not in `defaults` pass through: the builders refuse them."""
     out: dict[str, Any] = {}
     for name, default in defaults.items():
         v = values.get(name, default)
@@ -101,6 +93,7 @@ def coerce_parameters(defaults: dict[str, Any], values: dict[str, Any],
         if not ok:
             raise ConfigError(f"parameter {name!r} must be {want}, got {v!r}")
         out[name] = v
+    out.update({k: v for k, v in values.items() if k not in defaults})
     return out
 
 
@@ -131,7 +124,7 @@ def _checked(name: str, check: Callable[[], Any]) -> Any:
     try:
         return check()
     except InputError as e:
-        raise ConfigError(str(e) if str(e).startswith(name) else f"{name}: {e}") from None
+        raise ConfigError(str(e) if str(e).startswith(name) else f"{name}: {e}") from None  # "": as is
 
 
 def build_executor(params: dict[str, Any], *, namespace: str = "") -> tuple[Any, str]:
@@ -215,7 +208,7 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
         from timelyllm_ros.inputs import vllm_config
         from timelyllm_ros.prompts import PromptBuilder
 
-        cfg = _checked("engine_config", lambda: vllm_config(
+        cfg = _checked("", lambda: vllm_config(  # its messages name engine_config or model
             p["engine_config"] or None, p["model"] or None, default_model=share_dir("models") / "tiny-planner",
             config_arg="engine_config", model_arg="model"))
         clock = WallClock()
@@ -298,7 +291,7 @@ def _spin_until_signal() -> None:
 
 
 def _node_params(t: Any, defaults: dict[str, Any]) -> dict[str, Any]:
-    return coerce_parameters(defaults, t.parameters(defaults), t.parameter_overrides())
+    return coerce_parameters(defaults, t.parameters(defaults))
 
 
 def _run_node(node_name: str, argv: list[str] | None, serve: Callable[[Any], Callable[[], None]]) -> int:
@@ -322,7 +315,7 @@ def _run_node(node_name: str, argv: list[str] | None, serve: Callable[[Any], Cal
     try:
         close = serve(t)
         _spin_until_signal()
-    except ConfigError as e:
+    except InputError as e:  # ConfigError and the checks of timelyllm_ros.inputs
         print(f"error: {e}", file=sys.stderr)
         return 2
     finally:

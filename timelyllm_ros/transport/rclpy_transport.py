@@ -1,8 +1,10 @@
 """The transport port over rclpy (a real ROS 2 graph).
 
-One `RclpyTransport` = one rclpy Node spun by a MultiThreadedExecutor on a background thread, with
-every entity in one ReentrantCallbackGroup: an action server's execute callback can then run for
-seconds while cancel requests, other goals, subscriptions and timers are served on other threads.
+One `RclpyTransport` = one rclpy Node spun by a MultiThreadedExecutor on a background thread.
+Actions and timers share one ReentrantCallbackGroup: an action server's execute callback can then
+run for seconds while cancel requests, other goals, subscriptions and timers are served on other
+threads.  Each subscription has its own mutually exclusive group, so its messages are handled one
+at a time in arrival order (as the in-process transport does).
 
 Field dicts are turned into the generated message classes and back by
 `timelyllm_ros.ros.message_fields` (from the classes' own type information; the input is never
@@ -227,7 +229,6 @@ class RclpyTransport:
         from rclpy.callback_groups import ReentrantCallbackGroup
         from rclpy.executors import MultiThreadedExecutor
         from rclpy.node import Node
-
         from rclpy.signals import SignalHandlerOptions
 
         self._owns_context = False
@@ -267,9 +268,11 @@ class RclpyTransport:
     # -- parameters (not part of the port) -------------------------------------------------
     def parameters(self, defaults: dict[str, Any]) -> dict[str, Any]:
         """The node's parameters named in `defaults`, as given (`-p name:=value`, params files),
-        else the default.  Types are not enforced here (dynamic typing): `-p time_scale:=1` for
-        a float parameter must not end in rclpy's InvalidParameterTypeException; the caller
-        checks and converts (nodes.wiring.coerce_parameters)."""
+        else the default, plus any other parameter it was given (`-p typo:=...`, a YAML key) so
+        the builder can refuse it instead of ignoring it.  Types are not enforced here (dynamic
+        typing): `-p time_scale:=1` for a float parameter must not end in rclpy's
+        InvalidParameterTypeException; the caller checks and converts
+        (nodes.wiring.coerce_parameters)."""
         from rcl_interfaces.msg import ParameterDescriptor
 
         out = {}
@@ -278,10 +281,6 @@ class RclpyTransport:
                 self.node.declare_parameter(name, default, ParameterDescriptor(dynamic_typing=True))
             out[name] = self.node.get_parameter(name).value
         return out
-
-    def parameter_overrides(self) -> list[str]:
-        """Names of all parameters given to this node (-p, --params-file), declared or not."""
-        return sorted(getattr(self.node, "_parameter_overrides", {}) or {})
 
     # -- topics ------------------------------------------------------------------------------
     def publisher(self, topic: str, msg_type: str, *, qos: str = QOS_DEFAULT) -> Any:
@@ -300,9 +299,13 @@ class RclpyTransport:
 
     def subscribe(self, topic: str, msg_type: str, callback: Callable[[Fields], None], *,
                   qos: str = QOS_DEFAULT) -> Closer:
+        from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+
         cls = message_class(msg_type)
+        # its own mutually exclusive group: one message at a time, in arrival order (in the shared
+        # reentrant group two messages of one topic could be handled at once, and out of order)
         sub = self.node.create_subscription(cls, topic, _guarded(f"subscription {topic}", lambda m: callback(from_msg(m))),
-                                            qos_profile(qos), callback_group=self.group)
+                                            qos_profile(qos), callback_group=MutuallyExclusiveCallbackGroup())
         h = SubscriptionCloser(lambda: self.node.destroy_subscription(sub), matched=sub.get_publisher_count)
         self._handles.append(h)
         return h
