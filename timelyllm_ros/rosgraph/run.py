@@ -23,9 +23,9 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -34,6 +34,7 @@ import yaml
 
 from timelyllm_ros.core.metrics import summarize, timeline_records
 from timelyllm_ros.core.types import Generation
+from timelyllm_ros.netns import NamespaceUnavailable, port_holder, private_network
 from timelyllm_ros.ros import convert
 from timelyllm_ros.transport.base import QOS_DEFAULT, QOS_LATCHED, QOS_RELIABLE_DEEP
 
@@ -87,15 +88,6 @@ class GraphResult:
         return timeline_records(self.generations)
 
 
-def _udp_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 def _node(kind: str, *ros_args: str) -> list[str]:
     return [sys.executable, "-m", "timelyllm_ros.cli", "ros", kind, "--ros-args", *ros_args]
 
@@ -116,20 +108,29 @@ def robots_of(arrivals: list[Any]) -> dict[str, str]:
     return out
 
 
-def _pick_tello(robots: dict[str, str], opts: GraphOptions, notes: list[str]) -> str | None:
-    """The drone to fly with djitellopy (None: all simulated); simulated, with a note, when the
-    UDP ports it needs are taken on this machine."""
+def _pick_tello(robots: dict[str, str], opts: GraphOptions, notes: list[str], stack: ExitStack) -> str | None:
+    """The drone to fly with djitellopy (None: all simulated).  When another program holds the
+    UDP ports it needs, the whole graph (this process's main thread and every node it starts)
+    moves into a private network namespace (root or CAP_SYS_ADMIN; `stack` leaves it); where that
+    is not possible the drone is simulated.  Either way a note says so."""
     if opts.tello_drone == "none":
         return None
     tello = next((r for r, t in robots.items() if t == "tello"), None) if opts.tello_drone == "auto" \
         else opts.tello_drone
     if tello is not None and robots.get(tello) != "tello":
         raise ValueError(f"--tello-drone {tello!r} is not a tello robot of the workload")
-    busy = [p for p in TELLO_LOCAL_PORTS if not _udp_free("0.0.0.0", p)]
-    if tello is not None and (busy or not _udp_free(TELLO_EMULATOR_HOST, TELLO_EMULATOR_PORT)):
-        notes.append(f"{tello} runs the simulated backend: UDP {busy or TELLO_EMULATOR_PORT} is taken by another "
-                     f"program (djitellopy needs 8889/8890 and the emulator {TELLO_EMULATOR_HOST}:{TELLO_EMULATOR_PORT})")
+    held = [h for h in [port_holder(p) for p in TELLO_LOCAL_PORTS] +
+            [port_holder(TELLO_EMULATOR_PORT, host=TELLO_EMULATOR_HOST)] if h]
+    if tello is None or not held:
+        return tello
+    try:
+        stack.enter_context(private_network())
+    except NamespaceUnavailable as e:
+        notes.append(f"{tello} runs the simulated backend: {'; '.join(held)} (djitellopy needs UDP 8889/8890, the "
+                     f"emulator {TELLO_EMULATOR_HOST}:{TELLO_EMULATOR_PORT}) and no private network is possible: {e}")
         return None
+    notes.append(f"{'; '.join(held)}: the graph ran in a private network namespace so that {tello} could fly on "
+                 f"djitellopy (its topics were not visible to ROS tools outside this run)")
     return tello
 
 
@@ -233,7 +234,8 @@ def run_graph(inp: Any, opts: GraphOptions, *, say: Callable[[str], None],
 
     robots = robots_of(inp.arrivals)
     notes: list[str] = []
-    tello = _pick_tello(robots, opts, notes)
+    stack = ExitStack()  # a private network namespace, if the Tello needs one
+    tello = _pick_tello(robots, opts, notes, stack)
     domain = opts.domain_id if opts.domain_id is not None else free_domain_id()
     env = graph_env(domain)
     os.environ.update({k: env[k] for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE")})  # our own node
@@ -276,6 +278,7 @@ def run_graph(inp: Any, opts: GraphOptions, *, say: Callable[[str], None],
             monitor.close()
         if transport is not None:
             transport.close()
+        stack.close()
     steps = load_step_log(steps_file) if steps_file.is_file() else []
     if not steps:
         notes.append(f"the planner wrote no engine steps to {steps_file}: engine speed not measured")
