@@ -53,6 +53,19 @@ def _launch(argv: list[str], out: Any = subprocess.PIPE) -> subprocess.Popen:
     return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True)
 
 
+def _serving(argv: list[str], log: Path) -> subprocess.Popen:
+    """The demo started, once it says it is serving (its log in `log`)."""
+    with open(log, "w") as f:
+        p = _launch(argv, f)
+    end = time.monotonic() + 120
+    while "serving" not in log.read_text() and time.monotonic() < end and p.poll() is None:
+        time.sleep(0.2)
+    if "serving" not in log.read_text():
+        p.kill()
+        raise AssertionError(log.read_text()[-2000:])
+    return p
+
+
 def _run(argv: list[str], timeout: float) -> tuple[int, str]:
     p = _launch(argv)
     try:
@@ -127,13 +140,8 @@ def test_ctrl_c_stops_every_node(tmp_path: Path) -> None:
     domain = free_domain_id(120 + os.getpid() % 30)
     argv, out = _demo(tmp_path, domain)
     log = tmp_path / "demo.log"
-    with open(log, "w") as f:
-        p = _launch(argv, f)
+    p = _serving(argv, log)
     try:
-        end = time.monotonic() + 120
-        while "serving" not in log.read_text() and time.monotonic() < end and p.poll() is None:
-            time.sleep(0.2)
-        assert "serving" in log.read_text(), log.read_text()[-2000:]
         assert _graph_processes(domain), "the graph's nodes should be running now"
         p.send_signal(signal.SIGINT)
         rc = p.wait(timeout=90)
@@ -163,12 +171,8 @@ def test_planner_killed_mid_run_fails_every_open_request_with_the_reason(tmp_pat
     domain = free_domain_id(60 + os.getpid() % 20)
     argv, out = _demo(tmp_path, domain, "--tello-drone", "none")
     log = tmp_path / "demo.log"
-    with open(log, "w") as f:
-        p = _launch(argv, f)
+    p = _serving(argv, log)
     try:
-        end = time.monotonic() + 120
-        while "serving" not in log.read_text() and time.monotonic() < end and p.poll() is None:
-            time.sleep(0.2)
         time.sleep(3.0)  # the requests are out (1.5-2 s after "serving"), t-move's 5 s of moves still running
         planner = [ln.split(":")[0] for ln in _graph_processes(domain) if "ros planner" in ln]
         assert planner, _graph_processes(domain)
