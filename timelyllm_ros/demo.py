@@ -291,6 +291,7 @@ def run_ros_graph(inp: DemoInputs, opts: Any) -> int:
     except ChildExited as e:
         console.print(f"[red]timelyllm demo: {e}")
         return 1
+    console.print()  # past the live table's last frame
     for note in res.notes:
         console.print(f"[yellow]{note}")
     if res.rejected:
