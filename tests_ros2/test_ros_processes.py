@@ -8,6 +8,7 @@ tests that kill or restart a node start their own."""
 from __future__ import annotations
 
 import math
+import os
 import re
 import signal
 import time
@@ -325,3 +326,29 @@ def test_request_cli_prints_the_states_to_finished(graph, tmp_path):
                           "--robot-type", "submarine", "--task", "x", "--planner-ns", NS, "--wait"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "rejected" in bad.stdout and "unknown robot_type" in bad.stdout
+
+
+@pytest.mark.vllm
+def test_vllm_planner_node_plans_over_dds(graph, monkeypatch):
+    """`timelyllm ros planner --ros-args -p engine:=vllm`: vLLM(-cpu) with the bundled model
+    writes the plan (no reference_plan), its segments run on the drone1 executor process."""
+    pytest.importorskip("vllm", reason="vLLM is not installed in this interpreter")  # as tests/vllm_fixtures.py
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
+    planner = NodeProcess("planner", ["-r", "__ns:=/vllm_planner", "-p", "engine:=vllm", "-p", "server_wait_s:=6.0"],
+                          graph.logs, "vllm_planner")
+    try:
+        planner.serving(timeout_s=300)
+        client = RequestClient(graph.t, "/vllm_planner")
+        assert client.wait_for_planner(30)
+        rid = f"vllm-{time.monotonic_ns()}"
+        client.submit(plan_request_fields(request_id=rid, robot_id="drone1", robot_type="tello",
+                                          task="find the cat", scene="a cat behind the sofa"))
+        st = client.wait_terminal(rid, 240)
+        assert st is not None, client.statuses(rid)
+        states = [m["state"] for m in client.statuses(rid)]
+        assert st["state"] == "finished" and states[0] == "queued" and "running" in states, client.statuses(rid)
+        assert st["segments_done"] == st["segments_dispatched"] >= 1
+        assert graph.procs[1].wait_for_log(f"executing {rid}/0", 10)  # the model's statements ran there
+        assert planner.stop(signal.SIGTERM, timeout_s=60) == 0, planner.text()[-2000:]
+    finally:
+        planner.kill()
