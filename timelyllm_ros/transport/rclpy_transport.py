@@ -280,6 +280,10 @@ class RclpyTransport:
             if not self.node.has_parameter(name):
                 self.node.declare_parameter(name, default, ParameterDescriptor(dynamic_typing=True))
             out[name] = self.node.get_parameter(name).value
+        given = getattr(self.node, "_parameter_overrides", {})  # rclpy keeps --ros-args/-p/YAML here
+        for name, param in given.items():
+            if name not in out and name != "use_sim_time":
+                out[name] = getattr(param, "value", param)
         return out
 
     # -- topics ------------------------------------------------------------------------------
