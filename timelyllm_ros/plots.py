@@ -146,6 +146,49 @@ def plot_timeline(timelines: Mapping[str, Sequence[Mapping[str, Any]]], path: st
     return out
 
 
+def plot_robot_timeline(records: Sequence[Mapping[str, Any]], path: str | Path, *, title: str = "") -> Path:
+    """Fig. 6 style, one row per robot: when each segment of its requests was being generated
+    (upper bar) and executed (lower bar), each request's arrival (|) and ERT deadline (v).
+    ``records``: timeline records (``core.metrics.timeline_records``) of one run."""
+    robots = sorted({r["robot_id"] for r in records}, key=task_sort_key)
+    if not robots:
+        raise ValueError("nothing to plot: no requests")
+    t0 = min(r["arrival"] for r in records)
+    fig, ax = plt.subplots(figsize=(12, 0.45 * len(robots) + 1.6))
+    shade = {"generation": ("tab:blue", "lightsteelblue"), "execution": ("tab:orange", "navajowhite")}
+    for y, robot in enumerate(reversed(robots)):
+        mine = sorted((r for r in records if r["robot_id"] == robot), key=lambda r: r["arrival"])
+        for k, rec in enumerate(mine):
+            for s in rec["segments"]:
+                if s.get("gen_start") is not None and s.get("gen_end") is not None:
+                    ax.broken_barh([(s["gen_start"] - t0, max(s["gen_end"] - s["gen_start"], 1e-2))],
+                                   (y + 0.05, 0.38), facecolors=shade["generation"][k % 2],
+                                   edgecolors="white", linewidth=0.3)
+                if s.get("exec_start") is not None and s.get("exec_end") is not None:
+                    ax.broken_barh([(s["exec_start"] - t0, max(s["exec_end"] - s["exec_start"], 1e-2))],
+                                   (y - 0.43, 0.38), facecolors=shade["execution"][k % 2],
+                                   edgecolors="white", linewidth=0.3)
+            ax.plot([rec["arrival"] - t0], [y], marker="|", color="black", markersize=12)
+            ax.plot([rec["arrival"] + rec["ert"] - t0], [y + 0.5], marker="v", color="red", markersize=5)
+            if rec["state"] != "finished":
+                ax.annotate(rec["state"], (rec["arrival"] - t0, y + 0.25), fontsize=6, color="red")
+    ax.set_yticks(range(len(robots)))
+    ax.set_yticklabels(list(reversed(robots)), fontsize=8)
+    ax.set_xlabel("time since the first arrival (s)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(handles=[Patch(color="tab:blue", label="generation"), Patch(color="tab:orange", label="execution"),
+                       plt.Line2D([], [], color="black", marker="|", linestyle="", label="arrival"),
+                       plt.Line2D([], [], color="red", marker="v", linestyle="", label="ERT deadline")],
+              fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4, frameon=False)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def plot_pct_of_max(runs: Mapping[str, Mapping[str, Any]], path: str | Path, *, title: str = "",
                     task_labels: Mapping[str, str] | None = None) -> Path:
     """What a scheduler buys, readable: per task type, then per [category] and overall, the time

@@ -122,6 +122,8 @@ def deadline_line(real: Mapping[str, Any], at_profile_speed: Mapping[str, Any] |
     sim_missed, _ = deadline_misses(at_profile_speed)
     base = (f"deadlines: {missed} of {n} requests missed their ERT here, {sim_missed} in the simulator at "
             f"the speed of profile {speed.profile} on the same arrivals")
+    if not speed.steps:  # no engine steps measured (the planner ran in another process)
+        return base
     if missed > sim_missed and speed.ratio > SLOW_FACTOR:
         return (f"{base} — this machine ran engine steps {speed.ratio:.1f}x slower than the profile (other load "
                 f"on the cores?), too slow for the workload's deadlines: the misses are the machine's, not the "

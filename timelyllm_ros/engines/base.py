@@ -8,7 +8,10 @@ prefix cache reuses its KV.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, Sequence
 
 
@@ -43,6 +46,15 @@ class StepRecord:
     context_tokens: int  # all sequences' lengths
     adds: int  # generations in their first step after add() (new or resumed)
     output_tokens: int
+
+
+def save_step_log(path: str | Path, records: Sequence[StepRecord]) -> None:
+    """StepRecords as JSON lines (a planner node's serving steps, read by `timelyllm demo`)."""
+    Path(path).write_text("".join(json.dumps(dataclasses.asdict(r)) + "\n" for r in records))
+
+
+def load_step_log(path: str | Path) -> list[StepRecord]:
+    return [StepRecord(**json.loads(line)) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
 def host_gaps(records: Sequence[StepRecord], idle_s: float = 0.004) -> list[float]:

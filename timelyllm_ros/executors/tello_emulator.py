@@ -26,6 +26,7 @@ import math
 import random
 import re
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -292,3 +293,41 @@ def _int(args: list[str], lo: int, hi: int) -> int | None:
     except ValueError:
         return None
     return v if lo <= v <= hi else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m timelyllm_ros.executors.tello_emulator --host 127.0.0.2`: one emulated drone
+    until SIGINT/SIGTERM (what `timelyllm demo` runs beside its djitellopy executor node)."""
+    import argparse
+    import signal
+
+    ap = argparse.ArgumentParser(description="DJI Tello emulator (SDK 2.0 text protocol over UDP)")
+    ap.add_argument("--host", default="127.0.0.2", help="loopback address of this drone (default 127.0.0.2)")
+    ap.add_argument("--port", type=int, default=9889, help="command port (default 9889)")
+    ap.add_argument("--state-port", type=int, default=8890, help="client's state port (default 8890)")
+    ap.add_argument("--move-s-per-cm", type=float, default=0.02, help="motion time per cm (default 0.02)")
+    ap.add_argument("--turn-s-per-deg", type=float, default=0.011, help="turn time per degree (default 0.011)")
+    ap.add_argument("--takeoff-s", type=float, default=1.0, help="takeoff time (default 1.0)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    try:
+        emu = TelloEmulator(args.host, args.port, state_port=args.state_port, move_s_per_cm=args.move_s_per_cm,
+                            turn_s_per_deg=args.turn_s_per_deg, takeoff_s=args.takeoff_s)
+    except OSError as e:
+        print(f"tello emulator: cannot bind {args.host}:{args.port}: {e}", file=sys.stderr)
+        return 2
+    with emu:
+        log.info("emulated Tello listening on %s:%d", args.host, args.port)
+        # a timed wait: a signal the kernel hands to another thread only sets Python's flag, and
+        # an untimed wait in the main thread would never run the handler
+        while not done.wait(0.2):
+            pass
+        log.info("emulated Tello %s stopping", args.host)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

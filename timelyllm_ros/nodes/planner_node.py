@@ -266,6 +266,7 @@ class PlannerNodeConfig:
     request_topic: str = "plan_requests"
     cancel_topic: str = "cancel_requests"
     status_topic: str = "request_status"
+    segment_status_topic: str = "segment_status"
     planner_status_topic: str = "planner_status"
     markers_topic: str = "planned_paths"
     diagnostics_topic: str = "/diagnostics"
@@ -276,6 +277,9 @@ class PlannerNodeConfig:
     # the recovered requests (a status published before discovery reaches nobody)
     recovery_wait_s: float = 5.0
     dispatcher: DispatcherConfig = field(default_factory=DispatcherConfig)
+    # robot ids whose executors are looked up at start (action clients created, so DDS discovery
+    # is done before their first goal); others are found at their first goal
+    executors: tuple[str, ...] = ()
 
 
 class PlannerNode:
@@ -300,6 +304,8 @@ class PlannerNode:
         self._path_request: dict[str, str] = {}
         self._markers_dirty = False
         self._pub_status = transport.publisher(cfg.status_topic, convert.REQUEST_STATUS, qos=QOS_RELIABLE_DEEP)
+        self._pub_segments = transport.publisher(cfg.segment_status_topic, convert.SEGMENT_STATUS,
+                                                 qos=QOS_RELIABLE_DEEP)
         self._pub_planner = transport.publisher(cfg.planner_status_topic, convert.PLANNER_STATUS, qos=QOS_LATCHED)
         self._pub_diag = transport.publisher(cfg.diagnostics_topic, convert.DIAGNOSTIC_ARRAY)
         self._pub_markers = transport.publisher(cfg.markers_topic, convert.MARKER_ARRAY, qos=QOS_LATCHED)
@@ -311,6 +317,8 @@ class PlannerNode:
         ]
         self._timer = transport.timer(cfg.status_period_s, self._publish_periodic)
         self._thread = threading.Thread(target=self._loop, name="planner-loop", daemon=True)
+        for robot in cfg.executors:
+            self.dispatcher.client(robot)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "PlannerNode":
@@ -414,9 +422,11 @@ class PlannerNode:
         self._publish_status(gen)
 
     def on_segment_result(self, gen: Generation, seg: Segment) -> None:
+        self._pub_segments.publish(convert.segment_status_fields(gen, seg, now=self.clock.now()))
         self._publish_status(gen)
 
     def on_segment_dispatched(self, gen: Generation, seg: Segment) -> None:
+        self._pub_segments.publish(convert.segment_status_fields(gen, seg, now=self.clock.now()))
         robot = gen.request.robot_id
         if not any(c.name in _MOVES or c.name in _TURNS for c in seg.calls):
             return

@@ -59,6 +59,9 @@ PLANNER_DEFAULTS: dict[str, Any] = {
     "server_wait_s": 2.0,
     "journal_path": "",  # SQLite request journal ("" = off); unfinished requests recovered at start
     "journal_retention_s": 604800.0,  # terminal requests kept in the journal (7 days)
+    "executors": "",  # comma-separated robot ids whose action servers are discovered at start
+    "step_log_path": "",  # write the engine's serving steps (StepRecords, JSON lines) here at shutdown
+    "warm_up": False,  # prefill each robot type's prompt prefix (vLLM: and compile) before serving
 }
 
 
@@ -218,10 +221,18 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
                 old.shutdown()
             except Exception:  # noqa: BLE001 - it is dead already
                 pass
-            return VllmEngine(cfg)
+            new = VllmEngine(cfg)
+            new.step_log = old.step_log  # the serving steps go on in one log
+            return new
         prompts = PromptBuilder(robots, engine.tokenizer)
     else:
         raise ConfigError(f"engine must be simulated or vllm, got {p['engine']!r}")
+    if p["warm_up"]:  # as the in-process demo: no request pays for a robot type's first prefill
+        from timelyllm_ros.serve import warm_up
+
+        warm_up(engine, prompts, sorted(robots))
+    step_log: list | None = [] if p["step_log_path"] else None
+    engine.step_log = step_log  # serving steps only (not the warm-up)
 
     journal = None
     if p["journal_path"]:
@@ -255,17 +266,28 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
 
     node_cfg = PlannerNodeConfig(
         status_period_s=float(p["status_period_s"]), frame_id=str(p["frame_id"]),
+        executors=tuple(r.strip() for r in str(p["executors"]).split(",") if r.strip()),
         dispatcher=DispatcherConfig(timeout_factor=float(p["goal_timeout_factor"]),
                                     timeout_margin_s=float(p["goal_timeout_margin_s"]),
                                     server_wait_s=float(p["server_wait_s"])))
-    return make_planner, clock, node_cfg, engine.shutdown
+    def shutdown() -> None:
+        if step_log is not None:
+            from timelyllm_ros.engines.base import save_step_log
+
+            save_step_log(str(p["step_log_path"]), step_log)
+        engine.shutdown()
+
+    return make_planner, clock, node_cfg, shutdown
 
 
 def _spin_until_signal() -> None:
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
-    done.wait()
+    # timed: a signal delivered to another thread only runs its Python handler when the main
+    # thread wakes up, which an untimed wait never does
+    while not done.wait(0.2):
+        pass
 
 
 def _node_params(t: Any, defaults: dict[str, Any]) -> dict[str, Any]:
