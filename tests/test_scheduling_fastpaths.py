@@ -396,3 +396,17 @@ def test_qoe_batch_equals_qoe_of_runs(reqs, at, stream):
         want = [qoe_of_runs(rs + [Run(s0, count, iv)], ideal_start=st_, rate=r, now=at, complete=False).qoe
                 for rs, st_, r in rows]
     assert [repr(float(x)) for x in got] == [repr(x) for x in want]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.5, math.inf, -math.inf, math.nan]) | st.floats(allow_nan=True),
+                min_size=1, max_size=60), st.integers(1, 60))
+def test_andes_stable_head_is_the_stable_argsort_prefix(xs, k):
+    """Andes packs each batch size from the first B by priority: partition + sort of the head
+    must equal the head of the full stable sort (ties in index order, NaN last)."""
+    import numpy as np
+
+    from timelyllm_ros.core.policies.andes import _stable_head
+    x = np.array(xs, dtype=float)
+    k = min(k, len(x))
+    assert _stable_head(x, k).tolist() == np.argsort(x, kind="stable")[:k].tolist()

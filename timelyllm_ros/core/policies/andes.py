@@ -81,6 +81,18 @@ def _paying_pairs(admit: list[int], victims: list[int], gains: Sequence[float],
     return acc_a, acc_v
 
 
+def _stable_head(x: np.ndarray, k: int) -> np.ndarray:
+    """The first k of np.argsort(x, kind="stable") without sorting everything: the k smallest by
+    a partition, ties at the k-th value in index order (as the stable sort keeps them)."""
+    if 4 * k >= len(x):
+        return np.argsort(x, kind="stable")[:k]
+    v = np.partition(x, k - 1)[k - 1]
+    if v != v:  # NaN (sorted last) reaches the head: the plain sort
+        return np.argsort(x, kind="stable")[:k]
+    cand = np.flatnonzero(x <= v)
+    return cand[np.argsort(x[cand], kind="stable")[:k]]
+
+
 def greedy_pack(items: Sequence[int], priority: Sequence[float], mem: Sequence[int], M: float,
                 B: int) -> list[int]:
     """Algorithm 1: by priority descending, take while count < B and memory fits; stop at the
@@ -378,19 +390,16 @@ class Andes(Policy):
         for r, lat in enumerate(lats):  # a delivered run after the projected stream's start: scalar formula
             for i in (odd_wait + np.flatnonzero(last_start > s0[r]).tolist() if late > min(s0) else odd_wait):
                 q_serve[r, i] = self.q_serve(item(i), lat, now)
-        # greedy_pack for every B: by priority (stable), take while count < B and memory fits
+        # greedy_pack for every B: by priority (stable), take while count < B and memory fits; only
+        # the first B by priority can be taken, so only they are sorted
         gains = q_serve - q_wait
         pri_all = gains / mem
         neg_pri = -pri_all
-        perms = [np.argsort(neg_pri[r], kind="stable") for r in range(len(cands))]
-        if M < _INF:
-            over = np.cumsum(mem[np.array(perms)], axis=1) > M
-            fits = np.where(over.any(axis=1), over.argmax(axis=1), n).tolist()
-        else:
-            fits = [n] * len(cands)
         best: tuple | None = None
         for r, B in enumerate(cands):
-            chosen = perms[r][:min(B, fits[r])]
+            top = _stable_head(neg_pri[r], min(B, n))
+            over = np.cumsum(mem[top]) > M
+            chosen = top[:int(over.argmax())] if over.any() else top
             key = (round(math.fsum(gains[r][chosen].tolist()), 12), -abs(B - n_run))
             if best is None or key > best[0]:
                 best = (key, B, chosen, r)
