@@ -240,8 +240,9 @@ class Andes(Policy):
     # generation's delivery runs, context length, TTFT target and measured tokens per word only
     # change when it runs, so they are folded once (`_static`, cached in its extra) and every
     # point evaluates Q_cur, Q_wait and Q_serve(B) for all requests at once
-    # (qoe.qoe_so_far_batch), packs every B with one stable argsort, and prices the refiner's
-    # stalls for all admissions at once.  The running tokens-per-word average keeps its
+    # (qoe.QoEBatch), packs every B from its first B by priority (a partition, then a stable
+    # sort of that head only: `_stable_head`), and prices the refiner's stalls for all
+    # admissions at once.  The running tokens-per-word average keeps its
     # sequential update.  Requests the closed form does not cover (a delivered run not yet
     # started at `now`) take the scalar formulas.  Bit for bit the reference's decisions:
     # tests/test_scheduling_fastpaths.py.
