@@ -410,3 +410,40 @@ def test_andes_stable_head_is_the_stable_argsort_prefix(xs, k):
     x = np.array(xs, dtype=float)
     k = min(k, len(x))
     assert _stable_head(x, k).tolist() == np.argsort(x, kind="stable")[:k].tolist()
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(_RUNS, st.floats(0, 10), st.sampled_from([0.5, 2.0, 4.8, 12.0]), st.integers(0, 3)),
+                min_size=1, max_size=6),
+       st.floats(0, 30), st.lists(st.tuples(st.floats(0, 3), st.integers(0, 30),
+                                            st.sampled_from([0.01, 0.08, 0.3, 1.0, 7.0])), min_size=1, max_size=4))
+def test_qoe_batch_streams_equal_at_and_qoe_of_runs(reqs, at, streams):
+    """QoEBatch.at_streams (Andes' Q_serve: one projected stream per candidate batch size; the
+    compiled loop when numba is there) against QoEBatch.at and the scalar QoE, bit for bit."""
+    import numpy as np
+
+    from timelyllm_ros.core.qoe import QoEBatch, Run, fold_runs, qoe_of_runs
+    from timelyllm_ros.core.qoe_kernel import stream_rows
+    rows = []
+    for runs, start, rate, pending in reqs:
+        rs = sorted((Run(t, c) for t, c in runs if t <= at), key=lambda r: r.start)
+        rows.append((rs, start, rate, pending))
+    folded = [fold_runs(rs, 1.0 / rate, start) + (sum(r.count for r in rs),) for rs, start, rate, _ in rows]
+    f = np.array(folded, dtype=float).reshape(-1, 4).T
+    qb = QoEBatch(f[0], f[1], f[2], f[3], np.array([r[1] for r in rows]), 1.0 / np.array([r[2] for r in rows]))
+    first = max((r.start for rs, *_ in rows for r in rs), default=0.0)
+    s0 = [max(s, first) for s, _, _ in streams]  # after every delivered run
+    cnt = [c for _, c, _ in streams]
+    iv = [v for _, _, v in streams]
+    pending = np.array([float(r[3]) for r in rows])
+    got = qb.at_streams(at, s0, pending, cnt, iv)
+    col = lambda xs: np.array(xs, dtype=float)[:, None]  # noqa: E731
+    want = qb.at(at, (col(s0), pending + col(cnt), col(iv)))
+    assert got.shape == (len(streams), len(rows))
+    assert [repr(float(x)) for x in got.ravel()] == [repr(float(x)) for x in want.ravel()]
+    kernel = stream_rows(qb, at, s0, pending, cnt, iv)
+    if kernel is not None:
+        assert [repr(float(x)) for x in kernel.ravel()] == [repr(float(x)) for x in want.ravel()]
+    scalar = [qoe_of_runs(rs + [Run(s, p + c, v)], ideal_start=st_, rate=rate, now=at, complete=False).qoe
+              for s, c, v in zip(s0, cnt, iv) for rs, st_, rate, p in rows]
+    assert [repr(float(x)) for x in got.ravel()] == [repr(x) for x in scalar]

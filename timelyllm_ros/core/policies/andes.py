@@ -384,9 +384,7 @@ class Andes(Policy):
         cands = self._batch_sizes(mem, rate, n_run, full, ctx, M)
         lats = [self.lat(B, ctx, n_run) for B in cands]
         s0 = [now + lat + self.network_latency_s for lat in lats]
-        col = lambda xs: np.array(xs)[:, None]  # noqa: E731 - one row per candidate batch size
-        q_serve = qb.at(T_wait, (col(s0), a["pending"][sl] + col([int(self.delta_t / lat) for lat in lats]),
-                                 col(lats)))
+        q_serve = qb.at_streams(T_wait, s0, a["pending"][sl], [int(self.delta_t / lat) for lat in lats], lats)
         late = float(np.max(last_start))
         for r, lat in enumerate(lats):  # a delivered run after the projected stream's start: scalar formula
             for i in (odd_wait + np.flatnonzero(last_start > s0[r]).tolist() if late > min(s0) else odd_wait):
