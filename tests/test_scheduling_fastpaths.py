@@ -447,3 +447,15 @@ def test_qoe_batch_streams_equal_at_and_qoe_of_runs(reqs, at, streams):
     scalar = [qoe_of_runs(rs + [Run(s, p + c, v)], ideal_start=st_, rate=rate, now=at, complete=False).qoe
               for s, c, v in zip(s0, cnt, iv) for rs, st_, rate, p in rows]
     assert [repr(float(x)) for x in got.ravel()] == [repr(x) for x in scalar]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.floats(-5, 5) | st.sampled_from([0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, math.nan]),
+                         min_size=40, max_size=40), min_size=1, max_size=4), st.integers(1, 40))
+def test_andes_stable_heads_are_the_stable_argsort_prefixes(rows, k):
+    """All rows at once (ties at the k-th value and NaN go the row-wise way) = each row's stable sort."""
+    import numpy as np
+
+    from timelyllm_ros.core.policies.andes import _stable_heads
+    x = np.array(rows, dtype=float)
+    assert _stable_heads(x, k).tolist() == np.argsort(x, axis=1, kind="stable")[:, :k].tolist()

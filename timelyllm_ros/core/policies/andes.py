@@ -93,6 +93,33 @@ def _stable_head(x: np.ndarray, k: int) -> np.ndarray:
     return cand[np.argsort(x[cand], kind="stable")[:k]]
 
 
+def _stable_heads(x: np.ndarray, k: int) -> np.ndarray:
+    """`_stable_head` of every row of x (2-D), without a partition per row (~20 µs each at 1,000):
+    a threshold per row from a sorted sample; where at least k values are <= it, the k smallest
+    are among those (ties included), which one lexsort orders by value, then index, for all
+    rows at once.  A row with fewer (or a NaN threshold) takes the row-wise path."""
+    rows_n, n = x.shape
+    if 4 * k >= n:
+        return np.argsort(x, axis=1, kind="stable")[:, :k]
+    step = max(1, n // (8 * k))
+    sample = np.sort(x[:, ::step], axis=1)
+    t = sample[:, min(sample.shape[1] - 1, (2 * k) // step + 1)]
+    with np.errstate(invalid="ignore"):
+        mask = x <= t[:, None]
+    counts = np.count_nonzero(mask, axis=1)
+    heads = np.empty((rows_n, k), dtype=np.intp)
+    ok = counts >= k
+    if ok.any():
+        sub = mask[ok]
+        r, c = np.nonzero(sub)
+        order = np.lexsort((c, x[ok][r, c], r))  # by row, value, index
+        first = np.concatenate(([0], np.cumsum(counts[ok])[:-1]))
+        heads[ok] = c[order][first[:, None] + np.arange(k)]
+    for row in np.flatnonzero(~ok).tolist():
+        heads[row] = _stable_head(x[row], k)
+    return heads
+
+
 def greedy_pack(items: Sequence[int], priority: Sequence[float], mem: Sequence[int], M: float,
                 B: int) -> list[int]:
     """Algorithm 1: by priority descending, take while count < B and memory fits; stop at the
@@ -394,16 +421,19 @@ class Andes(Policy):
         gains = q_serve - q_wait
         pri_all = gains / mem
         neg_pri = -pri_all
+        heads = _stable_heads(neg_pri, min(max(cands), n))  # per row: the first by priority
+        over = np.cumsum(mem[heads], axis=1) > M
+        fits = np.where(over.any(axis=1), over.argmax(axis=1), heads.shape[1]).tolist()
+        head_gains = np.take_along_axis(gains, heads, axis=1).tolist()
         best: tuple | None = None
         for r, B in enumerate(cands):
-            top = _stable_head(neg_pri[r], min(B, n))
-            over = np.cumsum(mem[top]) > M
-            chosen = top[:int(over.argmax())] if over.any() else top
-            key = (round(math.fsum(gains[r][chosen].tolist()), 12), -abs(B - n_run))
+            m = min(B, fits[r])
+            key = (round(math.fsum(head_gains[r][:m]), 12), -abs(B - n_run))
             if best is None or key > best[0]:
-                best = (key, B, chosen, r)
+                best = (key, B, m, r)
         assert best is not None
-        _, B, chosen, r = best
+        _, B, m, r = best
+        chosen = heads[r, :m]
         gains, pri = gains[r], pri_all[r]
         pri_l = pri.tolist()
         if self.solve_every > 1:  # the last priorities order the points between solves
