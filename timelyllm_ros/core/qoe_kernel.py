@@ -78,9 +78,9 @@ def _loop(sa, pn, la, dl, start, u, expected, pending, s, cnt, iv, T, out):  # p
             out[r, i] = 1.0 if (nn == 0 or s_whole <= _EPS) else y
 
 
-def stream_rows(qb, T: float, s, pending: np.ndarray, cnt, iv) -> np.ndarray | None:
-    """qb.at(T, (s, pending + cnt, iv)) with s, cnt, iv one value per row (shape (k, n)), or None
-    when numba is not available."""
+def warm() -> bool:
+    """Import numba and compile (or load from the cache) the loop now, not at the first
+    scheduling point that needs it (~0.5 s with a warm cache, a few s without).  False: no numba."""
     global _kernel
     if _kernel is None:
         try:
@@ -89,7 +89,15 @@ def stream_rows(qb, T: float, s, pending: np.ndarray, cnt, iv) -> np.ndarray | N
             _kernel = False
         else:
             _kernel = numba.njit(cache=True, error_model="numpy", nogil=True)(_loop)
-    if _kernel is False:
+            one = np.ones(1)
+            _kernel(one, one, one, one, one, one, one, one, one, one, one, 1.0, np.empty((1, 1)))
+    return _kernel is not False
+
+
+def stream_rows(qb, T: float, s, pending: np.ndarray, cnt, iv) -> np.ndarray | None:
+    """qb.at(T, (s, pending + cnt, iv)) with s, cnt, iv one value per row (shape (k, n)), or None
+    when numba is not available."""
+    if not warm():
         return None
     f = lambda x: np.ascontiguousarray(x, dtype=np.float64)  # noqa: E731 - one compiled signature
     s, cnt, iv = f(s), f(cnt), f(iv)

@@ -41,6 +41,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from .. import qoe_kernel
 from ..qoe import (_EPS, PAPER_TOKENS_PER_WORD, READING_TOK_S, SPEAKING_TOK_S, Run, consume_rate, delivery_runs,
                    QoEBatch, fold_runs, measured_tokens_per_word, qoe_of_runs, ttft_target)
 from ..types import Generation, Segment
@@ -175,6 +176,7 @@ class Andes(Policy):
         self._tpw = tokens_per_word or PAPER_TOKENS_PER_WORD
         self._triggered = 0
         self.solves = 0
+        qoe_kernel.warm()  # compile Q_serve's loop at construction, not at the first scheduling point
         self.last_decision: dict = {}
 
     # --- per-request QoE terms --------------------------------------------------------------------
