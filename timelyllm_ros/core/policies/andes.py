@@ -268,10 +268,10 @@ class Andes(Policy):
     # at 1,000 ready generations.  `select` computes the same numbers with numpy: a ready
     # generation's delivery runs, context length, TTFT target and measured tokens per word only
     # change when it runs, so they are folded once (`_static`, cached in its extra) and every
-    # point evaluates Q_cur, Q_wait and Q_serve(B) for all requests at once
-    # (qoe.QoEBatch), packs every B from its first B by priority (a partition, then a stable
-    # sort of that head only: `_stable_head`), and prices the refiner's stalls for all
-    # admissions at once.  The running tokens-per-word average keeps its
+    # point evaluates Q_cur, Q_wait and Q_serve(B) for all requests at once (qoe.QoEBatch;
+    # Q_serve of every candidate B in qoe_kernel's compiled loop), packs every B from its first
+    # B by priority (`_stable_heads`: no full sort per candidate), and prices the refiner's
+    # stalls for all admissions at once.  The running tokens-per-word average keeps its
     # sequential update.  Requests the closed form does not cover (a delivered run not yet
     # started at `now`) take the scalar formulas.  Bit for bit the reference's decisions:
     # tests/test_scheduling_fastpaths.py.
