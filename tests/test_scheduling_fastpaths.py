@@ -347,9 +347,10 @@ def test_longest_first_and_ascending_perm_equal_tuple_sorts(items):
 @given(**_SCEN, blocked=st.booleans(), net=st.sampled_from([0.0, 0.008, 0.6]), tpw=st.sampled_from([None, 1.3, 2.0]),
        mode=st.sampled_from(["stream", "suspend"]), solve_every=st.sampled_from([1, 2]),
        kv_trigger=st.sampled_from([0.05, 0.9]), max_batch=st.sampled_from([None, 3]), refine=st.booleans(),
-       speaking=st.booleans(), lat_per_seq=st.sampled_from([2e-4, 0.05]))
+       speaking=st.booleans(), lat_per_seq=st.sampled_from([2e-4, 0.05]), compiled=st.booleans())
 def test_andes_fast_select_matches_reference(specs, steps, blocked, net, tpw, mode, solve_every, kv_trigger,
-                                             max_batch, refine, speaking, lat_per_seq):
+                                             max_batch, refine, speaking, lat_per_seq, compiled):
+    from timelyllm_ros.core import qoe_kernel
     from timelyllm_ros.core.policies.andes import Andes
 
     class Reference(Andes):
@@ -362,8 +363,14 @@ def test_andes_fast_select_matches_reference(specs, steps, blocked, net, tpw, mo
     steps = [(gap, now, token_s * 8, muts, free) for gap, now, token_s, muts, free in steps]  # up to 0.4 s/token
     gens = _scenario(specs)
     a, b = _copy(gens), _copy(gens)
-    fast, ref = Andes(**kw), Reference(**kw)
-    assert _run(fast, a, steps, blocked) == _run(ref, b, steps, blocked)
+    warm = qoe_kernel.warm
+    if not compiled:  # the numpy / Python fallbacks, as without numba
+        qoe_kernel.warm = lambda: False
+    try:
+        fast, ref = Andes(**kw), Reference(**kw)
+        assert _run(fast, a, steps, blocked) == _run(ref, b, steps, blocked)
+    finally:
+        qoe_kernel.warm = warm
     assert (fast.solves, fast.last_decision, repr(fast._tpw)) == (ref.solves, ref.last_decision, repr(ref._tpw))
 
 

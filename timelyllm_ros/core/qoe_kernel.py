@@ -17,6 +17,7 @@ import numpy as np
 
 _EPS = 1e-9  # core/qoe.py's
 _kernel = None  # the compiled loop; False when numba is not importable
+_ema = None
 
 
 def _loop(sa, pn, la, dl, start, u, expected, pending, s, cnt, iv, T, out):  # pragma: no cover - compiled
@@ -78,6 +79,24 @@ def _loop(sa, pn, la, dl, start, u, expected, pending, s, cnt, iv, T, out):  # p
             out[r, i] = 1.0 if (nn == 0 or s_whole <= _EPS) else y
 
 
+def _ema_loop(t, values, out):  # pragma: no cover - compiled
+    """out[0] = t; out[k + 1] = 0.9 · out[k] + 0.1 · values[k] (as Python evaluates it)."""
+    out[0] = t
+    for k in range(values.shape[0]):
+        t = 0.9 * t + 0.1 * values[k]
+        out[k + 1] = t
+
+
+def ema_trail(t: float, values: np.ndarray) -> np.ndarray | None:
+    """Andes' running tokens-per-word average after each of `values` in turn (first entry: t),
+    or None without numba."""
+    if not warm():
+        return None
+    out = np.empty(len(values) + 1)
+    _ema(float(t), np.ascontiguousarray(values, dtype=np.float64), out)
+    return out
+
+
 def warm() -> bool:
     """Import numba and compile (or load from the cache) the loop now, not at the first
     scheduling point that needs it (~0.5 s with a warm cache, a few s without).  False: no numba."""
@@ -88,9 +107,12 @@ def warm() -> bool:
         except ImportError:
             _kernel = False
         else:
-            _kernel = numba.njit(cache=True, error_model="numpy", nogil=True)(_loop)
+            global _ema
+            jit = numba.njit(cache=True, error_model="numpy", nogil=True)
+            _kernel, _ema = jit(_loop), jit(_ema_loop)
             one = np.ones(1)
             _kernel(one, one, one, one, one, one, one, one, one, one, one, 1.0, np.empty((1, 1)))
+            _ema(1.0, one, np.empty(2))
     return _kernel is not False
 
 

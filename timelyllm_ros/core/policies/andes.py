@@ -347,14 +347,17 @@ class Andes(Policy):
         else:
             own = a["own"][sl]
             has_own = ~np.isnan(own)
-            t = self._tpw
-            trail = [t]
-            put = trail.append
-            for o in own[has_own].tolist():
-                t = 0.9 * t + 0.1 * o
-                put(t)
-            self._tpw = t
-            tpw = np.where(has_own, own, np.array(trail)[np.cumsum(has_own)])  # own or the average so far
+            trail = qoe_kernel.ema_trail(self._tpw, own[has_own])
+            if trail is None:
+                t = self._tpw
+                trail_l = [t]
+                put = trail_l.append
+                for o in own[has_own].tolist():
+                    t = 0.9 * t + 0.1 * o
+                    put(t)
+                trail = np.array(trail_l)
+            self._tpw = float(trail[-1])
+            tpw = np.where(has_own, own, trail[np.cumsum(has_own)])  # own or the average so far
         rate = np.where(np.isnan(fixed), a["base"][sl] * tpw / PAPER_TOKENS_PER_WORD, fixed)
         u = 1.0 / rate
         # delivered runs folded at the current rate (refolded when a request's rate moved)
