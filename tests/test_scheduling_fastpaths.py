@@ -347,9 +347,10 @@ def test_longest_first_and_ascending_perm_equal_tuple_sorts(items):
 @given(**_SCEN, blocked=st.booleans(), net=st.sampled_from([0.0, 0.008, 0.6]), tpw=st.sampled_from([None, 1.3, 2.0]),
        mode=st.sampled_from(["stream", "suspend"]), solve_every=st.sampled_from([1, 2]),
        kv_trigger=st.sampled_from([0.05, 0.9]), max_batch=st.sampled_from([None, 3]), refine=st.booleans(),
-       speaking=st.booleans(), lat_per_seq=st.sampled_from([2e-4, 0.05]))
+       speaking=st.booleans(), lat_per_seq=st.sampled_from([2e-4, 0.05]), compiled=st.booleans())
 def test_andes_fast_select_matches_reference(specs, steps, blocked, net, tpw, mode, solve_every, kv_trigger,
-                                             max_batch, refine, speaking, lat_per_seq):
+                                             max_batch, refine, speaking, lat_per_seq, compiled):
+    from timelyllm_ros.core import qoe_kernel
     from timelyllm_ros.core.policies.andes import Andes
 
     class Reference(Andes):
@@ -362,8 +363,14 @@ def test_andes_fast_select_matches_reference(specs, steps, blocked, net, tpw, mo
     steps = [(gap, now, token_s * 8, muts, free) for gap, now, token_s, muts, free in steps]  # up to 0.4 s/token
     gens = _scenario(specs)
     a, b = _copy(gens), _copy(gens)
-    fast, ref = Andes(**kw), Reference(**kw)
-    assert _run(fast, a, steps, blocked) == _run(ref, b, steps, blocked)
+    warm = qoe_kernel.warm
+    if not compiled:  # the numpy / Python fallbacks, as without numba
+        qoe_kernel.warm = lambda: False
+    try:
+        fast, ref = Andes(**kw), Reference(**kw)
+        assert _run(fast, a, steps, blocked) == _run(ref, b, steps, blocked)
+    finally:
+        qoe_kernel.warm = warm
     assert (fast.solves, fast.last_decision, repr(fast._tpw)) == (ref.solves, ref.last_decision, repr(ref._tpw))
 
 
@@ -396,3 +403,66 @@ def test_qoe_batch_equals_qoe_of_runs(reqs, at, stream):
         want = [qoe_of_runs(rs + [Run(s0, count, iv)], ideal_start=st_, rate=r, now=at, complete=False).qoe
                 for rs, st_, r in rows]
     assert [repr(float(x)) for x in got] == [repr(x) for x in want]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.5, math.inf, -math.inf, math.nan]) | st.floats(allow_nan=True),
+                min_size=1, max_size=60), st.integers(1, 60))
+def test_andes_stable_head_is_the_stable_argsort_prefix(xs, k):
+    """Andes packs each batch size from the first B by priority: partition + sort of the head
+    must equal the head of the full stable sort (ties in index order, NaN last)."""
+    import numpy as np
+
+    from timelyllm_ros.core.policies.andes import _stable_head
+    x = np.array(xs, dtype=float)
+    k = min(k, len(x))
+    assert _stable_head(x, k).tolist() == np.argsort(x, kind="stable")[:k].tolist()
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(_RUNS, st.floats(0, 10), st.sampled_from([0.5, 2.0, 4.8, 12.0]), st.integers(0, 3)),
+                min_size=1, max_size=6),
+       st.floats(0, 30), st.lists(st.tuples(st.floats(0, 3), st.integers(0, 30),
+                                            st.sampled_from([0.01, 0.08, 0.3, 1.0, 7.0])), min_size=1, max_size=4))
+def test_qoe_batch_streams_equal_at_and_qoe_of_runs(reqs, at, streams):
+    """QoEBatch.at_streams (Andes' Q_serve: one projected stream per candidate batch size; the
+    compiled loop when numba is there) against QoEBatch.at and the scalar QoE, bit for bit."""
+    import numpy as np
+
+    from timelyllm_ros.core.qoe import QoEBatch, Run, fold_runs, qoe_of_runs
+    from timelyllm_ros.core.qoe_kernel import stream_rows
+    rows = []
+    for runs, start, rate, pending in reqs:
+        rs = sorted((Run(t, c) for t, c in runs if t <= at), key=lambda r: r.start)
+        rows.append((rs, start, rate, pending))
+    folded = [fold_runs(rs, 1.0 / rate, start) + (sum(r.count for r in rs),) for rs, start, rate, _ in rows]
+    f = np.array(folded, dtype=float).reshape(-1, 4).T
+    qb = QoEBatch(f[0], f[1], f[2], f[3], np.array([r[1] for r in rows]), 1.0 / np.array([r[2] for r in rows]))
+    first = max((r.start for rs, *_ in rows for r in rs), default=0.0)
+    s0 = [max(s, first) for s, _, _ in streams]  # after every delivered run
+    cnt = [c for _, c, _ in streams]
+    iv = [v for _, _, v in streams]
+    pending = np.array([float(r[3]) for r in rows])
+    got = qb.at_streams(at, s0, pending, cnt, iv)
+    col = lambda xs: np.array(xs, dtype=float)[:, None]  # noqa: E731
+    want = qb.at(at, (col(s0), pending + col(cnt), col(iv)))
+    assert got.shape == (len(streams), len(rows))
+    assert [repr(float(x)) for x in got.ravel()] == [repr(float(x)) for x in want.ravel()]
+    kernel = stream_rows(qb, at, s0, pending, cnt, iv)
+    if kernel is not None:
+        assert [repr(float(x)) for x in kernel.ravel()] == [repr(float(x)) for x in want.ravel()]
+    scalar = [qoe_of_runs(rs + [Run(s, p + c, v)], ideal_start=st_, rate=rate, now=at, complete=False).qoe
+              for s, c, v in zip(s0, cnt, iv) for rs, st_, rate, p in rows]
+    assert [repr(float(x)) for x in got.ravel()] == [repr(x) for x in scalar]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.floats(-5, 5) | st.sampled_from([0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, math.nan]),
+                         min_size=40, max_size=40), min_size=1, max_size=4), st.integers(1, 40))
+def test_andes_stable_heads_are_the_stable_argsort_prefixes(rows, k):
+    """All rows at once (ties at the k-th value and NaN go the row-wise way) = each row's stable sort."""
+    import numpy as np
+
+    from timelyllm_ros.core.policies.andes import _stable_heads
+    x = np.array(rows, dtype=float)
+    assert _stable_heads(x, k).tolist() == np.argsort(x, axis=1, kind="stable")[:, :k].tolist()

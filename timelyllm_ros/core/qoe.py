@@ -171,6 +171,18 @@ class QoEBatch:
         self.u_min = float(np.min(u)) if np.size(u) else math.inf
         self._expected: dict = {}
 
+    def at_streams(self, at: float, s: Sequence[float], pending: np.ndarray, cnt: Sequence[int],
+                   iv: Sequence[float]) -> np.ndarray:
+        """`at(at, (s, pending + cnt, iv))` with one stream per row (s, cnt, iv: one value per
+        row): shape (rows, requests).  The compiled loop of core/qoe_kernel.py when numba is
+        there (the same bits), else numpy."""
+        from .qoe_kernel import stream_rows
+        out = stream_rows(self, at, s, pending, cnt, iv)
+        if out is None:
+            col = lambda xs: np.array(xs, dtype=float)[:, None]  # noqa: E731
+            out = self.at(at, (col(s), pending + col(cnt), col(iv)))
+        return out
+
     def expected(self, at: float) -> np.ndarray:
         """expected_tokens(ideal_start, rate, at) for every request."""
         e = self._expected.get(at)

@@ -41,6 +41,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from .. import qoe_kernel
 from ..qoe import (_EPS, PAPER_TOKENS_PER_WORD, READING_TOK_S, SPEAKING_TOK_S, Run, consume_rate, delivery_runs,
                    QoEBatch, fold_runs, measured_tokens_per_word, qoe_of_runs, ttft_target)
 from ..types import Generation, Segment
@@ -79,6 +80,45 @@ def _paying_pairs(admit: list[int], victims: list[int], gains: Sequence[float],
         if v is not None:
             acc_v.append(v)
     return acc_a, acc_v
+
+
+def _stable_head(x: np.ndarray, k: int) -> np.ndarray:
+    """The first k of np.argsort(x, kind="stable") without sorting everything: the k smallest by
+    a partition, ties at the k-th value in index order (as the stable sort keeps them)."""
+    if 4 * k >= len(x):
+        return np.argsort(x, kind="stable")[:k]
+    v = np.partition(x, k - 1)[k - 1]
+    if v != v:  # NaN (sorted last) reaches the head: the plain sort
+        return np.argsort(x, kind="stable")[:k]
+    cand = np.flatnonzero(x <= v)
+    return cand[np.argsort(x[cand], kind="stable")[:k]]
+
+
+def _stable_heads(x: np.ndarray, k: int) -> np.ndarray:
+    """`_stable_head` of every row of x (2-D), without a partition per row (~20 µs each at 1,000):
+    a threshold per row from a sorted sample; where at least k values are <= it, the k smallest
+    are among those (ties included), which one lexsort orders by value, then index, for all
+    rows at once.  A row with fewer (or a NaN threshold) takes the row-wise path."""
+    rows_n, n = x.shape
+    if 4 * k >= n:
+        return np.argsort(x, axis=1, kind="stable")[:, :k]
+    step = max(1, n // (8 * k))
+    sample = np.sort(x[:, ::step], axis=1)
+    t = sample[:, min(sample.shape[1] - 1, (2 * k) // step + 1)]
+    with np.errstate(invalid="ignore"):
+        mask = x <= t[:, None]
+    counts = np.count_nonzero(mask, axis=1)
+    heads = np.empty((rows_n, k), dtype=np.intp)
+    ok = counts >= k
+    if ok.any():
+        sub = mask[ok]
+        r, c = np.nonzero(sub)
+        order = np.lexsort((c, x[ok][r, c], r))  # by row, value, index
+        first = np.concatenate(([0], np.cumsum(counts[ok])[:-1]))
+        heads[ok] = c[order][first[:, None] + np.arange(k)]
+    for row in np.flatnonzero(~ok).tolist():
+        heads[row] = _stable_head(x[row], k)
+    return heads
 
 
 def greedy_pack(items: Sequence[int], priority: Sequence[float], mem: Sequence[int], M: float,
@@ -136,6 +176,7 @@ class Andes(Policy):
         self._tpw = tokens_per_word or PAPER_TOKENS_PER_WORD
         self._triggered = 0
         self.solves = 0
+        qoe_kernel.warm()  # compile Q_serve's loop at construction, not at the first scheduling point
         self.last_decision: dict = {}
 
     # --- per-request QoE terms --------------------------------------------------------------------
@@ -227,8 +268,9 @@ class Andes(Policy):
     # at 1,000 ready generations.  `select` computes the same numbers with numpy: a ready
     # generation's delivery runs, context length, TTFT target and measured tokens per word only
     # change when it runs, so they are folded once (`_static`, cached in its extra) and every
-    # point evaluates Q_cur, Q_wait and Q_serve(B) for all requests at once
-    # (qoe.qoe_so_far_batch), packs every B with one stable argsort, and prices the refiner's
+    # point evaluates Q_cur, Q_wait and Q_serve(B) for all requests at once (qoe.QoEBatch;
+    # Q_serve of every candidate B in qoe_kernel's compiled loop), packs every B from its first
+    # B by priority (`_stable_heads`: no full sort per candidate), and prices the refiner's
     # stalls for all admissions at once.  The running tokens-per-word average keeps its
     # sequential update.  Requests the closed form does not cover (a delivered run not yet
     # started at `now`) take the scalar formulas.  Bit for bit the reference's decisions:
@@ -305,14 +347,17 @@ class Andes(Policy):
         else:
             own = a["own"][sl]
             has_own = ~np.isnan(own)
-            t = self._tpw
-            trail = [t]
-            put = trail.append
-            for o in own[has_own].tolist():
-                t = 0.9 * t + 0.1 * o
-                put(t)
-            self._tpw = t
-            tpw = np.where(has_own, own, np.array(trail)[np.cumsum(has_own)])  # own or the average so far
+            trail = qoe_kernel.ema_trail(self._tpw, own[has_own])
+            if trail is None:
+                t = self._tpw
+                trail_l = [t]
+                put = trail_l.append
+                for o in own[has_own].tolist():
+                    t = 0.9 * t + 0.1 * o
+                    put(t)
+                trail = np.array(trail_l)
+            self._tpw = float(trail[-1])
+            tpw = np.where(has_own, own, trail[np.cumsum(has_own)])  # own or the average so far
         rate = np.where(np.isnan(fixed), a["base"][sl] * tpw / PAPER_TOKENS_PER_WORD, fixed)
         u = 1.0 / rate
         # delivered runs folded at the current rate (refolded when a request's rate moved)
@@ -371,31 +416,29 @@ class Andes(Policy):
         cands = self._batch_sizes(mem, rate, n_run, full, ctx, M)
         lats = [self.lat(B, ctx, n_run) for B in cands]
         s0 = [now + lat + self.network_latency_s for lat in lats]
-        col = lambda xs: np.array(xs)[:, None]  # noqa: E731 - one row per candidate batch size
-        q_serve = qb.at(T_wait, (col(s0), a["pending"][sl] + col([int(self.delta_t / lat) for lat in lats]),
-                                 col(lats)))
+        q_serve = qb.at_streams(T_wait, s0, a["pending"][sl], [int(self.delta_t / lat) for lat in lats], lats)
         late = float(np.max(last_start))
         for r, lat in enumerate(lats):  # a delivered run after the projected stream's start: scalar formula
             for i in (odd_wait + np.flatnonzero(last_start > s0[r]).tolist() if late > min(s0) else odd_wait):
                 q_serve[r, i] = self.q_serve(item(i), lat, now)
-        # greedy_pack for every B: by priority (stable), take while count < B and memory fits
+        # greedy_pack for every B: by priority (stable), take while count < B and memory fits; only
+        # the first B by priority can be taken, so only they are sorted
         gains = q_serve - q_wait
         pri_all = gains / mem
         neg_pri = -pri_all
-        perms = [np.argsort(neg_pri[r], kind="stable") for r in range(len(cands))]
-        if M < _INF:
-            over = np.cumsum(mem[np.array(perms)], axis=1) > M
-            fits = np.where(over.any(axis=1), over.argmax(axis=1), n).tolist()
-        else:
-            fits = [n] * len(cands)
+        heads = _stable_heads(neg_pri, min(max(cands), n))  # per row: the first by priority
+        over = np.cumsum(mem[heads], axis=1) > M
+        fits = np.where(over.any(axis=1), over.argmax(axis=1), heads.shape[1]).tolist()
+        head_gains = np.take_along_axis(gains, heads, axis=1).tolist()
         best: tuple | None = None
         for r, B in enumerate(cands):
-            chosen = perms[r][:min(B, fits[r])]
-            key = (round(math.fsum(gains[r][chosen].tolist()), 12), -abs(B - n_run))
+            m = min(B, fits[r])
+            key = (round(math.fsum(head_gains[r][:m]), 12), -abs(B - n_run))
             if best is None or key > best[0]:
-                best = (key, B, chosen, r)
+                best = (key, B, m, r)
         assert best is not None
-        _, B, chosen, r = best
+        _, B, m, r = best
+        chosen = heads[r, :m]
         gains, pri = gains[r], pri_all[r]
         pri_l = pri.tolist()
         if self.solve_every > 1:  # the last priorities order the points between solves

@@ -132,6 +132,17 @@ def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: 
     n = len(gens)
     if n < 2:
         return list(range(n))
+    if np.isfinite(keys).all():  # distinct keys (within each group): the tie-breakers are never read
+        if first is None:
+            perm = np.argsort(keys, kind="stable")
+            kp = keys[perm]
+            distinct = bool((kp[1:] != kp[:-1]).all())
+        else:
+            perm = np.lexsort((keys, ~first))
+            kp, fp = keys[perm], first[perm]
+            distinct = bool(((kp[1:] != kp[:-1]) | (fp[1:] != fp[:-1])).all())
+        if distinct:
+            return perm.tolist()
     if arrival is None:
         arrival = np.array([g.request.arrival for g in gens], dtype=float)  # (list comprehensions beat np.fromiter)
     cols = [arrival]
