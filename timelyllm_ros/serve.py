@@ -18,7 +18,7 @@ from .core.clock import WallClock
 from .core.exec_time import ExecTimeEstimator
 from .core.metrics import summarize
 from .core.planner import Planner, PlannerConfig
-from .core.policies import DispatchMode, make_policy
+from .core.policies import make_policy
 from .core.robots import RobotSpec
 from .core.types import Generation
 from .engines.base import Engine
@@ -98,10 +98,7 @@ def serve_arrivals(arrivals: list[Arrival], *, engine: Engine, prompts: Any,
                       estimator=ExecTimeEstimator(dict(robots)), prompts=prompts, config=config,
                       engine_restart=engine_restart)
     holder["p"] = planner
-    if max_batch is not None:
-        planner.batcher = planner.fixed(max_batch)
-    elif pol.mode is not DispatchMode.SUSPEND:
-        planner.batcher = planner.fixed(256)  # vLLM-style continuous batching
+    planner.use_batching(max_batch)
     rejected: list[tuple[str, str]] = []
     prog = Progress(total=len(arrivals))
 

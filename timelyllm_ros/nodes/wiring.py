@@ -127,7 +127,7 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
     """(make_planner(dispatcher, listeners), clock, node config, shutdown) from planner parameters."""
     from timelyllm_ros.core.exec_time import ExecTimeEstimator
     from timelyllm_ros.core.planner import Planner, PlannerConfig
-    from timelyllm_ros.core.policies import DispatchMode, make_policy
+    from timelyllm_ros.core.policies import make_policy
 
     from .planner_node import DispatcherConfig, PlannerNodeConfig
 
@@ -201,12 +201,7 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
 
             journal.prune()
             recover(journal, planner)  # resubmit what dispatched nothing, fail the rest with a reason
-        if int(p["max_batch"]) > 0:
-            planner.batcher = planner.fixed(int(p["max_batch"]))
-        elif policy.mode is DispatchMode.SUSPEND:
-            planner.batcher = planner.latency_guided(256)
-        else:
-            planner.batcher = planner.fixed(256)
+        planner.use_batching(int(p["max_batch"]) if int(p["max_batch"]) > 0 else None)
         return planner
 
     node_cfg = PlannerNodeConfig(

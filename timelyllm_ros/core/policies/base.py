@@ -108,6 +108,18 @@ class Policy:
             g.priority = self.priority(g, ctx, now)
         return Selection(order=priority_order(ready))
 
+    def suspend_at(self, g: Generation, seg: Segment, ctx: PolicyContext, now: float) -> bool:
+        """SUSPEND mode, at each complete statement `seg` (already appended to g.segments, about
+        to be dispatched): True = cut here, free the slot and resume later (the paper); False =
+        dispatch it and keep generating in the slot (streaming).  A blocking statement always
+        suspends (the plan needs its value); STREAM/WHOLE policies are never asked."""
+        return True
+
+    def batching(self) -> str:
+        """Batch-size controller the planner uses when no fixed cap is given:
+        "latency-guided" (TimelyLLM §4.4) or "continuous" (vLLM-style, capped at max_num_seqs)."""
+        return "latency-guided" if self.mode is DispatchMode.SUSPEND else "continuous"
+
     def kv_mode(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> str:
         """KV handling when g is suspended after `seg` (None: preempted mid-segment)."""
         return "cache"
