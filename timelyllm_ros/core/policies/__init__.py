@@ -40,7 +40,7 @@ def _load_optional() -> None:
     """Policies of the other seed papers register themselves when their module exists."""
     import importlib
 
-    for mod in ("trail", "andes", "lamps", "hybrid"):
+    for mod in ("trail", "andes", "lamps", "hybrid", "default"):
         try:
             importlib.import_module(f"{__name__}.{mod}")
         except ModuleNotFoundError as e:
