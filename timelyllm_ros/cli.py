@@ -58,8 +58,9 @@ def add_bench(sub: Any) -> None:
     p = sub.add_parser("bench", help="replay an LRTrace workload in the simulator for several policies",
                        description="Replay an LRTrace workload (paper §7) in the discrete-event simulator.")
     p.add_argument("--workload", required=True, help="bundled name (WID1, WID2, WID3, mixed_small) or YAML path")
-    p.add_argument("--policy", action="append", required=True, dest="policies", metavar="P",
-                   help="policy name; repeat for several (timelyllm, vllm, vllm-stream, fcfs, edf, ...)")
+    p.add_argument("--policy", action="append", default=None, dest="policies", metavar="P",
+                   help="policy name; repeat for several (default, timelyllm, vllm, vllm-stream, fcfs, "
+                        "edf, ...); none given: default")
     p.add_argument("--param", action="append", type=_param, default=[], metavar="[POLICY:]NAME=VALUE",
                    help="policy parameter (repeatable): `trail:c=0.5` for one policy, `c=0.5` for every "
                         "policy of the run")
@@ -106,6 +107,10 @@ def run_bench(args: argparse.Namespace) -> int:
     from .sim.runner import run_simulation
 
     console = Console(stderr=True)
+    if not args.policies:
+        from .core.policies import DEFAULT_POLICY
+
+        args.policies = [DEFAULT_POLICY]
     _check_policies(args.policies)
     try:
         workload = load_workload(args.workload)

@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from .core.policies import DEFAULT_POLICY
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = REPO / "models" / "tiny-planner"
 DEFAULT_ENGINE = {"block_size": 32, "max_num_seqs": 32, "kv_cache_space_gib": 1, "enforce_eager": True,
@@ -26,7 +28,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("demo", help="serve a mixed workload on real vLLM with the bundled model",
                        description=__doc__)
     p.add_argument("--workload", default="mixed_small", help="workload name or YAML path")
-    p.add_argument("--policy", default="timelyllm")
+    p.add_argument("--policy", default=DEFAULT_POLICY, help=f"scheduling policy (default: {DEFAULT_POLICY})")
     p.add_argument("--model", default=str(DEFAULT_MODEL), help="HF model directory")
     p.add_argument("--engine-config", help="YAML mapping of vLLM engine settings (model, dtype, "
                    "max_num_seqs, kv_cache_space_gib, block_size, tensor_parallel_size, ...)")

@@ -18,7 +18,7 @@ from .core.clock import WallClock
 from .core.exec_time import ExecTimeEstimator
 from .core.metrics import summarize
 from .core.planner import Planner, PlannerConfig
-from .core.policies import make_policy
+from .core.policies import DEFAULT_POLICY, make_policy
 from .core.robots import RobotSpec
 from .core.types import Generation
 from .engines.base import Engine
@@ -76,7 +76,7 @@ def warm_up(engine: Engine, prompts: Any, robot_types: list[str], *, rounds: int
 
 
 def serve_arrivals(arrivals: list[Arrival], *, engine: Engine, prompts: Any,
-                   robots: Mapping[str, RobotSpec], policy: str = "timelyllm",
+                   robots: Mapping[str, RobotSpec], policy: str = DEFAULT_POLICY,
                    policy_params: Mapping[str, Any] | None = None, seed: int = 0,
                    max_batch: int | None = None, config: PlannerConfig | None = None,
                    on_progress: Callable[[Progress], None] | None = None,

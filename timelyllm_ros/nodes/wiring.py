@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from timelyllm_ros.core.policies import DEFAULT_POLICY
 from timelyllm_ros.core.robots import ROBOTS_DIR, RobotSpec, load_robots
 
 log = logging.getLogger(__name__)
@@ -46,9 +47,9 @@ PLANNER_DEFAULTS: dict[str, Any] = {
     "model": "",  # vllm: model directory (default: the bundled tiny planner model)
     "engine_config": "",  # vllm: YAML mapping of engine settings (see engines/vllm_engine.py)
     "profile": "",  # simulated: latency profile YAML (default: profiles/rtx4090_llama3_8b.yaml)
-    "policy": "timelyllm",
+    "policy": DEFAULT_POLICY,  # core/policies/default.py
     "robots_dir": "",
-    "max_batch": 0,  # 0: latency-guided (TimelyLLM) or vLLM's 256 for non-segmenting policies
+    "max_batch": 0,  # 0: the policy's own batching (Policy.batching: latency-guided or continuous, 256)
     "max_tokens": 256,
     "status_period_s": 0.5,
     "frame_id": "map",
