@@ -109,6 +109,44 @@ class Default(Policy):
         return self.deadline(g, now) - now - est
 
     # --- the decision -----------------------------------------------------------------------------
+    def _point_terms(self, ctx: PolicyContext) -> tuple[float, float, dict[tuple[str, bool], float]]:
+        """(time per token, lead, predicted tokens by (robot type, first?)) for one point."""
+        pred = dict(self._seg_len)
+        for name, robot in ctx.robots.items():
+            for first in (True, False):
+                pred.setdefault((name, first), 0.5 * robot.max_segment_tokens)
+        return ctx.token_s, self.lead(ctx), pred
+
+    def _classify(self, gens: Sequence[Generation], ctx: PolicyContext, now: float, running: bool,
+                  terms: tuple[float, float, dict]) -> tuple[list[Generation], list[Generation], bool]:
+        """Split `gens` into (critical, deferrable, a critical one is a first segment); set the
+        deferrable ones' priority to −1 − slack.  The arithmetic of `slack` and `deadline`,
+        inlined (one scheduling point must stay under 1 ms at 1,000 ready generations)."""
+        token_s, lead, pred = terms
+        enter = 0.0 if running else token_s
+        critical: list[Generation] = []
+        deferrable: list[Generation] = []
+        first_critical = False
+        for g in gens:
+            req = g.request
+            segs = g.segments
+            if segs:
+                due = g.prev_exec_end_estimate()
+                if due is None:
+                    due = now
+            else:
+                due = req.arrival + req.tuf.ert
+            left = pred.get((req.robot_type, not segs), 8.0) - g.seg_tokens
+            s = due - now - (left if left > 1.0 else 1.0) * token_s - enter
+            if s <= lead:
+                critical.append(g)
+                if not segs:
+                    first_critical = True
+            else:
+                g.priority = -1.0 - s
+                deferrable.append(g)
+        return critical, deferrable, first_critical
+
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
         full = False
@@ -116,38 +154,25 @@ class Default(Policy):
             if g.extra.pop("blocked", None) is not None:
                 full = True
         self._full = full
-        lead = self.lead(ctx)
-        critical: list[Generation] = []
-        deferrable: list[Generation] = []
-        protect = False  # a critical first segment is running or waiting
-        for g in ready:
-            s = self.slack(g, ctx, now, running=False)
-            if s <= lead:
-                g.priority = self._eq4.priority(g, ctx, now)  # > 0
-                critical.append(g)
-                protect = protect or not g.segments
-            else:
-                g.priority = -1.0 - s  # below every critical one; least slack first
-                deferrable.append(g)
-        run_crit: dict[str, bool] = {}
-        for g in running:
-            s = self.slack(g, ctx, now, running=True)
-            crit = run_crit[g.gen_id] = s <= lead
-            g.priority = self._eq4.priority(g, ctx, now) if crit else -1.0 - s
-            protect = protect or (crit and not g.segments)
-        order = priority_order(critical)
+        terms = self._point_terms(ctx)
+        critical, deferrable, protect = self._classify(ready, ctx, now, False, terms)
+        run_crit, _, run_first = self._classify(running, ctx, now, True, terms)
+        protect = protect or run_first  # a critical first segment is running or waiting
+        order = self._eq4.select(critical, (), ctx, now).order  # Eq. 4 densities (> 0), best first
         if not protect:
             order += priority_order(deferrable)
         preempt: list[Generation] = []
         if self.preempt and full and critical:
             # token-level preemption, one for one: deferrable victims first, then critical ones
             # of much lower density that are not about to finish their segment
-            victims = sorted(running, key=lambda v: (run_crit[v.gen_id], v.priority, v.gen_id))
+            self._eq4.select(run_crit, (), ctx, now)  # their Eq. 4 densities
+            crit_ids = {id(g) for g in run_crit}
+            victims = sorted(running, key=lambda v: (id(v) in crit_ids, v.priority, v.gen_id))
             for want, v in zip(order, victims):
                 if want.priority <= 0:
                     break  # only critical work preempts
-                if run_crit[v.gen_id] and not (want.priority > self.preempt_ratio * v.priority
-                                               and self.predicted_tokens(v, ctx) - v.seg_tokens > 2):
+                if id(v) in crit_ids and not (want.priority > self.preempt_ratio * v.priority
+                                              and self.predicted_tokens(v, ctx) - v.seg_tokens > 2):
                     break
                 preempt.append(v)
         return Selection(order=order, preempt=preempt)
