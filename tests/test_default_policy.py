@@ -206,3 +206,22 @@ def test_bench_without_policy_runs_default(tmp_path, capsys):
 
     doc = json.loads(out.read_text())
     assert list(doc["policies"]) == ["default"] and doc["policies"]["default"]["policy"] == "default"
+
+
+def test_admission_fits_free_kv_memory_counting_uncached_prefixes():
+    """A robot type with nobody in the batch brings its whole prompt; the order is cut where the
+    free blocks run out (strict order: later ones wait), so the engine does not thrash."""
+    p = Default()
+    c = PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS,
+                      stats=EngineStats(1000, 30, 16, 1, 45.0), seg_gen_s=0.1, token_s=TOKEN_S)
+    running = gen("r", 9.0, URGENT, state=GenState.RUNNING)
+    a = gen("a", 10.0, URGENT)  # tello, like the running one: own tokens + 12 -> 1 block
+    b = Generation(request=PlanRequest("b", "arm1", "arm", "t", "s", URGENT, 10.0), prompt_ids=[1] * 400)
+    b.ready_since = 10.0  # arm: nobody in the batch -> 400 prompt tokens + segment -> 27 blocks
+    d = gen("d", 10.0, URGENT)
+    order = p._fit_memory([a, b, d], [running], c)
+    assert ids(order) == ["a", "b", "d"]  # 1 + 27 + 1 <= 30
+    b.prompt_ids = [1] * 480  # 32 blocks: does not fit; d waits behind it
+    assert ids(p._fit_memory([a, b, d], [running], c)) == ["a"]
+    # an empty engine always takes the first one (it may still fit once the cache is reused)
+    assert ids(p._fit_memory([b], [], c)) == ["b"]

@@ -20,7 +20,11 @@ At each scheduling point (``select``):
    running or waiting: spare engine time goes to work that is not due yet, but a step that
    decides a response time is not made longer by work that could wait (each extra sequence, each
    prompt to tokenise and prefill, lengthens the step for everyone in it);
-3. when the batch is full (the planner's batch-size controller refused a ready generation at the
+3. admissions stop where free KV memory runs out (``kv_budget``): a generation whose robot type
+   has nobody in the batch counts its whole prompt (its shared prefix is probably not cached),
+   the others their own tokens plus one worst-case segment — over-admitting makes the engine
+   preempt and re-prefill (memory thrash);
+4. when the batch is full (the planner's batch-size controller refused a ready generation at the
    previous point: a binding cap or KV memory) a waiting critical generation preempts a running
    one at token level, one for one (Andes-style): a deferrable one first, else a critical one whose
    Eq. 4 density is ``preempt_ratio`` times lower and that has more than 2 tokens of its segment
@@ -54,7 +58,8 @@ class Default(Policy):
     mode = DispatchMode.SUSPEND
 
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
-                 preempt_ratio: float = 4.0, len_weight: float = 0.1) -> None:
+                 preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True) -> None:
+        self.kv_budget = kv_budget
         for k, v in (("lead_steps", lead_steps), ("min_lead_s", min_lead_s)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
                 raise ValueError(f"{k} must be a finite number >= 0, got {v!r}")
@@ -161,6 +166,8 @@ class Default(Policy):
         order = self._eq4.select(critical, (), ctx, now).order  # Eq. 4 densities (> 0), best first
         if not protect:
             order += priority_order(deferrable)
+        if self.kv_budget:
+            order = self._fit_memory(order, running, ctx)
         preempt: list[Generation] = []
         if self.preempt and full and critical:
             # token-level preemption, one for one: deferrable victims first, then critical ones
@@ -176,6 +183,30 @@ class Default(Policy):
                     break
                 preempt.append(v)
         return Selection(order=order, preempt=preempt)
+
+    def _fit_memory(self, order: list[Generation], running: Sequence[Generation],
+                    ctx: PolicyContext) -> list[Generation]:
+        """Admit only what fits in free KV memory: a generation whose robot type has nobody in
+        the batch brings its whole prompt (its shared prefix is probably not cached), the others
+        their own tokens plus one worst-case segment.  Over-admitting makes the engine preempt
+        and re-prefill (memory thrash); the cut generations wait, in order."""
+        st = ctx.stats
+        if not st.kv_total_blocks or not order:
+            return order
+        bs = max(1, st.block_size)
+        budget = st.kv_free_blocks
+        present = {g.request.robot_type for g in running}
+        for i, g in enumerate(order):
+            robot = ctx.robots.get(g.request.robot_type)
+            own = len(g.output_ids) + (robot.max_segment_tokens if robot is not None else 16) + 1
+            if g.request.robot_type not in present:
+                own += len(g.prompt_ids)
+            need = -(-own // bs)
+            if need > budget and (running or i > 0):
+                return order[:i]
+            budget -= need
+            present.add(g.request.robot_type)
+        return order
 
     def suspend_at(self, g: Generation, seg: Segment, ctx: PolicyContext, now: float) -> bool:
         """Stream on (keep the slot) unless the batch is full and g's next segment is not due
