@@ -92,6 +92,16 @@ def priority_order(gens: Sequence[Generation],
     return order
 
 
+def batch_was_full(ready: Sequence[Generation]) -> bool:
+    """Whether the planner's batch-size controller refused a ready generation at the previous
+    scheduling point (its ``extra["blocked"]`` mark, which this clears): the batch is full."""
+    full = False
+    for g in ready:
+        if g.extra.pop("blocked", None) is not None:
+            full = True
+    return full
+
+
 class Policy:
     """Base: priority-ordered, non-preemptive, suspend mode, vLLM's cache-style KV on suspend."""
 

@@ -49,7 +49,7 @@ from typing import Sequence
 
 from ..types import Generation, Segment
 from . import register
-from .base import DispatchMode, Policy, PolicyContext, Selection, priority_order
+from .base import DispatchMode, Policy, PolicyContext, Selection, batch_was_full, priority_order
 from .timelyllm import TimelyLLM
 
 
@@ -154,11 +154,7 @@ class Default(Policy):
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
-        full = False
-        for g in ready:
-            if g.extra.pop("blocked", None) is not None:
-                full = True
-        self._full = full
+        self._full = full = batch_was_full(ready)
         terms = self._point_terms(ctx)
         critical, deferrable, protect = self._classify(ready, ctx, now, False, terms)
         run_crit, _, run_first = self._classify(running, ctx, now, True, terms)
