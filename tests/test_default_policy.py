@@ -225,3 +225,23 @@ def test_admission_fits_free_kv_memory_counting_uncached_prefixes():
     assert ids(p._fit_memory([a, b, d], [running], c)) == ["a"]
     # an empty engine always takes the first one (it may still fit once the cache is reused)
     assert ids(p._fit_memory([b], [], c)) == ["b"]
+
+
+def test_full_batch_serves_first_statements_before_continuations():
+    """Slots are scarce: a robot still waiting for its first action goes before one whose plan
+    is under way, whatever their Eq. 4 densities; such a first statement may preempt a running
+    continuation that still has tokens to go, never the other way round."""
+    p = Default()
+    first = gen("first", 9.5, NORMAL)  # due 10.5: critical at 10.45
+    cont = gen("cont", 5.0, URGENT, [seg(0, 9.0, 1.4)], state=GenState.SUSPENDED)  # robot done 10.4
+    sel = p.select([cont, first], [], ctx(), 10.45)
+    assert cont.priority > first.priority and ids(sel.order) == ["cont", "first"]  # not full: Eq. 4
+    first.extra["blocked"] = "batch full (1)"
+    assert ids(p.select([cont, first], [], ctx(), 10.45).order) == ["first", "cont"]
+    running_cont = gen("rc", 5.0, URGENT, [seg(0, 9.0, 1.4)], state=GenState.RUNNING)
+    first.extra["blocked"] = "batch full (1)"
+    assert ids(p.select([first], [running_cont], ctx(), 10.45).preempt) == ["rc"]
+    waiting_cont = gen("wc", 5.0, URGENT, [seg(0, 9.0, 1.4)], state=GenState.SUSPENDED)
+    waiting_cont.extra["blocked"] = "batch full (1)"
+    running_first = gen("rf", 9.5, NORMAL, state=GenState.RUNNING)
+    assert p.select([waiting_cont], [running_first], ctx(), 10.45).preempt == []

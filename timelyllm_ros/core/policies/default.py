@@ -160,6 +160,8 @@ class Default(Policy):
         run_crit, _, run_first = self._classify(running, ctx, now, True, terms)
         protect = protect or run_first  # a critical first segment is running or waiting
         order = self._eq4.select(critical, (), ctx, now).order  # Eq. 4 densities (> 0), best first
+        if full:  # slots are scarce: robots still waiting for a first action go first
+            order = [g for g in order if not g.segments] + [g for g in order if g.segments]
         if not protect:
             order += priority_order(deferrable)
         if self.kv_budget:
@@ -170,13 +172,15 @@ class Default(Policy):
             # of much lower density that are not about to finish their segment
             self._eq4.select(run_crit, (), ctx, now)  # their Eq. 4 densities
             crit_ids = {id(g) for g in run_crit}
-            victims = sorted(running, key=lambda v: (id(v) in crit_ids, v.priority, v.gen_id))
+            victims = sorted(running, key=lambda v: (id(v) in crit_ids, not v.segments, v.priority, v.gen_id))
             for want, v in zip(order, victims):
                 if want.priority <= 0:
                     break  # only critical work preempts
-                if id(v) in crit_ids and not (want.priority > self.preempt_ratio * v.priority
-                                              and self.predicted_tokens(v, ctx) - v.seg_tokens > 2):
-                    break
+                if id(v) in crit_ids:
+                    rank_w, rank_v = not want.segments, not v.segments  # first statements outrank
+                    denser = rank_w == rank_v and want.priority > self.preempt_ratio * v.priority
+                    if not ((rank_w > rank_v or denser) and self.predicted_tokens(v, ctx) - v.seg_tokens > 2):
+                        break
                 preempt.append(v)
         return Selection(order=order, preempt=preempt)
 
