@@ -15,7 +15,9 @@ A generation is *critical* when its slack is at most ``lead`` = max(``min_lead_s
 
 At each scheduling point (``select``):
 
-1. critical generations are admitted first, by TimelyLLM's utility density (Eq. 4);
+1. critical generations are admitted first, by TimelyLLM's utility density (Eq. 4); when the
+   batch is full, critical first segments go before critical continuations (slots are scarce: a
+   robot still waiting for its first action goes before one whose plan is under way);
 2. deferrable ones (least slack first) are admitted only while no critical *first* segment is
    running or waiting: spare engine time goes to work that is not due yet, but a step that
    decides a response time is not made longer by work that could wait (each extra sequence, each
@@ -26,9 +28,9 @@ At each scheduling point (``select``):
    preempt and re-prefill (memory thrash);
 4. when the batch is full (the planner's batch-size controller refused a ready generation at the
    previous point: a binding cap or KV memory) a waiting critical generation preempts a running
-   one at token level, one for one (Andes-style): a deferrable one first, else a critical one whose
-   Eq. 4 density is ``preempt_ratio`` times lower and that has more than 2 tokens of its segment
-   left.
+   one at token level, one for one (Andes-style): a deferrable one first, else a critical one
+   that has more than 2 tokens of its segment left and is a continuation while the waiting one is
+   a first segment, or of the same kind with a ``preempt_ratio`` times lower Eq. 4 density.
 
 At each statement boundary (``suspend_at``) a generation keeps its slot and streams on, unless the
 batch is full and its next segment is not due within the lead: then it is suspended (the slot goes
@@ -168,8 +170,8 @@ class Default(Policy):
             order = self._fit_memory(order, running, ctx)
         preempt: list[Generation] = []
         if self.preempt and full and critical:
-            # token-level preemption, one for one: deferrable victims first, then critical ones
-            # of much lower density that are not about to finish their segment
+            # token-level preemption, one for one: deferrable victims first, then critical
+            # continuations, then critical first segments (rules in the module docstring)
             self._eq4.select(run_crit, (), ctx, now)  # their Eq. 4 densities
             crit_ids = {id(g) for g in run_crit}
             victims = sorted(running, key=lambda v: (id(v) in crit_ids, not v.segments, v.priority, v.gen_id))
