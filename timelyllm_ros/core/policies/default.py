@@ -47,6 +47,8 @@ KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from itertools import accumulate
 from typing import Sequence
 
 from ..types import Generation, Segment
@@ -196,19 +198,17 @@ class Default(Policy):
         if not st.kv_total_blocks or not order:
             return order
         bs = max(1, st.block_size)
-        budget = st.kv_free_blocks
-        present = {g.request.robot_type for g in running}
-        for i, g in enumerate(order):
-            robot = ctx.robots.get(g.request.robot_type)
-            own = len(g.output_ids) + (robot.max_segment_tokens if robot is not None else 16) + 1
-            if g.request.robot_type not in present:
-                own += len(g.prompt_ids)
-            need = -(-own // bs)
-            if need > budget and (running or i > 0):
-                return order[:i]
-            budget -= need
-            present.add(g.request.robot_type)
-        return order
+        seg = {name: r.max_segment_tokens + 1 for name, r in ctx.robots.items()}
+        types = [g.request.robot_type for g in order]
+        own = [len(g.output_ids) + seg.get(t, 17) for g, t in zip(order, types)]
+        for t in set(types).difference(g.request.robot_type for g in running):
+            i = types.index(t)  # the first of its type brings the prompt
+            own[i] += len(order[i].prompt_ids)
+        cum = list(accumulate(-(-x // bs) for x in own))
+        n = bisect_right(cum, st.kv_free_blocks)
+        if n == 0 and not running:
+            n = 1  # an empty engine always takes the head (the engine refuses it if it can never fit)
+        return order[:n]
 
     def suspend_at(self, g: Generation, seg: Segment, ctx: PolicyContext, now: float) -> bool:
         """Stream on (keep the slot) unless the batch is full and g's next segment is not due
