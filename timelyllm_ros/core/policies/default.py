@@ -54,7 +54,8 @@ from typing import Sequence
 from ..types import Generation, Segment
 from . import register
 from .base import DispatchMode, Policy, PolicyContext, Selection, batch_was_full, priority_order
-from .timelyllm import TimelyLLM
+from ..tuf import TUF
+from .timelyllm import TimelyLLM, eq4_density
 
 
 class Default(Policy):
@@ -128,11 +129,14 @@ class Default(Policy):
 
     def _classify(self, gens: Sequence[Generation], ctx: PolicyContext, now: float, running: bool,
                   terms: tuple[float, float, dict]) -> tuple[list[Generation], list[Generation], bool]:
-        """Split `gens` into (critical, deferrable, a critical one is a first segment); set the
-        deferrable ones' priority to −1 − slack.  The arithmetic of `slack` and `deadline`,
-        inlined (one scheduling point must stay under 1 ms at 1,000 ready generations)."""
+        """Split `gens` into (critical, deferrable, a critical one is a first segment) and set
+        every priority: critical ones their Eq. 4 density (> 0), deferrable ones −1 − slack.  The
+        arithmetic of `slack` and `deadline`, inlined (one scheduling point must stay under 1 ms
+        at 1,000 ready generations)."""
         token_s, lead, pred = terms
         enter = 0.0 if running else token_s
+        G = max(ctx.seg_gen_s, 1e-6)  # Eq. 4's constants (TimelyLLM with its defaults)
+        now_g = now + G
         critical: list[Generation] = []
         deferrable: list[Generation] = []
         first_critical = False
@@ -149,6 +153,10 @@ class Default(Policy):
             s = due - now - (left if left > 1.0 else 1.0) * token_s - enter
             if s <= lead:
                 critical.append(g)
+                if type(req.tuf) is TUF:
+                    g.priority = eq4_density(g, due if segs else None, now_g, G, G, True)
+                else:
+                    g.priority = self._eq4.priority(g, ctx, now)
                 if not segs:
                     first_critical = True
             else:
@@ -163,7 +171,7 @@ class Default(Policy):
         critical, deferrable, protect = self._classify(ready, ctx, now, False, terms)
         run_crit, _, run_first = self._classify(running, ctx, now, True, terms)
         protect = protect or run_first  # a critical first segment is running or waiting
-        order = self._eq4.select(critical, (), ctx, now).order  # Eq. 4 densities (> 0), best first
+        order = priority_order(critical)  # Eq. 4 densities (> 0), best first
         if full:  # slots are scarce: robots still waiting for a first action go first
             order = [g for g in order if not g.segments] + [g for g in order if g.segments]
         if not protect:
@@ -174,7 +182,6 @@ class Default(Policy):
         if self.preempt and full and critical:
             # token-level preemption, one for one: deferrable victims first, then critical
             # continuations, then critical first segments (rules in the module docstring)
-            self._eq4.select(run_crit, (), ctx, now)  # their Eq. 4 densities
             crit_ids = {id(g) for g in run_crit}
             victims = sorted(running, key=lambda v: (id(v) in crit_ids, not v.segments, v.priority, v.gen_id))
             for want, v in zip(order, victims):

@@ -64,32 +64,46 @@ class TimelyLLM(Policy):
         G = max(ctx.seg_gen_s, 1e-6)
         floor = G if self.min_slack_s is None else self.min_slack_s
         now_g = now + G
+        rescue = self.rescue_late
         for g in ready:
-            req = g.request
-            tuf = req.tuf
+            tuf = g.request.tuf
             if type(tuf) is not TUF:
                 g.priority = self.priority(g, ctx, now)
                 continue
-            beta = tuf.beta
             if g.segments:
                 prev_end = g.prev_exec_end_estimate()
                 due = prev_end if prev_end is not None else now
-                t = now_g - due
-                u = tuf.alpha * (0.0 if 0.0 > t else t) + beta  # TUF1: max(t, 0.0)
             else:
-                due = req.arrival + tuf.ert
-                u = tuf.alpha * ((now_g - req.arrival) - tuf.ert) + beta  # TUF0
-            if not u < beta:  # min(beta, u): u only if u < beta
-                u = beta
-            elif self.rescue_late:
-                u = beta + (beta - u)
-            slack = due - now_g  # max(due - (now + G), floor, 1e-6)
-            if floor > slack:
-                slack = floor
-            if 1e-6 > slack:
-                slack = 1e-6
-            g.priority = u / (G * slack)
+                due = None
+            g.priority = eq4_density(g, due, now_g, G, floor, rescue)
         return Selection(order=priority_order(ready))
+
+
+def eq4_density(g: Generation, due: float | None, now_g: float, G: float, floor: float,
+                rescue_late: bool) -> float:
+    """`TimelyLLM.priority` for a plain `TUF`, bit for bit, given the constants of one point
+    (now_g = now + G, floor = the slack floor) and, for k > 0, when the previous action is
+    estimated to end (`due`; None for a first segment).  TimelyLLM.select and the default policy
+    call it once per ready generation."""
+    req = g.request
+    tuf = req.tuf
+    beta = tuf.beta
+    if due is not None:
+        t = now_g - due
+        u = tuf.alpha * (0.0 if 0.0 > t else t) + beta  # TUF1: max(t, 0.0)
+    else:
+        due = req.arrival + tuf.ert
+        u = tuf.alpha * ((now_g - req.arrival) - tuf.ert) + beta  # TUF0
+    if not u < beta:  # min(beta, u): u only if u < beta
+        u = beta
+    elif rescue_late:
+        u = beta + (beta - u)
+    slack = due - now_g  # max(due - (now + G), floor, 1e-6)
+    if floor > slack:
+        slack = floor
+    if 1e-6 > slack:
+        slack = 1e-6
+    return u / (G * slack)
 
     def params(self):
         return {"min_slack_s": self.min_slack_s, "rescue_late": self.rescue_late}
