@@ -28,6 +28,14 @@ def policy_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def policy_factory(name: str) -> Callable[..., Policy]:
+    """The registered factory (class or function) of a policy: what its parameters are."""
+    _load_optional()
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown policy {name!r}; choose one of {sorted(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
 def make_policy(name: str, **params) -> Policy:
     _load_optional()
     if name not in _REGISTRY:
@@ -50,4 +58,5 @@ def _load_optional() -> None:
                 raise
 
 
-__all__ = ["DEFAULT_POLICY", "DispatchMode", "Policy", "PolicyContext", "Selection", "make_policy", "policy_names", "register"]
+__all__ = ["DEFAULT_POLICY", "DispatchMode", "Policy", "PolicyContext", "Selection", "make_policy", "policy_factory",
+           "policy_names", "register"]

@@ -53,9 +53,9 @@ from typing import Sequence
 
 from ..types import Generation, Segment
 from . import register
-from .base import DispatchMode, Policy, PolicyContext, Selection, batch_was_full, priority_order
-from ..tuf import TUF
-from .timelyllm import TimelyLLM, eq4_density
+from .base import (DispatchMode, Policy, PolicyContext, Selection, batch_was_full, priority_order,
+                   set_priorities)
+from .timelyllm import TimelyLLM, eq4
 
 
 class Default(Policy):
@@ -135,8 +135,6 @@ class Default(Policy):
         at 1,000 ready generations)."""
         token_s, lead, pred = terms
         enter = 0.0 if running else token_s
-        G = max(ctx.seg_gen_s, 1e-6)  # Eq. 4's constants (TimelyLLM with its defaults)
-        now_g = now + G
         critical: list[Generation] = []
         deferrable: list[Generation] = []
         first_critical = False
@@ -153,15 +151,13 @@ class Default(Policy):
             s = due - now - (left if left > 1.0 else 1.0) * token_s - enter
             if s <= lead:
                 critical.append(g)
-                if type(req.tuf) is TUF:
-                    g.priority = eq4_density(g, due if segs else None, now_g, G, G, True)
-                else:
-                    g.priority = self._eq4.priority(g, ctx, now)
                 if not segs:
                     first_critical = True
             else:
                 g.priority = -1.0 - s
                 deferrable.append(g)
+        G, floor = self._eq4._g_floor(ctx)
+        set_priorities(critical, eq4(critical, now, G, floor, self._eq4.rescue_late))
         return critical, deferrable, first_critical
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
