@@ -245,3 +245,17 @@ def test_full_batch_serves_first_statements_before_continuations():
     waiting_cont.extra["blocked"] = "batch full (1)"
     running_first = gen("rf", 9.5, NORMAL, state=GenState.RUNNING)
     assert p.select([waiting_cont], [running_first], ctx(), 10.45).preempt == []
+
+
+def test_demo_ros_node_and_config_default_to_default():
+    import yaml
+
+    from timelyllm_ros.cli import build_parser
+    from timelyllm_ros.nodes import wiring
+
+    assert build_parser().parse_args(["demo"]).policy == DEFAULT_POLICY
+    assert wiring.PLANNER_DEFAULTS["policy"] == DEFAULT_POLICY
+    from pathlib import Path
+
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "planner.yaml").read_text())
+    assert cfg["/timelyllm/planner"]["ros__parameters"]["policy"] == DEFAULT_POLICY
