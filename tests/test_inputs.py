@@ -57,7 +57,7 @@ CASES = [
     ("malformed robot YAML", ["--robots-dir", "{bad_yaml_robot}"], "{bad_yaml_robot}/r.yaml:4: not valid YAML"),
     ("duplicate robot_type", ["--robots-dir", "{dup_robot}"],
      "{dup_robot}/my_drone.yaml: robot_type 'tello' is already defined in " + str(ROBOTS_DIR / "tello.yaml")),
-    ("unknown --param", ["--param", "foo=1"],
+    ("unknown --param", ["--policy", "timelyllm", "--param", "foo=1"],
      "--param: bad parameters for policy 'timelyllm': unknown parameter 'foo' (its parameters: min_slack_s, rescue_late)"),
     ("bad --param value", ["--policy", "trail", "--param", "c=-1"], "--param: policy 'trail': c must be > 0"),
     ("malformed profile", ["--profile", "{profile}"], "--profile: {profile}:3: cannot read latency profile: not valid YAML"),
@@ -296,7 +296,7 @@ def test_demo_report_from_records_without_an_engine(tmp_path, capsys):
     from timelyllm_ros.demo import at_profile_speed, check_demo_inputs, report
     from timelyllm_ros.report import console
 
-    args = build_parser().parse_args(["demo", "--duration", "8", "--out", str(tmp_path / "d")])
+    args = build_parser().parse_args(["demo", "--policy", "timelyllm", "--duration", "8", "--out", str(tmp_path / "d")])
     inp = check_demo_inputs(args)
     plans = {a.request_id: a.reference_plan for a in inp.arrivals}
     log: list = []

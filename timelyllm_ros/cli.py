@@ -84,8 +84,8 @@ def add_bench(sub: Any) -> None:
     p = sub.add_parser("bench", help="replay an LRTrace workload in the simulator for several policies",
                        description="Replay an LRTrace workload (paper §7) in the discrete-event simulator.")
     p.add_argument("--workload", required=True, help="bundled name (WID1, WID2, WID3, mixed_small) or YAML path")
-    p.add_argument("--policy", action="append", required=True, dest="policies", metavar="P",
-                   help=f"policy name; repeat for several ({', '.join(_policy_names())})")
+    p.add_argument("--policy", action="append", default=None, dest="policies", metavar="P",
+                   help=f"policy name; repeat for several ({', '.join(_policy_names())}); none given: default")
     p.add_argument("--param", action="append", type=_param, default=[], metavar="[POLICY:]NAME=VALUE",
                    help="policy parameter (repeatable): `trail:c=0.5` for one policy, `c=0.5` for every "
                         "policy of the run")
@@ -145,6 +145,10 @@ def run_bench(args: argparse.Namespace) -> int:
     from .sim.runner import run_simulation
 
     console = make_console(stderr=True)
+    if not args.policies:
+        from .core.policies import DEFAULT_POLICY
+
+        args.policies = [DEFAULT_POLICY]
     check_policies(args.policies)
     robots = robots_from_dirs(args.robots_dir)
     catalog = catalog_for(robots, args.catalog)

@@ -32,6 +32,8 @@ from typing import Any, Mapping
 from .inputs import VLLM_DEFAULTS as DEFAULT_ENGINE  # noqa: F401 - benchmarks import it from here
 from .inputs import InputError
 
+from .core.policies import DEFAULT_POLICY
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = REPO / "models" / "tiny-planner"
 DEFAULT_PROFILE = REPO / "profiles" / "vllm_cpu_tiny.yaml"
@@ -47,7 +49,8 @@ def add_parser(sub: Any) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", default="mixed_small",
                    help=f"bundled name ({', '.join(list_workloads())}) or a workload YAML path (default mixed_small)")
-    p.add_argument("--policy", default="timelyllm", help=f"scheduling policy: {policies} (default timelyllm)")
+    p.add_argument("--policy", default=DEFAULT_POLICY,
+                   help=f"scheduling policy: {policies} (default {DEFAULT_POLICY})")
     p.add_argument("--param", action="append", type=_param, default=[], metavar="NAME=VALUE",
                    help="parameter of --policy (repeatable), e.g. rescue_late=false")
     p.add_argument("--baseline", default="vllm",
@@ -62,7 +65,7 @@ def add_parser(sub: Any) -> None:
                    help="more robot YAMLs (custom robots) beside the bundled robots/ (repeatable)")
     p.add_argument("--seed", type=int, default=1, help="seed of the simulated robots' execution times (default 1)")
     p.add_argument("--max-batch", type=_positive_int, default=None,
-                   help="fixed batch cap (default: latency-guided for segmenting policies, 256 otherwise)")
+                   help="fixed batch cap (default: the policy's own batching, Policy.batching)")
     p.add_argument("--duration", type=_positive_float, default=None,
                    help="only serve arrivals in the first N seconds of the workload")
     p.add_argument("--out", default=None, help="output folder for results.json and demo.png "

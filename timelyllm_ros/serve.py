@@ -18,7 +18,7 @@ from .core.clock import WallClock
 from .core.exec_time import ExecTimeEstimator
 from .core.metrics import summarize
 from .core.planner import Planner, PlannerConfig
-from .core.policies import DispatchMode, make_policy
+from .core.policies import DEFAULT_POLICY, make_policy
 from .core.robots import RobotSpec
 from .core.types import Generation
 from .engines.base import Engine, StepRecord
@@ -80,7 +80,7 @@ def warm_up(engine: Engine, prompts: Any, robot_types: list[str], *, rounds: int
 
 
 def serve_arrivals(arrivals: list[Arrival], *, engine: Engine, prompts: Any,
-                   robots: Mapping[str, RobotSpec], policy: str = "timelyllm",
+                   robots: Mapping[str, RobotSpec], policy: str = DEFAULT_POLICY,
                    policy_params: Mapping[str, Any] | None = None, seed: int = 0,
                    max_batch: int | None = None, config: PlannerConfig | None = None,
                    on_progress: Callable[[Progress], None] | None = None,
@@ -102,10 +102,7 @@ def serve_arrivals(arrivals: list[Arrival], *, engine: Engine, prompts: Any,
                       estimator=ExecTimeEstimator(dict(robots)), prompts=prompts, config=config,
                       engine_restart=engine_restart)
     holder["p"] = planner
-    if max_batch is not None:
-        planner.batcher = planner.fixed(max_batch)
-    elif pol.mode is not DispatchMode.SUSPEND:
-        planner.batcher = planner.fixed(256)  # vLLM-style continuous batching
+    planner.use_batching(max_batch)
     rejected: list[tuple[str, str]] = []
     prog = Progress(total=len(arrivals))
     kept_log = engine.step_log  # a caller's own log (benchmarks) gets the serving steps too

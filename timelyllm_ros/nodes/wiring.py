@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from timelyllm_ros.core.policies import DEFAULT_POLICY
 from timelyllm_ros.core.robots import ROBOTS_DIR, RobotSpec, RobotSpecError, load_robots
 from timelyllm_ros.inputs import InputError
 from timelyllm_ros.transport.base import join_name
@@ -48,9 +49,9 @@ PLANNER_DEFAULTS: dict[str, Any] = {
     "model": "",  # vllm: model directory (default: the bundled tiny planner model)
     "engine_config": "",  # vllm: YAML mapping of engine settings (see engines/vllm_engine.py)
     "profile": "",  # simulated: latency profile YAML (default: profiles/rtx4090_llama3_8b.yaml)
-    "policy": "timelyllm",
+    "policy": DEFAULT_POLICY,  # core/policies/default.py
     "robots_dir": "",
-    "max_batch": 0,  # 0: latency-guided (TimelyLLM) or vLLM's 256 for non-segmenting policies
+    "max_batch": 0,  # 0: the policy's own batching (Policy.batching: latency-guided or continuous, 256)
     "max_tokens": 256,
     "status_period_s": 0.5,
     "frame_id": "map",
@@ -171,7 +172,7 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
     """(make_planner(dispatcher, listeners), clock, node config, shutdown) from planner parameters."""
     from timelyllm_ros.core.exec_time import ExecTimeEstimator
     from timelyllm_ros.core.planner import Planner, PlannerConfig
-    from timelyllm_ros.core.policies import DispatchMode, make_policy
+    from timelyllm_ros.core.policies import make_policy
 
     from .planner_node import DispatcherConfig, PlannerNodeConfig
 
@@ -256,12 +257,7 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
             report = recover(journal, planner)  # resubmit what dispatched nothing, fail the rest
             for listener in listeners:  # the node reports the failed ones on its status topic
                 getattr(listener, "on_recovery", lambda _r: None)(report)
-        if int(p["max_batch"]) > 0:
-            planner.batcher = planner.fixed(int(p["max_batch"]))
-        elif policy.mode is DispatchMode.SUSPEND:
-            planner.batcher = planner.latency_guided(256)
-        else:
-            planner.batcher = planner.fixed(256)
+        planner.use_batching(int(p["max_batch"]) if int(p["max_batch"]) > 0 else None)
         return planner
 
     node_cfg = PlannerNodeConfig(

@@ -8,6 +8,8 @@ from .base import DispatchMode, Policy, PolicyContext, Selection
 from .basic import EDF, FCFS, VLLM, VLLMStream
 from .timelyllm import TimelyLLM
 
+DEFAULT_POLICY = "default"  # what bench, demo, serve and the ROS node run when no policy is named (default.py)
+
 _REGISTRY: dict[str, Callable[..., Policy]] = {
     "timelyllm": TimelyLLM,
     "fcfs": FCFS,
@@ -48,7 +50,7 @@ def _load_optional() -> None:
     """Policies of the other seed papers register themselves when their module exists."""
     import importlib
 
-    for mod in ("trail", "andes", "lamps", "hybrid"):
+    for mod in ("trail", "andes", "lamps", "hybrid", "default"):
         try:
             importlib.import_module(f"{__name__}.{mod}")
         except ModuleNotFoundError as e:
@@ -56,4 +58,5 @@ def _load_optional() -> None:
                 raise
 
 
-__all__ = ["DispatchMode", "Policy", "PolicyContext", "Selection", "make_policy", "policy_factory", "policy_names", "register"]
+__all__ = ["DEFAULT_POLICY", "DispatchMode", "Policy", "PolicyContext", "Selection", "make_policy", "policy_factory",
+           "policy_names", "register"]

@@ -120,6 +120,16 @@ def priority_order(gens: Sequence[Generation],
     return order
 
 
+def batch_was_full(ready: Sequence[Generation]) -> bool:
+    """Whether the planner's batch-size controller refused a ready generation at the previous
+    scheduling point (its ``extra["blocked"]`` mark, which this clears): the batch is full."""
+    full = False
+    for g in ready:
+        if g.extra.pop("blocked", None) is not None:
+            full = True
+    return full
+
+
 def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: bool = True,
                    first: "np.ndarray | None" = None, arrival: "np.ndarray | None" = None) -> list[int]:
     """Indices of `gens` sorted by (keys[i], ready_since, arrival, gen_id) — the order
@@ -191,6 +201,18 @@ class Policy:
         for g in ready:
             g.priority = self.priority(g, ctx, now)
         return Selection(order=priority_order(ready))
+
+    def suspend_at(self, g: Generation, seg: Segment, ctx: PolicyContext, now: float) -> bool:
+        """SUSPEND mode, at each complete statement `seg` (already appended to g.segments, about
+        to be dispatched): True = cut here, free the slot and resume later (the paper); False =
+        dispatch it and keep generating in the slot (streaming).  A blocking statement always
+        suspends (the plan needs its value); STREAM/WHOLE policies are never asked."""
+        return True
+
+    def batching(self) -> str:
+        """Batch-size controller the planner uses when no fixed cap is given:
+        "latency-guided" (TimelyLLM §4.4) or "continuous" (vLLM-style, capped at max_num_seqs)."""
+        return "latency-guided" if self.mode is DispatchMode.SUSPEND else "continuous"
 
     def kv_mode(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> str:
         """KV handling when g is suspended after `seg` (None: preempted mid-segment)."""
