@@ -222,6 +222,9 @@ def test_planner_restarted_on_its_journal_reports_every_accepted_request(graph, 
     ns = "/journaled"
     db = tmp_path / "planner.db"
     args = ["-r", f"__ns:={ns}", "-p", f"journal_path:={db}", "-p", "server_wait_s:=6.0"]
+    # its own drone: the crashed planner's goals stay queued on the executor (the default policy
+    # streams all three statements at once), which must not delay the shared drone1 of later tests
+    robot = NodeProcess("executor", ["-r", "__ns:=/drone_j", "-p", "time_scale:=1"], graph.logs, "drone_j").serving()
     planner = NodeProcess("planner", args, graph.logs, "journaled-1").serving()
     client = RequestClient(graph.t, ns)
     restarted = None
@@ -232,7 +235,7 @@ def test_planner_restarted_on_its_journal_reports_every_accepted_request(graph, 
         rids = []
         for i in range(2):
             rid = f"j-run-{i}"
-            client.submit(plan_request_fields(request_id=rid, robot_id="drone1", robot_type="tello", task="t",
+            client.submit(plan_request_fields(request_id=rid, robot_id="drone_j", robot_type="tello", task="t",
                                               plan="mf(300);" * 3))
             rids.append(rid)
         assert wait_for(lambda: all(any(m["segments_dispatched"] for m in client.statuses(r)) for r in rids), 20)
@@ -258,6 +261,7 @@ def test_planner_restarted_on_its_journal_reports_every_accepted_request(graph, 
         planner.kill()
         if restarted is not None:
             restarted.kill()
+        robot.kill()
 
 
 def test_two_planners_in_different_namespaces_do_not_cross_talk(graph):
