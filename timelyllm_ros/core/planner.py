@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from ..engines.base import Engine, EngineError, EngineOutput, EngineStats
+from .engine import Engine, EngineError, EngineOutput, EngineStats
 from .batching import BatchSizer, FixedBatch, LatencyGuidedBatch
 from .clock import Clock
 from .exec_time import ExecTimeEstimator

@@ -26,7 +26,7 @@ import yaml
 
 from ..core.clock import VirtualClock
 from ..sim.tokenizer import SimTokenizer
-from .base import EngineError, EngineOutput, EngineStats, StepRecord, Tokenizer
+from ..core.engine import EngineError, EngineOutput, EngineStats, StepRecord, Tokenizer
 
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
 DEFAULT_PROFILE = PROFILES_DIR / "rtx4090_llama3_8b.yaml"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .base import EngineError, EngineOutput, EngineStats, StepRecord
+from ..core.engine import EngineError, EngineOutput, EngineStats, StepRecord
 from .vllm_stats import DecodeSpeed, KvUsageSink, free_blocks_from_usage, make_stat_logger_factory
 
 KV_MODES_ALL = ("cache", "discard", "preserve", "swap")

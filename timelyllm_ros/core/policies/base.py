@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Callable, Sequence
 
-from ...engines.base import EngineStats
+from ..engine import EngineStats
 from ..exec_time import ExecTimeEstimator
 from ..robots import RobotSpec
 from ..types import Generation, Segment
