@@ -103,3 +103,32 @@ class Engine(Protocol):
     def stats(self) -> EngineStats: ...
 
     def shutdown(self) -> None: ...
+
+
+class EngineFleet(Engine, Protocol):
+    """An `Engine` made of several member engines (an engine pool): the planner asks it where a
+    generation may run and checks the batch-size controller per member.  A member that fails
+    is dropped; the generations it was running come back from `take_lost` and are re-queued
+    (they resume from their token records on another member, re-prefilling)."""
+
+    def members(self) -> list[str]:
+        """Names of the members that are still usable, in a fixed order."""
+        ...
+
+    def member_of(self, gen_id: str) -> str | None:
+        """The member running gen_id, or None."""
+        ...
+
+    def member_stats(self, member: str) -> EngineStats: ...
+
+    def preference(self, gen_id: str, prompt_ids: Sequence[int]) -> list[str]:
+        """Usable members for this generation, best first (KV affinity, then load and prefix)."""
+        ...
+
+    def assign(self, gen_id: str, member: str) -> None:
+        """The next `add` of gen_id goes to this member."""
+        ...
+
+    def take_lost(self) -> list[tuple[str, str]]:
+        """(gen_id, reason) of running generations whose member failed since the last call."""
+        ...
