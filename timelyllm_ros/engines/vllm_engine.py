@@ -92,6 +92,36 @@ class IncrementalDetokenizer:
         return after[len(before):]
 
 
+class HeldText:
+    """Tokens whose text was still held back when a generation was suspended (an incomplete
+    character), so its resume emits that text once complete.  Kept with the exact ids at the
+    suspension: a resume from exactly those ids picks them up; anything else (the planner dropped
+    them, appended a result, or the generation ran elsewhere since) forgets them.  An engine pool
+    moves them with a generation that resumes on another engine (`take` / `put`)."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[list[int], int]] = {}  # gen_id -> (ids at abort, unread)
+
+    def keep(self, gen_id: str, detok: IncrementalDetokenizer) -> None:
+        if detok.unread:
+            self._held[gen_id] = (list(detok.ids), detok.unread)
+        else:
+            self._held.pop(gen_id, None)
+
+    def detokenizer(self, gen_id: str, ids: list[int], decode: Callable[[list[int]], str]) -> IncrementalDetokenizer:
+        """The detokenizer for a (re)add of gen_id from `ids`."""
+        prev = self._held.pop(gen_id, None)
+        unread = prev[1] if prev is not None and prev[0] == ids else 0
+        return IncrementalDetokenizer(decode, ids, unread)
+
+    def take(self, gen_id: str) -> tuple[list[int], int] | None:
+        return self._held.pop(gen_id, None)
+
+    def put(self, gen_id: str, state: tuple[list[int], int] | None) -> None:
+        if state is not None:
+            self._held[gen_id] = state
+
+
 @dataclass(slots=True)
 class _Active:
     request_id: str
@@ -231,7 +261,7 @@ class VllmEngine:
         self._speed = DecodeSpeed()
         self._sink = KvUsageSink()
         self._last_step_end: float | None = None
-        self._held: dict[str, list[int]] = {}  # gen_id -> generated ids whose text was held back
+        self.held = HeldText()
         self.kv_fallbacks = 0  # aborts whose kv mode was served as "cache"
         self.last_step_s = 0.0
         # set to a list to record every iteration (StepRecord); None = off (no cost)
@@ -375,8 +405,6 @@ class VllmEngine:
         sp = SamplingParams(max_tokens=min(max_tokens, room), temperature=self._temperature,
                             ignore_eos=self.ignore_eos, output_kind=RequestOutputKind.DELTA,
                             detokenize=False)
-        held = self._held.pop(gen_id, [])
-        unread = len(held) if held and ids[-len(held):] == held else 0
         self._n += 1
         rid = f"{gen_id}#{self._n}"
         try:
@@ -385,7 +413,7 @@ class VllmEngine:
             raise EngineInputError(f"vLLM rejected generation {gen_id!r}: {e}") from e
         except Exception as e:  # noqa: BLE001
             raise self._dead("add_request", e) from e
-        self._active[gen_id] = _Active(rid, len(ids), IncrementalDetokenizer(self._decode, ids, unread))
+        self._active[gen_id] = _Active(rid, len(ids), self.held.detokenizer(gen_id, ids, self._decode))
         self._owner[rid] = gen_id
 
     def abort(self, gen_id: str, kv: str = "cache") -> None:
@@ -405,8 +433,7 @@ class VllmEngine:
         if act is None:
             return  # already finished or aborted: nothing to stop
         self._owner.pop(act.request_id, None)
-        if act.detok.unread:  # resumed from prompt + these ids: emit their text once complete
-            self._held[gen_id] = act.detok.ids[-act.detok.unread:]
+        self.held.keep(gen_id, act.detok)  # resumed from these ids: emit held text once complete
         try:
             self._engine.abort_request([act.request_id])
         except Exception as e:  # noqa: BLE001
