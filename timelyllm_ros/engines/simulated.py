@@ -27,9 +27,18 @@ from .kv_blocks import _BLOCK_PARENT, _BLOCK_TOKENS, _INT_ONLY, _ROOT_HASH, _Blo
 from .latency_profile import DEFAULT_PROFILE, PROFILES_DIR, LatencyProfile, ProfileError
 
 __all__ = ["DEFAULT_PROFILE", "PROFILES_DIR", "KV_MODES", "EngineCounters", "KVCapacityError",
-           "LatencyProfile", "ProfileError", "SimulatedEngine", "block_hash"]
+           "LatencyProfile", "ProfileError", "Scripts", "SimulatedEngine", "block_hash"]
 
 KV_MODES = frozenset({"cache", "preserve", "discard", "swap"})
+
+
+@dataclass
+class Scripts:
+    """What the simulated LLM generates per generation id, and how far each has got.  Engines of
+    one simulated pool share one, so a generation resumed on another engine continues its text."""
+
+    ids: dict[str, list[int]] = field(default_factory=dict)
+    pos: dict[str, int] = field(default_factory=dict)
 
 
 class KVCapacityError(EngineError):
@@ -113,7 +122,7 @@ class SimulatedEngine:
     kv_modes = KV_MODES
 
     def __init__(self, clock: VirtualClock, profile: LatencyProfile | None = None,
-                 tokenizer: Tokenizer | None = None) -> None:
+                 tokenizer: Tokenizer | None = None, scripts: Scripts | None = None) -> None:
         self.clock = clock
         self.profile = profile if profile is not None else LatencyProfile.from_yaml(DEFAULT_PROFILE)
         self.tokenizer: Tokenizer = tokenizer if tokenizer is not None else SimTokenizer()
@@ -121,8 +130,9 @@ class SimulatedEngine:
         self.counters = EngineCounters()
         self._bs = self.profile.kv_block_size
         self._pool = _BlockPool(self.profile.kv_capacity_blocks)
-        self._scripts: dict[str, list[int]] = {}
-        self._script_pos: dict[str, int] = {}
+        self.scripts = scripts if scripts is not None else Scripts()
+        self._scripts = self.scripts.ids
+        self._script_pos = self.scripts.pos
         self._seqs: dict[str, _Seq] = {}  # running or waiting (preempted), insertion = admission
         self._suspended: dict[str, _Suspended] = {}
         self._started: set[str] = set()  # gen ids ever added (tokenisation charged once)
@@ -148,6 +158,14 @@ class SimulatedEngine:
     def script_position(self, gen_id: str) -> int:
         """Script tokens already output for gen_id (resumption continues here)."""
         return self._script_pos.get(gen_id, 0)
+
+    def unemit(self, gen_id: str, token: int) -> None:
+        """The planner never saw `token`, the last one output for gen_id (an engine pool dropped
+        the output of a generation aborted while its step was in flight): its resume must
+        generate it again."""
+        pos = self._script_pos.get(gen_id, 0)
+        if pos > 0 and self._scripts[gen_id][pos - 1] == token:
+            self._script_pos[gen_id] = pos - 1
 
     # --- Engine protocol ----------------------------------------------------------------------
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int) -> None:
