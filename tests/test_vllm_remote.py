@@ -252,6 +252,43 @@ def test_garbage_from_the_only_server_fails_requests_with_the_reason(fake_server
     fake.shutdown()
 
 
+# ------------------------------------------------------------------ configuration and the demo
+
+def test_engines_from_config_build_a_pool_and_name_a_bad_entry(vllm_servers):
+    from timelyllm_ros.engines.fleet_config import build_engine, parse_engines
+
+    urls = [s.url for s in vllm_servers]
+    pool = build_engine(parse_engines(f"[{{kind: openai, url: {urls[0]}}}, {{kind: openai, url: {urls[1]}}}]"))
+    try:
+        assert isinstance(pool, EnginePool) and pool.members() == urls
+    finally:
+        pool.shutdown()
+    down = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(EngineError, match=rf"engine '{down}' \(openai\): cannot reach vLLM server"):
+        build_engine(parse_engines([{"kind": "openai", "url": urls[0]}, {"kind": "openai", "url": down,
+                                                                        "timeout_s": 2}]))
+
+
+def test_demo_serves_on_running_servers(vllm_servers, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "demo"
+    cmd = [sys.executable, "-m", "timelyllm_ros.cli", "demo", "--duration", "4", "--out", str(out)]
+    for s in vllm_servers:
+        cmd += ["--engine-url", s.url]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    doc = json.loads((out / "results.json").read_text())
+    states = doc["metrics"]["overall"]["states"]
+    assert doc["engine_urls"] == [s.url for s in vllm_servers]
+    assert sum(states.values()) >= 1 and set(states) == {"finished"}, states
+    down = f"http://127.0.0.1:{free_port()}/v1"
+    r = subprocess.run([sys.executable, "-m", "timelyllm_ros.cli", "demo", "--engine-url", down, "--out",
+                        str(tmp_path / "down")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "cannot reach vLLM server" in r.stdout + r.stderr
+
+
 # ------------------------------------------------------------------ last: kill a server mid-run
 
 def test_killing_one_server_mid_run_moves_its_generations_to_the_other(vllm_servers, remotes):

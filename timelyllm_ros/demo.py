@@ -30,6 +30,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--model", default=str(DEFAULT_MODEL), help="HF model directory")
     p.add_argument("--engine-config", help="YAML mapping of vLLM engine settings (model, dtype, "
                    "max_num_seqs, kv_cache_space_gib, block_size, tensor_parallel_size, ...)")
+    p.add_argument("--engine-url", action="append", default=[], metavar="URL",
+                   help="serve on a running vLLM server (`vllm serve`) at this OpenAI API base, e.g. "
+                   "http://gpu1:8000/v1, instead of starting vLLM here; repeat for several servers "
+                   "(one planner schedules across them)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--max-batch", type=int, default=None)
     p.add_argument("--duration", type=float, default=None,
@@ -79,21 +83,27 @@ def run(args: argparse.Namespace) -> int:
     if args.duration is not None:
         arrivals = [a for a in arrivals if a.time <= args.duration]
     cfg = engine_config(args)
-    console.print(f"starting vLLM with {cfg['model']} ...")
-    from .engines.vllm_engine import VllmEngine
+    from .engines.fleet_config import build_engine
     from .prompts import PromptBuilder
 
+    if args.engine_url:
+        entries: list[dict[str, Any]] = [{"kind": "openai", "url": u} for u in args.engine_url]
+        console.print(f"connecting to vLLM server(s) {', '.join(args.engine_url)} ...")
+    else:
+        entries = [{"kind": "vllm", **cfg}]
+        console.print(f"starting vLLM with {cfg['model']} ...")
     try:
-        engine = VllmEngine(cfg)
+        engine = build_engine(entries)
     except EngineError as e:
         console.print(f"[red]timelyllm demo: {e}")
         return 2
+    device = getattr(engine, "device", None) or f"server {', '.join(args.engine_url)}"
     holder = {"engine": engine}
     try:
         prompts = PromptBuilder(robots, engine.tokenizer)
 
         def view(p: Progress) -> Table:
-            t = Table(title=f"timelyllm demo — {args.policy} on real vLLM ({engine.device})")
+            t = Table(title=f"timelyllm demo — {args.policy} on real vLLM ({device})")
             for col in ("elapsed", "requests done", "segments dispatched", "queued", "running (batch)",
                         "suspended", "waiting", "draining", "KV used", "tok/s/seq"):
                 t.add_column(col)
@@ -112,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
                     old.shutdown()
                 except Exception:  # noqa: BLE001 - it is dead already
                     pass
-                holder["engine"] = VllmEngine(cfg)
+                holder["engine"] = build_engine(entries)
                 return holder["engine"]
 
             res = serve_arrivals(arrivals, engine=engine, prompts=prompts, robots=robots,
@@ -124,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         holder["engine"].shutdown()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    print_table(console, res.metrics, title=f"per task type — {args.policy}, real vLLM ({engine.device}), "
+    print_table(console, res.metrics, title=f"per task type — {args.policy}, real vLLM ({device}), "
                 f"model {Path(cfg['model']).name}, wall {res.wall_s:.0f} s")
     if res.rejected:
         console.print(f"rejected: {len(res.rejected)}: {res.rejected[:5]}")
@@ -133,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[yellow]not finished: {len(failed)} (first: {failed[:3]})")
     cached = [c for g in res.generations for c in g.cached_tokens[1:]]
     resumes = sum(g.resumes for g in res.generations)
-    doc = {"engine": "vllm", "device": engine.device, "model": str(cfg["model"]), "policy": args.policy,
+    doc = {"engine": "vllm", "device": device, "model": str(getattr(engine, "model", cfg["model"])),
+           "engine_urls": args.engine_url, "policy": args.policy,
            "workload": workload.name, "seed": args.seed, "wall_s": round(res.wall_s, 3),
            "resumes": resumes, "mean_cached_tokens_per_resume": (sum(cached) / len(cached)) if cached else None,
            "metrics": res.metrics}
@@ -142,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
         from .plots import plot_task_types
 
         plot_task_types({args.policy: res.metrics}, out / "demo.png",
-                        title=f"timelyllm demo on vLLM-{engine.device} ({workload.name})")
+                        title=f"timelyllm demo on vLLM ({device}, {workload.name})")
         console.print(f"wrote {out / 'results.json'} and {out / 'demo.png'}")
     except Exception as e:  # a plot failure must not hide the results
         console.print(f"[yellow]plot failed: {e}; results in {out / 'results.json'}")

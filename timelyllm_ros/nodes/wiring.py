@@ -45,6 +45,10 @@ PLANNER_DEFAULTS: dict[str, Any] = {
     "engine": "simulated",  # simulated | vllm
     "model": "",  # vllm: model directory (default: the bundled tiny planner model)
     "engine_config": "",  # vllm: YAML mapping of engine settings (see engines/vllm_engine.py)
+    # vllm: several engines behind this planner, a YAML list (inline or a .yaml path) such as
+    # "[{kind: vllm, model: models/tiny-planner}, {kind: openai, url: http://gpu1:8000/v1}]"
+    # (see engines/fleet_config.py); "" = one in-process engine from model/engine_config
+    "engines": "",
     "profile": "",  # simulated: latency profile YAML (default: profiles/rtx4090_llama3_8b.yaml)
     "policy": "timelyllm",
     "robots_dir": "",
@@ -141,6 +145,8 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
         policy = make_policy(str(p["policy"]), **extra)  # installed: models/ lives in share/timelyllm
     except Exception as e:
         raise ConfigError(f"policy {p['policy']!r}: {e}") from e
+    if p["engines"] and p["engine"] != "vllm":
+        raise ConfigError(f"engines is for engine: vllm (real engines), not engine: {p['engine']}")
     if p["engine"] == "simulated":
         from timelyllm_ros.core.clock import VirtualClock
         from timelyllm_ros.engines.simulated import LatencyProfile, SimulatedEngine
@@ -155,7 +161,7 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
         import yaml
 
         from timelyllm_ros.core.clock import WallClock
-        from timelyllm_ros.engines.vllm_engine import VllmEngine
+        from timelyllm_ros.engines.fleet_config import build_engine, parse_engines
         from timelyllm_ros.prompts import PromptBuilder
 
         cfg: dict[str, Any] = {"block_size": 32, "max_num_seqs": 32, "kv_cache_space_gib": 1,
@@ -166,8 +172,12 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
                 raise ConfigError(f"engine_config {p['engine_config']} must be a YAML mapping")
             cfg.update(extra)
         cfg["model"] = p["model"] or cfg.get("model") or str(share_dir("models") / "tiny-planner")
+        try:
+            entries = parse_engines(p["engines"]) if p["engines"] else [{"kind": "vllm", **cfg}]
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
         clock = WallClock()
-        engine = VllmEngine(cfg)
+        engine = build_engine(entries, vllm_defaults=cfg)
 
         def restart_engine(old: Any) -> Any:
             """Supervisor: rebuild a dead engine from the same settings (running generations are
@@ -176,7 +186,7 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
                 old.shutdown()
             except Exception:  # noqa: BLE001 - it is dead already
                 pass
-            return VllmEngine(cfg)
+            return build_engine(entries, vllm_defaults=cfg)
         prompts = PromptBuilder(robots, engine.tokenizer)
     else:
         raise ConfigError(f"engine must be simulated or vllm, got {p['engine']!r}")
