@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         engine = build_engine(entries)
     except EngineError as e:
-        console.print(f"[red]timelyllm demo: {e}")
+        console.print(f"[red]timelyllm demo: {e}", soft_wrap=True)  # one line, however long
         return 2
     device = getattr(engine, "device", None) or f"server {', '.join(args.engine_url)}"
     holder = {"engine": engine}
