@@ -362,7 +362,8 @@ class Planner:
                 self._fleet.assign(g.gen_id, member)
             self.engine.add(g.gen_id, g.prompt_ids + g.output_ids, max(1, remaining))
         except EngineError as e:
-            if not self.engine.stats().healthy or (member is not None and member not in self._fleet.members()):
+            member_lost = member is not None and self._fleet is not None and member not in self._fleet.members()
+            if member_lost or not self.engine.stats().healthy:
                 raise
             self._fail(g, f"engine refused the generation: {e}")
             return False
