@@ -101,6 +101,8 @@ def main() -> int:
     ap.add_argument("--threshold", type=float, default=80.0, help="urgent utility, %% of max")
     ap.add_argument("--resolution", type=float, default=0.1, help="stop when the bracket is within this share of N")
     ap.add_argument("--quick", action="store_true", help="resolution 0.25")
+    ap.add_argument("--points", help="comma-separated N to evaluate for each engine count instead of the search "
+                    "(e.g. to narrow a bracket a search left); prints each point only")
     ap.add_argument("--out", help="write the table and every evaluated point as JSON")
     args = ap.parse_args()
     try:
@@ -115,6 +117,21 @@ def main() -> int:
           f"threshold: urgent utility >= {args.threshold:g} % of max; {os.cpu_count()} cores, load {load()}",
           flush=True)
     search = Search(args)
+    if args.points:
+        try:
+            points = [int(x) for x in args.points.split(",")]
+            if any(n < 1 for n in points):
+                raise ValueError
+        except ValueError:
+            raise SystemExit(f"bench_fleet_scale: --points must be positive integers; got {args.points!r}")
+        for e in counts:
+            for n in points:
+                search.urgent(n, e)
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps({"profile": Path(args.profile).stem, "policy": args.policy,
+                                                  "points": search.points}, indent=1) + "\n")
+        return 0
     rows = []
     t0 = time.perf_counter()
     for e in counts:
