@@ -127,10 +127,7 @@ def main() -> int:
         for e in counts:
             for n in points:
                 search.urgent(n, e)
-        if args.out:
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(json.dumps({"profile": Path(args.profile).stem, "policy": args.policy,
-                                                  "points": search.points}, indent=1) + "\n")
+        write_json(args, {"points": search.points})
         return 0
     rows = []
     t0 = time.perf_counter()
@@ -153,12 +150,15 @@ def main() -> int:
               f"{cols[0]} | {cols[1]} |")
     print(f"\nsearch took {time.perf_counter() - t0:.0f} s wall, "
           f"{sum(p['cpu_s'] for p in search.points):.0f} s CPU in simulations; load {load()}")
+    write_json(args, {"rows": rows, "points": search.points})
+    return 0
+
+
+def write_json(args: argparse.Namespace, doc: dict) -> None:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"profile": Path(args.profile).stem, "policy": args.policy,
-                                              "threshold": args.threshold, "rows": rows,
-                                              "points": search.points}, indent=1) + "\n")
-    return 0
+                                              "threshold": args.threshold, **doc}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
