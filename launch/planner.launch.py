@@ -49,8 +49,8 @@ def generate_launch_description():
     return LaunchDescription([
         DeclareLaunchArgument("engine", default_value="simulated", description="simulated | vllm"),
         DeclareLaunchArgument("model", default_value="", description="vLLM model directory"),
-        DeclareLaunchArgument("policy", default_value="timelyllm",
-                              description="timelyllm | fcfs | edf | vllm | vllm-stream | lamps | ..."),
+        DeclareLaunchArgument("policy", default_value="default",
+                              description="default | timelyllm | fcfs | edf | vllm | vllm-stream | lamps | ..."),
         DeclareLaunchArgument("robots_config", default_value=[share, "/robots"],
                               description="directory of robot YAML files"),
         DeclareLaunchArgument("params_file", default_value=[share, "/config/planner.yaml"],

@@ -23,7 +23,7 @@ from .engine import Engine, EngineError, EngineFleet, EngineOutput, EngineStats
 from .batching import BatchSizer, FixedBatch, LatencyGuidedBatch
 from .clock import Clock
 from .exec_time import ExecTimeEstimator
-from .guard import check_segment
+from .guard import PlanState, check_segment
 from .policies import DispatchMode, Policy, PolicyContext
 from .ports import Dispatcher
 from .robots import RobotSpec
@@ -98,6 +98,7 @@ class _Live:
     text_base: int = 0  # offset in Generation.text where the current segmenter started
     tok_ends: list[int] = field(default_factory=list)  # text length after each output token (1:1)
     pending: list[Segment] = field(default_factory=list)  # WHOLE mode: cut, not yet dispatched
+    guard_plan: PlanState | None = None  # what the dispatch guard knows of the plan's accepted segments
 
 
 class Planner:
@@ -153,6 +154,19 @@ class Planner:
 
     def fixed(self, max_batch: int) -> FixedBatch:
         return FixedBatch(max_batch=max_batch, max_segment_tokens=self.max_segment_tokens)
+
+    def use_batching(self, max_batch: int | None = None, max_num_seqs: int = 256) -> str:
+        """Install the batch-size controller for this policy and return its label: a fixed cap
+        of `max_batch` when given, else what the policy asks for (`Policy.batching`):
+        latency-guided (§4.4) or vLLM-style continuous batching, both bounded by `max_num_seqs`."""
+        if max_batch is not None:
+            self.batcher = self.fixed(max_batch)
+            return f"fixed({max_batch})"
+        if self.policy.batching() == "latency-guided":
+            self.batcher = self.latency_guided(max_num_seqs)
+            return "latency-guided"
+        self.batcher = self.fixed(max_num_seqs)
+        return f"fixed({max_num_seqs})"
 
     # ------------------------------------------------------------------ public entry points
     def submit_mapping(self, m: Any) -> SubmitResult:
@@ -396,11 +410,10 @@ class Planner:
         cuts = live.segmenter.feed(out.text) if out.text else []
         if out.finished:
             cuts = list(cuts) + list(live.segmenter.finish())
-        mode = self.policy.mode
         for cut in cuts:
             if not self._on_cut(g, live, cut, now, final=out.finished):
                 return
-            if mode is DispatchMode.SUSPEND and g.state is not GenState.RUNNING:
+            if g.state is not GenState.RUNNING:
                 return  # suspended at this statement; tokens past it were dropped
         if out.finished:
             self._engine_done(g, live, now, out.finish_reason)
@@ -414,13 +427,22 @@ class Planner:
         if cut.error:
             self._fail(g, f"invalid statement from the LLM: {cut.error} in {cut.text!r}")
             return False
-        verdict = check_segment(robot, cut.text, cut.calls)
+        verdict = check_segment(robot, cut.text, cut.calls, live.guard_plan)
         if not verdict.ok:
             self._fail(g, f"dispatch guard rejected {cut.text!r}: {verdict.reason}")
             return False
+        live.guard_plan = verdict.plan
         mode = self.policy.mode
         abs_end = live.text_base + cut.end
+        seg_tokens = g.seg_tokens
+        gen_start = g.seg_start if g.seg_start is not None else now
+        seg = Segment(index=g.k, text=cut.text, calls=tuple(cut.calls), blocking=bool(cut.blocking),
+                      token_count=seg_tokens, gen_start=gen_start, gen_end=now,
+                      est_exec_s=self.estimator.estimate(g.request.robot_type, cut.calls))
+        g.segments.append(seg)
         suspend = mode is DispatchMode.SUSPEND and not final
+        if suspend and not seg.blocking and type(self.policy).suspend_at is not Policy.suspend_at:
+            suspend = self.policy.suspend_at(g, seg, self.context(), now)  # per-statement choice
         if suspend:
             # Drop tokens past the statement end: keep up to the token whose text reaches it.
             keep = next((i + 1 for i, e in enumerate(live.tok_ends) if e >= abs_end), len(live.tok_ends))
@@ -428,19 +450,13 @@ class Planner:
                 del g.output_ids[keep:]
                 del live.tok_ends[keep:]
                 g.text = g.text[: live.tok_ends[-1] if live.tok_ends else 0]
-        seg_tokens = g.seg_tokens
-        gen_start = g.seg_start if g.seg_start is not None else now
-        seg = Segment(index=g.k, text=cut.text, calls=tuple(cut.calls), blocking=bool(cut.blocking),
-                      token_count=seg_tokens, gen_start=gen_start, gen_end=now,
-                      est_exec_s=self.estimator.estimate(g.request.robot_type, cut.calls))
-        g.segments.append(seg)
         w = self.config.seg_gen_weight
         if seg_tokens > 0:  # a statement that arrived in the same token as the last one took no time
             self.seg_gen_s = (1 - w) * self.seg_gen_s + w * max(0.0, now - gen_start)
         if seg_tokens > 0 and now > gen_start:
             self.token_s = (1 - w) * self.token_s + w * (now - gen_start) / seg_tokens
         g.seg_tokens = 0
-        g.seg_start = now if mode is not DispatchMode.SUSPEND else None
+        g.seg_start = None if suspend or (final and mode is DispatchMode.SUSPEND) else now
         if mode is DispatchMode.WHOLE:
             live.pending.append(seg)
             return True

@@ -180,6 +180,9 @@ class RemoteVllmEngine:
         self._speed = DecodeSpeed()
         self._last_step: float | None = None
         self._metrics: ServerMetrics | None = None
+        # the planner-side step log of the in-process adapter has no equivalent here: the server's
+        # iterations are not visible to a client; kept (and left empty) for callers that set it
+        self.step_log: list | None = None
         self._http = httpx.Client(timeout=self.timeout_s)
         self._loop: asyncio.AbstractEventLoop | None = None
         try:

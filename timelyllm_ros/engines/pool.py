@@ -57,6 +57,20 @@ class EnginePool:
         self._prefixes: dict[str, set[int]] = {m: set() for m in named}
         self._next: dict[str, str] = {}  # gen -> member chosen by assign()
         self._lost: list[tuple[str, str]] = []
+        self._step_log: list | None = None
+
+    @property
+    def step_log(self) -> list | None:
+        """The members' iteration records (StepRecord), one list shared by every member that keeps
+        them (None: off)."""
+        return self._step_log
+
+    @step_log.setter
+    def step_log(self, log: list | None) -> None:
+        self._step_log = log
+        for e in self._members.values():
+            if hasattr(e, "step_log"):
+                e.step_log = log  # type: ignore[attr-defined]
 
     # -- EngineFleet hooks --------------------------------------------------------------------
 

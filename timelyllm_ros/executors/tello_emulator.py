@@ -11,15 +11,22 @@ once and interrupt a motion in progress (the interrupted command answers `error 
 the emulator's choice; the SDK documents only that `stop` hovers "at any time").  The drone
 lands itself after `auto_land_s` without any command, like a Tello after 15 s.
 
-Every command received is recorded (`commands()`), and `responding = False` makes it go silent
-(commands still recorded) to test timeouts.
+Every command received is recorded (`commands()`; `events()` adds the time, the reply and whether
+it was dropped; `log_path` appends the same as JSON lines), `responding = False` makes it go
+silent (commands still recorded) to test timeouts, and `drop_replies=p` loses each reply with
+probability p (seeded) -- the command was executed, only its `ok` never arrives, as over a lossy
+Wi-Fi link (`drop_words`: always for these commands).  `is_invalid(cmd)` says whether a command is one the Tello SDK must never be sent.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import random
+import re
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -49,20 +56,29 @@ class DroneState:
 class TelloEmulator:
     def __init__(self, host: str = "127.0.0.2", port: int = 9889, *, state_port: int = 8890,
                  state_hz: float = 10.0, battery: int = 87, move_s_per_cm: float = 0.0,
-                 turn_s_per_deg: float = 0.0, takeoff_s: float = 0.0, auto_land_s: float = 15.0) -> None:
+                 turn_s_per_deg: float = 0.0, takeoff_s: float = 0.0, auto_land_s: float = 15.0,
+                 drop_replies: float = 0.0, seed: int = 0, log_path: str | None = None,
+                 drop_words: tuple[str, ...] = ()) -> None:
+        if not 0.0 <= drop_replies < 1.0:
+            raise ValueError(f"drop_replies must be in [0, 1), got {drop_replies!r}")
         self.host, self.port, self.state_port = host, port, state_port
         self.state_hz = state_hz
         self.move_s_per_cm, self.turn_s_per_deg, self.takeoff_s = move_s_per_cm, turn_s_per_deg, takeoff_s
         self.auto_land_s = auto_land_s
         self.state = DroneState(bat=battery)
         self.responding = True
+        self.drop_replies = drop_replies
+        self.drop_words = set(drop_words)  # replies to these commands (first word) are always lost
+        self._rng = random.Random(seed)
+        self._log_path = log_path
         self._log: list[str] = []
+        self._events: list[dict] = []
         self._lock = threading.Lock()
         self._stop_motion = threading.Event()
         self._closed = threading.Event()
         self._busy = threading.Lock()  # one motion at a time, as on the drone
         self._client: tuple[str, int] | None = None
-        self._last_cmd = time.monotonic()
+        self._last_cmd = self._t0 = time.monotonic()
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, port))
@@ -94,11 +110,32 @@ class TelloEmulator:
         with self._lock:
             return list(self._log)
 
+    def events(self) -> list[dict]:
+        """Every command with its arrival time (s since start), reply and whether the reply was dropped."""
+        with self._lock:
+            return [dict(e) for e in self._events]
+
+    def busy(self) -> bool:
+        """True while a command (a motion) is being carried out."""
+        return self._busy.locked()
+
     def clear(self) -> None:
         with self._lock:
             self._log.clear()
+            self._events.clear()
 
     # ------------------------------------------------------------------ protocol
+
+    def _reply(self, event: dict, text: str, addr: tuple[str, int]) -> None:
+        with self._lock:
+            dropped = (self.drop_replies > 0 and self._rng.random() < self.drop_replies) \
+                or event["cmd"].split(" ", 1)[0] in self.drop_words
+            event["reply"], event["dropped"] = text, dropped or not self.responding
+            if self._log_path:  # under the lock: lines from concurrent handlers never interleave
+                with open(self._log_path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(event) + "\n")
+        if not dropped:
+            self._send(text, addr)
 
     def _send(self, text: str, addr: tuple[str, int]) -> None:
         if self.responding and not self._closed.is_set():
@@ -124,20 +161,22 @@ class TelloEmulator:
             with self._lock:
                 self._log.append(cmd)
                 self._last_cmd = time.monotonic()
+                event = {"t": round(self._last_cmd - self._t0, 4), "cmd": cmd, "reply": None, "dropped": False}
+                self._events.append(event)
             if cmd in ("stop", "emergency"):  # "works at any time": interrupts a motion
                 self._stop_motion.set()
                 if cmd == "emergency":
                     self.state.flying, self.state.h = False, 0
-                self._send("ok", addr)
+                self._reply(event, "ok", addr)
                 continue
             # Everything else runs on its own thread so the receiver stays free for `stop`.
-            threading.Thread(target=self._handle, args=(cmd, addr), daemon=True).start()
+            threading.Thread(target=self._handle, args=(cmd, addr, event), daemon=True).start()
 
-    def _handle(self, cmd: str, addr: tuple[str, int]) -> None:
+    def _handle(self, cmd: str, addr: tuple[str, int], event: dict) -> None:
         with self._busy:
             reply = self._execute(cmd, addr)
         if reply is not None:
-            self._send(reply, addr)
+            self._reply(event, reply, addr)
 
     def _motion(self, seconds: float) -> bool:
         """Wait out a motion; False if it was interrupted by stop/emergency."""
@@ -234,6 +273,18 @@ class TelloEmulator:
                 self._send(self.state_line(), self._client)
 
 
+_VALID = re.compile(r"^(?:(?:forward|back|left|right|up|down) (?:[2-9][0-9]|[1-4][0-9]{2}|500)"
+                    r"|(?:cw|ccw) (?:[1-9]|[1-9][0-9]|[1-2][0-9]{2}|3[0-5][0-9]|360))$")
+
+
+def is_invalid(cmd: str) -> bool:
+    """True for a move / turn the SDK must never be sent: out of range, not an integer, malformed."""
+    word = cmd.split(" ", 1)[0]
+    if word in MOVES or word in ("cw", "ccw"):
+        return _VALID.match(cmd) is None
+    return False
+
+
 def _int(args: list[str], lo: int, hi: int) -> int | None:
     if len(args) != 1:
         return None
@@ -242,3 +293,41 @@ def _int(args: list[str], lo: int, hi: int) -> int | None:
     except ValueError:
         return None
     return v if lo <= v <= hi else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m timelyllm_ros.executors.tello_emulator --host 127.0.0.2`: one emulated drone
+    until SIGINT/SIGTERM (what `timelyllm demo` runs beside its djitellopy executor node)."""
+    import argparse
+    import signal
+
+    ap = argparse.ArgumentParser(description="DJI Tello emulator (SDK 2.0 text protocol over UDP)")
+    ap.add_argument("--host", default="127.0.0.2", help="loopback address of this drone (default 127.0.0.2)")
+    ap.add_argument("--port", type=int, default=9889, help="command port (default 9889)")
+    ap.add_argument("--state-port", type=int, default=8890, help="client's state port (default 8890)")
+    ap.add_argument("--move-s-per-cm", type=float, default=0.02, help="motion time per cm (default 0.02)")
+    ap.add_argument("--turn-s-per-deg", type=float, default=0.011, help="turn time per degree (default 0.011)")
+    ap.add_argument("--takeoff-s", type=float, default=1.0, help="takeoff time (default 1.0)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    try:
+        emu = TelloEmulator(args.host, args.port, state_port=args.state_port, move_s_per_cm=args.move_s_per_cm,
+                            turn_s_per_deg=args.turn_s_per_deg, takeoff_s=args.takeoff_s)
+    except OSError as e:
+        print(f"tello emulator: cannot bind {args.host}:{args.port}: {e}", file=sys.stderr)
+        return 2
+    with emu:
+        log.info("emulated Tello listening on %s:%d", args.host, args.port)
+        # a timed wait: a signal the kernel hands to another thread only sets Python's flag, and
+        # an untimed wait in the main thread would never run the handler
+        while not done.wait(0.2):
+            pass
+        log.info("emulated Tello %s stopping", args.host)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

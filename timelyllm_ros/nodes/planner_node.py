@@ -266,13 +266,20 @@ class PlannerNodeConfig:
     request_topic: str = "plan_requests"
     cancel_topic: str = "cancel_requests"
     status_topic: str = "request_status"
+    segment_status_topic: str = "segment_status"
     planner_status_topic: str = "planner_status"
     markers_topic: str = "planned_paths"
     diagnostics_topic: str = "/diagnostics"
     status_period_s: float = 0.5
     frame_id: str = "map"
     idle_wait_s: float = 0.005  # loop sleep when the engine has nothing to do
+    # after a restart on a journal: how long to wait for a status subscriber before reporting
+    # the recovered requests (a status published before discovery reaches nobody)
+    recovery_wait_s: float = 5.0
     dispatcher: DispatcherConfig = field(default_factory=DispatcherConfig)
+    # robot ids whose executors are looked up at start (action clients created, so DDS discovery
+    # is done before their first goal); others are found at their first goal
+    executors: tuple[str, ...] = ()
 
 
 class PlannerNode:
@@ -286,10 +293,10 @@ class PlannerNode:
         self.clock = clock
         self.config = cfg = config or PlannerNodeConfig()
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._recovery: Any = None  # journal.RecoveryReport of a restart, reported by the loop
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.dispatcher = ActionDispatcher(transport, clock, self._post_result, cfg.dispatcher)
-        self.planner = make_planner(self.dispatcher, [self])
         self.rejected: list[tuple[str, str]] = []  # (request id, reason), never admitted
         self._last_status: dict[str, tuple] = {}
         self._poses: dict[str, _Pose] = {}
@@ -297,15 +304,21 @@ class PlannerNode:
         self._path_request: dict[str, str] = {}
         self._markers_dirty = False
         self._pub_status = transport.publisher(cfg.status_topic, convert.REQUEST_STATUS, qos=QOS_RELIABLE_DEEP)
+        self._pub_segments = transport.publisher(cfg.segment_status_topic, convert.SEGMENT_STATUS,
+                                                 qos=QOS_RELIABLE_DEEP)
         self._pub_planner = transport.publisher(cfg.planner_status_topic, convert.PLANNER_STATUS, qos=QOS_LATCHED)
         self._pub_diag = transport.publisher(cfg.diagnostics_topic, convert.DIAGNOSTIC_ARRAY)
         self._pub_markers = transport.publisher(cfg.markers_topic, convert.MARKER_ARRAY, qos=QOS_LATCHED)
+        # after the state and publishers: a journal recovery in make_planner already reports to us
+        self.planner = make_planner(self.dispatcher, [self])
         self._subs = [
             transport.subscribe(cfg.request_topic, convert.PLAN_REQUEST, self._on_request, qos=QOS_RELIABLE_DEEP),
             transport.subscribe(cfg.cancel_topic, STRING, self._on_cancel, qos=QOS_RELIABLE_DEEP),
         ]
         self._timer = transport.timer(cfg.status_period_s, self._publish_periodic)
         self._thread = threading.Thread(target=self._loop, name="planner-loop", daemon=True)
+        for robot in cfg.executors:
+            self.dispatcher.client(robot)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "PlannerNode":
@@ -338,7 +351,24 @@ class PlannerNode:
         self._wake.set()
 
     # -- the loop (the only thread that touches the planner's state) ----------------------------
+    def on_recovery(self, report: Any) -> None:
+        """Called by make_planner after recovering a journal (before the loop starts)."""
+        self._recovery = report
+
+    def _report_recovery(self) -> None:
+        rep, self._recovery = self._recovery, None
+        if rep is None or not (rep.failed or rep.resubmitted):
+            return
+        end = time.monotonic() + self.config.recovery_wait_s
+        while self._pub_status.matched_count() == 0 and time.monotonic() < end and not self._stop.is_set():
+            time.sleep(0.02)
+        for rid, reason in rep.failed:
+            log.warning("recovered request %s failed: %s", rid, reason)
+            self._pub_status.publish(convert.rejected_status_fields(rid, rep.robots.get(rid, ""), reason,
+                                                                    state=GenState.FAILED.value))
+
     def _loop(self) -> None:
+        self._report_recovery()  # before any step: the resubmitted requests' states are seen too
         virtual = isinstance(self.clock, VirtualClock)
         wall0 = time.monotonic() - self.clock.now()
         while not self._stop.is_set():
@@ -392,9 +422,11 @@ class PlannerNode:
         self._publish_status(gen)
 
     def on_segment_result(self, gen: Generation, seg: Segment) -> None:
+        self._pub_segments.publish(convert.segment_status_fields(gen, seg, now=self.clock.now()))
         self._publish_status(gen)
 
     def on_segment_dispatched(self, gen: Generation, seg: Segment) -> None:
+        self._pub_segments.publish(convert.segment_status_fields(gen, seg, now=self.clock.now()))
         robot = gen.request.robot_id
         if not any(c.name in _MOVES or c.name in _TURNS for c in seg.calls):
             return
@@ -407,9 +439,14 @@ class PlannerNode:
         self._markers_dirty = True
 
     def _publish_status(self, gen: Generation) -> None:
+        """On every change, until the terminal status: that one is the last message a request
+        gets (results that come back after a cancel or a failure change nothing for it)."""
+        last = self._last_status.get(gen.gen_id)
+        if last is not None and last[0]:
+            return
         st = convert.request_status_fields(gen)
-        key = (st["state"], st["segments_dispatched"], st["segments_done"], st["reason"])
-        if self._last_status.get(gen.gen_id) == key:
+        key = (st["terminal"], st["state"], st["segments_dispatched"], st["segments_done"], st["reason"])
+        if last == key:
             return
         self._last_status[gen.gen_id] = key
         self._pub_status.publish(st)

@@ -39,6 +39,7 @@ SKILL_CALL = f"{PACKAGE}/msg/SkillCall"
 SEGMENT = f"{PACKAGE}/msg/Segment"
 REQUEST_STATUS = f"{PACKAGE}/msg/RequestStatus"
 PLANNER_STATUS = f"{PACKAGE}/msg/PlannerStatus"
+SEGMENT_STATUS = f"{PACKAGE}/msg/SegmentStatus"
 EXECUTE_SEGMENT = f"{PACKAGE}/action/ExecuteSegment"
 EXECUTE_SEGMENT_GOAL = EXECUTE_SEGMENT + "_Goal"
 EXECUTE_SEGMENT_RESULT = EXECUTE_SEGMENT + "_Result"
@@ -46,7 +47,7 @@ EXECUTE_SEGMENT_FEEDBACK = EXECUTE_SEGMENT + "_Feedback"
 DIAGNOSTIC_ARRAY = "diagnostic_msgs/msg/DiagnosticArray"
 MARKER_ARRAY = "visualization_msgs/msg/MarkerArray"
 
-MSG_FILES = ("SkillCall", "PlanRequest", "Segment", "RequestStatus", "PlannerStatus")
+MSG_FILES = ("SkillCall", "PlanRequest", "Segment", "RequestStatus", "PlannerStatus", "SegmentStatus")
 ACTION_FILES = ("ExecuteSegment",)
 
 VALUE_TYPES = ("none", "bool", "int", "float", "str")
@@ -365,12 +366,50 @@ def request_status_fields(gen: Generation, *, stamp: float | None = None) -> dic
     }
 
 
+
+def _since(t: float | None, t0: float) -> float:
+    return -1.0 if t is None else t - t0
+
+
+def segment_status_fields(gen: Generation, seg: Segment, *, now: float, stamp: float | None = None) -> dict[str, Any]:
+    """SegmentStatus of one segment: its generation, dispatch and execution times as seconds after
+    the request's arrival (planner clock, ``now`` = that clock's present), and the arrival as ROS
+    time (``stamp``, default wall time now, minus how long ago it arrived)."""
+    wall = _time.time() if stamp is None else float(stamp)
+    arrival = gen.request.arrival
+    return {
+        "stamp": time_fields(wall), "arrival": time_fields(wall - (now - arrival)),
+        "request_id": gen.request.request_id, "robot_id": gen.request.robot_id, "index": seg.index,
+        "text": seg.text[:MAX_TEXT], "token_count": int(seg.token_count), "est_exec_s": float(seg.est_exec_s),
+        "gen_start_s": _since(seg.gen_start, arrival), "gen_end_s": _since(seg.gen_end, arrival),
+        "dispatched_s": _since(seg.dispatched_at, arrival), "exec_start_s": _since(seg.exec_start, arrival),
+        "exec_end_s": _since(seg.exec_end, arrival), "done": seg.ok is not None, "ok": bool(seg.ok),
+        "error": seg.error or "",
+    }
+
+
+def segment_from_status_fields(d: Mapping[str, Any], *, arrival: float) -> Segment:
+    """A SegmentStatus -> core Segment on a clock where the request arrived at ``arrival`` (its
+    skill calls are not part of the status: ``calls`` is empty)."""
+    def at(key: str) -> float | None:
+        v = float(d.get(key, -1.0))
+        return None if v < 0 else arrival + v
+
+    done = bool(d.get("done", False))
+    return Segment(index=int(d.get("index", 0)), text=str(d.get("text", "")), calls=(), blocking=False,
+                   token_count=int(d.get("token_count", 0)), gen_start=at("gen_start_s") or arrival,
+                   gen_end=at("gen_end_s") or arrival, est_exec_s=float(d.get("est_exec_s", 0.0)),
+                   dispatched_at=at("dispatched_s"), exec_start=at("exec_start_s"), exec_end=at("exec_end_s"),
+                   ok=bool(d.get("ok", False)) if done else None, error=str(d.get("error", "")))
+
+
 def rejected_status_fields(request_id: str, robot_id: str, reason: str, *,
-                           stamp: float | None = None) -> dict[str, Any]:
-    """Status for a request that was never admitted: the sender always hears back."""
+                           stamp: float | None = None, state: str = "rejected") -> dict[str, Any]:
+    """Terminal status of a request this planner does not run: never admitted (rejected), or
+    failed by a restarted planner's recovery (state "failed"). The sender always hears back."""
     return {
         "stamp": time_fields(stamp), "request_id": request_id, "robot_id": robot_id,
-        "state": "rejected", "terminal": True, "segments_dispatched": 0, "segments_done": 0,
+        "state": state, "terminal": True, "segments_dispatched": 0, "segments_done": 0,
         "response_time_s": -1.0, "utility": 0.0, "reason": reason,
     }
 
@@ -475,7 +514,7 @@ def _check_base(typ: str, value: Any) -> Any:
     if typ == "byte" and isinstance(value, (bytes, bytearray)):
         if len(value) != 1:
             raise MessageError(f"byte field needs exactly 1 byte, got {value!r}")
-        return value[0]
+        return value[0] - 256 if value[0] > 127 else value[0]  # rosbags packs `byte` as signed
     if typ == "bool":
         if not isinstance(value, bool):
             raise MessageError(f"bool field got {value!r}")
@@ -557,7 +596,7 @@ def _node_to_fields(ts, node: tuple, value: Any) -> Any:
     kind, detail = int(node[0]), node[1]
     if kind == 1:
         if detail[0] == "byte":
-            return bytes([int(value)])
+            return bytes([int(value) & 0xFF])
         if hasattr(value, "item"):  # numpy scalar
             return value.item()
         return value

@@ -41,7 +41,7 @@ from ..core.clock import Clock, VirtualClock
 from ..core.exec_time import ExecTimeEstimator
 from ..core.metrics import summarize, terminal_count, timeline_records
 from ..core.planner import Planner, PlannerConfig, PromptSource
-from ..core.policies import DispatchMode, make_policy
+from ..core.policies import make_policy
 from ..core.robots import RobotSpec, load_robots
 from ..core.types import Generation, GenState, SegmentGoal
 from ..engines.base import Tokenizer
@@ -238,11 +238,7 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
     if max_batch is not None:
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
-        planner.batcher, batcher = planner.fixed(max_batch), f"fixed({max_batch})"
-    elif policy.mode is DispatchMode.SUSPEND:
-        planner.batcher, batcher = planner.latency_guided(VLLM_MAX_NUM_SEQS), "latency-guided"
-    else:
-        planner.batcher, batcher = planner.fixed(VLLM_MAX_NUM_SEQS), f"fixed({VLLM_MAX_NUM_SEQS})"
+    batcher = planner.use_batching(max_batch, VLLM_MAX_NUM_SEQS)
 
     rejected: dict[str, Generation] = {}
 

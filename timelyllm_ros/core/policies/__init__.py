@@ -8,6 +8,8 @@ from .base import DispatchMode, Policy, PolicyContext, Selection
 from .basic import EDF, FCFS, VLLM, VLLMStream
 from .timelyllm import TimelyLLM
 
+DEFAULT_POLICY = "default"  # what bench, demo, serve and the ROS node run when no policy is named (default.py)
+
 _REGISTRY: dict[str, Callable[..., Policy]] = {
     "timelyllm": TimelyLLM,
     "fcfs": FCFS,
@@ -26,6 +28,14 @@ def policy_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def policy_factory(name: str) -> Callable[..., Policy]:
+    """The registered factory (class or function) of a policy: what its parameters are."""
+    _load_optional()
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown policy {name!r}; choose one of {sorted(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
 def make_policy(name: str, **params) -> Policy:
     _load_optional()
     if name not in _REGISTRY:
@@ -40,7 +50,7 @@ def _load_optional() -> None:
     """Policies of the other seed papers register themselves when their module exists."""
     import importlib
 
-    for mod in ("trail", "andes", "lamps", "hybrid"):
+    for mod in ("trail", "andes", "lamps", "hybrid", "default"):
         try:
             importlib.import_module(f"{__name__}.{mod}")
         except ModuleNotFoundError as e:
@@ -48,4 +58,5 @@ def _load_optional() -> None:
                 raise
 
 
-__all__ = ["DispatchMode", "Policy", "PolicyContext", "Selection", "make_policy", "policy_names", "register"]
+__all__ = ["DEFAULT_POLICY", "DispatchMode", "Policy", "PolicyContext", "Selection", "make_policy", "policy_factory",
+           "policy_names", "register"]

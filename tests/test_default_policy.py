@@ -1,0 +1,261 @@
+"""The default policy: one decision-rule test per mechanism, its online-ness, and its endings."""
+
+import dataclasses
+
+import pytest
+
+from timelyllm_ros.cli import main
+from timelyllm_ros.core.exec_time import ExecTimeEstimator
+from timelyllm_ros.core.policies import DEFAULT_POLICY, PolicyContext, make_policy
+from timelyllm_ros.core.policies.default import Default
+from timelyllm_ros.core.robots import load_robots
+from timelyllm_ros.core.tuf import NORMAL, URGENT
+from timelyllm_ros.core.types import Generation, GenState, PlanRequest, Segment
+from timelyllm_ros.engines.base import EngineStats
+from timelyllm_ros.lrtrace import scaled_drones
+from timelyllm_ros.sim.runner import run_simulation
+
+ROBOTS = load_robots()
+TOKEN_S = 0.02  # lead = max(0.05, 4 * 0.02) = 0.08 s; tello's first guess: 6 tokens per segment
+
+
+def ctx():
+    return PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS,
+                         stats=EngineStats(1000, 1000, 16, 0, 45.0), seg_gen_s=0.1, token_s=TOKEN_S)
+
+
+def gen(rid, arrival, tuf=NORMAL, segments=(), state=GenState.QUEUED):
+    g = Generation(request=PlanRequest(rid, "d1", "tello", "t", "s", tuf, arrival), state=state)
+    g.segments.extend(segments)
+    g.ready_since = arrival
+    return g
+
+
+def seg(index, gen_end, est, tokens=5, blocking=False):
+    return Segment(index=index, text="mf(50);", calls=(), blocking=blocking, token_count=tokens,
+                   gen_start=gen_end - 0.1, gen_end=gen_end, est_exec_s=est, dispatched_at=gen_end)
+
+
+def ids(gs):
+    return [g.gen_id for g in gs]
+
+
+def test_default_is_registered_and_named_default():
+    assert DEFAULT_POLICY == "default"
+    p = make_policy("default")
+    assert isinstance(p, Default) and p.name == "default" and p.batching() == "continuous"
+    with pytest.raises(ValueError, match="preempt_ratio"):
+        make_policy("default", preempt_ratio=0.5)
+
+
+def test_slack_uses_deadline_minus_online_estimate():
+    p = Default()
+    g = gen("u", 10.0, URGENT)
+    # first segment: due 10.2; 6 predicted tokens + 1 step to enter the batch, at 0.02 s each
+    assert p.slack(g, ctx(), 10.0, running=False) == pytest.approx(0.2 - 7 * TOKEN_S)
+    # later segment: due when the robot finishes the dispatched action (10.5 + 3.0)
+    c = gen("c", 10.0, NORMAL, [seg(0, 10.5, 3.0)])
+    assert p.slack(c, ctx(), 11.0, running=True) == pytest.approx(13.5 - 11.0 - 6 * TOKEN_S)
+
+
+def test_segment_lengths_are_learned_online_per_robot_type_and_position():
+    p = Default(len_weight=0.5)
+    g = gen("a", 0.0)
+    assert p.predicted_tokens(g, ctx()) == 6.0  # half of tello's 12-token worst case
+    p.observe(g, seg(0, 1.0, 1.0, tokens=10))
+    p.observe(g, seg(0, 1.0, 1.0, tokens=4))
+    assert p.predicted_tokens(g, ctx()) == pytest.approx(7.0)  # 10, then 0.5*10 + 0.5*4
+    later = gen("b", 0.0, segments=[seg(0, 1.0, 1.0)])
+    assert p.predicted_tokens(later, ctx()) == 6.0  # later segments are learned apart
+
+
+def test_gate_holds_deferrable_work_while_a_first_segment_is_critical():
+    p = Default()
+    urgent = gen("u", 10.0, URGENT)  # slack 0.06 <= lead: critical
+    normal = gen("n", 10.0, NORMAL)  # slack 0.86: deferrable
+    cont = gen("c", 5.0, NORMAL, [seg(0, 9.0, 5.0)], state=GenState.SUSPENDED)  # due 14.0
+    sel = p.select([normal, cont, urgent], [], ctx(), 10.0)
+    assert ids(sel.order) == ["u"] and sel.preempt == []
+    # no critical first segment: spare time goes to deferrable work, least slack first
+    sel = p.select([normal, cont], [], ctx(), 10.0)
+    assert ids(sel.order) == ["n", "c"]
+    # a critical *continuation* alone does not close the gate (only first segments decide responses)
+    due = gen("d", 5.0, NORMAL, [seg(0, 9.95, 0.1)], state=GenState.SUSPENDED)  # due 10.05
+    sel = p.select([normal, due], [], ctx(), 10.0)
+    assert ids(sel.order) == ["d", "n"]
+    # a running critical first segment closes it too
+    running_urgent = gen("ru", 9.95, URGENT, state=GenState.RUNNING)
+    sel = p.select([normal], [running_urgent], ctx(), 10.0)
+    assert sel.order == []
+
+
+def test_critical_work_is_ordered_by_eq4_density():
+    p = Default()
+    late = gen("late", 9.6, URGENT)  # overdue: rescued by Eq. 4's late term
+    fresh = gen("fresh", 10.0, URGENT)
+    near = gen("near", 9.3, NORMAL)  # due 10.3, slack 0.16 - ... critical
+    sel = p.select([fresh, near, late], [], ctx(), 10.1)
+    eq4 = make_policy("timelyllm")
+    want = sorted([fresh, near, late], key=lambda g: -eq4.priority(g, ctx(), 10.1))
+    assert ids(sel.order) == ids(want)
+
+
+def test_preemption_only_when_the_batch_is_full_and_victims_chosen_by_rule():
+    p = Default()
+    urgent = gen("u", 10.0, URGENT)
+    idle = gen("idle", 5.0, NORMAL, [seg(0, 9.0, 20.0)], state=GenState.RUNNING)  # due 29: deferrable
+    busy = gen("busy", 9.9, URGENT, state=GenState.RUNNING)  # critical first segment itself
+    # not full: nobody is preempted (the newcomer simply joins the batch)
+    assert p.select([urgent], [busy, idle], ctx(), 10.0).preempt == []
+    # full: the deferrable running one makes room, not the critical one
+    urgent.extra["blocked"] = "batch full (2)"
+    sel = p.select([urgent], [busy, idle], ctx(), 10.0)
+    assert ids(sel.preempt) == ["idle"] and ids(sel.order) == ["u"]
+    # full, only critical victims of similar density: no preemption (no churn)
+    urgent.extra["blocked"] = "batch full (1)"
+    assert p.select([urgent], [busy], ctx(), 10.0).preempt == []
+    # ...unless the waiting one is far denser (an overdue urgent vs a fresh normal near its ERT)
+    late = gen("late", 9.5, URGENT)
+    late.extra["blocked"] = "batch full (1)"
+    normal = gen("nr", 9.1, NORMAL, state=GenState.RUNNING)  # due 10.1: critical, low density
+    assert ids(p.select([late], [normal], ctx(), 10.0).preempt) == ["nr"]
+    # deferrable work never preempts
+    waiting = gen("w", 10.0, NORMAL)
+    waiting.extra["blocked"] = "batch full (1)"
+    assert p.select([waiting], [normal], ctx(), 10.0).preempt == []
+
+
+def test_suspend_at_streams_unless_the_batch_is_full_and_the_next_segment_can_wait():
+    p = Default()
+    g = gen("g", 0.0, NORMAL, state=GenState.RUNNING)
+    far = seg(0, 10.0, 5.0)  # robot busy until 15.0: the next segment can wait
+    g.segments.append(far)
+    p.select([], [g], ctx(), 10.0)  # not full
+    assert p.suspend_at(g, far, ctx(), 10.0) is False  # stream on: nothing waits for the slot
+    blocked = gen("w", 10.0, NORMAL)
+    blocked.extra["blocked"] = "batch full (1)"
+    p.select([blocked], [g], ctx(), 10.0)
+    assert p.suspend_at(g, far, ctx(), 10.0) is True  # full: free the slot
+    h = gen("h", 0.0, NORMAL, state=GenState.RUNNING)
+    soon = seg(0, 10.0, 0.05)  # robot done at 10.05: the next segment is due now
+    h.segments.append(soon)
+    assert p.suspend_at(h, soon, ctx(), 10.0) is False  # keep the slot: it is needed at once
+
+
+def _decisions(workload, perturb_after=None):
+    """Run `default` and record every scheduling decision (time, admitted order, preempted)."""
+    log = []
+
+    def setup(planner, arrivals):
+        pol = planner.policy
+        inner = pol.select
+
+        def select(ready, running, ctx, now):
+            sel = inner(ready, running, ctx, now)
+            log.append((now, ids(sel.order), ids(sel.preempt)))
+            return sel
+
+        pol.select = select
+        if perturb_after is None:
+            return arrivals
+        # the plans (hence lengths) of requests that have not arrived yet are changed: twice as long
+        return [dataclasses.replace(a, reference_plan=a.reference_plan + a.reference_plan)
+                if a.time >= perturb_after else a for a in arrivals]
+
+    r = run_simulation(workload, "default", setup=setup)
+    return log, r
+
+
+def test_decisions_are_online_future_plans_do_not_change_the_past():
+    wl = scaled_drones(100, duration_s=20.0)
+    t_cut = 10.0
+    base, r0 = _decisions(wl)
+    pert, r1 = _decisions(wl, perturb_after=t_cut)
+    before = [d for d in base if d[0] < t_cut]
+    assert len(before) > 100
+    assert [d for d in pert if d[0] < t_cut] == before
+    assert base != pert  # the perturbation did change what happened later (the test is not vacuous)
+    late = [g for g in r1.generations if g.request.arrival >= t_cut]
+    assert late and all(g.state is GenState.FINISHED for g in r0.generations + r1.generations)
+
+
+def test_default_streams_uncontended_and_suspends_only_blocking_statements():
+    r = run_simulation(scaled_drones(50, duration_s=20.0), "default")
+    blocking_resumes = sum(sum(1 for s in g.segments[:-1] if s.blocking) for g in r.generations)
+    assert sum(g.resumes for g in r.generations) == blocking_resumes  # nothing else was cut
+    assert r.batcher == "fixed(256)"
+
+
+def test_every_request_ends_terminal_with_a_reason_under_overload():
+    """A capped, overloaded run: default never sheds; every request finishes or fails with a
+    reason, and the metrics count all of them."""
+    r = run_simulation(scaled_drones(400, duration_s=10.0), "default", max_batch=4)
+    assert r.generations and all(g.state.terminal and g.reason for g in r.generations)
+    assert r.metrics["overall"]["count"] == len(r.generations)
+    assert sum(g.extra.get("preemptions", 0) for g in r.generations) > 0  # the cap binds
+
+
+def test_bench_without_policy_runs_default(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    wl = tmp_path / "w.yaml"
+    wl.write_text("name: tiny\nduration_s: 5\nseed: 3\nevents: {rate_per_s: 1.0, max_tasks_per_event: 2}\n"
+                  "agents: {tello: 2}\ntraces: [T1, T6]\ntuf:\n  normal: {ert: 1.0, alpha: -2.0, beta: 1.0}\n"
+                  "  urgent: {ert: 0.2, alpha: -6.67, beta: 2.0}\n")
+    assert main(["bench", "--workload", str(wl), "--out", str(out), "--no-progress"]) == 0
+    import json
+
+    doc = json.loads(out.read_text())
+    assert list(doc["policies"]) == ["default"] and doc["policies"]["default"]["policy"] == "default"
+
+
+def test_admission_fits_free_kv_memory_counting_uncached_prefixes():
+    """A robot type with nobody in the batch brings its whole prompt; the order is cut where the
+    free blocks run out (strict order: later ones wait), so the engine does not thrash."""
+    p = Default()
+    c = PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS,
+                      stats=EngineStats(1000, 30, 16, 1, 45.0), seg_gen_s=0.1, token_s=TOKEN_S)
+    running = gen("r", 9.0, URGENT, state=GenState.RUNNING)
+    a = gen("a", 10.0, URGENT)  # tello, like the running one: own tokens + 12 -> 1 block
+    b = Generation(request=PlanRequest("b", "arm1", "arm", "t", "s", URGENT, 10.0), prompt_ids=[1] * 400)
+    b.ready_since = 10.0  # arm: nobody in the batch -> 400 prompt tokens + segment -> 27 blocks
+    d = gen("d", 10.0, URGENT)
+    order = p._fit_memory([a, b, d], [running], c)
+    assert ids(order) == ["a", "b", "d"]  # 1 + 27 + 1 <= 30
+    b.prompt_ids = [1] * 480  # 32 blocks: does not fit; d waits behind it
+    assert ids(p._fit_memory([a, b, d], [running], c)) == ["a"]
+    # an empty engine always takes the first one (it may still fit once the cache is reused)
+    assert ids(p._fit_memory([b], [], c)) == ["b"]
+
+
+def test_full_batch_serves_first_statements_before_continuations():
+    """Slots are scarce: a robot still waiting for its first action goes before one whose plan
+    is under way, whatever their Eq. 4 densities; such a first statement may preempt a running
+    continuation that still has tokens to go, never the other way round."""
+    p = Default()
+    first = gen("first", 9.5, NORMAL)  # due 10.5: critical at 10.45
+    cont = gen("cont", 5.0, URGENT, [seg(0, 9.0, 1.4)], state=GenState.SUSPENDED)  # robot done 10.4
+    sel = p.select([cont, first], [], ctx(), 10.45)
+    assert cont.priority > first.priority and ids(sel.order) == ["cont", "first"]  # not full: Eq. 4
+    first.extra["blocked"] = "batch full (1)"
+    assert ids(p.select([cont, first], [], ctx(), 10.45).order) == ["first", "cont"]
+    running_cont = gen("rc", 5.0, URGENT, [seg(0, 9.0, 1.4)], state=GenState.RUNNING)
+    first.extra["blocked"] = "batch full (1)"
+    assert ids(p.select([first], [running_cont], ctx(), 10.45).preempt) == ["rc"]
+    waiting_cont = gen("wc", 5.0, URGENT, [seg(0, 9.0, 1.4)], state=GenState.SUSPENDED)
+    waiting_cont.extra["blocked"] = "batch full (1)"
+    running_first = gen("rf", 9.5, NORMAL, state=GenState.RUNNING)
+    assert p.select([waiting_cont], [running_first], ctx(), 10.45).preempt == []
+
+
+def test_demo_ros_node_and_config_default_to_default():
+    import yaml
+
+    from timelyllm_ros.cli import build_parser
+    from timelyllm_ros.nodes import wiring
+
+    assert build_parser().parse_args(["demo"]).policy == DEFAULT_POLICY
+    assert wiring.PLANNER_DEFAULTS["policy"] == DEFAULT_POLICY
+    from pathlib import Path
+
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "planner.yaml").read_text())
+    assert cfg["/timelyllm/planner"]["ros__parameters"]["policy"] == DEFAULT_POLICY

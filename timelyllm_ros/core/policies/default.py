@@ -1,0 +1,230 @@
+"""The default policy: urgent first segments protected, everything else streamed or just in time.
+
+Every live generation has a *deadline* for its next segment and an *estimated generation time*:
+
+  deadline   k = 0: arrival + ERT (the TUF starts to fall after it);
+             k > 0: estimated end of the robot's dispatched actions (it idles after that)
+  est. time  (predicted tokens of the next segment − tokens already generated for it, at least 1,
+             + 1 step to enter the batch when not running) × measured time per token; predicted
+             tokens = running mean of the segment lengths this planner has seen for that robot
+             type, first segments and later ones apart (online: no reference plans)
+  slack      deadline − now − est. time
+
+A generation is *critical* when its slack is at most ``lead`` = max(``min_lead_s``,
+``lead_steps`` × time per token); otherwise it is *deferrable*.
+
+At each scheduling point (``select``):
+
+1. critical generations are admitted first, by TimelyLLM's utility density (Eq. 4); when the
+   batch is full, critical first segments go before critical continuations (slots are scarce: a
+   robot still waiting for its first action goes before one whose plan is under way);
+2. deferrable ones (least slack first) are admitted only while no critical *first* segment is
+   running or waiting: spare engine time goes to work that is not due yet, but a step that
+   decides a response time is not made longer by work that could wait (each extra sequence, each
+   prompt to tokenise and prefill, lengthens the step for everyone in it);
+3. admissions stop where free KV memory runs out (``kv_budget``): a generation whose robot type
+   has nobody in the batch counts its whole prompt (its shared prefix is probably not cached),
+   the others their own tokens plus one worst-case segment — over-admitting makes the engine
+   preempt and re-prefill (memory thrash);
+4. when the batch is full (the planner's batch-size controller refused a ready generation at the
+   previous point: a binding cap or KV memory) a waiting critical generation preempts a running
+   one at token level, one for one (Andes-style): a deferrable one first, else a critical one
+   that has more than 2 tokens of its segment left and is a continuation while the waiting one is
+   a first segment, or of the same kind with a ``preempt_ratio`` times lower Eq. 4 density.
+
+At each statement boundary (``suspend_at``) a generation keeps its slot and streams on, unless the
+batch is full and its next segment is not due within the lead: then it is suspended (the slot goes
+to waiting work) and resumes when it is critical or the engine is free.  Blocking statements always
+suspend (the plan needs the value).  So: uncontended, plain streaming (suspending costs a re-add,
+a prefill and more, smaller steps — measured in issue 15); under a binding cap or memory limit,
+TimelyLLM's segmentation with preemption.
+
+Online by construction: it reads a request's arrival, TUF and robot type and what has been
+generated and executed so far — never ``reference_plan`` nor future arrivals
+(tests/test_default_policy.py checks this).  It never sheds: every request is served.
+KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from itertools import accumulate
+from typing import Sequence
+
+from ..types import Generation, Segment
+from . import register
+from .base import (DispatchMode, Policy, PolicyContext, Selection, batch_was_full, priority_order,
+                   set_priorities)
+from .timelyllm import TimelyLLM, eq4
+
+
+class Default(Policy):
+    name = "default"
+    mode = DispatchMode.SUSPEND
+
+    def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
+                 preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True) -> None:
+        self.kv_budget = kv_budget
+        for k, v in (("lead_steps", lead_steps), ("min_lead_s", min_lead_s)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
+                raise ValueError(f"{k} must be a finite number >= 0, got {v!r}")
+        if isinstance(preempt_ratio, bool) or not isinstance(preempt_ratio, (int, float)) or not preempt_ratio >= 1:
+            raise ValueError(f"preempt_ratio must be >= 1, got {preempt_ratio!r}")
+        if isinstance(len_weight, bool) or not isinstance(len_weight, (int, float)) or not 0 < len_weight <= 1:
+            raise ValueError(f"len_weight must be in (0, 1], got {len_weight!r}")
+        self.lead_steps = float(lead_steps)
+        self.min_lead_s = float(min_lead_s)
+        self.preempt = bool(preempt)
+        self.preempt_ratio = float(preempt_ratio)
+        self.len_weight = float(len_weight)
+        self._eq4 = TimelyLLM()
+        self._seg_len: dict[tuple[str, bool], float] = {}  # (robot type, first segment?) -> mean tokens
+        self._full = False  # the batch-size controller refused a ready generation at the last point
+
+    # --- online estimates -------------------------------------------------------------------------
+    def predicted_tokens(self, g: Generation, ctx: PolicyContext) -> float:
+        """Tokens of g's next segment: the running mean observed for its robot type, first
+        segments and later ones apart; before any observation, half the robot's worst case."""
+        m = self._seg_len.get((g.request.robot_type, not g.segments))
+        if m is None:
+            robot = ctx.robots.get(g.request.robot_type)
+            m = 0.5 * robot.max_segment_tokens if robot is not None else 8.0
+        return m
+
+    def observe(self, g: Generation, seg: Segment) -> None:
+        """Learn segment lengths from what the engine produced (called at statement ends)."""
+        if seg.token_count <= 0:
+            return
+        key = (g.request.robot_type, seg.index == 0)
+        old = self._seg_len.get(key)
+        w = self.len_weight
+        self._seg_len[key] = float(seg.token_count) if old is None else (1 - w) * old + w * seg.token_count
+
+    def lead(self, ctx: PolicyContext) -> float:
+        """Slack at or below which a generation is critical."""
+        return max(self.min_lead_s, self.lead_steps * ctx.token_s)
+
+    @staticmethod
+    def deadline(g: Generation, now: float) -> float:
+        """When g's next segment is due: ERT after arrival for the first, else the estimated end
+        of the robot's dispatched actions."""
+        if not g.segments:
+            return g.request.arrival + g.request.tuf.ert
+        prev = g.prev_exec_end_estimate()
+        return prev if prev is not None else now
+
+    def slack(self, g: Generation, ctx: PolicyContext, now: float, running: bool) -> float:
+        left = max(1.0, self.predicted_tokens(g, ctx) - g.seg_tokens)
+        est = (left + (0.0 if running else 1.0)) * ctx.token_s  # +1 step to (re)enter the batch
+        return self.deadline(g, now) - now - est
+
+    # --- the decision -----------------------------------------------------------------------------
+    def _point_terms(self, ctx: PolicyContext) -> tuple[float, float, dict[tuple[str, bool], float]]:
+        """(time per token, lead, predicted tokens by (robot type, first?)) for one point."""
+        pred = dict(self._seg_len)
+        for name, robot in ctx.robots.items():
+            for first in (True, False):
+                pred.setdefault((name, first), 0.5 * robot.max_segment_tokens)
+        return ctx.token_s, self.lead(ctx), pred
+
+    def _classify(self, gens: Sequence[Generation], ctx: PolicyContext, now: float, running: bool,
+                  terms: tuple[float, float, dict]) -> tuple[list[Generation], list[Generation], bool]:
+        """Split `gens` into (critical, deferrable, a critical one is a first segment) and set
+        every priority: critical ones their Eq. 4 density (> 0), deferrable ones −1 − slack.  The
+        arithmetic of `slack` and `deadline`, inlined (one scheduling point must stay under 1 ms
+        at 1,000 ready generations)."""
+        token_s, lead, pred = terms
+        enter = 0.0 if running else token_s
+        critical: list[Generation] = []
+        deferrable: list[Generation] = []
+        first_critical = False
+        for g in gens:
+            req = g.request
+            segs = g.segments
+            if segs:
+                due = g.prev_exec_end_estimate()
+                if due is None:
+                    due = now
+            else:
+                due = req.arrival + req.tuf.ert
+            left = pred.get((req.robot_type, not segs), 8.0) - g.seg_tokens
+            s = due - now - (left if left > 1.0 else 1.0) * token_s - enter
+            if s <= lead:
+                critical.append(g)
+                if not segs:
+                    first_critical = True
+            else:
+                g.priority = -1.0 - s
+                deferrable.append(g)
+        G, floor = self._eq4._g_floor(ctx)
+        set_priorities(critical, eq4(critical, now, G, floor, self._eq4.rescue_late))
+        return critical, deferrable, first_critical
+
+    def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
+               now: float) -> Selection:
+        self._full = full = batch_was_full(ready)
+        terms = self._point_terms(ctx)
+        critical, deferrable, protect = self._classify(ready, ctx, now, False, terms)
+        run_crit, _, run_first = self._classify(running, ctx, now, True, terms)
+        protect = protect or run_first  # a critical first segment is running or waiting
+        order = priority_order(critical)  # Eq. 4 densities (> 0), best first
+        if full:  # slots are scarce: robots still waiting for a first action go first
+            order = [g for g in order if not g.segments] + [g for g in order if g.segments]
+        if not protect:
+            order += priority_order(deferrable)
+        if self.kv_budget:
+            order = self._fit_memory(order, running, ctx)
+        preempt: list[Generation] = []
+        if self.preempt and full and critical:
+            # token-level preemption, one for one: deferrable victims first, then critical
+            # continuations, then critical first segments (rules in the module docstring)
+            crit_ids = {id(g) for g in run_crit}
+            victims = sorted(running, key=lambda v: (id(v) in crit_ids, not v.segments, v.priority, v.gen_id))
+            for want, v in zip(order, victims):
+                if want.priority <= 0:
+                    break  # only critical work preempts
+                if id(v) in crit_ids:
+                    rank_w, rank_v = not want.segments, not v.segments  # first statements outrank
+                    denser = rank_w == rank_v and want.priority > self.preempt_ratio * v.priority
+                    if not ((rank_w > rank_v or denser) and self.predicted_tokens(v, ctx) - v.seg_tokens > 2):
+                        break
+                preempt.append(v)
+        return Selection(order=order, preempt=preempt)
+
+    def _fit_memory(self, order: list[Generation], running: Sequence[Generation],
+                    ctx: PolicyContext) -> list[Generation]:
+        """Admit only what fits in free KV memory: a generation whose robot type has nobody in
+        the batch brings its whole prompt (its shared prefix is probably not cached), the others
+        their own tokens plus one worst-case segment.  Over-admitting makes the engine preempt
+        and re-prefill (memory thrash); the cut generations wait, in order."""
+        st = ctx.stats
+        if not st.kv_total_blocks or not order:
+            return order
+        bs = max(1, st.block_size)
+        seg = {name: r.max_segment_tokens + 1 for name, r in ctx.robots.items()}
+        types = [g.request.robot_type for g in order]
+        own = [len(g.output_ids) + seg.get(t, 17) for g, t in zip(order, types)]
+        for t in set(types).difference(g.request.robot_type for g in running):
+            i = types.index(t)  # the first of its type brings the prompt
+            own[i] += len(order[i].prompt_ids)
+        cum = list(accumulate(-(-x // bs) for x in own))
+        n = bisect_right(cum, st.kv_free_blocks)
+        if n == 0 and not running:
+            n = 1  # an empty engine always takes the head (the engine refuses it if it can never fit)
+        return order[:n]
+
+    def suspend_at(self, g: Generation, seg: Segment, ctx: PolicyContext, now: float) -> bool:
+        """Stream on (keep the slot) unless the batch is full and g's next segment is not due
+        within the lead: then free the slot for waiting work, as TimelyLLM does."""
+        self.observe(g, seg)
+        return self._full and self.slack(g, ctx, now, running=False) > self.lead(ctx)
+
+    def batching(self) -> str:
+        return "continuous"  # vLLM-style; the admission gate above does the latency control
+
+    def params(self) -> dict:
+        return {"lead_steps": self.lead_steps, "min_lead_s": self.min_lead_s, "preempt": self.preempt,
+                "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight}
+
+
+register("default", Default)
