@@ -22,7 +22,7 @@ $(VENV)/.ready: pyproject.toml
 	# their PyPI builds break `import transformers` next to the CPU torch
 	$(VPY) -m pip uninstall -y -q torchvision torchaudio torchcodec $(PIP_QUIET) || true
 	# the project + ROS 2 Jazzy (rclpy, Fast DDS, rosidl build tools) as PyPI wheels
-	$(VPY) -m pip install -q -e ".[test,ros2,ros2-build]" $(PIP_QUIET)
+	$(VPY) -m pip install -q -e ".[test,remote,ros2,ros2-build]" $(PIP_QUIET)
 	$(VPY) -m pip install -q --no-deps djitellopy==2.5.0 $(PIP_QUIET)
 	touch $@
 

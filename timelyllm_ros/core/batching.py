@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
-from ..engines.base import EngineStats
+from .engine import EngineStats
 from .types import Generation
 
 

@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from ..engines.base import Engine, EngineError, EngineOutput, EngineStats
+from .engine import Engine, EngineError, EngineFleet, EngineOutput, EngineStats
 from .batching import BatchSizer, FixedBatch, LatencyGuidedBatch
 from .clock import Clock
 from .exec_time import ExecTimeEstimator
@@ -30,6 +30,11 @@ from .robots import RobotSpec
 from .segmenter import Segmenter
 from .types import (GenState, Generation, PlanRequest, RequestError, ResultCode, Segment, SegmentGoal,
                     SegmentResult, Value)
+
+
+def as_fleet(engine: Engine) -> EngineFleet | None:
+    """The engine as an engine pool if it is one (it has the `EngineFleet` hooks)."""
+    return engine if callable(getattr(engine, "preference", None)) else None  # type: ignore[return-value]
 
 
 class PromptSource(Protocol):
@@ -104,6 +109,7 @@ class Planner:
                  engine_restart: Callable[[Engine], Engine] | None = None) -> None:
         self.clock = clock
         self.engine = engine
+        self._fleet = as_fleet(engine)
         self.dispatcher = dispatcher
         self.robots = dict(robots)
         self.policy = policy
@@ -276,6 +282,8 @@ class Planner:
             now = self.clock.now()
             for out in outs:
                 self._on_output(out, now)
+            if self._fleet is not None:
+                self._requeue_lost(now)
             self._stats = None
             return True
 
@@ -301,6 +309,8 @@ class Planner:
                 g.extra["preemptions"] = g.extra.get("preemptions", 0) + 1
                 self._notify(g)
         running = [g for g in running if g.state is GenState.RUNNING]
+        if self._fleet is not None:
+            return self._admit_fleet(sel.order, running, now)
         for g in sel.order:
             if g.state not in (GenState.QUEUED, GenState.SUSPENDED):
                 continue
@@ -313,15 +323,61 @@ class Planner:
             self._stats = None
         return running
 
-    def _admit(self, g: Generation, now: float) -> bool:
-        """Add g to the engine.  If the engine refuses this generation (e.g. prompt + generated
-        ids no longer fit its context) g fails with the reason and False is returned; an
-        EngineError from an engine that is no longer healthy propagates (_engine_failed)."""
+    def _admit_fleet(self, order: list[Generation], running: list[Generation], now: float) -> list[Generation]:
+        """Admission over an engine pool: each generation goes to the first member in the pool's
+        preference (KV affinity, then load) whose batch-size controller admits it.  A member that
+        refuses is closed for this scheduling point (strict priority per member: nobody overtakes
+        the best generation it refused); admission ends when every member is closed."""
+        fleet = self._fleet
+        assert fleet is not None
+        on: dict[str, list[Generation]] = {m: [] for m in fleet.members()}
+        for g in running:
+            m = fleet.member_of(g.gen_id)
+            if m is not None:
+                on.setdefault(m, []).append(g)
+        closed: set[str] = set()
+        for g in order:
+            if len(closed) >= len(on):
+                break
+            if g.state not in (GenState.QUEUED, GenState.SUSPENDED):
+                continue
+            for m in fleet.preference(g.gen_id, g.prompt_ids):
+                if m in closed or m not in on:
+                    continue
+                ok, why = self.batcher.can_admit(on[m], g, fleet.member_stats(m), now)
+                if not ok:
+                    g.extra["blocked"] = why
+                    closed.add(m)
+                    continue
+                try:
+                    admitted = self._admit(g, now, member=m)
+                except EngineError:
+                    if not self.engine.stats().healthy:
+                        raise
+                    on.pop(m, None)  # the member failed: its generations come back re-queued
+                    self._requeue_lost(now)
+                    continue
+                if admitted:
+                    on[m].append(g)
+                    running.append(g)
+                self._stats = None
+                break
+        return [g for g in running if g.state is GenState.RUNNING]
+
+    def _admit(self, g: Generation, now: float, member: str | None = None) -> bool:
+        """Add g to the engine (to `member` of an engine pool).  If the engine refuses this
+        generation (e.g. prompt + generated ids no longer fit its context) g fails with the
+        reason and False is returned; an EngineError from an engine (or pool member) that is no
+        longer healthy propagates."""
         remaining = self.config.max_tokens - len(g.output_ids)
         try:
+            if member is not None:
+                assert self._fleet is not None
+                self._fleet.assign(g.gen_id, member)
             self.engine.add(g.gen_id, g.prompt_ids + g.output_ids, max(1, remaining))
         except EngineError as e:
-            if not self.engine.stats().healthy:
+            member_lost = member is not None and self._fleet is not None and member not in self._fleet.members()
+            if member_lost or not self.engine.stats().healthy:
                 raise
             self._fail(g, f"engine refused the generation: {e}")
             return False
@@ -545,23 +601,38 @@ class Planner:
                 reason = f"{reason}; restart failed: {e}"
             else:
                 self.engine_restarts += 1
-                self.engine, self._stats = engine, None
+                self.engine, self._fleet, self._stats = engine, as_fleet(engine), None
                 now = self.clock.now()
                 for g in running:
-                    g.state = GenState.SUSPENDED if g.segments else GenState.QUEUED
-                    g.ready_since = now
-                    g.extra["engine_restarts"] = g.extra.get("engine_restarts", 0) + 1
-                    self._notify(g)
+                    self._requeue(g, now, "engine_restarts")
                 return
         self.engine_healthy = False  # from here on _end does not touch the engine
         for g in self.live():
             if g.state is not GenState.DRAINING:  # all that still needs the engine (DRAINING: plan done)
                 self._end(g, GenState.FAILED, f"engine failure: {reason}", cancel_robot=True)
 
+    def _requeue(self, g: Generation, now: float, counter: str) -> None:
+        """g's engine lost its KV: g waits again and resumes from its token record (re-prefill);
+        `counter` in g.extra counts why."""
+        g.state = GenState.SUSPENDED if g.segments else GenState.QUEUED
+        g.ready_since = now
+        g.extra[counter] = g.extra.get(counter, 0) + 1
+        self._notify(g)
+
+    def _requeue_lost(self, now: float) -> None:
+        """Re-queue the running generations of pool members that failed."""
+        assert self._fleet is not None
+        for gid, _why in self._fleet.take_lost():
+            g = self.generations.get(gid)
+            if g is not None and g.state is GenState.RUNNING:
+                self._requeue(g, now, "engine_lost")
+        self._stats = None
+
     def replace_engine(self, engine: Engine) -> None:
         """After an engine restart: serve the remaining generations on the new one."""
         with self._lock:
             self.engine = engine
+            self._fleet = as_fleet(engine)
             self.engine_healthy = True
             self._stats = None
 

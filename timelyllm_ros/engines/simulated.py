@@ -15,276 +15,34 @@ which `step()` advances by the modelled iteration latency.
 
 from __future__ import annotations
 
-import math
 import operator
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field, fields
-from pathlib import Path
-from typing import Any, Mapping, Sequence
-
-import yaml
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Sequence
 
 from ..core.clock import VirtualClock
+from ..core.engine import EngineError, EngineOutput, EngineStats, StepRecord, Tokenizer
 from ..sim.tokenizer import SimTokenizer
-from .base import EngineError, EngineOutput, EngineStats, StepRecord, Tokenizer
+from .kv_blocks import _BLOCK_PARENT, _BLOCK_TOKENS, _INT_ONLY, _ROOT_HASH, _BlockPool, block_hash
+from .latency_profile import DEFAULT_PROFILE, PROFILES_DIR, LatencyProfile, ProfileError
 
-PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
-DEFAULT_PROFILE = PROFILES_DIR / "rtx4090_llama3_8b.yaml"
+__all__ = ["DEFAULT_PROFILE", "PROFILES_DIR", "KV_MODES", "EngineCounters", "KVCapacityError",
+           "LatencyProfile", "ProfileError", "Scripts", "SimulatedEngine", "block_hash"]
+
 KV_MODES = frozenset({"cache", "preserve", "discard", "swap"})
 
 
-class ProfileError(ValueError):
-    """A latency profile is malformed; the message names the field."""
+@dataclass
+class Scripts:
+    """What the simulated LLM generates per generation id, and how far each has got.  Engines of
+    one simulated pool share one, so a generation resumed on another engine continues its text."""
+
+    ids: dict[str, list[int]] = field(default_factory=dict)
+    pos: dict[str, int] = field(default_factory=dict)
 
 
 class KVCapacityError(EngineError):
     """A generation cannot get KV blocks even after evicting and preempting everything allowed."""
-
-
-# --------------------------------------------------------------------------------------------
-# Latency profile
-# --------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class LatencyProfile:
-    """Cost model of one engine iteration (seconds) and the KV memory it runs in.
-
-    step time = decode_base_s + decode_s_per_extra_seq * (seqs - 1)
-                + decode_s_per_context_token * (context tokens of all seqs in the step)
-                + [prefill_base_s + prefill_s_per_token * P   if P > 0 uncached prompt tokens
-                   + prefill_s_per_context_token * (cached tokens those prefills attend to)]
-                + swap_s_per_block * (blocks copied host<->GPU for this step)
-                + tokenize_s * (new requests) + detokenize_s * (tokens output)
-    Every sequence in the step yields one token (a prefill yields the first token, as in
-    Table 1's "Decoding 0 token").
-    """
-
-    prefill_s_per_token: float
-    decode_base_s: float  # one decode iteration at batch 1, context excluded
-    kv_block_size: int  # tokens per KV block
-    kv_capacity_blocks: int  # GPU KV blocks
-    prefill_base_s: float = 0.0  # fixed cost of an iteration that prefills (launch, scheduling)
-    prefill_s_per_context_token: float = 0.0  # a prefill's attention over its cached prefix
-    decode_s_per_extra_seq: float = 0.0  # batch scaling: each extra sequence in the iteration
-    decode_s_per_context_token: float = 0.0  # attention: KV read per context token per sequence
-    swap_s_per_block: float = 0.0  # host<->GPU copy of one block (either direction)
-    host_capacity_blocks: int | None = None  # host (CPU) blocks for swapped KV; None = unbounded
-    network_latency_s: float = 0.0  # per dispatched segment (used by robots/runner, not here)
-    tokenize_s: float = 0.0  # tokenising one new request's prompt (charged once per request)
-    detokenize_s: float = 0.0  # per output token
-    name: str = ""
-    description: str = ""
-
-    _REQUIRED = ("prefill_s_per_token", "decode_base_s", "kv_block_size", "kv_capacity_blocks")
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name in ("name", "description"):
-                if not isinstance(v, str):
-                    raise ProfileError(f"profile {f.name} must be a string, got {v!r}")
-                continue
-            if f.name in ("kv_block_size", "kv_capacity_blocks", "host_capacity_blocks"):
-                if v is None and f.name == "host_capacity_blocks":
-                    continue
-                if isinstance(v, bool) or not isinstance(v, int) or v < (0 if f.name == "host_capacity_blocks" else 1):
-                    raise ProfileError(f"profile {f.name} must be a positive integer, got {v!r}")
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ProfileError(f"profile {f.name} must be a finite number >= 0, got {v!r}")
-        if self.decode_base_s <= 0:
-            raise ProfileError("profile decode_base_s must be > 0 (a step must take time)")
-
-    # --- loading --------------------------------------------------------------------------
-    @classmethod
-    def from_mapping(cls, data: Any, source: str = "<profile>") -> "LatencyProfile":
-        if not isinstance(data, Mapping):
-            raise ProfileError(f"{source}: a latency profile must be a mapping, got {type(data).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ProfileError(f"{source}: unknown profile keys {unknown}; known: {sorted(known)}")
-        missing = [k for k in cls._REQUIRED if k not in data]
-        if missing:
-            raise ProfileError(f"{source}: missing required profile keys {missing}")
-        try:
-            return cls(**dict(data))
-        except ProfileError as e:
-            raise ProfileError(f"{source}: {e}") from None
-
-    @classmethod
-    def from_yaml(cls, path: str | Path = DEFAULT_PROFILE) -> "LatencyProfile":
-        path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text())
-        except OSError as e:
-            raise ProfileError(f"{path}: cannot read latency profile: {e.strerror or e}") from e
-        except yaml.YAMLError as e:
-            from ..core.robots import yaml_error_line
-
-            raise ProfileError(f"{path}{yaml_error_line(e, 'cannot read latency profile: not valid YAML')}") from e
-        return cls.from_mapping(data, str(path))
-
-    # --- cost model -------------------------------------------------------------------------
-    def record_s(self, r: StepRecord, *, new_requests: int = 0) -> float:
-        """What this profile charges for the iteration a StepRecord describes (profile fitting
-        and fidelity checks compare it with the measured time)."""
-        return self.step_s(seqs=r.seqs, prefill_tokens=r.prefill_tokens, context_tokens=r.context_tokens,
-                           new_requests=new_requests, output_tokens=r.output_tokens,
-                           prefill_context_tokens=r.prefill_context_tokens)
-
-    def step_s(self, *, seqs: int, prefill_tokens: int = 0, context_tokens: int = 0,
-               swap_blocks: int = 0, new_requests: int = 0, output_tokens: int | None = None,
-               prefill_context_tokens: int = 0) -> float:
-        """Modelled duration of one iteration (see the class docstring)."""
-        if seqs <= 0 and prefill_tokens <= 0 and swap_blocks <= 0:
-            return 0.0
-        t = 0.0
-        if seqs > 0:
-            t += self.decode_base_s + self.decode_s_per_extra_seq * (seqs - 1)
-            t += self.decode_s_per_context_token * context_tokens
-        if prefill_tokens > 0:
-            t += self.prefill_base_s + self.prefill_s_per_token * prefill_tokens
-            t += self.prefill_s_per_context_token * prefill_context_tokens
-        t += self.swap_s_per_block * swap_blocks
-        t += self.tokenize_s * new_requests
-        t += self.detokenize_s * (seqs if output_tokens is None else output_tokens)
-        return t
-
-
-# --------------------------------------------------------------------------------------------
-# KV block pool with a prefix cache
-# --------------------------------------------------------------------------------------------
-
-_ROOT_HASH = 0x7131E11  # parent "hash" of the first block of every sequence
-_INT_ONLY = {int}
-_BLOCK_TOKENS = operator.attrgetter("tokens")
-_BLOCK_PARENT = operator.attrgetter("parent")
-
-
-def block_hash(parent: int, tokens: Sequence[int]) -> int:
-    """Chained hash of a full block (vLLM: hash(parent_hash, block token ids)).
-
-    Python's hash of a tuple of ints is stable across processes (PYTHONHASHSEED only salts
-    str/bytes), so runs are reproducible.
-    """
-    return hash((parent, tuple(tokens)))
-
-
-@dataclass(slots=True)
-class _Block:
-    bid: int
-    ref: int = 0
-    hash: int | None = None  # registered in the prefix cache
-    parent: int = 0
-    tokens: tuple[int, ...] = ()  # content of a registered block (guards against hash collisions)
-
-
-class _BlockPool:
-    """Fixed pool of KV blocks: free unhashed blocks, an LRU of free cached blocks, refcounts."""
-
-    def __init__(self, n: int) -> None:
-        self.blocks = [_Block(i) for i in range(n)]
-        self.free_plain: deque[int] = deque(range(n))
-        self.free_cached: OrderedDict[int, None] = OrderedDict()  # oldest first
-        self.by_hash: dict[int, int] = {}
-        self.evictions = 0
-
-    @property
-    def num_free(self) -> int:
-        return len(self.free_plain) + len(self.free_cached)
-
-    def lookup(self, parent: int, tokens: tuple[int, ...]) -> int | None:
-        h = block_hash(parent, tokens)
-        bid = self.by_hash.get(h)
-        if bid is None:
-            return None
-        b = self.blocks[bid]
-        return bid if (b.parent == parent and b.tokens == tokens) else None
-
-    def take(self, bid: int) -> None:
-        """Reference a block (a cache hit or a block kept by its owner)."""
-        b = self.blocks[bid]
-        if b.ref == 0:
-            if b.hash is not None:
-                self.free_cached.pop(bid, None)
-            else:  # a private block given back and taken again (undo of a failed add)
-                self.free_plain.remove(bid)
-        b.ref += 1
-
-    def allocate(self) -> int | None:
-        """A fresh block: an unhashed free one first, else evict the least recently used cached one."""
-        if self.free_plain:
-            bid = self.free_plain.popleft()
-        elif self.free_cached:
-            bid, _ = self.free_cached.popitem(last=False)
-            self._unregister(self.blocks[bid])
-            self.evictions += 1
-        else:
-            return None
-        self.blocks[bid].ref = 1
-        return bid
-
-    def release(self, bid: int, *, drop: bool = False) -> None:
-        """Drop one reference; an unreferenced block stays cached (LRU) unless `drop` or unhashed."""
-        b = self.blocks[bid]
-        if b.ref <= 0:
-            raise EngineError(f"KV block {bid} released more often than taken")
-        b.ref -= 1
-        if b.ref:
-            return
-        if drop and b.hash is not None:
-            self._unregister(b)
-        if b.hash is not None:
-            self.free_cached[bid] = None
-            self.free_cached.move_to_end(bid)
-        else:
-            self.free_plain.append(bid)
-
-    def release_all(self, bids: Sequence[int], *, drop: bool = False) -> None:
-        """`release` of each block in order (the loop inlined: a suspension releases ~180)."""
-        blocks, free_cached = self.blocks, self.free_cached
-        for bid in bids:
-            b = blocks[bid]
-            ref = b.ref
-            if ref <= 0:
-                raise EngineError(f"KV block {bid} released more often than taken")
-            b.ref = ref - 1
-            if ref > 1:
-                continue
-            if b.hash is not None:
-                if drop:
-                    self._unregister(b)
-                    self.free_plain.append(bid)
-                else:
-                    free_cached[bid] = None
-                    free_cached.move_to_end(bid)
-            else:
-                self.free_plain.append(bid)
-
-    def register(self, bid: int, parent: int, tokens: tuple[int, ...]) -> None:
-        """Publish a full, computed block in the prefix cache (first writer wins, like vLLM)."""
-        b = self.blocks[bid]
-        if b.hash is not None:
-            return
-        h = block_hash(parent, tokens)
-        if h in self.by_hash:
-            return
-        b.hash, b.parent, b.tokens = h, parent, tokens
-        self.by_hash[h] = bid
-
-    def drop(self, bid: int) -> None:
-        """Remove an unreferenced block from the prefix cache (its content is no longer wanted)."""
-        b = self.blocks[bid]
-        if b.ref == 0 and b.hash is not None:
-            self.free_cached.pop(bid, None)
-            self._unregister(b)
-            self.free_plain.append(bid)
-
-    def _unregister(self, b: _Block) -> None:
-        if b.hash is not None and self.by_hash.get(b.hash) == b.bid:
-            del self.by_hash[b.hash]
-        b.hash, b.parent, b.tokens = None, 0, ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -364,7 +122,7 @@ class SimulatedEngine:
     kv_modes = KV_MODES
 
     def __init__(self, clock: VirtualClock, profile: LatencyProfile | None = None,
-                 tokenizer: Tokenizer | None = None) -> None:
+                 tokenizer: Tokenizer | None = None, scripts: Scripts | None = None) -> None:
         self.clock = clock
         self.profile = profile if profile is not None else LatencyProfile.from_yaml(DEFAULT_PROFILE)
         self.tokenizer: Tokenizer = tokenizer if tokenizer is not None else SimTokenizer()
@@ -372,8 +130,9 @@ class SimulatedEngine:
         self.counters = EngineCounters()
         self._bs = self.profile.kv_block_size
         self._pool = _BlockPool(self.profile.kv_capacity_blocks)
-        self._scripts: dict[str, list[int]] = {}
-        self._script_pos: dict[str, int] = {}
+        self.scripts = scripts if scripts is not None else Scripts()
+        self._scripts = self.scripts.ids
+        self._script_pos = self.scripts.pos
         self._seqs: dict[str, _Seq] = {}  # running or waiting (preempted), insertion = admission
         self._suspended: dict[str, _Suspended] = {}
         self._started: set[str] = set()  # gen ids ever added (tokenisation charged once)
@@ -399,6 +158,14 @@ class SimulatedEngine:
     def script_position(self, gen_id: str) -> int:
         """Script tokens already output for gen_id (resumption continues here)."""
         return self._script_pos.get(gen_id, 0)
+
+    def unemit(self, gen_id: str, token: int) -> None:
+        """The planner never saw `token`, the last one output for gen_id (an engine pool dropped
+        the output of a generation aborted while its step was in flight): its resume must
+        generate it again."""
+        pos = self._script_pos.get(gen_id, 0)
+        if pos > 0 and self._scripts[gen_id][pos - 1] == token:
+            self._script_pos[gen_id] = pos - 1
 
     # --- Engine protocol ----------------------------------------------------------------------
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int) -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .base import EngineError, EngineOutput, EngineStats, StepRecord
+from ..core.engine import EngineError, EngineOutput, EngineStats, StepRecord
 from .vllm_stats import DecodeSpeed, KvUsageSink, free_blocks_from_usage, make_stat_logger_factory
 
 KV_MODES_ALL = ("cache", "discard", "preserve", "swap")
@@ -90,6 +90,59 @@ class IncrementalDetokenizer:
             return ""  # incomplete character (or a special token): wait for more bytes
         self.prefix, self.read = self.read, len(self.ids)
         return after[len(before):]
+
+
+def checked_add(gen_id: Any, prompt_ids: Sequence[Any], max_tokens: Any, *, active: Mapping[str, Any],
+                vocab_size: int | None, max_model_len: int, where: str = "max_model_len") -> tuple[list[int], int]:
+    """(ids, room left for generated tokens) of a valid add; EngineInputError names what is not."""
+    if not isinstance(gen_id, str) or not gen_id:
+        raise EngineInputError(f"gen_id must be a non-empty string, got {gen_id!r}")
+    if gen_id in active:
+        raise EngineInputError(f"generation {gen_id!r} is already in the engine; abort it first")
+    ids = list(prompt_ids)
+    if not ids:
+        raise EngineInputError(f"generation {gen_id!r}: empty prompt")
+    top = vocab_size if vocab_size is not None else float("inf")
+    bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < top]
+    if bad:
+        raise EngineInputError(f"generation {gen_id!r}: token ids outside [0, {vocab_size or 'inf'}): {bad[:5]}")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise EngineInputError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+    room = max_model_len - len(ids)
+    if room < 1:
+        raise EngineInputError(f"generation {gen_id!r}: prompt of {len(ids)} tokens leaves no room "
+                               f"in {where} {max_model_len}")
+    return ids, room
+
+
+class HeldText:
+    """Tokens whose text was still held back when a generation was suspended (an incomplete
+    character), so its resume emits that text once complete.  Kept with the exact ids at the
+    suspension: a resume from exactly those ids picks them up; anything else (the planner dropped
+    them, appended a result, or the generation ran elsewhere since) forgets them.  An engine pool
+    moves them with a generation that resumes on another engine (`take` / `put`)."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[list[int], int]] = {}  # gen_id -> (ids at abort, unread)
+
+    def keep(self, gen_id: str, detok: IncrementalDetokenizer) -> None:
+        if detok.unread:
+            self._held[gen_id] = (list(detok.ids), detok.unread)
+        else:
+            self._held.pop(gen_id, None)
+
+    def detokenizer(self, gen_id: str, ids: list[int], decode: Callable[[list[int]], str]) -> IncrementalDetokenizer:
+        """The detokenizer for a (re)add of gen_id from `ids`."""
+        prev = self._held.pop(gen_id, None)
+        unread = prev[1] if prev is not None and prev[0] == ids else 0
+        return IncrementalDetokenizer(decode, ids, unread)
+
+    def take(self, gen_id: str) -> tuple[list[int], int] | None:
+        return self._held.pop(gen_id, None)
+
+    def put(self, gen_id: str, state: tuple[list[int], int] | None) -> None:
+        if state is not None:
+            self._held[gen_id] = state
 
 
 @dataclass(slots=True)
@@ -231,7 +284,7 @@ class VllmEngine:
         self._speed = DecodeSpeed()
         self._sink = KvUsageSink()
         self._last_step_end: float | None = None
-        self._held: dict[str, list[int]] = {}  # gen_id -> generated ids whose text was held back
+        self.held = HeldText()
         self.kv_fallbacks = 0  # aborts whose kv mode was served as "cache"
         self.last_step_s = 0.0
         # set to a list to record every iteration (StepRecord); None = off (no cost)
@@ -351,23 +404,8 @@ class VllmEngine:
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int) -> None:
         """Start or resume `gen_id` from these ids (resume: original prompt + generated ids)."""
         self._ensure_usable()
-        if not isinstance(gen_id, str) or not gen_id:
-            raise EngineInputError(f"gen_id must be a non-empty string, got {gen_id!r}")
-        if gen_id in self._active:
-            raise EngineInputError(f"generation {gen_id!r} is already in the engine; abort it first")
-        ids = list(prompt_ids)
-        if not ids:
-            raise EngineInputError(f"generation {gen_id!r}: empty prompt")
-        bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self.vocab_size]
-        if bad:
-            raise EngineInputError(f"generation {gen_id!r}: token ids outside [0, {self.vocab_size}): "
-                                   f"{bad[:5]}")
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise EngineInputError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
-        room = self.max_model_len - len(ids)
-        if room < 1:
-            raise EngineInputError(f"generation {gen_id!r}: prompt of {len(ids)} tokens leaves no room "
-                                   f"in max_model_len {self.max_model_len}")
+        ids, room = checked_add(gen_id, prompt_ids, max_tokens, active=self._active,
+                                vocab_size=self.vocab_size, max_model_len=self.max_model_len)
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
@@ -375,8 +413,6 @@ class VllmEngine:
         sp = SamplingParams(max_tokens=min(max_tokens, room), temperature=self._temperature,
                             ignore_eos=self.ignore_eos, output_kind=RequestOutputKind.DELTA,
                             detokenize=False)
-        held = self._held.pop(gen_id, [])
-        unread = len(held) if held and ids[-len(held):] == held else 0
         self._n += 1
         rid = f"{gen_id}#{self._n}"
         try:
@@ -385,7 +421,7 @@ class VllmEngine:
             raise EngineInputError(f"vLLM rejected generation {gen_id!r}: {e}") from e
         except Exception as e:  # noqa: BLE001
             raise self._dead("add_request", e) from e
-        self._active[gen_id] = _Active(rid, len(ids), IncrementalDetokenizer(self._decode, ids, unread))
+        self._active[gen_id] = _Active(rid, len(ids), self.held.detokenizer(gen_id, ids, self._decode))
         self._owner[rid] = gen_id
 
     def abort(self, gen_id: str, kv: str = "cache") -> None:
@@ -405,8 +441,7 @@ class VllmEngine:
         if act is None:
             return  # already finished or aborted: nothing to stop
         self._owner.pop(act.request_id, None)
-        if act.detok.unread:  # resumed from prompt + these ids: emit their text once complete
-            self._held[gen_id] = act.detok.ids[-act.detok.unread:]
+        self.held.keep(gen_id, act.detok)  # resumed from these ids: emit held text once complete
         try:
             self._engine.abort_request([act.request_id])
         except Exception as e:  # noqa: BLE001

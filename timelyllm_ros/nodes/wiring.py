@@ -48,6 +48,10 @@ PLANNER_DEFAULTS: dict[str, Any] = {
     "engine": "simulated",  # simulated | vllm
     "model": "",  # vllm: model directory (default: the bundled tiny planner model)
     "engine_config": "",  # vllm: YAML mapping of engine settings (see engines/vllm_engine.py)
+    # vllm: several engines behind this planner, a YAML list (inline or a .yaml path) such as
+    # "[{kind: vllm, model: models/tiny-planner}, {kind: openai, url: http://gpu1:8000/v1}]"
+    # (see engines/fleet_config.py); "" = one in-process engine from model/engine_config
+    "engines": "",
     "profile": "",  # simulated: latency profile YAML (default: profiles/rtx4090_llama3_8b.yaml)
     "policy": DEFAULT_POLICY,  # core/policies/default.py
     "robots_dir": "",
@@ -189,6 +193,8 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
     policy = make_policy(str(p["policy"]), **extra)  # installed: models/ lives in share/timelyllm
     if isinstance(p["max_batch"], bool) or not isinstance(p["max_batch"], int) or p["max_batch"] < 0:
         raise ConfigError(f"max_batch: must be an integer >= 0 (0: latency-guided), got {p['max_batch']!r}")
+    if p["engines"] and p["engine"] != "vllm":
+        raise ConfigError(f"engines is for engine: vllm (real engines), not engine: {p['engine']}")
     if p["engine"] == "simulated":
         from timelyllm_ros.core.clock import VirtualClock
         from timelyllm_ros.engines.simulated import LatencyProfile, SimulatedEngine
@@ -205,15 +211,19 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
         prompts: Any = SimPromptSource(engine, robots=robots)
     elif p["engine"] == "vllm":
         from timelyllm_ros.core.clock import WallClock
-        from timelyllm_ros.engines.vllm_engine import VllmEngine
+        from timelyllm_ros.engines.fleet_config import build_engine, parse_engines
         from timelyllm_ros.inputs import vllm_config
         from timelyllm_ros.prompts import PromptBuilder
 
         cfg = _checked("", lambda: vllm_config(  # its messages name engine_config or model
             p["engine_config"] or None, p["model"] or None, default_model=share_dir("models") / "tiny-planner",
             config_arg="engine_config", model_arg="model"))
+        try:
+            entries = parse_engines(p["engines"]) if p["engines"] else [{"kind": "vllm", **cfg}]
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
         clock = WallClock()
-        engine = VllmEngine(cfg)
+        engine = build_engine(entries, vllm_defaults=cfg)
 
         def restart_engine(old: Any) -> Any:
             """Supervisor: rebuild a dead engine from the same settings (running generations are
@@ -222,8 +232,9 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
                 old.shutdown()
             except Exception:  # noqa: BLE001 - it is dead already
                 pass
-            new = VllmEngine(cfg)
-            new.step_log = old.step_log  # the serving steps go on in one log
+            new = build_engine(entries, vllm_defaults=cfg)
+            if hasattr(new, "step_log"):
+                new.step_log = old.step_log  # the serving steps go on in one log
             return new
         prompts = PromptBuilder(robots, engine.tokenizer)
     else:

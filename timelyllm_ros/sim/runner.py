@@ -45,6 +45,7 @@ from ..core.policies import make_policy
 from ..core.robots import RobotSpec, load_robots
 from ..core.types import Generation, GenState, SegmentGoal
 from ..engines.base import Tokenizer
+from ..engines.sim_pool import SimulatedPool
 from ..engines.simulated import DEFAULT_PROFILE, LatencyProfile, SimulatedEngine
 from ..lrtrace import Arrival, Workload, default_catalog, expand, load_workload
 from ..lrtrace_tasks import TaskDef
@@ -186,7 +187,8 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
                    max_overrun_s: float = DEFAULT_OVERRUN_S,
                    setup: Callable[[Planner, list[Arrival]], list[Arrival]] | None = None,
                    tokenizer: Tokenizer | None = None,
-                   prompts: Callable[[SimulatedEngine], PromptSource] | None = None) -> SimResult:
+                   prompts: Callable[[SimulatedEngine], PromptSource] | None = None,
+                   engines: int = 1, pooled: bool | None = None) -> SimResult:
     """Replay a workload against the planner with ``policy_name``; every request ends terminal.
 
     ``seed`` (default: the workload's) drives both the arrival expansion and the robots' sampled
@@ -196,6 +198,9 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
     engine with probes; the crash test attaches a journal and recovers, dropping known arrivals).
     ``tokenizer``/``prompts(engine)`` replace the synthetic tokenizer and the reference-plan
     prompts (benchmarks/sim_fidelity.py replays a real model's prompts and outputs).
+    ``engines`` > 1 serves the load on that many simulated engines of the profile behind the one
+    planner (engines/sim_pool.py: parallel machines, KV affinity, per-engine batch control);
+    ``pooled`` forces (True) or avoids (False) the pool (default: a pool when engines > 1).
     """
     wall0 = _time.perf_counter()
     wl = workload if isinstance(workload, Workload) else load_workload(workload)
@@ -210,7 +215,11 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
     clock = VirtualClock()
     loop = EventLoop(clock)
     tokenizer = tokenizer if tokenizer is not None else SimTokenizer()
-    engine = SimulatedEngine(clock, profile, tokenizer)
+    pooled = engines != 1 if pooled is None else pooled
+    if not pooled and engines != 1:
+        raise ValueError(f"{engines} engines need the pool (pooled=True)")
+    engine: Any = (SimulatedPool.build(clock, engines, profile, tokenizer) if pooled
+                   else SimulatedEngine(clock, profile, tokenizer))
     source = prompts(engine) if prompts is not None else SimPromptSource(engine, tokenizer, robots=robots)
     planner: Planner | None = None
 
@@ -279,14 +288,17 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
         raise SimulationError(f"{total} arrivals but {n} generations, {done} terminal")
     if progress is not None:
         progress(clock.now(), done, total)
-    c = engine.counters
+    c = engine.engine_counters() if pooled else engine.counters
+    fleet = ({"engines": engines, "generations_lost": engine.counters.lost,
+              "resumed_elsewhere": engine.counters.moved, "adds_per_engine": engine.counters.served}
+             if pooled else {})
     return SimResult(
         workload=wl.name, policy=policy_name, policy_params=params, seed=run_seed, batcher=batcher,
         profile=profile.name or Path(profile_path).stem, generations=gens, metrics=summarize(gens),
         virtual_end_s=clock.now(),
         engine={"steps": c.steps, "busy_s": c.busy_s, "prefill_tokens": c.prefill_tokens,
                 "cached_tokens": c.cached_tokens, "decode_tokens": c.decode_tokens,
-                "preemptions": c.preemptions, "swap_in_blocks": c.swap_in_blocks},
+                "preemptions": c.preemptions, "swap_in_blocks": c.swap_in_blocks, **fleet},
         planner={"submitted": planner.submitted, "rejected": len(rejected), "iterations": planner.iteration,
                  "events": loop.fired, "exclusive_agents": exclusive_agents,
                  "agent_conflicts": agent_conflicts(gens)},

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ...engines.base import EngineStats
+from ..engine import EngineStats
 from ..exec_time import ExecTimeEstimator
 from ..robots import RobotSpec
 from ..types import Generation, Segment

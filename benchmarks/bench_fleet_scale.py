@@ -1,0 +1,165 @@
+"""How many drone agents 1, 2, 4, 8 engines serve at >= 80 % urgent utility (simulator).
+
+    python benchmarks/bench_fleet_scale.py [--engines 1,2,4,8] [--policy timelyllm]
+        [--profile profiles/rtx4090_llama3_8b.yaml] [--threshold 80] [--resolution 0.1]
+        [--quick] [--out out/fleet_scale.json]
+
+Load: the regime map's scaled drone load `drones:N` (WID1's shape, N Tello agents, events at
+0.25 * N / 25 per second for 60 s, seed 11).  For each engine count E the search starts at
+N = 400 * E, multiplies N by 1.5 (or divides) until it brackets the threshold, then bisects until
+the bracket is within `--resolution` of N (`--quick`: 0.25).  It reports the largest N evaluated
+that keeps urgent time utility >= the threshold (% of max), the first N above it that does not,
+and the scale-up over one engine.  Every evaluation is printed as it finishes, with its wall and
+CPU time (the machine is shared: CPU time is the fairer measure) and the load average.
+The search assumes utility falls with N; every evaluated point is printed so that can be checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from timelyllm_ros.core.robots import load_robots  # noqa: E402
+from timelyllm_ros.engines.latency_profile import DEFAULT_PROFILE  # noqa: E402
+from timelyllm_ros.lrtrace_tasks import load_tasks  # noqa: E402
+from timelyllm_ros.sim.runner import run_simulation  # noqa: E402
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+class Search:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.robots = load_robots()
+        self.catalog = load_tasks(robots=self.robots)
+        self.points: list[dict] = []
+
+    def urgent(self, n: int, engines: int) -> float:
+        t0, c0 = time.perf_counter(), time.process_time()
+        r = run_simulation(f"drones:{n}", self.args.policy, profile_path=self.args.profile, engines=engines,
+                           robots=self.robots, catalog=self.catalog)
+        u = float(r.metrics["by_category"]["urgent"]["utility_pct_of_max"])
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        self.points.append({"engines": engines, "agents": n, "requests": len(r.generations),
+                            "urgent_pct": u, "total_pct": r.metrics["overall"]["utility_pct_of_max"],
+                            "wall_s": wall, "cpu_s": cpu})
+        print(f"  E={engines} N={n:5d}: {len(r.generations):6d} requests, urgent {u:5.1f} % of max "
+              f"(wall {wall:6.1f} s, CPU {cpu:6.1f} s, load {load()})", flush=True)
+        return u
+
+    def largest(self, engines: int) -> tuple[int, int | None, float]:
+        """(largest passing N, smallest failing N above it, urgent % at the passing N)."""
+        thr, res = self.args.threshold, self.args.resolution
+        n = 400 * engines
+        seen: dict[int, float] = {}
+
+        def ok(k: int) -> bool:
+            if k not in seen:
+                seen[k] = self.urgent(k, engines)
+            return seen[k] >= thr
+
+        if ok(n):
+            lo, hi = n, None
+            while hi is None:
+                k = int(round(lo * 1.5 / 10) * 10)
+                if ok(k):
+                    lo = k
+                else:
+                    hi = k
+        else:
+            lo, hi = None, n
+            while lo is None:
+                k = max(1, int(round(hi / 1.5 / 10) * 10))
+                if k == hi or ok(k):
+                    lo = k
+                else:
+                    hi = k
+        while hi - lo > max(10, res * lo):
+            mid = int(round((lo + hi) / 2 / 10) * 10)
+            if mid in (lo, hi):
+                break
+            if ok(mid):
+                lo = mid
+            else:
+                hi = mid
+        return lo, hi, seen.get(lo, float("nan"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--engines", default="1,2,4,8", help="comma-separated engine counts")
+    ap.add_argument("--policy", default="timelyllm")
+    ap.add_argument("--profile", default=str(DEFAULT_PROFILE))
+    ap.add_argument("--threshold", type=float, default=80.0, help="urgent utility, %% of max")
+    ap.add_argument("--resolution", type=float, default=0.1, help="stop when the bracket is within this share of N")
+    ap.add_argument("--quick", action="store_true", help="resolution 0.25")
+    ap.add_argument("--points", help="comma-separated N to evaluate for each engine count instead of the search "
+                    "(e.g. to narrow a bracket a search left); prints each point only")
+    ap.add_argument("--out", help="write the table and every evaluated point as JSON")
+    args = ap.parse_args()
+    try:
+        counts = [int(x) for x in args.engines.split(",")]
+        if any(c < 1 for c in counts):
+            raise ValueError
+    except ValueError:
+        raise SystemExit(f"bench_fleet_scale: --engines must be positive integers, e.g. 1,2,4,8; got {args.engines!r}")
+    if args.quick:
+        args.resolution = 0.25
+    print(f"simulator, profile {Path(args.profile).stem}, policy {args.policy}, load drones:N (60 s, seed 11); "
+          f"threshold: urgent utility >= {args.threshold:g} % of max; {os.cpu_count()} cores, load {load()}",
+          flush=True)
+    search = Search(args)
+    if args.points:
+        try:
+            points = [int(x) for x in args.points.split(",")]
+            if any(n < 1 for n in points):
+                raise ValueError
+        except ValueError:
+            raise SystemExit(f"bench_fleet_scale: --points must be positive integers; got {args.points!r}")
+        for e in counts:
+            for n in points:
+                search.urgent(n, e)
+        write_json(args, {"points": search.points})
+        return 0
+    rows = []
+    t0 = time.perf_counter()
+    for e in counts:
+        print(f"engines: {e}", flush=True)
+        lo, hi, u = search.largest(e)
+        rows.append({"engines": e, "agents_at_threshold": lo, "first_below": hi, "urgent_pct": u})
+    one = next((r for r in rows if r["engines"] == 1), None)
+    print()
+    print(f"| engines | agents at >= {args.threshold:g} % urgent utility | first N below | urgent % at that N "
+          f"| scale-up vs 1 engine | at least |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        # scale-up: passing N over 1 engine's passing N; "at least": over 1 engine's first failing N
+        # (the true thresholds lie inside the brackets the search left)
+        r["scale_up"] = r["agents_at_threshold"] / one["agents_at_threshold"] if one else None
+        r["scale_up_min"] = r["agents_at_threshold"] / one["first_below"] if one and one["first_below"] else None
+        cols = [f"{x:.2f}x" if x else "-" for x in (r["scale_up"], r["scale_up_min"])]
+        print(f"| {r['engines']} | {r['agents_at_threshold']} | {r['first_below']} | {r['urgent_pct']:.1f} | "
+              f"{cols[0]} | {cols[1]} |")
+    print(f"\nsearch took {time.perf_counter() - t0:.0f} s wall, "
+          f"{sum(p['cpu_s'] for p in search.points):.0f} s CPU in simulations; load {load()}")
+    write_json(args, {"rows": rows, "points": search.points})
+    return 0
+
+
+def write_json(args: argparse.Namespace, doc: dict) -> None:
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"profile": Path(args.profile).stem, "policy": args.policy,
+                                              "threshold": args.threshold, **doc}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

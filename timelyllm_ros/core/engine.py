@@ -1,0 +1,134 @@
+"""The engine port: what the planner needs from an LLM engine, and nothing more.
+
+Lives in core because the planner, the policies and the batch-size controllers use it; the
+adapters (timelyllm_ros/engines/) implement it.
+
+Modelled on vLLM's step-level LLMEngine: the planner owns admission (which generations run),
+the engine only runs what it was given.  Requests are added by token ids (never re-tokenised
+text) so a suspended generation resumes from `prompt ids + generated ids` and the engine's
+prefix cache reuses its KV.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+
+class EngineError(RuntimeError):
+    """The engine failed (crash, bad model, dead core process); the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOutput:
+    """New tokens of one generation from one engine step (DELTA semantics)."""
+
+    gen_id: str
+    token_ids: tuple[int, ...]
+    text: str  # detokenised text of token_ids (may lag for multi-byte characters)
+    finished: bool = False  # EOS / max_tokens: the engine will produce no more for this id
+    finish_reason: str = ""
+    num_cached_tokens: int | None = None  # set on the first output after add(): prefix-cache hits
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """What one engine iteration did and how long it took: the simulator's cost-model inputs
+    (`LatencyProfile.step_s`) next to the measured time, so a profile can be fitted on, and
+    checked against, real serving steps (benchmarks/fit_vllm_profile.py --from-serving)."""
+
+    start_s: float  # engine clock (perf_counter for vLLM, virtual for the simulator)
+    duration_s: float  # the engine iteration
+    post_s: float  # after it, inside the adapter: detokenising and bookkeeping
+    seqs: int
+    prefill_tokens: int  # uncached prompt tokens computed in this step
+    prefill_context_tokens: int  # cached tokens those prefills attend to
+    context_tokens: int  # all sequences' lengths
+    adds: int  # generations in their first step after add() (new or resumed)
+    output_tokens: int
+
+
+def host_gaps(records: Sequence[StepRecord], idle_s: float = 0.004) -> list[float]:
+    """Time from the end of one iteration to the start of the next when the serving loop did not
+    idle in between (it sleeps up to 5 ms when it has nothing to run): the planner's host work."""
+    out = []
+    for a, b in zip(records, records[1:]):
+        g = b.start_s - (a.start_s + a.duration_s + a.post_s)
+        if 0 <= g < idle_s:
+            out.append(g)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """What the batch-size controller reads: KV capacity/usage and recent decode speed."""
+
+    kv_total_blocks: int
+    kv_free_blocks: int
+    block_size: int
+    running: int
+    tokens_per_s: float  # recent decode speed of one sequence (tokens / s), 0 if unknown
+    healthy: bool = True
+
+
+class Tokenizer(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+class Engine(Protocol):
+    """Step-level LLM engine.  KV handling on abort: "cache" (vLLM: freed, stays in the prefix
+    cache until evicted), "discard" (freed and not expected back soon), "preserve" (kept resident),
+    "swap" (moved to host memory).  Engines that cannot honour a mode fall back to "cache" and
+    say so in `kv_modes`."""
+
+    tokenizer: Tokenizer
+    kv_modes: frozenset[str]
+
+    def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int) -> None:
+        """Start (or resume) a generation from these token ids."""
+        ...
+
+    def abort(self, gen_id: str, kv: str = "cache") -> None:
+        """Stop a generation now (suspend); tokens after this are not reported."""
+        ...
+
+    def step(self) -> list[EngineOutput]:
+        """Run one engine iteration over the generations it holds; returns their new tokens."""
+        ...
+
+    def has_unfinished(self) -> bool: ...
+
+    def stats(self) -> EngineStats: ...
+
+    def shutdown(self) -> None: ...
+
+
+class EngineFleet(Engine, Protocol):
+    """An `Engine` made of several member engines (an engine pool): the planner asks it where a
+    generation may run and checks the batch-size controller per member.  A member that fails
+    is dropped; the generations it was running come back from `take_lost` and are re-queued
+    (they resume from their token records on another member, re-prefilling)."""
+
+    def members(self) -> list[str]:
+        """Names of the members that are still usable, in a fixed order."""
+        ...
+
+    def member_of(self, gen_id: str) -> str | None:
+        """The member running gen_id, or None."""
+        ...
+
+    def member_stats(self, member: str) -> EngineStats: ...
+
+    def preference(self, gen_id: str, prompt_ids: Sequence[int]) -> list[str]:
+        """Usable members for this generation, best first (KV affinity, then load and prefix)."""
+        ...
+
+    def assign(self, gen_id: str, member: str) -> None:
+        """The next `add` of gen_id goes to this member."""
+        ...
+
+    def take_lost(self) -> list[tuple[str, str]]:
+        """(gen_id, reason) of running generations whose member failed since the last call."""
+        ...

@@ -1,0 +1,131 @@
+"""Latency profiles: the cost model of one engine iteration and the KV memory it runs in.
+
+A profile (profiles/*.yaml) says what a GPU/model pair charges per iteration; the simulated engine
+(engines/simulated.py) advances its virtual clock by it, and benchmarks/fit_vllm_profile.py fits
+one on real serving steps.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from ..core.engine import StepRecord
+
+PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
+DEFAULT_PROFILE = PROFILES_DIR / "rtx4090_llama3_8b.yaml"
+
+
+class ProfileError(ValueError):
+    """A latency profile is malformed; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyProfile:
+    """Cost model of one engine iteration (seconds) and the KV memory it runs in.
+
+    step time = decode_base_s + decode_s_per_extra_seq * (seqs - 1)
+                + decode_s_per_context_token * (context tokens of all seqs in the step)
+                + [prefill_base_s + prefill_s_per_token * P   if P > 0 uncached prompt tokens
+                   + prefill_s_per_context_token * (cached tokens those prefills attend to)]
+                + swap_s_per_block * (blocks copied host<->GPU for this step)
+                + tokenize_s * (new requests) + detokenize_s * (tokens output)
+    Every sequence in the step yields one token (a prefill yields the first token, as in
+    Table 1's "Decoding 0 token").
+    """
+
+    prefill_s_per_token: float
+    decode_base_s: float  # one decode iteration at batch 1, context excluded
+    kv_block_size: int  # tokens per KV block
+    kv_capacity_blocks: int  # GPU KV blocks
+    prefill_base_s: float = 0.0  # fixed cost of an iteration that prefills (launch, scheduling)
+    prefill_s_per_context_token: float = 0.0  # a prefill's attention over its cached prefix
+    decode_s_per_extra_seq: float = 0.0  # batch scaling: each extra sequence in the iteration
+    decode_s_per_context_token: float = 0.0  # attention: KV read per context token per sequence
+    swap_s_per_block: float = 0.0  # host<->GPU copy of one block (either direction)
+    host_capacity_blocks: int | None = None  # host (CPU) blocks for swapped KV; None = unbounded
+    network_latency_s: float = 0.0  # per dispatched segment (used by robots/runner, not here)
+    tokenize_s: float = 0.0  # tokenising one new request's prompt (charged once per request)
+    detokenize_s: float = 0.0  # per output token
+    name: str = ""
+    description: str = ""
+
+    _REQUIRED = ("prefill_s_per_token", "decode_base_s", "kv_block_size", "kv_capacity_blocks")
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("name", "description"):
+                if not isinstance(v, str):
+                    raise ProfileError(f"profile {f.name} must be a string, got {v!r}")
+                continue
+            if f.name in ("kv_block_size", "kv_capacity_blocks", "host_capacity_blocks"):
+                if v is None and f.name == "host_capacity_blocks":
+                    continue
+                if isinstance(v, bool) or not isinstance(v, int) or v < (0 if f.name == "host_capacity_blocks" else 1):
+                    raise ProfileError(f"profile {f.name} must be a positive integer, got {v!r}")
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ProfileError(f"profile {f.name} must be a finite number >= 0, got {v!r}")
+        if self.decode_base_s <= 0:
+            raise ProfileError("profile decode_base_s must be > 0 (a step must take time)")
+
+    # --- loading --------------------------------------------------------------------------
+    @classmethod
+    def from_mapping(cls, data: Any, source: str = "<profile>") -> "LatencyProfile":
+        if not isinstance(data, Mapping):
+            raise ProfileError(f"{source}: a latency profile must be a mapping, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ProfileError(f"{source}: unknown profile keys {unknown}; known: {sorted(known)}")
+        missing = [k for k in cls._REQUIRED if k not in data]
+        if missing:
+            raise ProfileError(f"{source}: missing required profile keys {missing}")
+        try:
+            return cls(**dict(data))
+        except ProfileError as e:
+            raise ProfileError(f"{source}: {e}") from None
+
+    @classmethod
+    def from_yaml(cls, path: str | Path = DEFAULT_PROFILE) -> "LatencyProfile":
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text())
+        except OSError as e:
+            raise ProfileError(f"{path}: cannot read latency profile: {e.strerror or e}") from e
+        except yaml.YAMLError as e:
+            from ..core.robots import yaml_error_line
+
+            raise ProfileError(f"{path}{yaml_error_line(e, 'cannot read latency profile: not valid YAML')}") from e
+        return cls.from_mapping(data, str(path))
+
+    # --- cost model -------------------------------------------------------------------------
+    def record_s(self, r: StepRecord, *, new_requests: int = 0) -> float:
+        """What this profile charges for the iteration a StepRecord describes (profile fitting
+        and fidelity checks compare it with the measured time)."""
+        return self.step_s(seqs=r.seqs, prefill_tokens=r.prefill_tokens, context_tokens=r.context_tokens,
+                           new_requests=new_requests, output_tokens=r.output_tokens,
+                           prefill_context_tokens=r.prefill_context_tokens)
+
+    def step_s(self, *, seqs: int, prefill_tokens: int = 0, context_tokens: int = 0,
+               swap_blocks: int = 0, new_requests: int = 0, output_tokens: int | None = None,
+               prefill_context_tokens: int = 0) -> float:
+        """Modelled duration of one iteration (see the class docstring)."""
+        if seqs <= 0 and prefill_tokens <= 0 and swap_blocks <= 0:
+            return 0.0
+        t = 0.0
+        if seqs > 0:
+            t += self.decode_base_s + self.decode_s_per_extra_seq * (seqs - 1)
+            t += self.decode_s_per_context_token * context_tokens
+        if prefill_tokens > 0:
+            t += self.prefill_base_s + self.prefill_s_per_token * prefill_tokens
+            t += self.prefill_s_per_context_token * prefill_context_tokens
+        t += self.swap_s_per_block * swap_blocks
+        t += self.tokenize_s * new_requests
+        t += self.detokenize_s * (seqs if output_tokens is None else output_tokens)
+        return t
