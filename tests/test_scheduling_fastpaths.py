@@ -321,7 +321,8 @@ def test_hybrid_fast_select_matches_generic_path(specs, steps, pd_rule):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(_PRI, st.sampled_from([0.0, 1.0, 2.0]), st.sampled_from([0.0, 1.0])), max_size=25))
+@given(st.lists(st.tuples(_PRI, st.sampled_from([0.0, 1.0, 2.0, math.inf]), st.sampled_from([0.0, 1.0, -math.inf])),
+                max_size=25))
 def test_longest_first_and_ascending_perm_equal_tuple_sorts(items):
     import numpy as np
 
@@ -341,6 +342,9 @@ def test_longest_first_and_ascending_perm_equal_tuple_sorts(items):
         grouped = sorted(gens, key=lambda g: (int(g.gen_id[1:]) % 3 != 0, -g.priority, g.ready_since,
                                               g.request.arrival, g.gen_id))
         assert [gens[i].gen_id for i in idx] == [g.gen_id for g in grouped]
+        arrival = np.array([g.request.arrival for g in gens], dtype=float)  # the caller's own arrivals
+        assert ascending_perm(gens, keys, first=first, arrival=arrival) == idx
+        assert [gens[i].gen_id for i in ascending_perm(gens, keys, arrival=arrival)] == [g.gen_id for g in _plain(gens)]
 
 
 @settings(max_examples=300, deadline=None)

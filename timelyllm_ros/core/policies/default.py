@@ -60,8 +60,6 @@ from .base import (DispatchMode, Policy, PolicyContext, Selection, ascending_per
 from .slots import SlotTable
 from .timelyllm import TimelyLLM, eq4
 
-_SEG_TOKENS = operator.attrgetter("seg_tokens")
-_SEGMENTS = operator.attrgetter("segments")
 _OUTPUT_IDS = operator.attrgetter("output_ids")
 _ROBOT_TYPE = operator.attrgetter("request.robot_type")
 
@@ -221,14 +219,14 @@ class Default(Policy):
         P = np.full((len(rtypes), 2), 8.0)  # predicted tokens by (robot type, first?)
         for (name, first), v in pred.items():
             P[rtypes[name], int(first)] = v
-        has = np.array(list(map(bool, map(_SEGMENTS, ready))), dtype=bool)
+        has = np.array([not not g.segments for g in ready], dtype=bool)  # (list comprehensions beat maps in 3.11)
         first = ~has
         arrival, ert, alpha, beta = a["arrival"][sl], a["ert"][sl], a["alpha"][sl], a["beta"][sl]
         due = arrival + ert
         if has.any():
             prev = [now if e is None else e for e in map(Generation.prev_exec_end_estimate, compress(ready, has))]
             due[has] = prev
-        left = P[a["rtype"][sl], first.astype(np.intp)] - np.array(list(map(_SEG_TOKENS, ready)), dtype=float)
+        left = P[a["rtype"][sl], first.astype(np.intp)] - np.array([g.seg_tokens for g in ready], dtype=float)
         s = due - now - np.where(left > 1.0, left, 1.0) * token_s - token_s
         crit = s <= lead
         # Eq. 4 (timelyllm.eq4's arithmetic, element by element)
