@@ -87,9 +87,11 @@ class Default(Policy):
         self._eq4 = TimelyLLM()
         self._seg_len: dict[tuple[str, bool], float] = {}  # (robot type, first segment?) -> mean tokens
         self._full = False  # the batch-size controller refused a ready generation at the last point
-        # a request's constants (arrival, ERT, TUF slope and height, robot type) in numpy slots
+        # a request's constants (arrival, ERT, TUF slope and height, robot type) and what changes
+        # only when the generation runs (whether it has segments, tokens of the current one)
         self._table = SlotTable({"arrival": (float, 0.0), "ert": (float, 0.0), "alpha": (float, 0.0),
-                                 "beta": (float, 0.0), "rtype": (int, 0)})
+                                 "beta": (float, 0.0), "rtype": (int, 0), "has": (bool, False),
+                                 "seg_tokens": (float, 0.0)})
         self._rtypes: dict[str, int] = {}  # robot type -> row of the per-point prediction table
 
     # --- online estimates -------------------------------------------------------------------------
@@ -191,8 +193,9 @@ class Default(Policy):
                now: float) -> Selection:
         """`_select_reference` with the ready generations' slack and Eq. 4 as numpy arithmetic
         (the same operations in the same order, so bit for bit the same values): a request's
-        constants come from a SlotTable, per point only seg_tokens, whether segments exist and
-        the previous action's estimated end are read (one scheduling point <= 1 ms at 1,000)."""
+        constants, whether it has segments and the current segment's tokens come from a
+        SlotTable (segments are cut, and seg_tokens counted, only from new output tokens); per
+        point only the previous action's estimated end is read (executor reports move it)."""
         if len(ready) < self.fast_min:  # numpy's per-call overhead outweighs a short loop
             return self._select_reference(ready, running, ctx, now)
         self._full = full = batch_was_full(ready)
@@ -213,20 +216,22 @@ class Default(Policy):
             a["alpha"][slot] = req.tuf.alpha
             a["beta"][slot] = req.tuf.beta
             a["rtype"][slot] = rtypes.setdefault(req.robot_type, len(rtypes))
+            a["has"][slot] = not not g.segments
+            a["seg_tokens"][slot] = g.seg_tokens
 
         sl = self._table.lookup(ready, fill)
         a = self._table.a
         P = np.full((len(rtypes), 2), 8.0)  # predicted tokens by (robot type, first?)
         for (name, first), v in pred.items():
             P[rtypes[name], int(first)] = v
-        has = np.array([not not g.segments for g in ready], dtype=bool)  # (list comprehensions beat maps in 3.11)
+        has = a["has"][sl]
         first = ~has
         arrival, ert, alpha, beta = a["arrival"][sl], a["ert"][sl], a["alpha"][sl], a["beta"][sl]
         due = arrival + ert
         if has.any():
             prev = [now if e is None else e for e in map(Generation.prev_exec_end_estimate, compress(ready, has))]
             due[has] = prev
-        left = P[a["rtype"][sl], first.astype(np.intp)] - np.array([g.seg_tokens for g in ready], dtype=float)
+        left = P[a["rtype"][sl], first.astype(np.intp)] - a["seg_tokens"][sl]
         s = due - now - np.where(left > 1.0, left, 1.0) * token_s - token_s
         crit = s <= lead
         # Eq. 4 (timelyllm.eq4's arithmetic, element by element)
