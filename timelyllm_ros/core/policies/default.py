@@ -91,7 +91,7 @@ class Default(Policy):
         # only when the generation runs (whether it has segments, tokens of the current one)
         self._table = SlotTable({"arrival": (float, 0.0), "ert": (float, 0.0), "alpha": (float, 0.0),
                                  "beta": (float, 0.0), "rtype": (int, 0), "has": (bool, False),
-                                 "seg_tokens": (float, 0.0)})
+                                 "seg_tokens": (float, 0.0), "gen": (object, None)})
         self._rtypes: dict[str, int] = {}  # robot type -> row of the per-point prediction table
 
     # --- online estimates -------------------------------------------------------------------------
@@ -218,6 +218,7 @@ class Default(Policy):
             a["rtype"][slot] = rtypes.setdefault(req.robot_type, len(rtypes))
             a["has"][slot] = not not g.segments
             a["seg_tokens"][slot] = g.seg_tokens
+            a["gen"][slot] = g  # (gathering from an object array beats indexing a list)
 
         sl = self._table.lookup(ready, fill)
         a = self._table.a
@@ -248,15 +249,16 @@ class Default(Policy):
             pri = np.where(crit, num / (G * slack), -1.0 - s)
         set_priorities(ready, pri.tolist())
         ci = np.flatnonzero(crit)
-        critical = list(map(ready.__getitem__, ci.tolist()))
+        gen = a["gen"][sl]
+        critical = gen[ci].tolist()
         idx = ci[ascending_perm(critical, -pri[ci], first=first[ci] if full else None, arrival=arrival[ci])]
         if not (run_first or (first & crit).any()):  # no critical first segment running or waiting
             di = np.flatnonzero(~crit)
-            deferrable = list(map(ready.__getitem__, di.tolist()))
+            deferrable = gen[di].tolist()
             idx = np.concatenate((idx, di[ascending_perm(deferrable, -pri[di], arrival=arrival[di])]))
         out_len = a["_out"][sl][idx].astype(np.int64)  # len(output_ids), as the table read it
         types = a["rtype"][sl][idx]
-        order = list(map(ready.__getitem__, idx.tolist()))
+        order = gen[idx].tolist()
         return self._finish(order, bool(critical), run_crit, full, running, ctx, (out_len, types))
 
     def _finish(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
