@@ -321,7 +321,8 @@ def test_hybrid_fast_select_matches_generic_path(specs, steps, pd_rule):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(_PRI, st.sampled_from([0.0, 1.0, 2.0]), st.sampled_from([0.0, 1.0])), max_size=25))
+@given(st.lists(st.tuples(_PRI, st.sampled_from([0.0, 1.0, 2.0, math.inf]), st.sampled_from([0.0, 1.0, -math.inf])),
+                max_size=25))
 def test_longest_first_and_ascending_perm_equal_tuple_sorts(items):
     import numpy as np
 
@@ -341,6 +342,9 @@ def test_longest_first_and_ascending_perm_equal_tuple_sorts(items):
         grouped = sorted(gens, key=lambda g: (int(g.gen_id[1:]) % 3 != 0, -g.priority, g.ready_since,
                                               g.request.arrival, g.gen_id))
         assert [gens[i].gen_id for i in idx] == [g.gen_id for g in grouped]
+        arrival = np.array([g.request.arrival for g in gens], dtype=float)  # the caller's own arrivals
+        assert ascending_perm(gens, keys, first=first, arrival=arrival) == idx
+        assert [gens[i].gen_id for i in ascending_perm(gens, keys, arrival=arrival)] == [g.gen_id for g in _plain(gens)]
 
 
 @settings(max_examples=300, deadline=None)
@@ -466,3 +470,31 @@ def test_andes_stable_heads_are_the_stable_argsort_prefixes(rows, k):
     from timelyllm_ros.core.policies.andes import _stable_heads
     x = np.array(rows, dtype=float)
     assert _stable_heads(x, k).tolist() == np.argsort(x, axis=1, kind="stable")[:, :k].tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(**_SCEN, blocked=st.booleans(), lead_steps=st.sampled_from([0.0, 4.0, 50.0]),
+       min_lead_s=st.sampled_from([0.0, 0.05, 3.0]), kv_budget=st.booleans(), rescue=st.booleans(),
+       seen=st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.integers(1, 30)), max_size=4))
+def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps, min_lead_s, kv_budget, rescue,
+                                               seen):
+    from timelyllm_ros.core.policies.default import Default
+
+    class Reference(Default):
+        def select(self, ready, running, ctx, now):
+            return self._select_reference(ready, running, ctx, now)
+
+    kw = dict(lead_steps=lead_steps, min_lead_s=min_lead_s, kv_budget=kv_budget)
+    fast, ref = Default(**kw), Reference(**kw)
+    fast.fast_min = 0  # the numpy path at every size
+    for p in (fast, ref):
+        p._eq4.rescue_late = rescue
+        for t, first, tok in seen:  # learned segment lengths (some robot types still unseen)
+            g = Generation(request=PlanRequest(request_id="o", robot_id="x", robot_type=_TYPES[t], task="t",
+                                               scene="", tuf=NORMAL, arrival=0.0))
+            p.observe(g, Segment(index=0 if first else 1, text="", calls=(), blocking=False, token_count=tok,
+                                 gen_start=0.0, gen_end=0.0, est_exec_s=0.0))
+    gens = _scenario(specs)
+    a, b = _copy(gens), _copy(gens)
+    assert _run(fast, a, steps, blocked) == _run(ref, b, steps, blocked)
+    assert fast._full == ref._full

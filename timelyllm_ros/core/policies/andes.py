@@ -46,7 +46,8 @@ from ..qoe import (_EPS, PAPER_TOKENS_PER_WORD, READING_TOK_S, SPEAKING_TOK_S, R
                    QoEBatch, fold_runs, measured_tokens_per_word, qoe_of_runs, ttft_target)
 from ..types import Generation, Segment
 from . import register
-from .base import DispatchMode, Policy, PolicyContext, Selection, arrival_order, set_priorities
+from .base import (DispatchMode, Policy, PolicyContext, Selection, arrival_order, batch_was_full,
+                   set_priorities)
 from .slots import SlotTable
 
 _MODES = {"stream": DispatchMode.STREAM, "suspend": DispatchMode.SUSPEND}
@@ -329,10 +330,7 @@ class Andes(Policy):
                now: float) -> Selection:
         if not self._fast_ok():
             return self._select_reference(ready, running, ctx, now)
-        full = False
-        for g in ready:
-            if g.extra.pop("blocked", None) is not None:
-                full = True
+        full = batch_was_full(ready)
         if not ready:
             return Selection(order=[])
         gens = list(running) + list(ready)
@@ -492,10 +490,7 @@ class Andes(Policy):
     def _select_reference(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                           now: float) -> Selection:
         """The plain path, as the paper's steps read (and the fast path's oracle in the tests)."""
-        full = False
-        for g in ready:
-            if g.extra.pop("blocked", None) is not None:
-                full = True
+        full = batch_was_full(ready)
         fcfs = sorted(ready, key=lambda g: (-g.extra.get("andes_pri", _INF), g.request.arrival, g.gen_id))
         if not ready:
             return Selection(order=[])

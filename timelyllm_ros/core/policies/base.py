@@ -130,6 +130,51 @@ def batch_was_full(ready: Sequence[Generation]) -> bool:
     return full
 
 
+def _sort_runs_by_gen_id(idx: list[int], ties: list[int], gens: Sequence[Generation]) -> None:
+    """Re-sort by gen_id each run of `idx` whose neighbours tie in everything else (`ties`: the
+    ascending positions i where idx[i] and idx[i + 1] tie)."""
+    k = 0
+    while k < len(ties):
+        i = ties[k]
+        j = i + 1
+        k += 1
+        while k < len(ties) and ties[k] == j:
+            j += 1
+            k += 1
+        idx[i:j + 1] = sorted(idx[i:j + 1], key=lambda x: gens[x].gen_id)
+
+
+def _break_ties(gens: Sequence[Generation], perm: "np.ndarray", eq: "np.ndarray", arrival: "np.ndarray | None",
+                ready_since: bool) -> list[int] | None:
+    """`perm` (sorted by the primary keys; eq[i]: positions i and i + 1 tie on them) with each run
+    of ties ordered by (ready_since, arrival, gen_id), reading those only for the tied
+    generations; None when one of them is not finite (the caller's full sort handles that)."""
+    n = len(perm)
+    in_run = np.zeros(n, dtype=bool)
+    in_run[:-1] |= eq
+    in_run[1:] |= eq
+    pos = np.flatnonzero(in_run)  # positions (in perm) of tied generations; each run contiguous
+    run = np.cumsum(np.concatenate(([True], ~eq)))[pos]
+    members = perm[pos]
+    mem = members.tolist()
+    cols = [arrival[members] if arrival is not None else np.array([gens[i].request.arrival for i in mem], dtype=float)]
+    if ready_since:
+        cols.append(np.array([gens[i].ready_since for i in mem], dtype=float))
+    if not all(np.isfinite(c).all() for c in cols):
+        return None
+    sub = np.lexsort(cols + [run])  # run first (keeps the runs where they are), then the tie-breakers
+    perm = perm.copy()
+    perm[pos] = members[sub]
+    same = run[sub][1:] == run[sub][:-1]
+    for c in cols:
+        cs = c[sub]
+        same &= cs[1:] == cs[:-1]
+    idx = perm.tolist()
+    if same.any():
+        _sort_runs_by_gen_id(idx, pos[:-1][same].tolist(), gens)
+    return idx
+
+
 def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: bool = True,
                    first: "np.ndarray | None" = None, arrival: "np.ndarray | None" = None) -> list[int]:
     """Indices of `gens` sorted by (keys[i], ready_since, arrival, gen_id) — the order
@@ -146,13 +191,18 @@ def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: 
         if first is None:
             perm = np.argsort(keys, kind="stable")
             kp = keys[perm]
-            distinct = bool((kp[1:] != kp[:-1]).all())
+            eq = kp[1:] == kp[:-1]
+            distinct = not eq.any()
         else:
             perm = np.lexsort((keys, ~first))
             kp, fp = keys[perm], first[perm]
-            distinct = bool(((kp[1:] != kp[:-1]) | (fp[1:] != fp[:-1])).all())
+            eq = (kp[1:] == kp[:-1]) & (fp[1:] == fp[:-1])
+            distinct = not eq.any()
         if distinct:
             return perm.tolist()
+        idx = _break_ties(gens, perm, eq, arrival, ready_since)
+        if idx is not None:
+            return idx
     if arrival is None:
         arrival = np.array([g.request.arrival for g in gens], dtype=float)  # (list comprehensions beat np.fromiter)
     cols = [arrival]
@@ -173,16 +223,7 @@ def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: 
         same &= cp[1:] == cp[:-1]
     tie = np.flatnonzero(same)
     if tie.size:
-        ties = tie.tolist()
-        k = 0
-        while k < len(ties):
-            i = ties[k]
-            j = i + 1
-            k += 1
-            while k < len(ties) and ties[k] == j:
-                j += 1
-                k += 1
-            idx[i:j + 1] = sorted(idx[i:j + 1], key=lambda x: gens[x].gen_id)
+        _sort_runs_by_gen_id(idx, tie.tolist(), gens)
     return idx
 
 

@@ -47,20 +47,27 @@ KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM.
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from itertools import accumulate
+import operator
+from itertools import compress, repeat
 from typing import Sequence
+
+import numpy as np
 
 from ..types import Generation, Segment
 from . import register
-from .base import (DispatchMode, Policy, PolicyContext, Selection, batch_was_full, priority_order,
-                   set_priorities)
+from .base import (DispatchMode, Policy, PolicyContext, Selection, ascending_perm, batch_was_full,
+                   priority_order, set_priorities)
+from .slots import SlotTable
 from .timelyllm import TimelyLLM, eq4
+
+_OUTPUT_IDS = operator.attrgetter("output_ids")
+_ROBOT_TYPE = operator.attrgetter("request.robot_type")
 
 
 class Default(Policy):
     name = "default"
     mode = DispatchMode.SUSPEND
+    fast_min = 64  # ready generations from which `select` takes the numpy path
 
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
                  preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True) -> None:
@@ -80,6 +87,12 @@ class Default(Policy):
         self._eq4 = TimelyLLM()
         self._seg_len: dict[tuple[str, bool], float] = {}  # (robot type, first segment?) -> mean tokens
         self._full = False  # the batch-size controller refused a ready generation at the last point
+        # a request's constants (arrival, ERT, TUF slope and height, robot type) and what changes
+        # only when the generation runs (whether it has segments, tokens of the current one)
+        self._table = SlotTable({"arrival": (float, 0.0), "ert": (float, 0.0), "alpha": (float, 0.0),
+                                 "beta": (float, 0.0), "rtype": (int, 0), "has": (bool, False),
+                                 "seg_tokens": (float, 0.0), "gen": (object, None)})
+        self._rtypes: dict[str, int] = {}  # robot type -> row of the per-point prediction table
 
     # --- online estimates -------------------------------------------------------------------------
     def predicted_tokens(self, g: Generation, ctx: PolicyContext) -> float:
@@ -160,8 +173,10 @@ class Default(Policy):
         set_priorities(critical, eq4(critical, now, G, floor, self._eq4.rescue_late))
         return critical, deferrable, first_critical
 
-    def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
-               now: float) -> Selection:
+    def _select_reference(self, ready: Sequence[Generation], running: Sequence[Generation],
+                          ctx: PolicyContext, now: float) -> Selection:
+        """The rule as written (two Python passes over the ready list); `select` gives the same
+        Selection and priorities bit for bit (tests/test_scheduling_fastpaths.py)."""
         self._full = full = batch_was_full(ready)
         terms = self._point_terms(ctx)
         critical, deferrable, protect = self._classify(ready, ctx, now, False, terms)
@@ -172,8 +187,87 @@ class Default(Policy):
             order = [g for g in order if not g.segments] + [g for g in order if g.segments]
         if not protect:
             order += priority_order(deferrable)
+        return self._finish(order, bool(critical), run_crit, full, running, ctx)
+
+    def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
+               now: float) -> Selection:
+        """`_select_reference` with the ready generations' slack and Eq. 4 as numpy arithmetic
+        (the same operations in the same order, so bit for bit the same values): a request's
+        constants, whether it has segments and the current segment's tokens come from a
+        SlotTable (segments are cut, and seg_tokens counted, only from new output tokens); per
+        point only the previous action's estimated end is read (executor reports move it)."""
+        if len(ready) < self.fast_min:  # numpy's per-call overhead outweighs a short loop
+            return self._select_reference(ready, running, ctx, now)
+        self._full = full = batch_was_full(ready)
+        terms = self._point_terms(ctx)
+        run_crit, _, run_first = self._classify(running, ctx, now, True, terms)
+        if not ready:
+            return self._finish([], False, run_crit, full, running, ctx)
+        token_s, lead, pred = terms
+        rtypes = self._rtypes
+        for name, _ in pred:
+            rtypes.setdefault(name, len(rtypes))
+
+        def fill(g: Generation, slot: int) -> None:
+            req = g.request
+            a = self._table.a
+            a["arrival"][slot] = req.arrival
+            a["ert"][slot] = req.tuf.ert
+            a["alpha"][slot] = req.tuf.alpha
+            a["beta"][slot] = req.tuf.beta
+            a["rtype"][slot] = rtypes.setdefault(req.robot_type, len(rtypes))
+            a["has"][slot] = not not g.segments
+            a["seg_tokens"][slot] = g.seg_tokens
+            a["gen"][slot] = g  # (gathering from an object array beats indexing a list)
+
+        sl = self._table.lookup(ready, fill)
+        a = self._table.a
+        P = np.full((len(rtypes), 2), 8.0)  # predicted tokens by (robot type, first?)
+        for (name, first), v in pred.items():
+            P[rtypes[name], int(first)] = v
+        has = a["has"][sl]
+        first = ~has
+        arrival, ert, alpha, beta = a["arrival"][sl], a["ert"][sl], a["alpha"][sl], a["beta"][sl]
+        due = arrival + ert
+        if has.any():
+            prev = [now if e is None else e for e in map(Generation.prev_exec_end_estimate, compress(ready, has))]
+            due[has] = prev
+        left = P[a["rtype"][sl], first.astype(np.intp)] - a["seg_tokens"][sl]
+        s = due - now - np.where(left > 1.0, left, 1.0) * token_s - token_s
+        crit = s <= lead
+        # Eq. 4 (timelyllm.eq4's arithmetic, element by element)
+        G, floor = self._eq4._g_floor(ctx)
+        now_g = now + G
+        with np.errstate(all="ignore"):
+            t = now_g - due
+            u = np.where(has, alpha * np.where(0.0 > t, 0.0, t) + beta, alpha * ((now_g - arrival) - ert) + beta)
+            late = u < beta
+            num = np.where(late, (beta + (beta - u)) if self._eq4.rescue_late else u, beta)
+            slack = due - now_g
+            slack = np.where(floor > slack, floor, slack)
+            slack = np.where(1e-6 > slack, 1e-6, slack)
+            pri = np.where(crit, num / (G * slack), -1.0 - s)
+        set_priorities(ready, pri.tolist())
+        ci = np.flatnonzero(crit)
+        gen = a["gen"][sl]
+        critical = gen[ci].tolist()
+        idx = ci[ascending_perm(critical, -pri[ci], first=first[ci] if full else None, arrival=arrival[ci])]
+        if not (run_first or (first & crit).any()):  # no critical first segment running or waiting
+            di = np.flatnonzero(~crit)
+            deferrable = gen[di].tolist()
+            idx = np.concatenate((idx, di[ascending_perm(deferrable, -pri[di], arrival=arrival[di])]))
+        out_len = a["_out"][sl][idx].astype(np.int64)  # len(output_ids), as the table read it
+        types = a["rtype"][sl][idx]
+        order = gen[idx].tolist()
+        return self._finish(order, bool(critical), run_crit, full, running, ctx, (out_len, types))
+
+    def _finish(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
+                running: Sequence[Generation], ctx: PolicyContext,
+                known: tuple[np.ndarray, np.ndarray] | None = None) -> Selection:
+        """Rules 3 and 4: the memory cut, then token-level preemption (`critical`: whether a
+        ready generation is critical; `known`: see `_fit_memory`)."""
         if self.kv_budget:
-            order = self._fit_memory(order, running, ctx)
+            order = self._fit_memory(order, running, ctx, known)
         preempt: list[Generation] = []
         if self.preempt and full and critical:
             # token-level preemption, one for one: deferrable victims first, then critical
@@ -191,24 +285,34 @@ class Default(Policy):
                 preempt.append(v)
         return Selection(order=order, preempt=preempt)
 
-    def _fit_memory(self, order: list[Generation], running: Sequence[Generation],
-                    ctx: PolicyContext) -> list[Generation]:
+    def _fit_memory(self, order: list[Generation], running: Sequence[Generation], ctx: PolicyContext,
+                    known: tuple[np.ndarray, np.ndarray] | None = None) -> list[Generation]:
         """Admit only what fits in free KV memory: a generation whose robot type has nobody in
         the batch brings its whole prompt (its shared prefix is probably not cached), the others
         their own tokens plus one worst-case segment.  Over-admitting makes the engine preempt
-        and re-prefill (memory thrash); the cut generations wait, in order."""
+        and re-prefill (memory thrash); the cut generations wait, in order.  `known`: the order's
+        output lengths and robot-type rows (`self._rtypes`) when the caller has them."""
         st = ctx.stats
         if not st.kv_total_blocks or not order:
             return order
         bs = max(1, st.block_size)
         seg = {name: r.max_segment_tokens + 1 for name, r in ctx.robots.items()}
-        types = [g.request.robot_type for g in order]
-        own = [len(g.output_ids) + seg.get(t, 17) for g, t in zip(order, types)]
-        for t in set(types).difference(g.request.robot_type for g in running):
-            i = types.index(t)  # the first of its type brings the prompt
-            own[i] += len(order[i].prompt_ids)
-        cum = list(accumulate(-(-x // bs) for x in own))
-        n = bisect_right(cum, st.kv_free_blocks)
+        if known is None:
+            types = list(map(_ROBOT_TYPE, order))
+            own = (np.array(list(map(len, map(_OUTPUT_IDS, order))), dtype=np.int64)
+                   + np.array(list(map(seg.get, types, repeat(17))), dtype=np.int64))
+            firsts = [(t, types.index(t)) for t in set(types)]
+        else:
+            out_len, rows = known
+            names = list(self._rtypes)  # row -> robot type
+            own = out_len + np.array(list(map(seg.get, names, repeat(17))), dtype=np.int64)[rows]
+            uniq, at = np.unique(rows, return_index=True)
+            firsts = [(names[r], i) for r, i in zip(uniq.tolist(), at.tolist())]
+        busy = set(map(_ROBOT_TYPE, running))
+        for t, i in firsts:
+            if t not in busy:  # the first of its type brings the prompt
+                own[i] += len(order[i].prompt_ids)
+        n = int(np.searchsorted(np.cumsum(-(-own // bs)), st.kv_free_blocks, side="right"))
         if n == 0 and not running:
             n = 1  # an empty engine always takes the head (the engine refuses it if it can never fit)
         return order[:n]

@@ -27,7 +27,8 @@ from ..length_predictor import (LearnedPredictor, LengthPredictor, NoisyOraclePr
                                 PredictorError, age, make_predictor)
 from ..types import Generation, Segment
 from . import register
-from .base import DispatchMode, Policy, PolicyContext, Selection, ascending_perm, set_priorities
+from .base import (DispatchMode, Policy, PolicyContext, Selection, ascending_perm, batch_was_full,
+                   set_priorities)
 from .slots import SlotTable
 
 # Predictors whose answers for a generation change only when its age changes: their ranks may
@@ -122,7 +123,7 @@ class Trail(Policy):
         """Pinned ones first, then by predicted remaining tokens, FCFS among equals: the same
         order as sorting by `rank` (ranks of ready generations kept in a SlotTable: a ready
         generation generates nothing, so its rank stays put between scheduling points)."""
-        full = any([g.extra.pop("blocked", None) is not None for g in ready])  # pops from every one
+        full = batch_was_full(ready)
         if self.__dict__.get("_table") is None:
             self._table = SlotTable({"rem": (float, 0.0), "pinned": (bool, False), "arrival": (float, 0.0)})
         table = self._table
