@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 EXIT_USAGE = 2
-SUBCOMMAND_MODULES = ("timelyllm_ros.demo", "timelyllm_ros.serve", "timelyllm_ros.offline.cli")
+SUBCOMMAND_MODULES = ("timelyllm_ros.demo", "timelyllm_ros.serve", "timelyllm_ros.offline.cli", "timelyllm_ros.sweep")
 
 
 class CliError(Exception):
