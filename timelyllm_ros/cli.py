@@ -84,15 +84,12 @@ def add_bench(sub: Any) -> None:
 
 
 def _check_policies(names: Sequence[str]) -> None:
-    from .core.policies import policy_names
+    from .core.policies import check_names
 
-    known = policy_names()
-    for n in names:
-        if n not in known:
-            raise CliError(f"unknown policy {n!r}; choose from {', '.join(known)}")
-    dup = sorted({n for n in names if list(names).count(n) > 1})
-    if dup:
-        raise CliError(f"policy {dup[0]!r} given twice")
+    try:
+        check_names(names)
+    except ValueError as e:
+        raise CliError(str(e)) from None
 
 
 def run_bench(args: argparse.Namespace) -> int:

@@ -114,13 +114,12 @@ def check_load(name: str) -> Workload:
 
 
 def check_policies(names: Sequence[str]) -> list[str]:
-    known = policy_names()
-    for n in names:
-        if n not in known:
-            raise GridError(f"unknown policy {n!r}; choose from {', '.join(known)}")
-    dup = sorted({n for n in names if list(names).count(n) > 1})
-    if dup:
-        raise GridError(f"policy {dup[0]!r} given twice")
+    from ..core.policies import check_names
+
+    try:
+        check_names(names)
+    except ValueError as e:
+        raise GridError(str(e)) from None
     return list(names)
 
 

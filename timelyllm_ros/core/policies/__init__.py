@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 from .base import DispatchMode, Policy, PolicyContext, Selection
 from .basic import EDF, FCFS, VLLM, VLLMStream
@@ -24,6 +24,17 @@ def register(name: str, factory: Callable[..., Policy]) -> None:
 def policy_names() -> list[str]:
     _load_optional()
     return sorted(_REGISTRY)
+
+
+def check_names(names: Sequence[str]) -> None:
+    """ValueError naming the first unknown or repeated policy of a run."""
+    known = policy_names()
+    for n in names:
+        if n not in known:
+            raise ValueError(f"unknown policy {n!r}; choose from {', '.join(known)}")
+    dup = sorted({n for n in names if list(names).count(n) > 1})
+    if dup:
+        raise ValueError(f"policy {dup[0]!r} given twice")
 
 
 def make_policy(name: str, **params) -> Policy:
@@ -48,4 +59,5 @@ def _load_optional() -> None:
                 raise
 
 
-__all__ = ["DispatchMode", "Policy", "PolicyContext", "Selection", "make_policy", "policy_names", "register"]
+__all__ = ["DispatchMode", "Policy", "PolicyContext", "Selection", "check_names", "make_policy", "policy_names",
+           "register"]
