@@ -27,6 +27,7 @@ FULL_LOADS = ("WID1", "WID2", "WID3", "chat_mixed", "drones:25", "drones:100", "
               "drones:1600")
 FULL_CAPACITIES = ("default", "kv/2", "kv/4", "cap16", "cap8", "cap4")
 FULL_PROFILES = ("rtx4090_llama3_8b", "vllm_cpu_tiny", "orin_nano_llama3_2_3b")
+HEARTBEAT_S = 30.0  # a progress line at least this often (wall seconds) while jobs finish
 BOUND_WEIGHT = 30  # an isolated-service job costs about as much as replaying 30 arrivals (for the ETA)
 QUICK_LOADS = ("WID1", "chat_mixed", "drones:400")
 QUICK_CAPACITIES = ("default", "kv/4", "cap8")
@@ -183,9 +184,14 @@ def sweep(loads: Sequence[str], capacities: Sequence[str], profiles: Sequence[st
     say = log or (lambda s: None)
     say(f"sweep: {len(cells)} cells x {len(policies)} policies = {len(runs)} runs + {len(reps)} isolated-service "
         f"requests, {workers} worker(s)")
-    for i, res in _map(jobs, workers):
+    last_say = time.perf_counter()
+    for n_done, (i, res) in enumerate(_map(jobs, workers), 1):
         job = jobs[i]
         done_w += weight[i]
+        el = time.perf_counter() - t_start
+        if time.perf_counter() - last_say >= HEARTBEAT_S:  # long cells: show that runs still finish
+            last_say = time.perf_counter()
+            say(f"[jobs {n_done}/{len(jobs)} | {_hms(el)} elapsed | ETA {_hms(el * (total_w - done_w) / done_w)}]")
         if job[0] == "bound":
             _, p, net, a = job
             bound_resp[(p, net) + regime.bound_key(a)] = res["response_s"]
@@ -196,7 +202,7 @@ def sweep(loads: Sequence[str], capacities: Sequence[str], profiles: Sequence[st
         walls["cells"].setdefault(cell.key, {})[pol] = round(res["wall_s"], 3)
         if len(results[cell]) == len(policies):
             cells_done += 1
-            el = time.perf_counter() - t_start
+            last_say = time.perf_counter()
             eta = el * (total_w - done_w) / done_w if done_w else 0.0
             st = [f"{n} {r['status']}" for n, r in results[cell].items() if r["status"] != "ok"]
             say(f"[cells {cells_done}/{len(cells)} | {_hms(el)} elapsed | ETA {_hms(eta)}] {cell.key}: "
@@ -304,11 +310,35 @@ def print_tables(doc: dict[str, Any], console: Any = None) -> None:
             console.print(t)
 
 
+REFERENCE_POLICIES = ("default", "timelyllm")  # shown beside the best policy in the summary, when in the grid
+
+
+def markdown_summary(doc: dict[str, Any]) -> str:
+    """One compact Markdown table: per cell the bound, the best policy on total and on urgent
+    utility (% of max) and the reference policies (``default``, ``timelyllm``) as total / urgent."""
+    refs = [p for p in REFERENCE_POLICIES if p in doc["grid"]["policies"]]
+    head = ["profile", "load", "capacity", "bound total / urgent", "best total", "best urgent"] + \
+        [f"`{p}` total / urgent" for p in refs]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for c in doc["cells"]:
+        b = c["bound"]
+        row = [f"`{c['profile']}`", c["load"], c["capacity"], f"{_fmt(b.get('total_pct'))} / {_fmt(b.get('urgent_pct'))}"]
+        for field in ("total_pct", "urgent_pct"):
+            best = c["best"].get(field)
+            row.append(f"{cell_value(c['policies'][best], field)} `{best}`" if best else "-")
+        for p in refs:
+            r = c["policies"][p]
+            row.append(f"{cell_value(r, 'total_pct')} / {cell_value(r, 'urgent_pct')}" if r.get("status") == "ok"
+                       else f"**{r.get('status')}**")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown_table(doc: dict[str, Any]) -> str:
-    """One Markdown table per profile: per cell the bound and every policy as total / urgent
-    (% of max), the best total in bold; then chat QoE and mean latency of the chat load."""
+    """The summary, then one Markdown table per profile: per cell the bound and every policy as
+    total / urgent (% of max), the best total in bold; runs that timed out or failed say so."""
     policies = doc["grid"]["policies"]
-    lines: list[str] = []
+    lines: list[str] = [markdown_summary(doc)]
     for profile in doc["grid"]["profiles"]:
         lines += [f"**Profile `{profile}`** (simulator) — time utility % of max, total / urgent "
                   f"(bold: best total of the cell)", "",
