@@ -177,8 +177,7 @@ def plot_regime_heatmap(doc: Mapping[str, Any], path: str | Path) -> Path:
     panels = ((gap, "points of total utility below the best policy of the cell", "magma_r", 0.0, 50.0),
               (pob, "total utility, % of the isolated-service bound", "viridis", 0.0, 100.0))
     for ax, (data, title, cmap, lo, hi) in zip(axes, panels):
-        cm = plt.get_cmap(cmap).copy()
-        cm.set_bad("#cccccc")
+        cm = plt.get_cmap(cmap).with_extremes(bad="#cccccc")
         im = ax.imshow(np.clip(data, lo, hi), aspect="auto", cmap=cm, vmin=lo, vmax=hi, interpolation="nearest")
         ax.set_yticks(range(n), policies, fontsize=7)
         ax.set_xticks(range(m), labels, rotation=90, fontsize=6)
