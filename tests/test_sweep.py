@@ -182,3 +182,16 @@ def test_timeout_is_reported_not_dropped(wl, tmp_path):
     assert set(recs) == {"timelyllm", "fcfs"}
     assert all(r["status"] == "timeout" and "wall limit" in r["reason"] for r in recs.values())
     assert doc["cells"][0]["best"]["total_pct"] is None
+
+
+def test_cache_resumes_with_identical_json(wl, tmp_path):
+    grid = ([wl], ["cap2"], ["rtx4090_llama3_8b"], ["timelyllm", "edf"])
+    fresh, _ = sweep(*grid, workers=1)
+    lines: list[str] = []
+    first, _ = sweep(*grid, workers=1, cache_dir=tmp_path / "c")
+    stored = sorted((tmp_path / "c").glob("*.json"))
+    assert len(stored) == 2 + len({regime.bound_key(a) for a in regime.cell_arrivals(wl, load_robots(),
+                                                                                      default_catalog())})
+    again, _ = sweep(*grid, workers=1, cache_dir=tmp_path / "c", log=lines.append)
+    assert to_json(fresh) == to_json(first) == to_json(again)
+    assert f"{len(stored)} jobs from the cache" in lines[0]

@@ -16,6 +16,8 @@ output (no run is ever dropped; a cell with a timeout is not deterministic).
 from __future__ import annotations
 
 import argparse
+import hashlib
+import itertools
 import json
 import os
 import sys
@@ -72,6 +74,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", default="regime.json", help="JSON results (default regime.json)")
     p.add_argument("--heatmap", default=None, help="heatmap PNG (default: next to --out, .png)")
     p.add_argument("--markdown", default=None, help="also write the table as Markdown here")
+    p.add_argument("--cache-dir", default=None, metavar="DIR",
+                   help="store every finished run here and reuse it (resume a stopped sweep; keyed by a "
+                        "fingerprint of the code and data, so a code change recomputes)")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=run_sweep)
 
@@ -110,10 +115,9 @@ def _do(item: tuple[int, tuple]) -> tuple[int, Any]:
     return i, {"response_s": resp, "wall_s": time.perf_counter() - t0}
 
 
-def _map(jobs: list[tuple], workers: int) -> Iterable[tuple[int, Any]]:
-    """(index, result) of every job, in completion order."""
-    items = list(enumerate(jobs))
-    if workers == 1 or len(jobs) <= 1:
+def _map(items: list[tuple[int, tuple]], workers: int) -> Iterable[tuple[int, Any]]:
+    """(number, result) of every numbered job, in completion order."""
+    if workers == 1 or len(items) <= 1:
         for it in items:
             yield _do(it)
         return
@@ -150,8 +154,11 @@ def _grid(args: argparse.Namespace) -> tuple[list[str], list[str], list[str], li
 
 def sweep(loads: Sequence[str], capacities: Sequence[str], profiles: Sequence[str], policies: Sequence[str], *,
           seed: int | None = None, workers: int = 2, cell_timeout_s: float = 0.0,
-          log: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Run the grid; returns (the JSON document, wall times).  ``log(str)`` gets progress lines."""
+          cache_dir: str | Path | None = None, log: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run the grid; returns (the JSON document, wall times).  ``log(str)`` gets progress lines.
+    With ``cache_dir``, every finished job (not a timeout) is stored there under a key that
+    includes a fingerprint of the code and data files, and reused by the next sweep: a long grid
+    can be stopped and resumed, and grids that share cells share the work."""
     from .core.robots import load_robots
     from .lrtrace import default_catalog
     from .sim import regime
@@ -170,10 +177,12 @@ def sweep(loads: Sequence[str], capacities: Sequence[str], profiles: Sequence[st
             for a in arrivals[ld]:
                 reps.setdefault((p, nets[ld]) + regime.bound_key(a), a)
     jobs: list[tuple] = [("bound", k[0], k[1], a) for k, a in reps.items()]
-    # biggest runs first (better load balance, honest ETA)
+    # smallest loads first: a sweep stopped early (or resumed from its cache) has whole cells
     runs = [("run", c, pol, seed, cell_timeout_s) for c in cells for pol in policies]
-    runs.sort(key=lambda j: -len(arrivals[j[1].load]))
+    runs.sort(key=lambda j: len(arrivals[j[1].load]))
     jobs += runs
+    cache = _Cache(cache_dir) if cache_dir is not None else None
+    cached = {i: r for i, j in enumerate(jobs) if cache is not None and (r := cache.get(j)) is not None}
     weight = [BOUND_WEIGHT if j[0] == "bound" else len(arrivals[j[1].load]) for j in jobs]
     total_w = sum(weight)
     done_w = 0
@@ -183,10 +192,13 @@ def sweep(loads: Sequence[str], capacities: Sequence[str], profiles: Sequence[st
     cells_done = 0
     say = log or (lambda s: None)
     say(f"sweep: {len(cells)} cells x {len(policies)} policies = {len(runs)} runs + {len(reps)} isolated-service "
-        f"requests, {workers} worker(s)")
+        f"requests, {workers} worker(s)" + (f"; {len(cached)} jobs from the cache {cache_dir}" if cache else ""))
     last_say = time.perf_counter()
-    for n_done, (i, res) in enumerate(_map(jobs, workers), 1):
+    todo = [(i, j) for i, j in enumerate(jobs) if i not in cached]
+    for n_done, (i, res) in enumerate(itertools.chain(cached.items(), _map(todo, workers)), 1):
         job = jobs[i]
+        if cache is not None and i not in cached:
+            cache.put(job, res)
         done_w += weight[i]
         el = time.perf_counter() - t_start
         if time.perf_counter() - last_say >= HEARTBEAT_S:  # long cells: show that runs still finish
@@ -226,6 +238,51 @@ def sweep(loads: Sequence[str], capacities: Sequence[str], profiles: Sequence[st
     return doc, walls
 
 
+class _Cache:
+    """Finished jobs on disk, one JSON file per job, keyed by the job and a fingerprint of the
+    package's code and the bundled workloads, robots and profiles (a change to any of them makes
+    every old entry unused).  Timeouts are never stored: they depend on the machine's load."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        base = Path(__file__).resolve().parents[1]
+        h = hashlib.sha256()
+        for f in sorted([*base.joinpath("timelyllm_ros").rglob("*.py"), *base.glob("workloads/*.yaml"),
+                         *base.glob("robots/*.yaml"), *base.glob("profiles/*.yaml")]):
+            h.update(str(f.relative_to(base)).encode() + b"\0" + f.read_bytes())
+        self.fingerprint = h.hexdigest()
+
+    def _path(self, job: tuple) -> Path:
+        from .sim import regime
+
+        if job[0] == "bound":
+            _, profile, net, a = job
+            ident = ["bound", regime.resolve_profile(profile).read_text(), net, *regime.bound_key(a)]
+        else:
+            _, cell, policy, seed, _ = job
+            prof = regime.resolve_profile(cell.profile)
+            load = Path(cell.load).read_text() if Path(cell.load).is_file() else cell.load
+            ident = ["run", load, cell.capacity, prof.read_text(), policy, seed]
+        key = hashlib.sha256(json.dumps([self.fingerprint, *ident], default=str).encode()).hexdigest()
+        return self.root / f"{key[:40]}.json"
+
+    def get(self, job: tuple) -> Any:
+        p = self._path(job)
+        try:
+            return json.loads(p.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def put(self, job: tuple, result: Any) -> None:
+        if isinstance(result, dict) and result.get("status") == "timeout":
+            return
+        p = self._path(job)
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result))
+        tmp.replace(p)
+
+
 def _hms(s: float) -> str:
     s = int(round(s))
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
@@ -247,7 +304,7 @@ def run_sweep(args: argparse.Namespace) -> int:
             raise CliError(f"output directory {str(p.parent)!r} does not exist")
     log = None if args.no_progress else (lambda s: print(s, file=sys.stderr, flush=True))
     doc, walls = sweep(loads, caps, profiles, policies, seed=args.seed, workers=args.workers,
-                       cell_timeout_s=args.cell_timeout, log=log)
+                       cell_timeout_s=args.cell_timeout, cache_dir=args.cache_dir, log=log)
     print_tables(doc)
     out.write_text(to_json(doc))
     walls_path = out.with_name(out.stem + ".walls.json")
