@@ -363,7 +363,7 @@ def print_tables(doc: dict[str, Any], console: Any = None) -> None:
                 b = c["bound"].get(field)
                 vals = [cell_value(c["policies"][p], field) + ("*" if p == best else "") for p in policies]
                 t.add_row(escape(c["load"]), escape(c["capacity"]), "-" if b is None else f"{b:.1f}", *vals,
-                          escape(best or "-"))
+                          escape((best or "-") + _ties(c, field)))
             console.print(t)
 
 
@@ -382,7 +382,7 @@ def markdown_summary(doc: dict[str, Any]) -> str:
         row = [f"`{c['profile']}`", c["load"], c["capacity"], f"{_fmt(b.get('total_pct'))} / {_fmt(b.get('urgent_pct'))}"]
         for field in ("total_pct", "urgent_pct"):
             best = c["best"].get(field)
-            row.append(f"{cell_value(c['policies'][best], field)} `{best}`" if best else "-")
+            row.append(f"{cell_value(c['policies'][best], field)} `{best}`{_ties(c, field)}" if best else "-")
         for p in refs:
             r = c["policies"][p]
             row.append(f"{cell_value(r, 'total_pct')} / {cell_value(r, 'urgent_pct')}" if r.get("status") == "ok"
@@ -412,6 +412,11 @@ def markdown_table(doc: dict[str, Any]) -> str:
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _ties(cell: dict[str, Any], field: str) -> str:
+    n = cell.get("best_ties", {}).get(field, 0)
+    return f" (+{n} tied)" if n else ""
 
 
 def _fmt(v: float | None) -> str:

@@ -47,6 +47,7 @@ from .runner import run_simulation
 CATEGORIES = ("urgent", "normal")
 # figures of a run and which way is better (+1: higher, -1: lower); the cell names the best policy of each
 BEST_FIELDS = {"total_pct": 1.0, "urgent_pct": 1.0, "normal_pct": 1.0, "chat_qoe": 1.0, "mean_latency_s": -1.0}
+TIE_TOLERANCE = 0.05  # points (or QoE / seconds): policies this close to the best tie with it
 WARM_GAP_S = 1.0  # virtual seconds between the warm-up prefill and the isolated request
 
 
@@ -270,7 +271,7 @@ def pct_of_bound(policy_util: Mapping[str, float], bound_util: Mapping[str, floa
 def summarize_cell(cell: Cell, arrivals: Sequence[Arrival], bound: Mapping[str, Any],
                    runs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The JSON record of one cell: bound, every policy's figures (without per-request
-    utilities), their % of the bound, and the best policy on total and urgent utility."""
+    utilities), their % of the bound, and the best policy of each figure (``best_of``)."""
     urgent_ids = [a.request_id for a in arrivals if a.category == "urgent"]
     policies: dict[str, Any] = {}
     for name, run in runs.items():
@@ -280,14 +281,23 @@ def summarize_cell(cell: Cell, arrivals: Sequence[Arrival], bound: Mapping[str, 
             rec["urgent_pct_of_bound"] = pct_of_bound(run["utility"], bound["utility"], urgent_ids) if urgent_ids else None
         policies[name] = rec
 
-    def best(field: str, sign: float) -> str | None:
-        ok = [(sign * v[field], n) for n, v in policies.items() if v.get("status") == "ok" and v.get(field) is not None]
-        return min(ok, key=lambda x: (-x[0], x[1]))[1] if ok else None
-
     return {
         "load": cell.load, "capacity": cell.capacity, "profile": Path(cell.profile).stem,
         "requests": len(arrivals),
         "bound": {k: v for k, v in bound.items() if k != "utility"},
         "policies": policies,
-        "best": {f: best(f, sign) for f, sign in BEST_FIELDS.items()},
+        **best_of(policies),
     }
+
+
+def best_of(policies: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """{"best": {figure: policy}, "best_ties": {figure: how many others are within
+    TIE_TOLERANCE}} over the runs that finished; ties go to the alphabetically first name."""
+    best: dict[str, Any] = {}
+    ties: dict[str, int] = {}
+    for field, sign in BEST_FIELDS.items():
+        vals = sorted((-sign * v[field], n) for n, v in policies.items()
+                      if v.get("status") == "ok" and v.get(field) is not None)
+        best[field] = vals[0][1] if vals else None
+        ties[field] = sum(1 for v, _ in vals[1:] if v - vals[0][0] <= TIE_TOLERANCE) if vals else 0
+    return {"best": best, "best_ties": ties}
