@@ -386,7 +386,7 @@ def markdown_summary(doc: dict[str, Any]) -> str:
         for p in refs:
             r = c["policies"][p]
             row.append(f"{cell_value(r, 'total_pct')} / {cell_value(r, 'urgent_pct')}" if r.get("status") == "ok"
-                       else f"**{r.get('status')}**")
+                       else f"*{r.get('status')}*")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
@@ -407,7 +407,7 @@ def markdown_table(doc: dict[str, Any]) -> str:
             for p in policies:
                 r = c["policies"][p]
                 v = (f"{cell_value(r, 'total_pct')} / {cell_value(r, 'urgent_pct')}" if r.get("status") == "ok"
-                     else f"**{r.get('status')}**")
+                     else f"*{r.get('status')}*")
                 row.append(f"**{v}**" if p == c["best"]["total_pct"] else v)
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
