@@ -155,7 +155,8 @@ def _grid(args: argparse.Namespace) -> tuple[list[str], list[str], list[str], li
 def sweep(loads: Sequence[str], capacities: Sequence[str], profiles: Sequence[str], policies: Sequence[str], *,
           seed: int | None = None, workers: int = 2, cell_timeout_s: float = 0.0,
           cache_dir: str | Path | None = None, log: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Run the grid; returns (the JSON document, wall times).  ``log(str)`` gets progress lines.
+    """Run the grid; returns (the JSON document, wall times: a cached job's are from its own
+    run).  ``log(str)`` gets progress lines.
     With ``cache_dir``, every finished job (not a timeout) is stored there under a key that
     includes a fingerprint of the code and data files, and reused by the next sweep: a long grid
     can be stopped and resumed, and grids that share cells share the work."""

@@ -28,6 +28,7 @@ cell fails), so the bound of a cell uses the profile's full memory.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import time
@@ -211,13 +212,21 @@ def cell_arrivals(load: str, robots: Mapping[str, RobotSpec], catalog: Mapping[s
     return expand(wl, catalog, robots, seed=wl.seed if seed is None else seed)
 
 
+@functools.lru_cache(maxsize=8)
+def _isolated_workload(network_latency_s: float) -> Workload:
+    """A workload without arrivals (``isolated_response`` supplies its own request)."""
+    return dataclasses.replace(load_workload("WID1"), name="isolated", traces=(), requests=(),
+                               network_latency_s=network_latency_s)
+
+
 def isolated_response(arrival: Arrival, profile: str | Path | LatencyProfile, *, network_latency_s: float,
                       robots: Mapping[str, RobotSpec], catalog: Mapping[str, TaskDef],
                       policies: Sequence[str] | None = None) -> tuple[float, str]:
     """(earliest response time, the policy that achieves it) of ``arrival`` served alone on an
     idle engine whose prefix cache holds its prompt (see the module docstring)."""
-    base = dataclasses.replace(load_workload("WID1"), name="isolated", traces=(), requests=(),
-                               network_latency_s=network_latency_s)
+    base = _isolated_workload(network_latency_s)
+    if not isinstance(profile, LatencyProfile):
+        profile = LatencyProfile.from_yaml(profile)
     best: tuple[float, str] | None = None
     for policy in policies or policy_names():
         got: dict[str, Any] = {}
