@@ -239,18 +239,26 @@ def sweep(loads: Sequence[str], capacities: Sequence[str], profiles: Sequence[st
     return doc, walls
 
 
+# what a cell's figures depend on (package-relative): a change here invalidates the cache
+SIMULATION_CODE = ("core", "engines", "sim", "lrtrace.py", "lrtrace_tasks.py", "prompts.py")
+
+
 class _Cache:
     """Finished jobs on disk, one JSON file per job, keyed by the job and a fingerprint of the
-    package's code and the bundled workloads, robots and profiles (a change to any of them makes
-    every old entry unused).  Timeouts are never stored: they depend on the machine's load."""
+    simulation code (``SIMULATION_CODE``), the bundled workloads, robots, profiles and Trail's
+    length predictor (a change
+    to any of them makes every old entry unused; output-only changes keep it).  Timeouts are
+    never stored: they depend on the machine's load."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         base = Path(__file__).resolve().parents[1]
         h = hashlib.sha256()
-        for f in sorted([*base.joinpath("timelyllm_ros").rglob("*.py"), *base.glob("workloads/*.yaml"),
-                         *base.glob("robots/*.yaml"), *base.glob("profiles/*.yaml")]):
+        pkg = base / "timelyllm_ros"
+        code = [p for d in SIMULATION_CODE for p in ((pkg / d).rglob("*.py") if (pkg / d).is_dir() else [pkg / d])]
+        for f in sorted([*code, *base.glob("workloads/*.yaml"), *base.glob("robots/*.yaml"),
+                         *base.glob("profiles/*.yaml"), *base.glob("models/length-predictor/*")]):
             h.update(str(f.relative_to(base)).encode() + b"\0" + f.read_bytes())
         self.fingerprint = h.hexdigest()
 

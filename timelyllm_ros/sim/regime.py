@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..core.metrics import summarize
 from ..core.policies import policy_names
 from ..core.robots import RobotSpec
 from ..core.types import Generation, GenState
