@@ -195,3 +195,16 @@ def test_cache_resumes_with_identical_json(wl, tmp_path):
     again, _ = sweep(*grid, workers=1, cache_dir=tmp_path / "c", log=lines.append)
     assert to_json(fresh) == to_json(first) == to_json(again)
     assert f"{len(stored)} jobs from the cache" in lines[0]
+
+
+def test_cached_only_reports_pending_runs(wl, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    base = ["sweep", "--loads", wl, "--profiles", "rtx4090_llama3_8b", "--workers", "1", "--no-progress",
+            "--cache-dir", str(tmp_path / "c"), "--out", str(out)]
+    assert main(base + ["--capacities", "cap2", "--policies", "fcfs"]) == 0
+    assert main(base + ["--capacities", "cap2,cap4", "--policies", "fcfs,edf", "--cached-only"]) == 0
+    cells = {c["capacity"]: c["policies"] for c in json.loads(out.read_text())["cells"]}
+    assert cells["cap2"]["fcfs"]["status"] == "ok"
+    assert {cells["cap2"]["edf"]["status"], cells["cap4"]["fcfs"]["status"], cells["cap4"]["edf"]["status"]} == {"pending"}
+    assert main(["sweep", "--loads", wl, "--cached-only", "--out", str(out)]) == 2
+    assert "--cached-only needs --cache-dir" in capsys.readouterr().err

@@ -149,7 +149,8 @@ def plot_timeline(timelines: Mapping[str, Sequence[Mapping[str, Any]]], path: st
 def plot_regime_heatmap(doc: Mapping[str, Any], path: str | Path) -> Path:
     """Regime map (``timelyllm sweep`` JSON): rows = policies, columns = cells; top panel = points
     of total time utility below the best policy of the cell (0 = best), bottom = total utility as %
-    of the isolated-service bound.  Runs that timed out or failed are grey with T / E."""
+    of the isolated-service bound.  Runs that timed out, failed or are pending are grey with
+    T / E / P."""
     import numpy as np
 
     policies = list(doc["grid"]["policies"])
@@ -166,14 +167,15 @@ def plot_regime_heatmap(doc: Mapping[str, Any], path: str | Path) -> Path:
         for i, p in enumerate(policies):
             r = c["policies"].get(p, {})
             if r.get("status") != "ok":
-                marks.append((i, j, "T" if r.get("status") == "timeout" else "E"))
+                marks.append((i, j, str(r.get("status", "?"))[:1].upper()))
                 continue
             if r.get("total_pct") is not None and top is not None:
                 gap[i, j] = top - r["total_pct"]
             if r.get("pct_of_bound") is not None:
                 pob[i, j] = r["pct_of_bound"]
-    labels = [f"{c['load']} | {c['capacity']} | {c['profile']}" for c in cells]
-    fig, axes = plt.subplots(2, 1, figsize=(max(8.0, 0.32 * m + 3), 2 * (0.32 * n + 1.6) + 3.5))
+    labels = [f"{Path(c['load']).stem if '/' in c['load'] else c['load']} | {c['capacity']} | {c['profile']}"
+              for c in cells]
+    fig, axes = plt.subplots(2, 1, figsize=(max(8.0, 0.32 * m + 3), 2 * (0.32 * n + 1.6) + 3.5), layout="constrained")
     panels = ((gap, "points of total utility below the best policy of the cell", "magma_r", 0.0, 50.0),
               (pob, "total utility, % of the isolated-service bound", "viridis", 0.0, 100.0))
     for ax, (data, title, cmap, lo, hi) in zip(axes, panels):
@@ -194,7 +196,6 @@ def plot_regime_heatmap(doc: Mapping[str, Any], path: str | Path) -> Path:
         fig.colorbar(im, ax=ax, fraction=0.02, pad=0.01)
     fig.suptitle(f"Regime map ({doc.get('source', 'simulator')}; profiles {', '.join(doc['grid']['profiles'])})",
                  fontsize=10)
-    fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -77,6 +77,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--cache-dir", default=None, metavar="DIR",
                    help="store every finished run here and reuse it (resume a stopped sweep; keyed by a "
                         "fingerprint of the code and data, so a code change recomputes)")
+    p.add_argument("--cached-only", action="store_true",
+                   help="with --cache-dir: report what the cache holds (runs not there yet: pending), run nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=run_sweep)
 
@@ -154,12 +156,15 @@ def _grid(args: argparse.Namespace) -> tuple[list[str], list[str], list[str], li
 
 def sweep(loads: Sequence[str], capacities: Sequence[str], profiles: Sequence[str], policies: Sequence[str], *,
           seed: int | None = None, workers: int = 2, cell_timeout_s: float = 0.0,
-          cache_dir: str | Path | None = None, log: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+          cache_dir: str | Path | None = None, cached_only: bool = False,
+          log: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run the grid; returns (the JSON document, wall times: a cached job's are from its own
     run).  ``log(str)`` gets progress lines.
     With ``cache_dir``, every finished job (not a timeout) is stored there under a key that
     includes a fingerprint of the code and data files, and reused by the next sweep: a long grid
-    can be stopped and resumed, and grids that share cells share the work."""
+    can be stopped and resumed, and grids that share cells share the work.  ``cached_only``: run
+    nothing but the (cheap) isolated-service jobs; runs not in the cache are reported as
+    ``pending`` (a look at a sweep still running elsewhere on the same cache)."""
     from .core.robots import load_robots
     from .lrtrace import default_catalog
     from .sim import regime
@@ -196,10 +201,18 @@ def sweep(loads: Sequence[str], capacities: Sequence[str], profiles: Sequence[st
         f"requests, {workers} worker(s)" + (f"; {len(cached)} jobs from the cache {cache_dir}" if cache else ""))
     last_say = time.perf_counter()
     todo = [(i, j) for i, j in enumerate(jobs) if i not in cached]
+    if cached_only:
+        for i, j in todo:
+            if j[0] == "run":
+                cached[i] = {"status": "pending", "reason": "not in the cache yet", "wall_s": 0.0}
+        todo = [(i, j) for i, j in todo if j[0] == "bound"]
     for n_done, (i, res) in enumerate(itertools.chain(cached.items(), _map(todo, workers)), 1):
         job = jobs[i]
         if cache is not None and i not in cached:
             cache.put(job, res)
+        if res.get("status") == "pending":  # --cached-only: shown as such, not a finished run
+            results[job[1]][job[2]] = res
+            continue
         done_w += weight[i]
         el = time.perf_counter() - t_start
         if time.perf_counter() - last_say >= HEARTBEAT_S:  # long cells: show that runs still finish
@@ -306,6 +319,8 @@ def run_sweep(args: argparse.Namespace) -> int:
         loads, caps, profiles, policies = _grid(args)
     except GridError as e:
         raise CliError(str(e)) from None
+    if args.cached_only and not args.cache_dir:
+        raise CliError("--cached-only needs --cache-dir")
     out = Path(args.out)
     heat = Path(args.heatmap) if args.heatmap else out.with_suffix(".png")
     for p in (out, heat) + ((Path(args.markdown),) if args.markdown else ()):
@@ -313,7 +328,8 @@ def run_sweep(args: argparse.Namespace) -> int:
             raise CliError(f"output directory {str(p.parent)!r} does not exist")
     log = None if args.no_progress else (lambda s: print(s, file=sys.stderr, flush=True))
     doc, walls = sweep(loads, caps, profiles, policies, seed=args.seed, workers=args.workers,
-                       cell_timeout_s=args.cell_timeout, cache_dir=args.cache_dir, log=log)
+                       cell_timeout_s=args.cell_timeout, cache_dir=args.cache_dir, cached_only=args.cached_only,
+                       log=log)
     print_tables(doc)
     out.write_text(to_json(doc))
     walls_path = out.with_name(out.stem + ".walls.json")
