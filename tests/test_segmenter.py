@@ -211,8 +211,21 @@ def test_overlong_statement_is_cut_as_error():
     seg = Segmenter(TELLO, max_statement_chars=50)
     cuts = seg.feed("l('" + "x" * 60)
     assert len(cuts) == 1 and "longer than 50" in cuts[0].error and cuts[0].end == 51
-    tail = seg.feed(";tp;")  # fresh state after the error: the rest is scanned as new text
-    assert [c.ok for c in tail] == [False, True] and "unknown skill 'xxxxxxxxxxxx'" in tail[0].error
+    # the rest of the cut statement is still string text: never scanned for statements (issue 12)
+    assert seg.feed(";mf(60);") == []
+    tail = seg.feed("');tp;")  # the string ends: the tail is one error cut, then scanning goes on
+    assert [c.ok for c in tail] == [False, True] and "rest of a statement" in tail[0].error
+    assert tail[0].text == "x" * 12 + ";mf(60);');" and tail[1].text == "tp;"
+    seg = Segmenter(TELLO, max_statement_chars=50)
+    cuts = seg.feed("l('" + "x" * 60) + seg.finish()
+    assert [c.ok for c in cuts] == [False, False] and "rest of a statement" in cuts[1].error
+
+
+def test_no_statement_is_invented_from_string_text():
+    for text in ['l("x;mf(60);");', "l('x;mf(60);');", 'l("a\\"b;mf(60);");']:
+        cuts = segment_text(TELLO, text)
+        assert [c.text for c in cuts] == [text] and cuts[0].ok, cuts
+        assert cuts[0].calls == (SkillCall("log", "l", (text[3:-3].replace('\\"', '"'),)),)
     text = "  l('" + "x" * 100 + "');tp;"
     ref = key(fed(TELLO, [text], max_statement_chars=50))
     for i in range(len(text)):  # where the deltas end does not matter

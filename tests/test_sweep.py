@@ -97,9 +97,9 @@ def test_usage_errors_exit_2(capsys):
         assert e.value.code == 2
 
 
-def test_missing_output_directory(tmp_path, capsys):
-    assert main(["sweep", "--loads", "WID1", "--out", str(tmp_path / "nope" / "r.json")]) == 2
-    assert "does not exist" in capsys.readouterr().err
+def test_output_that_is_a_folder(tmp_path, capsys):
+    assert main(["sweep", "--loads", "WID1", "--out", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
 
 
 # --- the bound ----------------------------------------------------------------------------------

@@ -2,6 +2,9 @@
 
 djitellopy binds local UDP 8889 (replies) and 8890 (state) once per process; each test uses its
 own emulator address 127.0.0.N:9889 so replies are told apart by source IP, as with real drones.
+Those host-wide ports may be held by another process, so the module runs in a network namespace
+of its own (tests/netns.py) where it can; where it cannot and the ports are taken, it is skipped
+with the reason.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import pytest
 djitellopy = pytest.importorskip("djitellopy")
 djitellopy.Tello.LOGGER.setLevel(logging.WARNING)
 
+from netns import own_udp_ports  # noqa: E402
 from timelyllm_ros.core.robots import load_robots, parse_robot  # noqa: E402
 from timelyllm_ros.core.types import ResultCode, SegmentGoal  # noqa: E402
 from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor, SimulatedPerception  # noqa: E402
@@ -54,6 +58,11 @@ class Rig:
     def close(self):
         self.ex.close()
         self.emu.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _own_udp_ports():
+    yield from own_udp_ports()
 
 
 @pytest.fixture

@@ -15,14 +15,30 @@ import argparse
 import importlib
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
+
+from .inputs import InputError as CliError  # noqa: F401 - subcommands raise it
 
 EXIT_USAGE = 2
-SUBCOMMAND_MODULES = ("timelyllm_ros.demo", "timelyllm_ros.serve", "timelyllm_ros.offline.cli", "timelyllm_ros.sweep")
+SUBCOMMAND_MODULES = ("timelyllm_ros.demo", "timelyllm_ros.serve", "timelyllm_ros.offline.cli",
+                      "timelyllm_ros.nodes.cli", "timelyllm_ros.sweep")
 
 
-class CliError(Exception):
-    """Bad user input: printed as one line, exit code 2."""
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (exit 2) that points at ``--help``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as _v
+
+    try:
+        return _v("timelyllm_ros")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def _positive_int(s: str) -> int:
@@ -32,6 +48,16 @@ def _positive_int(s: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _positive_float(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
     return v
 
 
@@ -59,7 +85,7 @@ def add_bench(sub: Any) -> None:
                        description="Replay an LRTrace workload (paper §7) in the discrete-event simulator.")
     p.add_argument("--workload", required=True, help="bundled name (WID1, WID2, WID3, mixed_small) or YAML path")
     p.add_argument("--policy", action="append", required=True, dest="policies", metavar="P",
-                   help="policy name; repeat for several (timelyllm, vllm, vllm-stream, fcfs, edf, ...)")
+                   help=f"policy name; repeat for several ({', '.join(_policy_names())})")
     p.add_argument("--param", action="append", type=_param, default=[], metavar="[POLICY:]NAME=VALUE",
                    help="policy parameter (repeatable): `trail:c=0.5` for one policy, `c=0.5` for every "
                         "policy of the run")
@@ -69,6 +95,8 @@ def add_bench(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=None, help="arrival + robot seed (default: the workload's)")
     p.add_argument("--catalog", action="append", default=None, metavar="FILE",
                    help="task catalog YAML (repeatable; default: every bundled workloads/*_tasks.yaml)")
+    p.add_argument("--robots-dir", action="append", default=[], metavar="DIR",
+                   help="more robot YAMLs (custom robots) beside the bundled robots/ (repeatable)")
     p.add_argument("--profile", default=None, help="engine latency profile YAML (default rtx4090_llama3_8b)")
     p.add_argument("--exclusive-agents", action="store_true",
                    help="each agent is one robot running its goals FIFO (default: per-request lanes)")
@@ -83,46 +111,60 @@ def add_bench(sub: Any) -> None:
     p.set_defaults(func=run_bench)
 
 
-def _check_policies(names: Sequence[str]) -> None:
-    from .core.policies import check_names
+def _policy_names() -> list[str]:
+    from .core.policies import policy_names
 
-    try:
-        check_names(names)
-    except ValueError as e:
-        raise CliError(str(e)) from None
+    return policy_names()
+
+
+def params_for(policy: str, params: Sequence[tuple[str | None, str, Any]]) -> dict[str, Any]:
+    """The ``--param`` values that reach one policy (its own and the unscoped ones)."""
+    return {k: v for pol, k, v in params if pol in (None, policy)}
+
+
+def check_params(policies: Sequence[str], params: Sequence[tuple[str | None, str, Any]]) -> None:
+    """``--param``: scoped ones name a policy of the run; every policy knows its parameters."""
+    from .inputs import check_policy_params
+
+    stray = sorted({pol for pol, _, _ in params if pol is not None} - set(policies))
+    if stray:
+        raise CliError(f"--param names policies not in this run: {stray}; run: {list(policies)}")
+    for name in policies:
+        check_policy_params(name, params_for(name, params))
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .core.metrics import to_json
-    from .engines.simulated import DEFAULT_PROFILE, ProfileError
-    from .core.robots import RobotSpecError, load_robots
-    from .lrtrace import WorkloadError, default_catalog, load_workload
+    from .engines.simulated import DEFAULT_PROFILE, LatencyProfile, ProfileError
+    from .inputs import catalog_for, check_out_file, check_policies, robots_from_dirs, workload_arrivals
+    from .lrtrace import WorkloadError
+    from .report import console as make_console
+    from .report import print_table
     from .sim.runner import run_simulation
 
-    console = Console(stderr=True)
-    _check_policies(args.policies)
-    try:
-        workload = load_workload(args.workload)
-    except WorkloadError as e:
-        raise CliError(str(e)) from None
+    console = make_console(stderr=True)
+    check_policies(args.policies)
+    robots = robots_from_dirs(args.robots_dir)
+    catalog = catalog_for(robots, args.catalog)
+    workload, _ = workload_arrivals(args.workload, robots, catalog, seed=args.seed)
     profile = Path(args.profile) if args.profile else DEFAULT_PROFILE
     if not profile.is_file():
-        raise CliError(f"profile {str(profile)!r} does not exist")
+        raise CliError(f"--profile {str(profile)!r}: no such file")
     try:
-        robots = load_robots()
-        catalog = default_catalog(robots, args.catalog)
-    except (RobotSpecError, WorkloadError) as e:
-        raise CliError(str(e)) from None
-    stray = sorted({pol for pol, _, _ in args.param if pol is not None} - set(args.policies))
-    if stray:
-        raise CliError(f"--param names policies not in this run: {stray}; run: {args.policies}")
+        LatencyProfile.from_yaml(profile)
+    except (OSError, ValueError) as e:
+        raise CliError(f"--profile: {e}") from None
+    check_params(args.policies, args.param)
+    out = check_out_file(args.out)
+    for arg, path in (("--plot", args.plot), ("--timeline", args.timeline)):
+        if path:
+            check_out_file(path, arg=arg)
     results: dict[str, Any] = {}
     sims = {}
     for name in args.policies:
-        params = {k: v for pol, k, v in args.param if pol in (None, name)}
+        params = params_for(name, args.param)
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                       TimeElapsedColumn(), console=console, disable=args.no_progress, transient=True) as prog:
             task = prog.add_task(f"{workload.name} / {name}", total=None, info="")
@@ -141,11 +183,9 @@ def run_bench(args: argparse.Namespace) -> int:
         results[name] = r.to_dict()
         console.print(f"{workload.name} / {name}: {len(r.generations)} requests, virtual "
                       f"{r.virtual_end_s:.1f} s, wall {r.wall_s:.2f} s")
-        print_table(Console(), r.metrics, f"{workload.name} — {name} ({r.batcher}, profile {r.profile})")
+        print_table(make_console(), r.metrics, f"{workload.name} — {name} ({r.batcher}, profile {r.profile})")
     doc = {"workload": workload.name, "source": workload.source, "max_batch": args.max_batch,
            "seed": args.seed if args.seed is not None else workload.seed, "policies": results}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(to_json(doc))
     console.print(f"wrote {out}")
     if args.plot or args.timeline:
@@ -167,44 +207,14 @@ def run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_table(console: Any, metrics: dict[str, Any], title: str) -> None:
-    """Per task type, then per [category] and overall: mean utility and its % of the maximum
-    (sum of TUF betas), mean and p99 response, mean waiting and completion (seconds), and how many
-    requests did not finish."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    from .plots import task_sort_key
-
-    t = Table(title=title)
-    for col in ("task", "n", "utility", "%max", "resp s", "p99 s", "wait s", "compl s", "unfin"):
-        t.add_column(col, justify="left" if col == "task" else "right", no_wrap=True)
-
-    def row(name: str, a: dict[str, Any], style: str = "") -> None:
-        unfinished = a["count"] - a["states"].get("finished", 0)
-        t.add_row(escape(name), str(a["count"]), _f(a["utility_mean"]), _f(a["utility_pct_of_max"], "{:.1f}"),
-                  _f(a["response_s"]["mean"]), _f(a["response_s"]["p99"]), _f(a["waiting_s"]["mean"]),
-                  _f(a["completion_s"]["mean"], "{:.2f}"), str(unfinished), style=style)
-
-    for name in sorted(metrics.get("by_task_type", {}), key=task_sort_key):
-        row(name, metrics["by_task_type"][name])
-    for name in sorted(metrics.get("by_category", {})):
-        row(f"[{name}]", metrics["by_category"][name], "dim")
-    row("all", metrics["overall"], "bold")
-    console.print(t)
-
-
-def _f(v: Any, fmt: str = "{:.3f}") -> str:
-    return "-" if v is None else fmt.format(v)
-
-
 # --------------------------------------------------------------------------------------- main
 
 BUILTIN: tuple[Callable[[Any], None], ...] = (add_bench,)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="timelyllm", description="TimelyLLM: segmented LLM serving for robots")
+    ap = OneLineParser(prog="timelyllm", description="TimelyLLM: segmented LLM serving for robots")
+    ap.add_argument("--version", action="version", version=f"timelyllm {version()}")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     for add in BUILTIN:
         add(sub)

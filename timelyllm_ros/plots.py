@@ -146,6 +146,54 @@ def plot_timeline(timelines: Mapping[str, Sequence[Mapping[str, Any]]], path: st
     return out
 
 
+def plot_pct_of_max(runs: Mapping[str, Mapping[str, Any]], path: str | Path, *, title: str = "",
+                    task_labels: Mapping[str, str] | None = None) -> Path:
+    """What a scheduler buys, readable: per task type, then per [category] and overall, the time
+    utility as % of its maximum (urgent TUFs have beta 2, normal 1, so absolute utility does not
+    compare) and the mean response time, one bar per run (``runs``: label -> metrics summary, e.g.
+    the demo's policy on the real engine beside a baseline on the same arrivals).  ``task_labels``
+    name what each task type is (robot kind, category).  The legend sits below the panels."""
+    labels = list(runs)
+    types = sorted({t for m in runs.values() for t in m.get("by_task_type", {})}, key=task_sort_key)
+    cats = sorted({c for m in runs.values() for c in m.get("by_category", {})})
+    groups = [("by_task_type", t) for t in types] + [("by_category", c) for c in cats] + [("overall", None)]
+    if not labels or not types:
+        raise ValueError("nothing to plot: no runs or no task types in the results")
+
+    def agg(m: Mapping[str, Any], kind: str, key: str | None) -> Mapping[str, Any] | None:
+        return m.get("overall") if kind == "overall" else m.get(kind, {}).get(key)
+
+    fig, axes = plt.subplots(2, 1, figsize=(min(16.0, max(7.0, 0.32 * len(groups) * len(labels) + 2)), 6.6), sharex=True)
+    width = 0.8 / len(labels)
+    cmap = plt.get_cmap("tab10")
+    for ax, (field, ylabel) in zip(axes, (("utility_pct_of_max", "time utility, % of max"),
+                                          ("response_s", "mean response time (s)"))):
+        for i, lab in enumerate(labels):
+            ys = []
+            for kind, key in groups:
+                a = agg(runs[lab], kind, key)
+                ys.append(_value(a, field) if a is not None else float("nan"))
+            xs = [j + (i - (len(labels) - 1) / 2) * width for j in range(len(groups))]
+            ax.bar(xs, ys, width=width, label=lab, color=cmap(i % 10))
+        ax.set_ylabel(ylabel)
+        ax.grid(axis="y", alpha=0.3)
+        ax.axvline(len(types) - 0.5, color="grey", linewidth=0.6, linestyle=":")
+    axes[0].axhline(100, color="black", linewidth=0.6, linestyle="--")
+    axes[0].axhline(0, color="black", linewidth=0.6)
+    ticks = [f"{t}\n{task_labels[t]}" if task_labels and t in task_labels else t for t in types]
+    ticks += [f"[{c}]" for c in cats] + ["all"]
+    axes[-1].set_xticks(range(len(groups)))
+    axes[-1].set_xticklabels(ticks, fontsize=7)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=1, fontsize=8, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.03 + 0.03 * len(labels), 1, 1))
+    out = Path(path)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def plot_regime_heatmap(doc: Mapping[str, Any], path: str | Path) -> Path:
     """Regime map (``timelyllm sweep`` JSON): rows = policies, columns = cells; top panel = points
     of total time utility below the best policy of the cell (0 = best), bottom = total utility as %

@@ -21,7 +21,7 @@ from .core.planner import Planner, PlannerConfig
 from .core.policies import DispatchMode, make_policy
 from .core.robots import RobotSpec
 from .core.types import Generation
-from .engines.base import Engine
+from .engines.base import Engine, StepRecord
 from .lrtrace import Arrival
 from .sim.robots import SimulatedRobots
 from .sim.runner import EventLoop, _RequestLanes
@@ -39,6 +39,9 @@ class Progress:
     kv_usage: float = 0.0
     tokens_per_s: float = 0.0
     elapsed_s: float = 0.0
+    next_arrival_s: float | None = None  # seconds until the next request arrives (None: all in)
+    drain_eta_s: float | None = None  # once all arrived: estimated seconds until the last finishes
+    final: bool = False  # the last update: every request is terminal
 
 
 @dataclass
@@ -48,6 +51,7 @@ class ServeResult:
     wall_s: float
     rejected: list[tuple[str, str]]
     planner: Planner
+    step_records: list[StepRecord] = field(default_factory=list)  # serving iterations (not the warm-up)
 
 
 def warm_up(engine: Engine, prompts: Any, robot_types: list[str], *, rounds: int = 3, tokens: int = 8) -> None:
@@ -104,6 +108,9 @@ def serve_arrivals(arrivals: list[Arrival], *, engine: Engine, prompts: Any,
         planner.batcher = planner.fixed(256)  # vLLM-style continuous batching
     rejected: list[tuple[str, str]] = []
     prog = Progress(total=len(arrivals))
+    kept_log = engine.step_log  # a caller's own log (benchmarks) gets the serving steps too
+    step_log: list[StepRecord] = kept_log if kept_log is not None else []
+    engine.step_log = step_log  # serving iterations: the demo's engine-speed report
 
     def arrive(a: Arrival) -> Callable[[], None]:
         def submit() -> None:
@@ -116,19 +123,32 @@ def serve_arrivals(arrivals: list[Arrival], *, engine: Engine, prompts: Any,
     for a in arrivals:
         loop.schedule(a.time, arrive(a))
     last_progress = -1.0
+    last_arrival = max((a.time for a in arrivals), default=0.0)
     t0 = time.monotonic()
+
+    def report(final: bool = False) -> None:
+        now = clock.now()
+        st = planner.status()
+        gens = planner.generations.values()
+        prog.done = sum(1 for g in gens if g.state.terminal) + len(rejected)
+        prog.counts, prog.batch = st.counts, st.batch_size
+        prog.segments = sum(len(g.segments) for g in gens)
+        prog.kv_usage, prog.tokens_per_s, prog.elapsed_s = st.kv_usage, st.tokens_per_s, now
+        prog.next_arrival_s = max(0.0, loop.next_time() - now) if now < last_arrival and loop.next_time() else None
+        prog.drain_eta_s = None if final or now < last_arrival else drain_eta(planner.live(), now)
+        prog.final = final
+        assert on_progress is not None
+        on_progress(prog)
+
     while True:
         loop.fire_due()
         ran = planner.step()
+        if planner.engine.step_log is not step_log:  # a restarted engine (supervisor) logs too
+            planner.engine.step_log = step_log
         now = clock.now()
         if on_progress and now - last_progress >= progress_every_s:
             last_progress = now
-            st = planner.status()
-            terminal = sum(1 for g in planner.generations.values() if g.state.terminal)
-            prog.done, prog.counts, prog.batch = terminal + len(rejected), st.counts, st.batch_size
-            prog.segments = sum(len(g.segments) for g in planner.generations.values())
-            prog.kv_usage, prog.tokens_per_s, prog.elapsed_s = st.kv_usage, st.tokens_per_s, now
-            on_progress(prog)
+            report()
         if not planner.busy() and loop.next_time() is None:
             break
         if time.monotonic() - t0 > timeout_s:
@@ -140,10 +160,27 @@ def serve_arrivals(arrivals: list[Arrival], *, engine: Engine, prompts: Any,
             nxt = loop.next_time()
             wait = 0.005 if nxt is None else min(0.005, max(0.0, nxt - clock.now()))
             time.sleep(wait)
+    if on_progress:
+        report(final=True)  # the last frame shows every request terminal
+    planner.engine.step_log = kept_log
     gens = list(planner.generations.values())
     assert all(g.state.terminal for g in gens), [g.state for g in gens if not g.state.terminal]
     return ServeResult(generations=gens, metrics=summarize(gens), wall_s=time.monotonic() - t0,
-                       rejected=rejected, planner=planner)
+                       rejected=rejected, planner=planner, step_records=step_log)
+
+
+def drain_eta(live: list[Generation], now: float) -> float:
+    """Seconds until the live generations are done if nothing more waits for the engine: each
+    one's unfinished segments run back to back, the one executing from its own start (estimated
+    execution times, as the planner's; an overrun one counts as ending now)."""
+    eta = 0.0
+    for g in live:
+        t = now
+        for i, seg in enumerate(x for x in g.segments if x.exec_end is None):
+            running = i == 0 and seg.exec_start is not None
+            t = max(now, seg.exec_start + seg.est_exec_s) if running else t + seg.est_exec_s
+        eta = max(eta, t - now)
+    return eta
 
 
 __all__ = ["Progress", "ServeResult", "serve_arrivals", "warm_up"]

@@ -313,6 +313,7 @@ def _hms(s: float) -> str:
 def run_sweep(args: argparse.Namespace) -> int:
     from .cli import CliError
     from .core.metrics import to_json
+    from .inputs import check_out_file
     from .sim.regime import GridError
 
     try:
@@ -321,11 +322,10 @@ def run_sweep(args: argparse.Namespace) -> int:
         raise CliError(str(e)) from None
     if args.cached_only and not args.cache_dir:
         raise CliError("--cached-only needs --cache-dir")
-    out = Path(args.out)
-    heat = Path(args.heatmap) if args.heatmap else out.with_suffix(".png")
-    for p in (out, heat) + ((Path(args.markdown),) if args.markdown else ()):
-        if p.parent and not p.parent.exists():
-            raise CliError(f"output directory {str(p.parent)!r} does not exist")
+    out = check_out_file(args.out)
+    heat = check_out_file(args.heatmap, arg="--heatmap") if args.heatmap else out.with_suffix(".png")
+    if args.markdown:
+        check_out_file(args.markdown, arg="--markdown")
     log = None if args.no_progress else (lambda s: print(s, file=sys.stderr, flush=True))
     doc, walls = sweep(loads, caps, profiles, policies, seed=args.seed, workers=args.workers,
                        cell_timeout_s=args.cell_timeout, cache_dir=args.cache_dir, cached_only=args.cached_only,

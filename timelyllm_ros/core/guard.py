@@ -1,21 +1,41 @@
 """Dispatch guard: the single validation point every segment passes before a robot sees it.
 
-The guard trusts nothing it is given: it re-parses the segment text itself (syntax only; the
-schema checks below are its own code, not the parser's), requires the goal's call list to be
-exactly the calls written in the text (so no one can smuggle a different call list past it),
+The guard trusts nothing it is given: it re-parses the segment text itself (syntax only, with the
+one MiniSpec parser; the schema checks below are its own code), requires the goal's call list to
+be exactly the calls written in the text (so no one can smuggle a different call list past it),
 checks every call against the robot schema, and applies hard limits that do not come from the
 YAML (the Tello SDK's ranges, the arm's workspace), so that a loosened schema file cannot make a
-robot fly 5 km.  Pure: no I/O, never raises — anything unexpected is a rejection with a reason.
+robot fly 5 km.  Pure: no I/O, never raises -- anything unexpected is a rejection with a reason.
+
+Validation happens in two places, and only these two:
+
+1. **statically, here, before dispatch** -- everything known from the text: syntax, skill names,
+   arity, every literal argument (type, range, hard limit, safe string), loop bounds and call
+   counts, the static type of every computed argument (`mf(p('x'))`, or `mf(_1)` when the plan's
+   earlier segment made `_1` a `str`: `PlanState.var_types`), and the flight envelope of the
+   segment's worst path and of the plan so far (`core.envelope`, amounts known only at run time
+   counted at their least legal value);
+2. **at run time, in the executor, on resolved values before any robot command** -- a computed
+   argument once its value exists (`core.minispec_run.resolve_arg`: type, int-ness without
+   rounding, schema range; then `executors.base.SegmentExecutor` re-checks the resolved call, the
+   backend's hard limits and the envelope with the actual amounts).  `mf(_1*1000)` after
+   `_1=ox('x')` passes here (it may be `mf(300)`), and is refused there when `_1*1000` is 550 or
+   512.3: the goal fails and nothing is sent.
+
+A value returned by a blocking call travels back to the generation as before; the guard never
+needs it.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
-from .minispec import (MAX_LOOP, MAX_LOOP_PRODUCT, MAX_STEPS, Cond, Else, Loop, MiniSpecError, Stmt, parse_statement,
-                       statement_calls, string_problem, text_problem)
+from . import envelope
+from .minispec import (MAX_LOOP, MAX_LOOP_PRODUCT, MAX_STEPS, Call, Cond, Else, Lit, Loop, MiniSpecError, Stmt,
+                       parse_statement, string_problem, text_problem)
+from .minispec_check import Types, iter_calls, statement_calls, static_types
 from .robots import RobotSpec, SkillSpec
 from .types import SkillCall
 
@@ -42,39 +62,47 @@ INT_ONLY = {"tello": set(HARD_LIMITS["tello"]), "arm": {"move_to", "rotate_wrist
 
 
 @dataclass(frozen=True, slots=True)
+class PlanState:
+    """What the guard knows of a plan's earlier (accepted) segments."""
+
+    var_types: Mapping[str, Types] = field(default_factory=dict)  # variable -> value types it may hold
+    travel: envelope.Travel = envelope.ZERO  # worst-path travel commanded so far (static)
+
+
+@dataclass(frozen=True, slots=True)
 class GuardVerdict:
     ok: bool
     reason: str = ""  # why the segment was rejected ('' when ok)
+    plan: PlanState | None = None  # the plan's state after this segment (when ok)
 
     def __bool__(self) -> bool:
         return self.ok
 
 
-_OK = GuardVerdict(True)
-
-
-def check_segment(robot: RobotSpec, text: str, calls: Any) -> GuardVerdict:
+def check_segment(robot: RobotSpec, text: str, calls: Any, plan: PlanState | None = None) -> GuardVerdict:
     """Accept a segment only if `text` is one valid statement for `robot` and `calls` are exactly
-    its calls, each within the schema and the robot's hard limits."""
+    its calls, each within the schema and the robot's hard limits, its computed arguments can be
+    of the right type, and the segment (and the plan so far, `plan`) stays in the envelope.
+    The verdict carries the plan state to pass with the plan's next segment."""
     try:
-        reason = _check(robot, text, calls)
+        out = _check(robot, text, calls, plan if isinstance(plan, PlanState) else PlanState())
     except Exception as e:  # noqa: BLE001 - the guard must never take the planner down
         return GuardVerdict(False, f"internal guard error: {type(e).__name__}: {e}")
-    return _OK if reason is None else GuardVerdict(False, reason)
+    return GuardVerdict(True, "", out) if isinstance(out, PlanState) else GuardVerdict(False, out)
 
 
-def check_goal(robot: RobotSpec, goal: Any) -> GuardVerdict:
+def check_goal(robot: RobotSpec, goal: Any, plan: PlanState | None = None) -> GuardVerdict:
     """check_segment for a SegmentGoal (robot type included)."""
     try:
         if getattr(goal, "robot_type", None) != robot.robot_type:
             return GuardVerdict(False, f"goal is for robot type {getattr(goal, 'robot_type', None)!r}, "
                                        f"not {robot.robot_type!r}")
-        return check_segment(robot, goal.text, goal.calls)
+        return check_segment(robot, goal.text, goal.calls, plan)
     except Exception as e:  # noqa: BLE001
         return GuardVerdict(False, f"internal guard error: {type(e).__name__}: {e}")
 
 
-def _check(robot: RobotSpec, text: Any, calls: Any) -> str | None:
+def _check(robot: RobotSpec, text: Any, calls: Any, plan: PlanState) -> str | PlanState:
     if not isinstance(robot, RobotSpec):
         return f"robot must be a RobotSpec, got {type(robot).__name__}"
     if not isinstance(text, str):
@@ -89,7 +117,7 @@ def _check(robot: RobotSpec, text: Any, calls: Any) -> str | None:
         if type(c) is not SkillCall:
             return f"calls must be SkillCall objects, got {type(c).__name__}"
     if robot.language == "sentence":
-        return _check_chat(robot, text, tuple(calls))
+        return _check_chat(robot, text, tuple(calls)) or plan
     if robot.language != "minispec":
         return f"unknown robot language {robot.language!r}"
     if len(text) > MAX_SEGMENT_CHARS:
@@ -100,8 +128,8 @@ def _check(robot: RobotSpec, text: Any, calls: Any) -> str | None:
         return f"invalid statement: {e}"
     if not _same_calls(parsed, tuple(calls)):
         return f"goal calls {_fmt(calls)} differ from the calls in the text {_fmt(parsed)}"
-    for c in parsed:
-        reason = _check_call(robot, c)
+    for node in iter_calls((stmt,)):
+        reason = _check_call(robot, node)
         if reason:
             return reason
     product = _loop_product(stmt)
@@ -110,7 +138,14 @@ def _check(robot: RobotSpec, text: Any, calls: Any) -> str | None:
     steps = statement_calls(stmt)
     if steps > MAX_STEPS:
         return f"segment may execute {steps} skill calls (at most {MAX_STEPS})"
-    return None
+    try:
+        var_types = static_types((stmt,), robot, plan.var_types)
+    except MiniSpecError as e:
+        return f"invalid statement: {e}"
+    outside, travel = envelope.check_static(robot, (stmt,), plan.travel)
+    if outside:
+        return f"outside the flight envelope: {outside}"
+    return PlanState(var_types, travel)
 
 
 def _check_chat(robot: RobotSpec, text: str, calls: tuple[SkillCall, ...]) -> str | None:
@@ -160,18 +195,23 @@ def _same_calls(a: tuple[SkillCall, ...], b: tuple[SkillCall, ...]) -> bool:
     return True
 
 
-def _check_call(robot: RobotSpec, c: SkillCall) -> str | None:
+def _check_call(robot: RobotSpec, node: Call) -> str | None:
+    c = node.call
     spec: SkillSpec | None = robot.skills.get(c.name)
     if spec is None:
         return f"unknown skill {c.name!r} for robot type {robot.robot_type!r}"
     if c.abbr not in (spec.abbr, spec.name):
         return f"{c.abbr!r} is not a name of skill {spec.name!r}"
-    if len(c.args) != len(spec.args):
+    if len(c.args) != len(spec.args) or len(node.args) != len(spec.args):
         return f"{c.abbr}: takes {len(spec.args)} argument(s), got {len(c.args)}"
     hard = HARD_LIMITS.get(robot.robot_type, {}).get(spec.name, ())
     int_only = spec.name in INT_ONLY.get(robot.robot_type, ())
-    for i, (a, v) in enumerate(zip(spec.args, c.args)):
+    for i, (a, v, e) in enumerate(zip(spec.args, c.args, node.args)):
         where = f"{c.abbr}: argument {a.name!r}"
+        if not isinstance(e, Lit):
+            if v is not None:
+                return f"{where} is computed but the call carries the value {_show(v)}"
+            continue  # its static type is checked below; its value at run time (module doc)
         if a.type == "str":
             if type(v) is not str:
                 return f"{where} must be a string, got {v!r}"

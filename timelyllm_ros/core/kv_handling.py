@@ -37,7 +37,7 @@ from typing import Any, Iterable, Sequence
 from .types import Generation, Segment
 
 HANDLINGS = ("preserve", "discard", "swap")
-_TYPE_AND_ID = operator.attrgetter("request.robot_type", "request.request_id")  # (type, Generation.gen_id)
+_ID = operator.attrgetter("request.request_id")  # Generation.gen_id without the property call
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,11 +125,12 @@ class SharedPrefix:
         self._ref: dict[str, list[int]] = {}
         self._lcp: dict[str, int] = {}
         self._seen: dict[str, set[str]] = {}
-        self._all: set[tuple[str, str]] = set()  # (robot type, gen id) of every generation seen
+        self._all: set[str] = set()  # gen id of every generation seen (an id names one generation:
+        # the planner refuses duplicate request ids, so its robot type is fixed)
 
     def seen_all(self, gens: Sequence[Generation]) -> bool:
         """Every one of gens observed already (C-level set operation)."""
-        return self._all.issuperset(map(_TYPE_AND_ID, gens))
+        return self._all.issuperset(map(_ID, gens))
 
     def observe_all(self, gens: Sequence[Generation]) -> None:
         """`observe` each of gens in order.  Policies call this for every ready generation at
@@ -147,7 +148,7 @@ class SharedPrefix:
         elif g.gen_id in seen:  # the common case: no new set built
             return
         seen.add(g.gen_id)
-        self._all.add((rt, g.gen_id))
+        self._all.add(g.gen_id)
         ref = self._ref.get(rt)
         if ref is None:
             self._ref[rt] = list(g.prompt_ids)
@@ -161,6 +162,11 @@ class SharedPrefix:
         while i < n and ref[i] == g.prompt_ids[i]:
             i += 1
         self._lcp[rt] = i
+
+    def signature(self) -> tuple:
+        """The shared length of every robot type seen: equal signatures, equal `shared` answers
+        (policies that cache private contexts check it once per scheduling point)."""
+        return tuple((rt, self.shared(rt)) for rt in self._seen)
 
     def shared(self, robot_type: str) -> int:
         if len(self._seen.get(robot_type, ())) < 2:

@@ -1,25 +1,39 @@
-"""MiniSpec (TypeFly's robot planning language): parser, schema check and interpreter.
+"""MiniSpec (TypeFly's robot planning language): lexer, AST and THE parser.
 
 Grammar (one *statement* is the unit the segmenter cuts and a robot executes)::
 
     statement := call | assign | loop | cond | else | return
-    call      := NAME [ '(' [ literal (',' literal)* ] ')' ]     # `tp` == `tp()`
-    assign    := VAR '=' ( call | literal | VAR )                # VAR := _1, _x ...
-    loop      := INT '{' block '}'                               # 1 <= INT <= MAX_LOOP
-    cond      := '?' test '{' block '}'
-    else      := ':' ( '{' block '}' | cond )                    # else / else-if of the
-                                                                 # preceding conditional
-    return    := '->' [ operand ]
+    call      := NAME [ '(' [ expr (',' expr)* ] ')' ]               # `tp` == `tp()`
+    assign    := VAR '=' expr                                        # VAR := _1, _x ...
+    loop      := INT '{' block '}'                                   # 1 <= INT <= MAX_LOOP
+    cond      := '?' expr '{' block '}'
+    else      := ':' ( '{' block '}' | cond )                        # else / else-if of the
+                                                                     # preceding conditional
+    return    := '->' [ expr ]
     block     := ( statement | ';' )*       # ';' separates statements; after '}' it is optional
-    test      := conj ( '|' conj )* ;  conj := cmp ( '&' cmp )*
-    cmp       := operand [ ('=='|'!='|'<'|'>'|'<='|'>=') operand ]
-    operand   := call | VAR | literal
-    literal   := INT | FLOAT | 'string' | True | False           # strings: \\' and \\\\ escapes
+    expr      := conj ( '|' conj )* ;       conj := cmp ( '&' cmp )*
+    cmp       := sum [ ('=='|'!='|'<'|'>'|'<='|'>=') sum ]
+    sum       := term ( ('+'|'-') term )* ; term := unary ( ('*'|'/') unary )*
+    unary     := '-' unary | atom
+    atom      := call | VAR | literal | '(' expr ')'
+    literal   := INT | FLOAT | 'string' | "string" | True | False  # escapes: \\' \\" \\\\
 
-An else is its own statement so that a conditional can be dispatched the moment its `}` arrives
-(TypeFly stream semantics); the interpreter links it to the preceding conditional through the
-executor's per-plan `env`.  Call arguments are literals only, so every call can be checked against
-the robot schema before the robot sees it.
+This is TypeFly's grammar (values, variables and value skills such as `ox('x')` or `time()` wherever
+a value may stand, `&`/`|` conditions) plus arithmetic and an explicit else.  An else is its own
+statement so that a conditional can be dispatched the moment its `}` arrives (TypeFly stream
+semantics); the interpreter links it to the preceding conditional through the executor's per-plan
+`env`.
+
+One parser for the whole project: the segmenter, the dispatch guard, the executors and the
+benchmarks all call `parse_statement` / `parse_program`.  What is checked where:
+
+* here (`check=True`): syntax, skill names, arity, every *literal* argument against the schema,
+  static types of computed arguments (`minispec_check`), loop bounds, calls per statement;
+* `minispec_run`: every *computed* argument once its value is known (type, int-ness, range),
+  before the skill is called.
+
+A call's `SkillCall` (what goals carry) holds the literal value of each literal argument and
+`None` for a computed one (the value exists only at run time); `Call.args` keeps the expressions.
 """
 
 from __future__ import annotations
@@ -28,13 +42,14 @@ import math
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import Callable, MutableMapping, NamedTuple, Union
+from typing import NamedTuple, Union
 
-from .robots import RobotSpec, SkillSpec
+from .robots import ArgSpec, RobotSpec, SkillSpec
 from .types import SkillCall, Value
 
 MAX_LOOP = 100  # largest loop bound a plan may use (keeps robots safe)
 MAX_DEPTH = 8  # nesting of blocks
+MAX_EXPR_DEPTH = 16  # nesting of parentheses / unary minus in one expression
 MAX_CALLS = 32  # skill calls written in one statement
 MAX_TEXT = 4096  # characters in one statement
 MAX_NUMBER_CHARS = 24  # longer numeric literals are rejected before int()/float()
@@ -44,6 +59,10 @@ MAX_LOOP_PRODUCT = 1000  # product of nested loop counts in one statement
 RETURNED = "__returned__"  # env key: True once the plan executed `->`
 RETURN_VALUE = "__return_value__"
 COND_CHAIN = "__cond__"  # env key: whether the preceding top-level if/else chain took a branch
+
+ARITH_OPS = ("+", "-", "*", "/")
+CMP_OPS = ("==", "!=", "<", ">", "<=", ">=")
+BOOL_OPS = ("&", "|")
 
 
 class MiniSpecError(ValueError):
@@ -57,6 +76,10 @@ class MiniSpecError(ValueError):
 
 class MiniSpecRuntimeError(RuntimeError):
     """A valid statement failed while running (undefined variable, bad comparison, step limit)."""
+
+
+class ArgumentError(MiniSpecRuntimeError):
+    """A computed argument does not fit its skill (type, int-ness, range): the call is not made."""
 
 
 # ---------------------------------------------------------------- AST
@@ -76,31 +99,29 @@ class Var:
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    call: SkillCall
+    call: SkillCall  # literal arguments resolved; None where an argument is computed
     returns: str  # the skill's return type (none | bool | float | str)
     pos: int
-
-
-Operand = Union[Lit, Var, Call]
+    args: tuple["Expr", ...] = ()  # the argument expressions as written
 
 
 @dataclass(frozen=True, slots=True)
-class Compare:
-    op: str  # == != < > <= >=
-    left: Operand
-    right: Operand
+class Neg:
+    operand: "Expr"
     pos: int
 
 
 @dataclass(frozen=True, slots=True)
-class BoolOp:
-    op: str  # & |
-    left: "Test"
-    right: "Test"
+class BinOp:
+    op: str  # + - * /  == != < > <= >=  & |
+    left: "Expr"
+    right: "Expr"
     pos: int
 
 
-Test = Union[Compare, BoolOp, Lit, Var, Call]
+Expr = Union[Lit, Var, Call, Neg, BinOp]
+Operand = Expr  # older names for an expression
+Test = Expr
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +133,7 @@ class CallStmt:
 @dataclass(frozen=True, slots=True)
 class Assign:
     var: str
-    value: Operand
+    value: Expr
     pos: int
 
 
@@ -125,7 +146,7 @@ class Loop:
 
 @dataclass(frozen=True, slots=True)
 class Cond:
-    test: Test
+    test: Expr
     body: tuple["Stmt", ...]
     pos: int
 
@@ -139,7 +160,7 @@ class Else:
 
 @dataclass(frozen=True, slots=True)
 class Return:
-    value: Operand | None
+    value: Expr | None
     pos: int
 
 
@@ -155,11 +176,11 @@ class Parsed(NamedTuple):
 
 _TOKEN_RE = re.compile(
     r"""(?P<ws>\s+)
-      |(?P<str>'(?:[^'\\]|\\.)*')
-      |(?P<num>-?[0-9]+(?:\.[0-9]+)?)
+      |(?P<str>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")
+      |(?P<num>[0-9]+(?:\.[0-9]+)?)
       |(?P<var>_[A-Za-z0-9_]*)
       |(?P<name>[A-Za-z][A-Za-z0-9_]*)
-      |(?P<op>->|==|!=|<=|>=|[<>&|=?:;{}(),])""",
+      |(?P<op>->|==|!=|<=|>=|[-+*/<>&|=?:;{}(),])""",
     re.VERBOSE | re.ASCII | re.DOTALL,
 )
 _ESCAPE_RE = re.compile(r"\\(.)", re.DOTALL)
@@ -179,7 +200,7 @@ def _lex(text: str) -> list[_Tok]:
         m = match(text, i)
         if m is None:
             c = text[i]
-            if c == "'":
+            if c in "'\"":
                 raise MiniSpecError("unterminated string literal", i)
             raise MiniSpecError(f"unexpected character {c!r}", i)
         kind = m.lastgroup or ""
@@ -193,8 +214,8 @@ def _lex(text: str) -> list[_Tok]:
 def _unescape(raw: str, pos: int) -> str:
     def sub(m: re.Match[str]) -> str:
         c = m.group(1)
-        if c not in "'\\":
-            raise MiniSpecError(f"unknown escape \\{c} in string (only \\' and \\\\)", pos)
+        if c not in "'\"\\":
+            raise MiniSpecError(f"unknown escape \\{c} in string (only \\', \\\" and \\\\)", pos)
         return c
 
     return _ESCAPE_RE.sub(sub, raw[1:-1])
@@ -238,6 +259,7 @@ class _Parser:
         self.check = check
         self.calls: list[SkillCall] = []
         self.depth = 0
+        self.edepth = 0
 
     # token helpers
     def peek(self, k: int = 0) -> _Tok:
@@ -252,6 +274,10 @@ class _Parser:
     def at(self, text: str) -> bool:
         t = self.toks[self.i]
         return t.kind == "op" and t.text == text
+
+    def at_any(self, ops: tuple[str, ...]) -> bool:
+        t = self.toks[self.i]
+        return t.kind == "op" and t.text in ops
 
     def expect(self, text: str, what: str = "") -> _Tok:
         t = self.toks[self.i]
@@ -275,32 +301,29 @@ class _Parser:
                 nt = self.peek()
                 if nt.kind == "end" or (nt.kind == "op" and nt.text in (";", "}")):
                     return Return(None, t.pos)
-                return Return(self.operand(), t.pos)
+                return Return(self.expr(), t.pos)
         if t.kind == "num":
             return self.loop()
         if t.kind == "var":
             self.next()
             self.expect("=", f" after variable {t.text}")
-            value = self.operand()
-            if isinstance(value, Call) and value.returns == "none":
-                raise MiniSpecError(f"skill {value.call.abbr!r} returns nothing; cannot assign it", value.pos)
-            return Assign(t.text, value, t.pos)
+            return Assign(t.text, self.expr(), t.pos)
         if t.kind == "name" and t.text not in ("True", "False"):
             return CallStmt(self.call(), t.pos)
         raise MiniSpecError(f"expected a statement, got {_desc(t)}", t.pos)
 
     def loop(self) -> Loop:
         t = self.next()
-        if "." in t.text or t.text.startswith("-"):
+        if "." in t.text:
             raise MiniSpecError(f"loop count must be a positive integer, got {t.text}", t.pos)
         n = self.number(t)
-        if not 1 <= n <= MAX_LOOP:  # type: ignore[operator]
+        if not 1 <= n <= MAX_LOOP:
             raise MiniSpecError(f"loop count {n} outside 1..{MAX_LOOP}", t.pos)
-        return Loop(int(n), self.block(), t.pos)  # type: ignore[arg-type]
+        return Loop(int(n), self.block(), t.pos)
 
     def cond(self) -> Cond:
         t = self.expect("?")
-        test = self.test()
+        test = self.expr()
         return Cond(test, self.block(), t.pos)
 
     def block(self) -> tuple[Stmt, ...]:
@@ -342,30 +365,50 @@ class _Parser:
             need_sep = not isinstance(s, (Loop, Cond, Else))
         return tuple(body)
 
-    # expressions
-    def test(self) -> Test:
-        left = self.conj()
-        while self.at("|"):
+    # expressions (precedence climbing, lowest first)
+    def expr(self) -> Expr:
+        return self.binary(0)
+
+    _LEVELS: tuple[tuple[str, ...], ...] = (("|",), ("&",), CMP_OPS, ("+", "-"), ("*", "/"))
+
+    def binary(self, level: int) -> Expr:
+        if level == len(self._LEVELS):
+            return self.unary()
+        ops = self._LEVELS[level]
+        left = self.binary(level + 1)
+        if ops is CMP_OPS:  # one comparison: `a < b < c` is an error, not a chain
+            if self.at_any(ops):
+                t = self.next()
+                left = BinOp(t.text, left, self.binary(level + 1), t.pos)
+            return left
+        while self.at_any(ops):
             t = self.next()
-            left = BoolOp("|", left, self.conj(), t.pos)
+            left = BinOp(t.text, left, self.binary(level + 1), t.pos)
         return left
 
-    def conj(self) -> Test:
-        left = self.cmp()
-        while self.at("&"):
-            t = self.next()
-            left = BoolOp("&", left, self.cmp(), t.pos)
-        return left
-
-    def cmp(self) -> Test:
-        left = self.operand()
+    def unary(self) -> Expr:
         t = self.peek()
-        if t.kind == "op" and t.text in ("==", "!=", "<", ">", "<=", ">="):
-            self.next()
-            return Compare(t.text, left, self.operand(), t.pos)
-        return left
+        self.edepth += 1
+        if self.edepth > MAX_EXPR_DEPTH:
+            raise MiniSpecError(f"expression nested deeper than {MAX_EXPR_DEPTH}", t.pos)
+        try:
+            if t.kind == "op" and t.text == "-":
+                self.next()
+                nt = self.peek()
+                if nt.kind == "num":  # a negative literal stays a literal (schema-checked as one)
+                    self.next()
+                    return Lit(-self.number(nt), t.pos)
+                return Neg(self.unary(), t.pos)
+            if t.kind == "op" and t.text == "(":
+                self.next()
+                inner = self.expr()
+                self.expect(")", " to close the parenthesis")
+                return inner
+            return self.atom()
+        finally:
+            self.edepth -= 1
 
-    def operand(self) -> Operand:
+    def atom(self) -> Expr:
         t = self.peek()
         if t.kind == "var":
             self.next()
@@ -403,58 +446,60 @@ class _Parser:
         spec = self.robot.skill(t.text)
         if spec is None:
             raise MiniSpecError(f"unknown skill {t.text!r} for robot type {self.robot.robot_type!r}", t.pos)
-        args: list[Value] = []
-        arg_pos: list[int] = []
+        exprs: list[Expr] = []
         if self.at("("):
             self.next()
             if not self.at(")"):
                 while True:
-                    at = self.peek()
-                    if at.kind == "var":
-                        raise MiniSpecError(f"arguments of {t.text!r} must be literals, got variable {at.text}",
-                                            at.pos)
-                    if at.kind == "name" and at.text not in ("True", "False"):
-                        raise MiniSpecError(f"arguments of {t.text!r} must be literals, got {at.text!r}", at.pos)
-                    arg_pos.append(at.pos)
-                    args.append(self.literal())
+                    exprs.append(self.expr())
                     if self.at(","):
                         self.next()
                         continue
                     break
             self.expect(")", f" to close the call of {t.text!r}")
+        args = tuple(e.value if isinstance(e, Lit) else None for e in exprs)
         if self.check:
-            bad = _check_args(spec, args)
-            if bad:
-                i, problem = bad
-                raise MiniSpecError(f"{t.text}: {problem}", arg_pos[i] if 0 <= i < len(arg_pos) else t.pos)
+            self.check_literals(t, spec, exprs)
         if len(self.calls) >= self.max_calls:
             raise MiniSpecError(f"more than {self.max_calls} skill calls in one statement", t.pos)
-        sc = SkillCall(spec.name, t.text, tuple(args))
+        sc = SkillCall(spec.name, t.text, args)
         self.calls.append(sc)
-        return Call(sc, spec.returns, t.pos)
+        return Call(sc, spec.returns, t.pos, tuple(exprs))
+
+    @staticmethod
+    def check_literals(t: _Tok, spec: SkillSpec, exprs: list[Expr]) -> None:
+        if len(exprs) != len(spec.args):
+            want = ", ".join(f"{a.name}:{a.type}" for a in spec.args) or "no arguments"
+            raise MiniSpecError(f"{t.text}: takes {len(spec.args)} argument(s) ({want}), got {len(exprs)}", t.pos)
+        for a, e in zip(spec.args, exprs):
+            if isinstance(e, Lit):
+                problem = arg_problem(a, e.value)
+                if problem:
+                    raise MiniSpecError(f"{t.text}: {problem}", e.pos)
 
 
 def check_call_args(spec: SkillSpec, args: list[Value] | tuple[Value, ...]) -> str | None:
     """None if args fit the skill's schema (arity, types, ranges, safe strings), else why not."""
-    bad = _check_args(spec, args)
-    return bad[1] if bad else None
-
-
-def _check_args(spec: SkillSpec, args: list[Value] | tuple[Value, ...]) -> tuple[int, str] | None:
     if len(args) != len(spec.args):
         want = ", ".join(f"{a.name}:{a.type}" for a in spec.args) or "no arguments"
-        return -1, f"takes {len(spec.args)} argument(s) ({want}), got {len(args)}"
-    for i, (a, v) in enumerate(zip(spec.args, args)):
-        if type(v) is int and not -10**18 < v < 10**18:  # ArgSpec.check would str() it (may raise)
-            return i, f"argument {a.name!r} is a huge integer"
-        problem = a.check(v)
-        if problem is None and isinstance(v, str):
-            problem = string_problem(v)
-            if problem:
-                problem = f"argument {a.name!r}: {problem}"
+        return f"takes {len(spec.args)} argument(s) ({want}), got {len(args)}"
+    for a, v in zip(spec.args, args):
+        problem = arg_problem(a, v)
         if problem:
-            return i, problem
+            return problem
     return None
+
+
+def arg_problem(a: ArgSpec, v: Value) -> str | None:
+    """None if the value v fits the argument (type, range, safe string), else why not."""
+    if type(v) is int and not -10**18 < v < 10**18:  # ArgSpec.check would str() it (may raise)
+        return f"argument {a.name!r} is a huge integer"
+    problem = a.check(v)
+    if problem is None and isinstance(v, str):
+        problem = string_problem(v)
+        if problem:
+            problem = f"argument {a.name!r}: {problem}"
+    return problem
 
 
 def _desc(t: _Tok) -> str:
@@ -469,7 +514,8 @@ def parse_statement(text: str, robot: RobotSpec, *, check: bool = True) -> Parse
     """Parse exactly one statement (optionally followed by one ';').
 
     Every call is resolved against the robot (abbreviation or full name) and, with check=True,
-    checked against its schema.  Raises MiniSpecError with a message and column.
+    checked against its schema (literals, static types of computed arguments, loop bounds).
+    Raises MiniSpecError with a message and column.
 
     Memoised per (text, robot object, check): a segment's statement is parsed by the segmenter,
     the dispatch guard and the executor, and plans repeat statements.  The AST is immutable, and
@@ -514,12 +560,9 @@ def _parse_statement(text: str, robot: RobotSpec, check: bool) -> Parsed:
     if t.kind != "end":
         raise MiniSpecError(f"expected end of statement, got {_desc(t)} (one statement per segment)", t.pos)
     if check:
-        product = max_loop_product((stmt,))
-        if product > MAX_LOOP_PRODUCT:
-            raise MiniSpecError(f"nested loops repeat {product} times (at most {MAX_LOOP_PRODUCT})", 0)
-        steps = statement_calls(stmt)
-        if steps > MAX_STEPS:
-            raise MiniSpecError(f"statement may execute {steps} skill calls (at most {MAX_STEPS})", 0)
+        from .minispec_check import check_static  # static analysis over this parser's AST
+
+        check_static((stmt,), robot)
     return Parsed(stmt, tuple(p.calls))
 
 
@@ -532,178 +575,32 @@ def parse_program(text: str, robot: RobotSpec, *, check: bool = True,
         raise MiniSpecError(f"robot type {robot.robot_type!r} does not speak MiniSpec")
     p = _Parser(text, robot, check, max_text=100 * MAX_TEXT, max_calls=max_calls)
     body = p.stmts(in_block=False)
+    if check:
+        from .minispec_check import check_static
+
+        check_static(body, robot, per_statement=True)
     return body, tuple(p.calls)
 
 
-def statement_calls(stmt: Stmt) -> int:
-    """Upper bound of skill calls one run of stmt may execute (loop bodies multiplied)."""
-    if isinstance(stmt, CallStmt):
-        return 1
-    if isinstance(stmt, Assign) or isinstance(stmt, Return):
-        return 1 if isinstance(stmt.value, Call) else 0
-    if isinstance(stmt, Loop):
-        return stmt.count * sum(statement_calls(s) for s in stmt.body)
-    if isinstance(stmt, Cond):
-        return _test_calls(stmt.test) + sum(statement_calls(s) for s in stmt.body)
-    if isinstance(stmt, Else):
-        return (statement_calls(stmt.cond) if stmt.cond else 0) + sum(statement_calls(s) for s in stmt.body)
-    return 0
+# The interpreter and the static checks live in their own modules (they import this one); their
+# public names resolve here lazily so `core.minispec` stays the one import for MiniSpec.
+_LAZY = {"max_loop_product": "minispec_check", "statement_calls": "minispec_check",
+         "run_program": "minispec_run", "run_statement": "minispec_run"}
 
 
-def _test_calls(t: Test) -> int:
-    if isinstance(t, Call):
-        return 1
-    if isinstance(t, Compare):
-        return _test_calls(t.left) + _test_calls(t.right)
-    if isinstance(t, BoolOp):
-        return _test_calls(t.left) + _test_calls(t.right)
-    return 0
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{module}", __package__), name)
 
 
-def max_loop_product(stmts: tuple[Stmt, ...] | list[Stmt]) -> int:
-    """Largest product of nested loop counts (1 when there is no loop)."""
-    best = 1
-    for s in stmts:
-        if isinstance(s, Loop):
-            best = max(best, s.count * max_loop_product(s.body))
-        elif isinstance(s, Cond):
-            best = max(best, max_loop_product(s.body))
-        elif isinstance(s, Else):
-            best = max(best, max_loop_product(s.body), max_loop_product((s.cond,)) if s.cond else 1)
-    return best
-
-
-# ---------------------------------------------------------------- interpreter
-
-
-class _ReturnSignal(Exception):
-    def __init__(self, value: Value) -> None:
-        self.value = value
-
-
-class _Runner:
-    def __init__(self, call_skill: Callable[[SkillCall], Value], env: MutableMapping[str, Value],
-                 max_steps: int) -> None:
-        self.call_skill = call_skill
-        self.env = env
-        self.steps = 0
-        self.max_steps = max_steps
-
-    def call(self, c: Call) -> Value:
-        self.steps += 1
-        if self.steps > self.max_steps:
-            raise MiniSpecRuntimeError(f"statement exceeded {self.max_steps} skill calls")
-        return self.call_skill(c.call)
-
-    def operand(self, o: Operand) -> Value:
-        if isinstance(o, Lit):
-            return o.value
-        if isinstance(o, Var):
-            if o.name not in self.env:
-                raise MiniSpecRuntimeError(f"variable {o.name} is not defined")
-            return self.env[o.name]
-        return self.call(o)
-
-    def test(self, t: Test) -> bool:
-        if isinstance(t, BoolOp):
-            left = self.test(t.left)  # short-circuit: skills in the right side may not run
-            if t.op == "&":
-                return left and self.test(t.right)
-            return left or self.test(t.right)
-        if isinstance(t, Compare):
-            a, b = self.operand(t.left), self.operand(t.right)
-            if t.op == "==":
-                return _eq(a, b)
-            if t.op == "!=":
-                return not _eq(a, b)
-            if not (_is_num(a) and _is_num(b)):
-                raise MiniSpecRuntimeError(f"cannot compare {a!r} {t.op} {b!r}: both sides must be numbers")
-            return {"<": a < b, ">": a > b, "<=": a <= b, ">=": a >= b}[t.op]  # type: ignore[operator]
-        return bool(self.operand(t))
-
-    def block(self, body: tuple[Stmt, ...]) -> Value:
-        value: Value = None
-        chain: bool | None = None  # whether the current if/else-if chain took a branch
-        for s in body:
-            value, chain = self.stmt(s, chain)
-        return value
-
-    def stmt(self, s: Stmt, chain: bool | None) -> tuple[Value, bool | None]:
-        """Run one statement; returns its value and the if-chain state for a following else."""
-        if isinstance(s, CallStmt):
-            return self.call(s.call), None
-        if isinstance(s, Assign):
-            v = self.operand(s.value)
-            self.env[s.var] = v
-            return v, None
-        if isinstance(s, Return):
-            raise _ReturnSignal(None if s.value is None else self.operand(s.value))
-        if isinstance(s, Loop):
-            value: Value = None
-            for _ in range(min(s.count, MAX_LOOP)):
-                value = self.block(s.body)
-            return value, None
-        if isinstance(s, Cond):
-            if self.test(s.test):
-                return self.block(s.body), True
-            return None, False
-        if isinstance(s, Else):
-            if chain is None:
-                raise MiniSpecRuntimeError("':' (else) without a preceding conditional")
-            if chain:
-                return None, True
-            if s.cond is not None:
-                return self.stmt(s.cond, None)
-            return self.block(s.body), True
-        raise MiniSpecRuntimeError(f"unknown statement {s!r}")
-
-
-def _is_num(v: Value) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _eq(a: Value, b: Value) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):  # True == 1 must not hold in a robot plan
-        return type(a) is type(b) and a == b
-    return a == b
-
-
-def run_statement(ast_or_text: Stmt | str, robot: RobotSpec, call_skill: Callable[[SkillCall], Value],
-                  env: MutableMapping[str, Value], *, max_steps: int = MAX_STEPS) -> Value:
-    """Execute one statement, calling `call_skill` for every skill call it reaches.
-
-    `env` is the executor's per-plan state: variables (`_1`), the if/else chain of the last
-    top-level conditional, and whether the plan already returned (after `->` nothing runs).
-    Returns the statement's value: a call's result, an assigned value, the last value of a block,
-    or the returned value.
-    """
-    stmt = parse_statement(ast_or_text, robot).stmt if isinstance(ast_or_text, str) else ast_or_text
-    if env.get(RETURNED):
-        return env.get(RETURN_VALUE)
-    chain = env.get(COND_CHAIN)
-    runner = _Runner(call_skill, env, max_steps)
-    try:
-        value, new_chain = runner.stmt(stmt, chain if isinstance(chain, bool) else None)
-    except _ReturnSignal as r:
-        env[RETURNED] = True
-        env[RETURN_VALUE] = r.value
-        env.pop(COND_CHAIN, None)
-        return r.value
-    if new_chain is None:
-        env.pop(COND_CHAIN, None)
-    else:
-        env[COND_CHAIN] = new_chain
-    return value
-
-
-def run_program(text: str, robot: RobotSpec, call_skill: Callable[[SkillCall], Value],
-                env: MutableMapping[str, Value] | None = None, *, max_steps: int = MAX_STEPS) -> Value:
-    """Parse and run a whole plan statement by statement (the unsegmented baseline)."""
-    env = {} if env is None else env
-    body, _ = parse_program(text, robot)
-    value: Value = None
-    for s in body:
-        value = run_statement(s, robot, call_skill, env, max_steps=max_steps)
-        if env.get(RETURNED):
-            break
-    return value
+__all__ = [
+    "ARITH_OPS", "BOOL_OPS", "CMP_OPS", "COND_CHAIN", "MAX_CALLS", "MAX_DEPTH", "MAX_LOOP", "MAX_LOOP_PRODUCT",
+    "MAX_STEPS", "MAX_TEXT", "RETURNED", "RETURN_VALUE", "ArgumentError", "Assign", "BinOp", "Call", "CallStmt",
+    "Cond", "Else", "Expr", "Lit", "Loop", "MiniSpecError", "MiniSpecRuntimeError", "Neg", "Parsed", "Return",
+    "Stmt", "Var", "arg_problem", "check_call_args", "max_loop_product", "parse_program", "parse_statement",
+    "run_program", "run_statement", "statement_calls", "string_problem", "text_problem",
+]

@@ -23,7 +23,7 @@ from ..engines.base import Engine, EngineError, EngineOutput, EngineStats
 from .batching import BatchSizer, FixedBatch, LatencyGuidedBatch
 from .clock import Clock
 from .exec_time import ExecTimeEstimator
-from .guard import check_segment
+from .guard import PlanState, check_segment
 from .policies import DispatchMode, Policy, PolicyContext
 from .ports import Dispatcher
 from .robots import RobotSpec
@@ -93,6 +93,7 @@ class _Live:
     text_base: int = 0  # offset in Generation.text where the current segmenter started
     tok_ends: list[int] = field(default_factory=list)  # text length after each output token (1:1)
     pending: list[Segment] = field(default_factory=list)  # WHOLE mode: cut, not yet dispatched
+    guard_plan: PlanState | None = None  # what the dispatch guard knows of the plan's accepted segments
 
 
 class Planner:
@@ -362,10 +363,11 @@ class Planner:
         if cut.error:
             self._fail(g, f"invalid statement from the LLM: {cut.error} in {cut.text!r}")
             return False
-        verdict = check_segment(robot, cut.text, cut.calls)
+        verdict = check_segment(robot, cut.text, cut.calls, live.guard_plan)
         if not verdict.ok:
             self._fail(g, f"dispatch guard rejected {cut.text!r}: {verdict.reason}")
             return False
+        live.guard_plan = verdict.plan
         mode = self.policy.mode
         abs_end = live.text_base + cut.end
         suspend = mode is DispatchMode.SUSPEND and not final

@@ -27,6 +27,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
+import numpy as np
+
 from .robots import RobotSpec
 from .types import Generation, GenState, PlanRequest
 
@@ -109,9 +111,23 @@ def qoe_of_runs(runs: Iterable[Run], *, ideal_start: float, rate: float, now: fl
     n = sum(r.count for r in rs)
     if n == 0:
         return QoE(1.0, 0.0, 0.0, 0, 0)  # nothing expected yet, nothing late
-    s_actual = 0.0
-    prev_next = ideal_start  # earliest the next token can be consumed
-    last = ideal_start
+    s_actual, prev_next, last = fold_runs(rs, u, ideal_start)
+    s_ideal = n * ideal_start + u * n * (n - 1) / 2
+    s_delay = max(0.0, s_actual - s_ideal)
+    s_whole = n * last - s_ideal
+    q = 1.0 if s_whole <= _EPS else max(0.0, min(1.0, 1.0 - s_delay / s_whole))
+    return QoE(q, s_delay, s_whole, n, delivered_n)
+
+
+def fold_runs(rs: Sequence[Run], u: float, ideal_start: float, s_actual: float = 0.0,
+              prev_next: float | None = None, last: float | None = None) -> tuple[float, float, float]:
+    """Walk sorted, cut runs through the actual timeline (1/u tokens per second): returns
+    (Σ actual consumption times, earliest time of the next token, time of the last token).
+    Within a run the timeline has a closed form, so the cost is O(runs)."""
+    if prev_next is None:
+        prev_next = ideal_start  # earliest the next token can be consumed
+    if last is None:
+        last = ideal_start
     for r in rs:
         c, s, iv = r.count, r.start, r.interval
         a0 = max(s, prev_next)
@@ -132,11 +148,95 @@ def qoe_of_runs(runs: Iterable[Run], *, ideal_start: float, rate: float, now: fl
         else:
             last = a0 + (c - 1) * u
         prev_next = last + u
-    s_ideal = n * ideal_start + u * n * (n - 1) / 2
-    s_delay = max(0.0, s_actual - s_ideal)
-    s_whole = n * last - s_ideal
-    q = 1.0 if s_whole <= _EPS else max(0.0, min(1.0, 1.0 - s_delay / s_whole))
-    return QoE(q, s_delay, s_whole, n, delivered_n)
+    return s_actual, prev_next, last
+
+
+class QoEBatch:
+    """`qoe_of_runs(..., complete=False, now=at).qoe` for many requests at once (numpy).
+
+    Each request's delivered runs are already folded (`fold_runs`) into (s_actual, prev_next,
+    last, delivered); the caller guarantees that none of them starts after ``at`` + eps (none is
+    cut).  `at(T, stream)` adds one more run, ``stream`` = (start, count, interval) with scalar
+    start and interval (Andes' projected generation), which starts no earlier than every delivered
+    run; it is dropped when its count is 0 and cut at T like any run.  Same operations in the same
+    order as `qoe_of_runs` (Python's min/max tie rules kept, branches that cannot apply skipped
+    only when they cannot apply to any request), so the values are bit for bit the scalar ones;
+    tests/test_scheduling_fastpaths.py checks it.  Arrays broadcast: one request against many
+    times works too."""
+
+    def __init__(self, s_actual: np.ndarray, prev_next: np.ndarray, last: np.ndarray, delivered: np.ndarray,
+                 ideal_start: np.ndarray, u: np.ndarray) -> None:
+        self.sa, self.pn, self.la, self.dl = s_actual, prev_next, last, delivered
+        self.start, self.u = ideal_start, u
+        self.u_min = float(np.min(u)) if np.size(u) else math.inf
+        self._expected: dict = {}
+
+    def expected(self, at: float) -> np.ndarray:
+        """expected_tokens(ideal_start, rate, at) for every request."""
+        e = self._expected.get(at)
+        if e is None:
+            start, u = self.start, self.u
+            e = self._expected[at] = np.where(at < start - _EPS, 0.0, np.floor((at - start) / u + _EPS) + 1)
+        return e
+
+    def at(self, at: float | np.ndarray, stream: tuple[float, np.ndarray, float] | None = None) -> np.ndarray:
+        sa, pn, la, dl, u = self.sa, self.pn, self.la, self.dl, self.u
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if stream is not None:
+                s, count, iv = stream  # s, iv: scalars or one per row (shape (k, 1)); count per request
+                started = ~(np.asarray(s) > at + _EPS)  # a stream starting after `at` is cut away
+                c = np.minimum(count, np.floor((at - s) / iv + _EPS) + 1)
+                a0 = np.where(pn > s, pn, s)  # max(s, prev_next)
+                if (np.asarray(iv) <= self.u_min).all():  # consumption-bound everywhere: kstar = c
+                    cm1 = c - 1
+                    sa2 = sa + (c * a0 + u * c * cm1 / 2)
+                    la2 = a0 + cm1 * u
+                else:
+                    ks = np.where((iv <= u) | (c == 1), c,
+                                  np.minimum(c, np.maximum(0, np.ceil((a0 - s) / (iv - u) - _EPS))))
+                    sa2 = sa + (ks * a0 + u * ks * (ks - 1) / 2)
+                    tail = ks < c
+                    sa2 = np.where(tail, sa2 + ((c - ks) * s + iv * (c * (c - 1) / 2 - ks * (ks - 1) / 2)), sa2)
+                    la2 = np.where(tail, s + (c - 1) * iv, a0 + (c - 1) * u)
+                if bool(np.all(started)) and np.min(count) > 0:
+                    sa, la, pn, dl = sa2, la2, la2 + u, dl + c
+                    some = bool(np.min(c) >= 1)  # every request has a token on its timeline: n >= 1
+                else:
+                    has = started & (count > 0)  # zero-count runs are dropped
+                    sa, la = np.where(has, sa2, sa), np.where(has, la2, la)
+                    pn, dl = np.where(has, la2 + u, pn), dl + np.where(has, c, 0)
+                    some = False
+            else:
+                some = False
+            if np.ndim(at):
+                start = self.start
+                expected = np.where(at < start - _EPS, 0.0, np.floor((at - start) / u + _EPS) + 1)
+            else:
+                expected = self.expected(at)
+            # (token counts are integers in floats: their sums and differences are exact)
+            missing = expected - dl
+            pend = missing > 0  # expected but not delivered: consumed "at `at`" (flat)
+            a0 = np.where(pn > at, pn, at)  # max(at, prev_next)
+            t = missing * a0
+            t += sa  # sa + missing * a0
+            sa = np.where(pend, t, sa)
+            la = np.where(pend, a0, la)
+            n = np.where(pend, expected, dl)  # dl + missing
+            s_ideal = n * self.start
+            t = u * n
+            t *= n - 1
+            t /= 2
+            s_ideal += t  # n * start + u * n * (n - 1) / 2
+            d = sa - s_ideal
+            s_delay = np.where(d > 0.0, d, 0.0)  # max(0.0, ·)
+            s_whole = n * la
+            s_whole -= s_ideal
+            y = s_delay / s_whole
+            np.subtract(1.0, y, out=y)  # <= 1 where it is used (s_delay >= 0, s_whole > eps): min(1, ·) is a no-op
+            y = np.where(y > 0.0, y, 0.0)  # max(0.0, ·)
+        if some:
+            return np.where(s_whole <= _EPS, 1.0, y)
+        return np.where((n == 0) | (s_whole <= _EPS), 1.0, y)
 
 
 def qoe_of_deliveries(times: Sequence[float], *, ideal_start: float, rate: float, now: float | None = None,

@@ -10,9 +10,11 @@ import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
+
+from .envelope import Envelope, EnvelopeError, parse_envelope, parse_travel
 
 ROBOTS_DIR = Path(__file__).resolve().parents[2] / "robots"
 ARG_TYPES = ("int", "float", "str")
@@ -83,8 +85,9 @@ class ExecTimeModel:
         if self.variable:
             return float(self.min_s or 0.0)
         t = self.base_s + self.per_word_s * words
-        if self.unit_arg and args and self.unit_arg in args:
-            t += self.per_unit_s * abs(float(args[self.unit_arg]))
+        v = args.get(self.unit_arg) if self.unit_arg and args else None
+        if isinstance(v, (int, float)) and not isinstance(v, bool):  # None: computed at run time
+            t += self.per_unit_s * abs(float(v))
         return t
 
     def sample(self, rng: random.Random, args: Mapping[str, Any] | None = None, words: int = 0) -> float:
@@ -107,6 +110,7 @@ class SkillSpec:
     returns: str
     blocking: bool
     exec_time: ExecTimeModel
+    travel: tuple[tuple[str, float, str], ...] = ()  # (axis, coefficient, arg name or '') for the envelope
 
     def arg_map(self, values: tuple[Any, ...]) -> dict[str, Any]:
         return {a.name: v for a, v in zip(self.args, values)}
@@ -122,6 +126,7 @@ class RobotSpec:
     by_abbr: dict[str, SkillSpec] = field(default_factory=dict)
     words_per_minute: float = 300.0  # sentence language: "execution" = reading time
     source: str = ""
+    envelope: Envelope | None = None  # travel bounds per segment / plan (core.envelope)
 
     def skill(self, name_or_abbr: str) -> SkillSpec | None:
         return self.by_abbr.get(name_or_abbr) or self.skills.get(name_or_abbr)
@@ -198,10 +203,18 @@ def parse_robot(data: Any, source: str = "<robot>") -> RobotSpec:
         returns = s.get("returns", "none")
         if returns not in RETURN_TYPES:
             raise RobotSpecError(f"{where}: returns must be one of {RETURN_TYPES}")
+        extra = set(s) - {"abbr", "description", "args", "returns", "blocking", "exec_time", "travel"}
+        if extra:
+            raise RobotSpecError(f"{where}: unknown keys {sorted(extra)}")
+        args = tuple(_arg(a, where) for a in (s.get("args") or []))
+        try:
+            travel = parse_travel(s["travel"], where, {a.name: a.type for a in args}) if "travel" in s else ()
+        except EnvelopeError as e:
+            raise RobotSpecError(str(e)) from None
         spec = SkillSpec(
             name=str(name), abbr=str(s.get("abbr", name)), description=str(s.get("description", "")),
-            args=tuple(_arg(a, where) for a in (s.get("args") or [])), returns=returns,
-            blocking=bool(s.get("blocking", False)), exec_time=_exec_time(s.get("exec_time", {}), where),
+            args=args, returns=returns, blocking=bool(s.get("blocking", False)),
+            exec_time=_exec_time(s.get("exec_time", {}), where), travel=travel,
         )
         if spec.exec_time.unit_arg and spec.exec_time.unit_arg not in {a.name for a in spec.args}:
             raise RobotSpecError(f"{where}: exec_time.unit_arg {spec.exec_time.unit_arg!r} is not an arg")
@@ -212,30 +225,62 @@ def parse_robot(data: Any, source: str = "<robot>") -> RobotSpec:
     mst = data.get("max_segment_tokens", 16)
     if not isinstance(mst, int) or mst <= 0:
         raise RobotSpecError(f"{source}: max_segment_tokens must be a positive int")
+    try:
+        envelope = parse_envelope(data["envelope"], source) if "envelope" in data else None
+    except EnvelopeError as e:
+        raise RobotSpecError(str(e)) from None
     return RobotSpec(
         robot_type=str(data["robot_type"]), language=data["language"],
         description=str(data.get("description", "")), max_segment_tokens=mst, skills=skills,
         by_abbr=by_abbr, words_per_minute=float(data.get("words_per_minute", 300.0)), source=source,
+        envelope=envelope,
     )
+
+
+def yaml_error_line(e: Exception, what: str = "not valid YAML") -> str:
+    """A PyYAML error as ``:LINE: what: problem``, to follow a file name (PyYAML's own text spans
+    several lines)."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    return f"{':' + str(mark.line + 1) if mark is not None else ''}: {what}: {problem}"
 
 
 def load_robot(path: str | Path) -> RobotSpec:
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise RobotSpecError(f"{path}: cannot read robot definition: {e}") from e
+        text = path.read_text()
+    except OSError as e:
+        raise RobotSpecError(f"{path}: cannot read robot definition: {e.strerror or e}") from e
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise RobotSpecError(f"{path}{yaml_error_line(e)}") from e
     return parse_robot(data, str(path))
 
 
-def load_robots(directory: str | Path = ROBOTS_DIR) -> dict[str, RobotSpec]:
-    """All robot types in a directory, keyed by robot_type."""
+def load_robots(directory: str | Path = ROBOTS_DIR, *, extra_dirs: Sequence[str | Path] = ()) -> dict[str, RobotSpec]:
+    """All robot types in a directory, plus those of ``extra_dirs`` (custom robots beside the
+    bundled ones), keyed by robot_type.  A robot_type defined twice is an error that blames the
+    file added last — a file of ``extra_dirs`` over one of ``directory``; within one directory
+    the newer file (modification time) — and names the other one."""
     out: dict[str, RobotSpec] = {}
-    for p in sorted(Path(directory).glob("*.yaml")):
-        spec = load_robot(p)
-        if spec.robot_type in out:
-            raise RobotSpecError(f"{p}: robot_type {spec.robot_type!r} defined twice")
-        out[spec.robot_type] = spec
+    origin: dict[str, Path] = {}
+    for i, d in enumerate((directory, *extra_dirs)):
+        d = Path(d)
+        if not d.is_dir():
+            raise RobotSpecError(f"robots directory {str(d)!r} does not exist")
+        files = sorted(d.glob("*.yaml"))
+        if not files and i > 0:
+            raise RobotSpecError(f"no robot definitions (*.yaml) in {d}")
+        for p in files:
+            spec = load_robot(p)
+            old = origin.get(spec.robot_type)
+            if old is not None:
+                new, other = p, old
+                if old.parent == p.parent and old.stat().st_mtime > p.stat().st_mtime:
+                    new, other = old, p
+                raise RobotSpecError(f"{new}: robot_type {spec.robot_type!r} is already defined in {other}")
+            out[spec.robot_type], origin[spec.robot_type] = spec, p
     if not out:
         raise RobotSpecError(f"no robot definitions in {directory}")
     return out

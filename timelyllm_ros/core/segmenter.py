@@ -39,6 +39,7 @@ _ABBREVIATIONS = frozenset(
     "jan feb mar apr jun jul aug sep sept oct nov dec al".split()
 )
 DEFAULT_MAX_STATEMENT_CHARS = 2048
+_TAIL = "rest of a statement that was cut for its length (not parsed: never a statement of its own)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +143,9 @@ class Segmenter:
         buf, first = self._pending, self._first
         body = buf[first:].rstrip(_WS_STR if self.mode == "statement" else None)
         if self.mode == "statement":
-            if self._quote:
+            if self._taint:
+                cut = self._error(first, len(buf), _TAIL)
+            elif self._quote:
                 cut = self._error(first, len(buf), "unterminated string at end of generation")
             elif self._brace > 0:
                 cut = self._error(first, len(buf), f"missing {self._brace} '}}' at end of generation")
@@ -200,8 +203,9 @@ class Segmenter:
         self._pending = ""
         self._first = -1  # index in _pending of the segment's first non-whitespace char
         self._kind = ""  # that character (statement kind)
-        self._quote = False
+        self._quote = ""  # the open string's quote character ('' outside strings)
         self._escape = False
+        self._taint = False  # the text pending is the tail of a statement cut for its length
         self._brace = 0
         self._paren = 0
         self._last = -1  # chat: index of the last non-whitespace char
@@ -211,13 +215,14 @@ class Segmenter:
         self._bol = True  # chat: the next word starts a line
         self._wbol = True  # chat: the current word started a line
 
-    def _advance(self, upto: int) -> None:
-        """Drop _pending[:upto] (consumed by a cut or an empty statement)."""
+    def _advance(self, upto: int, clean: bool = True) -> None:
+        """Drop _pending[:upto] (consumed by a cut or an empty statement); clean: the scanner
+        is in its initial state there (a rollback point)."""
         self._base += upto
         self._pending = self._pending[upto:]
         self._first = -1
         self._kind = ""
-        if self._clean[-1] != self._base:
+        if clean and self._clean[-1] != self._base:
             self._clean.append(self._base)
 
     def _error(self, first: int, end: int, message: str) -> Cut:
@@ -258,7 +263,7 @@ class Segmenter:
         j = len(buf) - len(delta)
         n = len(buf)
         first, kind = self._first, self._kind
-        quote, esc, br, pa = self._quote, self._escape, self._brace, self._paren
+        quote, esc, br, pa, taint = self._quote, self._escape, self._brace, self._paren, self._taint
         eager = self.eager_close
         ws = _WS
         maxc = self.max_statement_chars
@@ -268,24 +273,36 @@ class Segmenter:
             if first >= 0 and j - first > maxc:  # per char, so the cut does not depend on deltas
                 self._pending = buf
                 cuts.append(self._error(first, j, f"statement longer than {maxc} characters without an end"))
-                self._advance(j)
+                # The rest of that statement (string text included: quote state kept) is never
+                # scanned for statements of its own: it ends as one error cut (_TAIL).
+                self._advance(j, clean=False)
                 buf, n, j = self._pending, len(self._pending), 0
-                first, kind, quote, esc, br, pa = -1, "", False, False, 0, 0
+                first, kind, taint = -1, "", True
+                if esc:  # c (in the error cut) still moves the string state
+                    esc = False
+                elif quote and c == "\\":
+                    esc = True
+                elif quote and c == quote:
+                    quote = ""
+                elif not quote and (c == "'" or c == '"'):
+                    quote = c
                 continue
             if quote:
+                if first < 0:  # only the tail of a cut statement starts inside a string
+                    first, kind = j - 1, quote
                 if esc:
                     esc = False
                 elif c == "\\":
                     esc = True
-                elif c == "'":
-                    quote = False
+                elif c == quote:
+                    quote = ""
                 continue
             if c in ws:
                 continue
             if first < 0:
                 first, kind = j - 1, c
-            if c == "'":
-                quote = True
+            if c == "'" or c == '"':
+                quote = c
                 continue
             end = 0  # > 0: a statement ends at j; error message in msg
             msg = ""
@@ -323,16 +340,16 @@ class Segmenter:
                     end = j
             if end:
                 self._pending = buf
-                if msg:
-                    cuts.append(self._error(first, end, msg))
+                if msg or taint:
+                    cuts.append(self._error(first, end, msg or _TAIL))
                 else:
                     cuts.append(self._statement(first, end))
                 self._advance(end)
                 buf, n, j = self._pending, len(self._pending), 0
-                first, kind, quote, esc, br, pa = -1, "", False, False, 0, 0
+                first, kind, quote, esc, br, pa, taint = -1, "", "", False, 0, 0, False
         self._pending = buf
         self._first, self._kind = first, kind
-        self._quote, self._escape, self._brace, self._paren = quote, esc, br, pa
+        self._quote, self._escape, self._brace, self._paren, self._taint = quote, esc, br, pa, taint
         return cuts
 
     def _scan_sentences(self, delta: str) -> list[Cut]:

@@ -117,8 +117,12 @@ class LatencyProfile:
         path = Path(path)
         try:
             data = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as e:
-            raise ProfileError(f"{path}: cannot read latency profile: {e}") from e
+        except OSError as e:
+            raise ProfileError(f"{path}: cannot read latency profile: {e.strerror or e}") from e
+        except yaml.YAMLError as e:
+            from ..core.robots import yaml_error_line
+
+            raise ProfileError(f"{path}{yaml_error_line(e, 'cannot read latency profile: not valid YAML')}") from e
         return cls.from_mapping(data, str(path))
 
     # --- cost model -------------------------------------------------------------------------

@@ -2,8 +2,12 @@
 
 `SegmentExecutor` owns everything every robot shares: schema validation of the whole segment
 before the robot moves, the MiniSpec interpreter (`core.minispec.run_statement`) with per-plan
-variables, per-call timing, feedback, cancellation, a per-goal timeout, and mapping failures to
-`ResultCode`s so a goal always ends with a result.  A `SkillBackend` only knows how to run one
+variables, the run-time half of validation (each *resolved* call -- computed arguments included --
+is checked against the schema, the backend's hard limits and the plan's flight envelope
+(`core.envelope.EnvelopeTracker`) before the backend sees it; see `core.guard`), per-call timing,
+feedback, cancellation, a per-goal timeout, and mapping failures to `ResultCode`s so a goal always
+ends with a result.  On every failure after the goal started the backend is halted and the result
+says where the robot was left (e.g. "drone hovering (stop sent)" / "drone landed").  A `SkillBackend` only knows how to run one
 skill call on its robot (simulated sleep, djitellopy SDK command, ...).
 """
 
@@ -16,6 +20,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
+from timelyllm_ros.core.envelope import EnvelopeTracker
 from timelyllm_ros.core.robots import RobotSpec, SkillSpec
 from timelyllm_ros.core.types import ResultCode, SegmentGoal, SkillCall, Value
 
@@ -115,8 +120,9 @@ class SkillBackend(Protocol):
         """Run one call; raise an ExecError subclass on failure."""
         ...
 
-    def halt(self, reason: str) -> None:
-        """Make the robot safe after a cancel/timeout/failure (e.g. Tello `stop`: hover)."""
+    def halt(self, reason: str) -> str | None:
+        """Make the robot safe after a cancel/timeout/failure (e.g. Tello `stop`: hover); return
+        where it was left ("drone hovering (stop sent)", "drone landed"), None if nothing to say."""
         ...
 
     def close(self) -> None: ...
@@ -157,6 +163,7 @@ class _Run:
     feedback: FeedbackFn | None
     started: float
     durations: list[float] = field(default_factory=list)
+    travel: EnvelopeTracker | None = None  # the plan's envelope account (None: no envelope)
 
 
 class SegmentExecutor:
@@ -169,6 +176,7 @@ class SegmentExecutor:
         self.config = config or ExecutorConfig()
         self.clock = clock
         self._envs: OrderedDict[str, dict[str, Value]] = OrderedDict()
+        self._travel: dict[str, EnvelopeTracker] = {}  # per plan, evicted with its env
         self._started = False
         self._lock = threading.Lock()
 
@@ -220,7 +228,8 @@ class SegmentExecutor:
         elif not calls:
             raise SkillRejected("segment has no skill calls to run")
         for c in calls:
-            self._check_call(c)
+            if body is None or None not in c.args:  # None = computed: checked once resolved (_call)
+                self._check_call(c)
         return body, calls
 
     # ------------------------------------------------------------------ execution
@@ -229,17 +238,23 @@ class SegmentExecutor:
         env = self._envs.pop(request_id, None) or {}
         self._envs[request_id] = env
         while len(self._envs) > self.config.max_plans:
-            self._envs.popitem(last=False)
+            old, _ = self._envs.popitem(last=False)
+            self._travel.pop(old, None)
         return env
 
     def forget(self, request_id: str) -> None:
         """Drop a finished plan's interpreter state."""
         self._envs.pop(request_id, None)
+        self._travel.pop(request_id, None)
 
     def _call(self, run: _Run, call: SkillCall) -> Value:
         run.ctx.check()
         spec = self._spec(call)
-        self._check_call(call)  # loops/conditions only reach checked calls, but stay strict
+        self._check_call(call)  # the resolved call: computed arguments are checked here, before sending
+        if run.travel is not None:
+            outside = run.travel.charge(call, spec)
+            if outside:
+                raise SkillRejected(f"outside the flight envelope: {outside}")
         if run.feedback is not None:
             run.feedback(len(run.durations), str(call), self.clock() - run.started)
         t0 = self.clock()
@@ -254,11 +269,16 @@ class SegmentExecutor:
         run = _Run(CallContext(cancel_requested, started + self.config.limit_for(goal.est_exec_s), self.clock),
                    on_feedback, started)
         value: Value = None
+        begun = False  # the backend may have moved the robot: failures halt it and say how it was left
         try:
             run.ctx.check()
             body, calls = self._plan(goal)
             self.start()
+            begun = True
             self.backend.begin_goal(goal, run.ctx)
+            if self.robot.envelope is not None:
+                run.travel = self._travel.setdefault(goal.request_id, EnvelopeTracker(self.robot))
+                run.travel.begin_segment()
             if body is not None:
                 env = self._env(goal.request_id)
                 for stmt in body:
@@ -273,25 +293,28 @@ class SegmentExecutor:
             return ExecReport(ResultCode.OK, "", tuple(run.durations), len(run.durations), value,
                               self.clock() - started)
         except ExecError as e:
-            if isinstance(e, (Cancelled, GoalTimeout, SkillFailed, SkillTimeout)):
-                self._halt(str(e))
-            return ExecReport(e.code, str(e) or type(e).__name__, tuple(run.durations), len(run.durations),
-                              None, self.clock() - started)
+            code, msg = e.code, str(e) or type(e).__name__
         except Exception as e:  # interpreter runtime errors, backend bugs: fail the goal, keep serving
-            if _minispec is not None and isinstance(e, _minispec.MiniSpecRuntimeError):
-                msg = f"plan error: {e}"
+            if _minispec is not None and isinstance(e, _minispec.ArgumentError):
+                code, msg = ResultCode.REJECTED, f"argument refused at run time, nothing sent: {e}"
+            elif _minispec is not None and isinstance(e, _minispec.MiniSpecRuntimeError):
+                code, msg = ResultCode.ABORTED, f"plan error: {e}"
             else:
                 log.exception("executor backend failed")
-                msg = f"executor error: {type(e).__name__}: {e}"
-            self._halt(msg)
-            return ExecReport(ResultCode.ABORTED, msg, tuple(run.durations), len(run.durations), None,
-                              self.clock() - started)
+                code, msg = ResultCode.ABORTED, f"executor error: {type(e).__name__}: {e}"
+        if begun:
+            where = self._halt(msg)
+            if where:
+                msg = f"{msg}; {where}"
+        return ExecReport(code, msg, tuple(run.durations), len(run.durations), None, self.clock() - started)
 
-    def _halt(self, reason: str) -> None:
+    def _halt(self, reason: str) -> str | None:
         try:
-            self.backend.halt(reason)
-        except Exception:
+            where = self.backend.halt(reason)
+        except Exception as e:
             log.exception("halting the robot failed")
+            return f"halting the robot failed: {type(e).__name__}: {e}"
+        return where if isinstance(where, str) else None
 
 
 # ---------------------------------------------------------------------- perception

@@ -7,11 +7,20 @@ run TypeFly's macros through the SDK and the perception source.
 
 Safety rules:
 * every argument is validated against the robot YAML *and* the Tello SDK's own limits (moves
-  20-500 cm, turns 1-360 degrees, ints only) before any SDK command of the segment is sent;
+  20-500 cm, turns 1-360 degrees, ints only) before any SDK command of the segment is sent, and
+  `TelloBackend.call` checks again whoever calls it: a bool, a float (50.7, 50.0) or an
+  out-of-range value never reaches djitellopy (nothing is converted with int());
+* motion is never re-sent blindly: djitellopy re-sends a command `retry_count` times when its
+  reply is lost, so a drone that moved but whose `ok` was lost would move again.  Motion commands
+  (takeoff, land, moves, turns, ...) are sent exactly once; a lost reply stops the drone (`stop`:
+  it hovers) and fails the goal -- except takeoff / land, whose outcome the state stream shows
+  (height), so the backend reads it instead of guessing.  Idempotent commands (`command`,
+  `keepalive`, reads) keep djitellopy's retries;
 * one SDK command at a time (a lock shared with the keep-alive thread);
-* cancel / timeout sends `stop` at once (the Tello hovers), and the goal ends with a result
-  right away; the interrupted SDK call finishes on its worker thread;
-* an SDK timeout (no reply within `response_timeout_s` x `retry_count`) fails the call.
+* cancel / timeout / failure sends `stop` at once (the Tello hovers), the goal ends with a result
+  right away, and the result says whether the drone is hovering or landed; the interrupted SDK
+  call finishes on its worker thread;
+* a busy local UDP port or an absent drone ends the goal DISCONNECTED with the reason.
 
 djitellopy details this relies on (read from its 2.5.0 source): `send_control_command`'s timeout
 default is bound at import (7 s) so `Tello.RESPONSE_TIMEOUT` changes nothing, and `timeout` must be
@@ -45,6 +54,10 @@ from .base import (
 
 log = logging.getLogger(__name__)
 
+# Tello SDK commands that move the drone: sent once, never retried (module doc).
+MOTION_WORDS = frozenset({"takeoff", "land", "forward", "back", "left", "right", "up", "down", "cw", "ccw",
+                          "flip", "go", "curve", "jump", "motoron", "throwfly"})
+
 # MiniSpec skill (full name) -> (djitellopy method, min, max)
 MOTION = {
     "move_forward": ("move_forward", 20, 500),
@@ -71,15 +84,29 @@ class TelloConfig:
     keepalive_s: float = 5.0  # send `keepalive` after this long without a command (Tello lands at 15 s)
     response_timeout_s: int = 7  # per SDK command (djitellopy wants an int)
     takeoff_timeout_s: int = 20
-    retry_count: int = 3  # djitellopy attempts per command
+    retry_count: int = 3  # djitellopy attempts per idempotent command (motion: always exactly one)
     move_settle_s: float = 0.5  # TypeFly waits after moves / turns before the next perception
     turn_settle_s: float = 2.5
     wait_for_state: bool = True  # connect() waits for the first state packet
+    state_wait_s: float = 1.5  # how long to wait for a fresh state packet after a lost reply
+
+
+class ReplyLost(Exception):
+    """A motion command was sent once and its reply never came: it may or may not have happened."""
+
+    def __init__(self, command: str, timeout: float) -> None:
+        super().__init__(f"'{command}' got no reply within {timeout:g} s; not re-sent")
+        self.command = command
+
+
+class MotionUnconfirmed(SkillTimeout):
+    """The drone did not confirm a motion; the backend did not re-send it."""
 
 
 def _tello_class() -> Any:
-    """djitellopy's Tello with explicit per-command timeouts and stale-reply dropping."""
-    from djitellopy import Tello
+    """djitellopy's Tello with explicit per-command timeouts, stale-reply dropping and motion
+    commands sent exactly once (`motion_log`: every motion command as sent, for audits)."""
+    from djitellopy import Tello, TelloException
 
     class _Tello(Tello):  # type: ignore[misc, valid-type]
         response_timeout_s = 7
@@ -88,7 +115,15 @@ def _tello_class() -> Any:
         def send_control_command(self, command: str, timeout: int | None = None) -> bool:
             timeout = self.takeoff_timeout_s if command == "takeoff" else self.response_timeout_s
             self.get_own_udp_object()["responses"].clear()  # never take an old reply for this one
-            return Tello.send_control_command(self, command, timeout=int(timeout))
+            if command.split(" ", 1)[0] not in MOTION_WORDS:
+                return Tello.send_control_command(self, command, timeout=int(timeout))
+            self.__dict__.setdefault("motion_log", []).append(command)
+            reply = self.send_command_with_return(command, timeout=int(timeout))
+            if reply.strip().lower() == "ok":
+                return True
+            if reply.startswith("Aborting command"):
+                raise ReplyLost(command, int(timeout))
+            raise TelloException(f"Command '{command}' was unsuccessful (sent once, not retried): {reply!r}")
 
     return _Tello
 
@@ -107,6 +142,7 @@ class TelloBackend:
         self._closing = threading.Event()
         self._keepalive: threading.Thread | None = None
         self.flying = False
+        self._takeoff_pending = False  # a takeoff was sent and has not been answered yet
         self.log_lines: list[str] = []  # `l(...)` output
         self.pictures = 0
 
@@ -114,14 +150,20 @@ class TelloBackend:
 
     def start(self) -> None:
         c = self.config
-        if self._factory is not None:
-            t = self._factory()
-        else:
-            cls = _tello_class()
-            t = cls(host=c.host, retry_count=c.retry_count)
-            t.address = (c.host, c.control_port)  # djitellopy assumes 8889; emulators listen elsewhere
-            t.response_timeout_s = c.response_timeout_s
-            t.takeoff_timeout_s = c.takeoff_timeout_s
+        try:
+            if self._factory is not None:
+                t = self._factory()
+            else:
+                cls = _tello_class()
+                t = cls(host=c.host, retry_count=c.retry_count)  # binds local UDP 8889 / 8890 once
+                t.address = (c.host, c.control_port)  # djitellopy assumes 8889; emulators listen elsewhere
+                t.response_timeout_s = c.response_timeout_s
+                t.takeoff_timeout_s = c.takeoff_timeout_s
+        except OSError as e:
+            raise Disconnected(f"Tello at {c.host}: cannot open djitellopy's local UDP port "
+                               f"(is another program using port 8889?): {e}") from e
+        except Exception as e:  # noqa: BLE001 - any construction failure is "not connected"
+            raise Disconnected(f"Tello at {c.host}: cannot create the SDK client: {type(e).__name__}: {e}") from e
         self.tello = t
         try:
             self._sdk(lambda: t.connect(c.wait_for_state), "connect")
@@ -137,6 +179,11 @@ class TelloBackend:
             try:
                 self._sdk(self.tello.land, "land")
                 self.flying = False
+            except MotionUnconfirmed as e:
+                height = self._fresh_height()
+                self.flying = height != 0
+                log.error("landing on close: %s; state shows height %s: %s", e, height,
+                          "landed" if not self.flying else "still airborne")
             except ExecError as e:
                 log.error("landing on close failed: %s", e)
         if self._keepalive is not None:
@@ -165,6 +212,8 @@ class TelloBackend:
         with self._sdk_lock:
             try:
                 return fn()
+            except ReplyLost as e:
+                raise MotionUnconfirmed(f"{what}: Tello did not answer: {e} (the motion may have happened)") from e
             except TypeError as e:  # @enforce_types: a non-int reached the SDK (validation bug)
                 raise SkillRejected(f"{what}: {e}") from e
             except Exception as e:
@@ -187,45 +236,97 @@ class TelloBackend:
             except cf.TimeoutError:
                 ctx.check()
 
-    def halt(self, reason: str) -> None:
-        """Hover now.  Sent without taking the SDK lock (the interrupted command holds it) and
-        without waiting for the reply; the reply is dropped before the next command."""
-        if self.tello is None or not self.flying:
-            return
+    def halt(self, reason: str) -> str | None:
+        """Hover now; returns where the drone was left.  `stop` is sent without taking the SDK lock
+        (the interrupted command holds it) and without waiting for the reply (dropped before the
+        next command)."""
+        if self.tello is None:
+            return "drone not connected"
+        if not self.flying and self._takeoff_pending:  # interrupted while taking off: look
+            height = self._fresh_height()
+            if height != 0:
+                self.flying = True  # airborne, or unknown: stop it and land it on close
+            elif self._takeoff_pending:
+                return "drone taking off (a Tello hovers when takeoff ends; landed on close)"
+        if not self.flying:
+            return "drone landed"
         log.info("Tello stop: %s", reason)
         try:
             self.tello.send_command_without_return("stop")
         except Exception as e:
             log.error("sending stop failed: %s", e)
+            return f"drone airborne, stop could not be sent ({e})"
+        return "drone hovering (stop sent)"
+
+    def _fresh_height(self) -> int | None:
+        """Height (cm) from a state packet that arrived after now; None if none came in time."""
+        try:
+            udp = self.tello.get_own_udp_object()
+        except Exception:
+            return None
+        old = udp.get("state")
+        end = time.monotonic() + self.config.state_wait_s
+        while time.monotonic() < end:
+            state = udp.get("state")
+            if state is not old and isinstance(state, dict) and isinstance(state.get("h"), int):
+                return state["h"]
+            time.sleep(0.02)
+        return None
 
     # ------------------------------------------------------------------ validation
 
     def validate(self, call: SkillCall, spec: SkillSpec) -> str | None:
-        if spec.name in MOTION:
-            _, lo, hi = MOTION[spec.name]
-            if len(call.args) != 1:
-                return f"Tello {spec.name} takes one argument"
+        """What the SDK must never see, whoever calls: wrong arity, non-int / bool / out-of-range
+        numbers (the Tello SDK's limits, whatever the YAML says), non-string object names."""
+        if len(call.args) != len(spec.args):
+            return f"Tello {spec.name} takes {len(spec.args)} argument(s), got {len(call.args)}"
+        if spec.name in MOTION or spec.name == "delay":
+            _, lo, hi = MOTION.get(spec.name, ("", 0, 10000))
             v = call.args[0]
-            if isinstance(v, bool) or not isinstance(v, int):
+            if type(v) is not int:
                 return f"Tello {spec.name} needs an int, got {v!r}"
             if not lo <= v <= hi:
                 return f"Tello {spec.name} must be within {lo}..{hi}, got {v}"
             return None
         if spec.name in PERCEPTION | LOCAL | MACROS:
+            for a, v in zip(spec.args, call.args):
+                if a.type == "str" and type(v) is not str:
+                    return f"Tello {spec.name}: argument {a.name!r} must be a string, got {v!r}"
             return None
         return f"Tello backend has no implementation of skill {spec.name!r}"
 
     # ------------------------------------------------------------------ execution
 
+    def _takeoff(self) -> None:
+        """On the SDK worker: a takeoff the goal stopped waiting for still updates `flying`."""
+        self._takeoff_pending = True
+        try:
+            self.tello.takeoff()
+            self.flying = True
+        finally:
+            self._takeoff_pending = False
+
     def begin_goal(self, goal: SegmentGoal, ctx: CallContext) -> None:
         if not self.flying and self.config.takeoff_on_first_goal:
-            self._sdk_wait(self.tello.takeoff, "takeoff", ctx)
+            try:
+                self._sdk_wait(self._takeoff, "takeoff", ctx)
+            except MotionUnconfirmed as e:  # sent once; the state stream tells whether it flew
+                height = self._fresh_height()
+                if height is None or height > 0:
+                    self.flying = True  # airborne (or unknown: treat as airborne so halt/close act)
+                    if height is None:
+                        raise MotionUnconfirmed(f"{e}; no state packet either: treated as airborne") from e
+                    log.warning("%s; state shows height %d cm: airborne, goal continues", e, height)
+                else:
+                    raise MotionUnconfirmed(f"{e}; state shows height 0: still on the ground") from e
             self.flying = True
 
     def _motion(self, name: str, amount: int, ctx: CallContext) -> None:
-        method, _, _ = MOTION[name]
+        method, lo, hi = MOTION[name]
+        if type(amount) is not int or not lo <= amount <= hi:  # macros pass constants; stay strict
+            raise SkillRejected(f"Tello {name} needs an int within {lo}..{hi}, got {amount!r}")
         fn = getattr(self.tello, method)
-        self._sdk_wait(lambda: fn(int(amount)), f"{method}({amount})", ctx)
+        self._sdk_wait(lambda: fn(amount), f"{method}({amount})", ctx)
         ctx.sleep(self.config.turn_settle_s if name in TURNS else self.config.move_settle_s)
 
     def _perceive(self, name: str, obj: Value) -> Value:
@@ -234,6 +335,9 @@ class TelloBackend:
 
     def call(self, call: SkillCall, spec: SkillSpec, ctx: CallContext) -> Value:
         name = spec.name
+        problem = self.validate(call, spec)
+        if problem:
+            raise SkillRejected(f"{call}: {problem}; nothing sent")
         if name in MOTION:
             if not self.flying:
                 raise SkillFailed(f"{call}: the Tello is not flying (takeoff_on_first_goal is off)")
@@ -246,7 +350,7 @@ class TelloBackend:
             log.info("plan log: %s", call.args[0])
             return None
         if name == "delay":
-            ctx.sleep(int(call.args[0]) / 1000.0)  # type: ignore[arg-type]
+            ctx.sleep(call.args[0] / 1000.0)  # type: ignore[operator]
             return None
         if name == "take_picture":
             self.pictures += 1

@@ -11,14 +11,20 @@ once and interrupt a motion in progress (the interrupted command answers `error 
 the emulator's choice; the SDK documents only that `stop` hovers "at any time").  The drone
 lands itself after `auto_land_s` without any command, like a Tello after 15 s.
 
-Every command received is recorded (`commands()`), and `responding = False` makes it go silent
-(commands still recorded) to test timeouts.
+Every command received is recorded (`commands()`; `events()` adds the time, the reply and whether
+it was dropped; `log_path` appends the same as JSON lines), `responding = False` makes it go
+silent (commands still recorded) to test timeouts, and `drop_replies=p` loses each reply with
+probability p (seeded) -- the command was executed, only its `ok` never arrives, as over a lossy
+Wi-Fi link (`drop_words`: always for these commands).  `is_invalid(cmd)` says whether a command is one the Tello SDK must never be sent.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import random
+import re
 import socket
 import threading
 import time
@@ -49,20 +55,29 @@ class DroneState:
 class TelloEmulator:
     def __init__(self, host: str = "127.0.0.2", port: int = 9889, *, state_port: int = 8890,
                  state_hz: float = 10.0, battery: int = 87, move_s_per_cm: float = 0.0,
-                 turn_s_per_deg: float = 0.0, takeoff_s: float = 0.0, auto_land_s: float = 15.0) -> None:
+                 turn_s_per_deg: float = 0.0, takeoff_s: float = 0.0, auto_land_s: float = 15.0,
+                 drop_replies: float = 0.0, seed: int = 0, log_path: str | None = None,
+                 drop_words: tuple[str, ...] = ()) -> None:
+        if not 0.0 <= drop_replies < 1.0:
+            raise ValueError(f"drop_replies must be in [0, 1), got {drop_replies!r}")
         self.host, self.port, self.state_port = host, port, state_port
         self.state_hz = state_hz
         self.move_s_per_cm, self.turn_s_per_deg, self.takeoff_s = move_s_per_cm, turn_s_per_deg, takeoff_s
         self.auto_land_s = auto_land_s
         self.state = DroneState(bat=battery)
         self.responding = True
+        self.drop_replies = drop_replies
+        self.drop_words = set(drop_words)  # replies to these commands (first word) are always lost
+        self._rng = random.Random(seed)
+        self._log_path = log_path
         self._log: list[str] = []
+        self._events: list[dict] = []
         self._lock = threading.Lock()
         self._stop_motion = threading.Event()
         self._closed = threading.Event()
         self._busy = threading.Lock()  # one motion at a time, as on the drone
         self._client: tuple[str, int] | None = None
-        self._last_cmd = time.monotonic()
+        self._last_cmd = self._t0 = time.monotonic()
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, port))
@@ -94,11 +109,32 @@ class TelloEmulator:
         with self._lock:
             return list(self._log)
 
+    def events(self) -> list[dict]:
+        """Every command with its arrival time (s since start), reply and whether the reply was dropped."""
+        with self._lock:
+            return [dict(e) for e in self._events]
+
+    def busy(self) -> bool:
+        """True while a command (a motion) is being carried out."""
+        return self._busy.locked()
+
     def clear(self) -> None:
         with self._lock:
             self._log.clear()
+            self._events.clear()
 
     # ------------------------------------------------------------------ protocol
+
+    def _reply(self, event: dict, text: str, addr: tuple[str, int]) -> None:
+        with self._lock:
+            dropped = (self.drop_replies > 0 and self._rng.random() < self.drop_replies) \
+                or event["cmd"].split(" ", 1)[0] in self.drop_words
+            event["reply"], event["dropped"] = text, dropped or not self.responding
+            if self._log_path:  # under the lock: lines from concurrent handlers never interleave
+                with open(self._log_path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(event) + "\n")
+        if not dropped:
+            self._send(text, addr)
 
     def _send(self, text: str, addr: tuple[str, int]) -> None:
         if self.responding and not self._closed.is_set():
@@ -124,20 +160,22 @@ class TelloEmulator:
             with self._lock:
                 self._log.append(cmd)
                 self._last_cmd = time.monotonic()
+                event = {"t": round(self._last_cmd - self._t0, 4), "cmd": cmd, "reply": None, "dropped": False}
+                self._events.append(event)
             if cmd in ("stop", "emergency"):  # "works at any time": interrupts a motion
                 self._stop_motion.set()
                 if cmd == "emergency":
                     self.state.flying, self.state.h = False, 0
-                self._send("ok", addr)
+                self._reply(event, "ok", addr)
                 continue
             # Everything else runs on its own thread so the receiver stays free for `stop`.
-            threading.Thread(target=self._handle, args=(cmd, addr), daemon=True).start()
+            threading.Thread(target=self._handle, args=(cmd, addr, event), daemon=True).start()
 
-    def _handle(self, cmd: str, addr: tuple[str, int]) -> None:
+    def _handle(self, cmd: str, addr: tuple[str, int], event: dict) -> None:
         with self._busy:
             reply = self._execute(cmd, addr)
         if reply is not None:
-            self._send(reply, addr)
+            self._reply(event, reply, addr)
 
     def _motion(self, seconds: float) -> bool:
         """Wait out a motion; False if it was interrupted by stop/emergency."""
@@ -232,6 +270,18 @@ class TelloEmulator:
             self._check_auto_land()
             if self._client is not None:
                 self._send(self.state_line(), self._client)
+
+
+_VALID = re.compile(r"^(?:(?:forward|back|left|right|up|down) (?:[2-9][0-9]|[1-4][0-9]{2}|500)"
+                    r"|(?:cw|ccw) (?:[1-9]|[1-9][0-9]|[1-2][0-9]{2}|3[0-5][0-9]|360))$")
+
+
+def is_invalid(cmd: str) -> bool:
+    """True for a move / turn the SDK must never be sent: out of range, not an integer, malformed."""
+    word = cmd.split(" ", 1)[0]
+    if word in MOVES or word in ("cw", "ccw"):
+        return _VALID.match(cmd) is None
+    return False
 
 
 def _int(args: list[str], lo: int, hi: int) -> int | None:

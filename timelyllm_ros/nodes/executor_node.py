@@ -112,6 +112,7 @@ class ExecutorNode:
             if not self._turns.wait(ticket, lambda: handle.is_cancel_requested):
                 report = ExecReport(ResultCode.CANCELLED, "cancelled before it started")
             else:
+                log.info("%s: executing %s/%d: %s", self.robot_id, goal.request_id, goal.segment_index, goal.text)
                 try:
                     report = self.executor.execute(
                         goal, cancel_requested=lambda: handle.is_cancel_requested,

@@ -272,6 +272,9 @@ class PlannerNodeConfig:
     status_period_s: float = 0.5
     frame_id: str = "map"
     idle_wait_s: float = 0.005  # loop sleep when the engine has nothing to do
+    # after a restart on a journal: how long to wait for a status subscriber before reporting
+    # the recovered requests (a status published before discovery reaches nobody)
+    recovery_wait_s: float = 5.0
     dispatcher: DispatcherConfig = field(default_factory=DispatcherConfig)
 
 
@@ -286,10 +289,10 @@ class PlannerNode:
         self.clock = clock
         self.config = cfg = config or PlannerNodeConfig()
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._recovery: Any = None  # journal.RecoveryReport of a restart, reported by the loop
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.dispatcher = ActionDispatcher(transport, clock, self._post_result, cfg.dispatcher)
-        self.planner = make_planner(self.dispatcher, [self])
         self.rejected: list[tuple[str, str]] = []  # (request id, reason), never admitted
         self._last_status: dict[str, tuple] = {}
         self._poses: dict[str, _Pose] = {}
@@ -300,6 +303,8 @@ class PlannerNode:
         self._pub_planner = transport.publisher(cfg.planner_status_topic, convert.PLANNER_STATUS, qos=QOS_LATCHED)
         self._pub_diag = transport.publisher(cfg.diagnostics_topic, convert.DIAGNOSTIC_ARRAY)
         self._pub_markers = transport.publisher(cfg.markers_topic, convert.MARKER_ARRAY, qos=QOS_LATCHED)
+        # after the state and publishers: a journal recovery in make_planner already reports to us
+        self.planner = make_planner(self.dispatcher, [self])
         self._subs = [
             transport.subscribe(cfg.request_topic, convert.PLAN_REQUEST, self._on_request, qos=QOS_RELIABLE_DEEP),
             transport.subscribe(cfg.cancel_topic, STRING, self._on_cancel, qos=QOS_RELIABLE_DEEP),
@@ -338,7 +343,24 @@ class PlannerNode:
         self._wake.set()
 
     # -- the loop (the only thread that touches the planner's state) ----------------------------
+    def on_recovery(self, report: Any) -> None:
+        """Called by make_planner after recovering a journal (before the loop starts)."""
+        self._recovery = report
+
+    def _report_recovery(self) -> None:
+        rep, self._recovery = self._recovery, None
+        if rep is None or not (rep.failed or rep.resubmitted):
+            return
+        end = time.monotonic() + self.config.recovery_wait_s
+        while self._pub_status.matched_count() == 0 and time.monotonic() < end and not self._stop.is_set():
+            time.sleep(0.02)
+        for rid, reason in rep.failed:
+            log.warning("recovered request %s failed: %s", rid, reason)
+            self._pub_status.publish(convert.rejected_status_fields(rid, rep.robots.get(rid, ""), reason,
+                                                                    state=GenState.FAILED.value))
+
     def _loop(self) -> None:
+        self._report_recovery()  # before any step: the resubmitted requests' states are seen too
         virtual = isinstance(self.clock, VirtualClock)
         wall0 = time.monotonic() - self.clock.now()
         while not self._stop.is_set():
@@ -407,9 +429,14 @@ class PlannerNode:
         self._markers_dirty = True
 
     def _publish_status(self, gen: Generation) -> None:
+        """On every change, until the terminal status: that one is the last message a request
+        gets (results that come back after a cancel or a failure change nothing for it)."""
+        last = self._last_status.get(gen.gen_id)
+        if last is not None and last[0]:
+            return
         st = convert.request_status_fields(gen)
-        key = (st["state"], st["segments_dispatched"], st["segments_done"], st["reason"])
-        if self._last_status.get(gen.gen_id) == key:
+        key = (st["terminal"], st["state"], st["segments_dispatched"], st["segments_done"], st["reason"])
+        if last == key:
             return
         self._last_status[gen.gen_id] = key
         self._pub_status.publish(st)

@@ -13,7 +13,9 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from timelyllm_ros.core.robots import ROBOTS_DIR, RobotSpec, load_robots
+from timelyllm_ros.core.robots import ROBOTS_DIR, RobotSpec, RobotSpecError, load_robots
+from timelyllm_ros.inputs import InputError
+from timelyllm_ros.transport.base import join_name
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +62,36 @@ PLANNER_DEFAULTS: dict[str, Any] = {
 }
 
 
-class ConfigError(ValueError):
-    """A node parameter is invalid; the message names it."""
+class ConfigError(InputError):
+    """A node parameter is invalid; the message (one line) names it."""
+
+
+def coerce_parameters(defaults: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """Parameter values as given (`-p name:=value` is YAML-typed: `1` is an int, `1.5` a float)
+    -> values of the defaults' types.  An int for a float parameter is that float
+    (`-p time_scale:=1`); anything else of the wrong type is a ConfigError naming it.  Names
+    that are not in `defaults` pass through: the builders refuse them."""
+    out: dict[str, Any] = {}
+    for name, default in defaults.items():
+        v = values.get(name, default)
+        if isinstance(default, bool):
+            ok = isinstance(v, bool)
+            want = "true or false"
+        elif isinstance(default, int):
+            ok = isinstance(v, int) and not isinstance(v, bool)
+            want = "an integer"
+        elif isinstance(default, float):
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+            v = float(v) if ok else v
+            want = "a number"
+        else:
+            ok = isinstance(v, str)
+            want = "a string"
+        if not ok:
+            raise ConfigError(f"parameter {name!r} must be {want}, got {v!r}")
+        out[name] = v
+    out.update({k: v for k, v in values.items() if k not in defaults})
+    return out
 
 
 def share_dir(sub: str) -> Path:
@@ -80,7 +110,18 @@ def share_dir(sub: str) -> Path:
 def robots_from(params: dict[str, Any]) -> dict[str, RobotSpec]:
     d = params.get("robots_dir") or ""
     path = Path(d) if d else (ROBOTS_DIR if ROBOTS_DIR.is_dir() else share_dir("robots"))
-    return load_robots(path)
+    try:
+        return load_robots(path)
+    except RobotSpecError as e:
+        raise ConfigError(f"robots_dir: {e}") from None
+
+
+def _checked(name: str, check: Callable[[], Any]) -> Any:
+    """Run one of timelyllm_ros.inputs' checks, its error as this node's ConfigError."""
+    try:
+        return check()
+    except InputError as e:
+        raise ConfigError(str(e) if str(e).startswith(name) else f"{name}: {e}") from None  # "": as is
 
 
 def build_executor(params: dict[str, Any], *, namespace: str = "") -> tuple[Any, str]:
@@ -136,11 +177,14 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
     if unknown:
         raise ConfigError(f"unknown planner parameters {sorted(unknown)}")
     robots = robots_from(p)
-    try:
-        extra = {"model_dir": str(share_dir("models") / "length-predictor")} if p["policy"] == "trail" else {}
-        policy = make_policy(str(p["policy"]), **extra)  # installed: models/ lives in share/timelyllm
-    except Exception as e:
-        raise ConfigError(f"policy {p['policy']!r}: {e}") from e
+    from timelyllm_ros.inputs import check_policies, check_policy_params
+
+    _checked("policy", lambda: check_policies([str(p["policy"])], arg="policy"))
+    extra = {"model_dir": str(share_dir("models") / "length-predictor")} if p["policy"] == "trail" else {}
+    _checked("policy", lambda: check_policy_params(str(p["policy"]), extra, arg="policy"))
+    policy = make_policy(str(p["policy"]), **extra)  # installed: models/ lives in share/timelyllm
+    if isinstance(p["max_batch"], bool) or not isinstance(p["max_batch"], int) or p["max_batch"] < 0:
+        raise ConfigError(f"max_batch: must be an integer >= 0 (0: latency-guided), got {p['max_batch']!r}")
     if p["engine"] == "simulated":
         from timelyllm_ros.core.clock import VirtualClock
         from timelyllm_ros.engines.simulated import LatencyProfile, SimulatedEngine
@@ -149,23 +193,21 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
         restart_engine = None  # the simulated engine does not die
         clock: Any = VirtualClock()
         profile = Path(p["profile"]) if p["profile"] else share_dir("profiles") / "rtx4090_llama3_8b.yaml"
-        engine: Any = SimulatedEngine(clock, LatencyProfile.from_yaml(profile))
+        try:
+            latency = LatencyProfile.from_yaml(profile)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"profile: {e}") from None
+        engine: Any = SimulatedEngine(clock, latency)
         prompts: Any = SimPromptSource(engine, robots=robots)
     elif p["engine"] == "vllm":
-        import yaml
-
         from timelyllm_ros.core.clock import WallClock
         from timelyllm_ros.engines.vllm_engine import VllmEngine
+        from timelyllm_ros.inputs import vllm_config
         from timelyllm_ros.prompts import PromptBuilder
 
-        cfg: dict[str, Any] = {"block_size": 32, "max_num_seqs": 32, "kv_cache_space_gib": 1,
-                               "enforce_eager": True, "max_model_len": 2048, "seed": 0}
-        if p["engine_config"]:
-            extra = yaml.safe_load(Path(p["engine_config"]).read_text()) or {}
-            if not isinstance(extra, dict):
-                raise ConfigError(f"engine_config {p['engine_config']} must be a YAML mapping")
-            cfg.update(extra)
-        cfg["model"] = p["model"] or cfg.get("model") or str(share_dir("models") / "tiny-planner")
+        cfg = _checked("", lambda: vllm_config(  # its messages name engine_config or model
+            p["engine_config"] or None, p["model"] or None, default_model=share_dir("models") / "tiny-planner",
+            config_arg="engine_config", model_arg="model"))
         clock = WallClock()
         engine = VllmEngine(cfg)
 
@@ -200,7 +242,9 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
             from timelyllm_ros.journal import recover
 
             journal.prune()
-            recover(journal, planner)  # resubmit what dispatched nothing, fail the rest with a reason
+            report = recover(journal, planner)  # resubmit what dispatched nothing, fail the rest
+            for listener in listeners:  # the node reports the failed ones on its status topic
+                getattr(listener, "on_recovery", lambda _r: None)(report)
         if int(p["max_batch"]) > 0:
             planner.batcher = planner.fixed(int(p["max_batch"]))
         elif policy.mode is DispatchMode.SUSPEND:
@@ -224,53 +268,83 @@ def _spin_until_signal() -> None:
     done.wait()
 
 
+def _node_params(t: Any, defaults: dict[str, Any]) -> dict[str, Any]:
+    return coerce_parameters(defaults, t.parameters(defaults))
+
+
+def _run_node(node_name: str, argv: list[str] | None, serve: Callable[[Any], Callable[[], None]]) -> int:
+    """Create the rclpy transport from `argv` (`--ros-args ...`), let `serve(transport)` build
+    the node (it returns the node's close), spin until SIGINT/SIGTERM, close in order.  A bad
+    parameter or argument ends in one line on stderr and exit code 2, never a traceback."""
+    from timelyllm_ros.transport.rclpy_transport import RclpyTransport, RclpyUnavailable
+
+    logging.basicConfig(level=logging.INFO, format="[%(levelname)s] [%(name)s]: %(message)s")
+    args = list(sys.argv if argv is None else argv)
+    try:
+        t = RclpyTransport(node_name, args=args)
+    except RclpyUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # rcl rejects malformed --ros-args here
+        print(f"error: cannot start the ROS node: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+              file=sys.stderr)
+        return 2
+    close: Callable[[], None] = lambda: None  # noqa: E731
+    try:
+        close = serve(t)
+        _spin_until_signal()
+    except InputError as e:  # ConfigError and the checks of timelyllm_ros.inputs
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        try:
+            close()
+        finally:
+            t.close()
+    return 0
+
+
 def main_executor(argv: list[str] | None = None) -> int:
-    """`ros2 run timelyllm executor_node --ros-args -r __ns:=/drone1 -p robot_type:=tello`"""
+    """`timelyllm ros executor --ros-args -r __ns:=/drone1 -p robot_type:=tello`
+    (= `ros2 run timelyllm executor_node ...` on a ROS install)."""
     from timelyllm_ros.executors.base import ExecError
-    from timelyllm_ros.transport.rclpy_transport import RclpyTransport
 
     from .executor_node import ExecutorNode
 
-    logging.basicConfig(level=logging.INFO)
-    t = RclpyTransport("executor", args=sys.argv if argv is None else argv)
-    try:
-        executor, robot_id = build_executor(t.parameters(EXECUTOR_DEFAULTS), namespace=t.node.get_namespace())
+    def serve(t: Any) -> Callable[[], None]:
+        executor, robot_id = build_executor(_node_params(t, EXECUTOR_DEFAULTS), namespace=t.node.get_namespace())
         node = ExecutorNode(t, executor, robot_id=robot_id)
-        log.info("executor for %s (%s) serving %s/execute_segment", robot_id, executor.robot.robot_type,
-                 t.node.get_namespace())
+        log.info("executor for %s (%s) serving %s", robot_id, executor.robot.robot_type,
+                 join_name(t.node.get_namespace(), "execute_segment"))
         try:
             executor.start()  # connect now (Tello: `command`); on failure, each goal retries
         except ExecError as e:
             log.error("%s: robot not reachable yet (%s); goals will retry the connection", robot_id, e)
-        _spin_until_signal()
-        node.close()
-    except ConfigError as e:
-        log.error("%s", e)
-        return 2
-    finally:
-        t.close()
-    return 0
+        return node.close
+
+    return _run_node("executor", argv, serve)
 
 
 def main_planner(argv: list[str] | None = None) -> int:
-    """`ros2 run timelyllm planner_node --ros-args -r __ns:=/timelyllm -p engine:=vllm`"""
-    from timelyllm_ros.transport.rclpy_transport import RclpyTransport
-
+    """`timelyllm ros planner --ros-args -r __ns:=/timelyllm -p engine:=vllm`
+    (= `ros2 run timelyllm planner_node ...` on a ROS install)."""
     from .planner_node import PlannerNode
 
-    logging.basicConfig(level=logging.INFO)
-    t = RclpyTransport("planner", args=sys.argv if argv is None else argv)
-    shutdown: Callable[[], None] = lambda: None  # noqa: E731
-    try:
-        make_planner, clock, cfg, shutdown = build_planner(t.parameters(PLANNER_DEFAULTS))
-        node = PlannerNode(t, make_planner, clock=clock, config=cfg).start()
-        log.info("planner serving %s/plan_requests", t.node.get_namespace())
-        _spin_until_signal()
-        node.close()
-    except ConfigError as e:
-        log.error("%s", e)
-        return 2
-    finally:
-        shutdown()
-        t.close()
-    return 0
+    def serve(t: Any) -> Callable[[], None]:
+        make_planner, clock, cfg, shutdown = build_planner(_node_params(t, PLANNER_DEFAULTS))
+        try:
+            node = PlannerNode(t, make_planner, clock=clock, config=cfg).start()
+        except BaseException:
+            shutdown()
+            raise
+        log.info("planner (%s engine) serving %s", t.node.get_parameter("engine").value,
+                 join_name(t.node.get_namespace(), node.config.request_topic))
+
+        def close() -> None:
+            try:
+                node.close()
+            finally:
+                shutdown()
+        return close
+
+    return _run_node("planner", argv, serve)

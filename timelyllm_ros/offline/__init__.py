@@ -4,5 +4,5 @@
             (LPT + local search, exact branch-and-bound for small instances, lower bounds).
 `batch`     known-batch workload files (and a GSM8K-like generator for the paper's setting).
 `pd_sim`    the paper's PD-competition simulator: baseline / offline / online / both.
-`cli`       `timelyllm plan-offline WORKLOAD`.
+`cli`       `timelyllm plan-offline BATCH`.
 """

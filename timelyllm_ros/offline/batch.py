@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from ..lrtrace import WORKLOADS_DIR
 from .makespan import PlanError
 
 _ID_RE = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
@@ -215,7 +216,16 @@ def load_batch(path: str | Path) -> Batch:
     path = Path(path)
     try:
         text = path.read_text()
+    except OSError as e:
+        hint = (f" ({path} is an LRTrace workload for `timelyllm bench`; plan-offline takes a batch file such "
+                f"as workloads/hybrid_gsm8k.yaml)" if (WORKLOADS_DIR / f"{path}.yaml").is_file() else "")
+        raise PlanError(f"{path}: cannot read batch workload: {e.strerror or e}{hint}") from e
+    try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, ValueError, yaml.YAMLError) as e:
-        raise PlanError(f"{path}: cannot read batch workload: {e}") from e
+    except ValueError as e:
+        raise PlanError(f"{path}: cannot read batch workload: not valid JSON: {e}") from e
+    except yaml.YAMLError as e:
+        from ..core.robots import yaml_error_line
+
+        raise PlanError(f"{path}{yaml_error_line(e, 'cannot read batch workload: not valid YAML')}") from e
     return parse_batch(data, str(path))

@@ -1,9 +1,13 @@
-"""``timelyllm plan-offline WORKLOAD``: the Hybrid paper's offline plan for a known batch.
+"""`timelyllm plan-offline BATCH`: the Hybrid paper's offline plan for a known batch.
+
+BATCH is a batch file (YAML/JSON with slots and requests, or a `generate` block), e.g. the
+bundled workloads/hybrid_gsm8k.yaml (1,319 GSM8K-like requests on 200 slots) -- not an LRTrace
+workload such as WID1 (those are for `timelyllm bench`).
 
 Assigns the batch's requests to J concurrency slots minimising the makespan in decode rounds
-(P||Cmax on the estimated output tokens: LPT + local search, branch-and-bound when small), prints
-the plan's makespan against the lower bounds and, with ``--simulate``, replays the batch in the
-PD-competition simulator under baseline / offline / online / offline+online.
+(P||Cmax on the estimated output tokens: LPT + local search, branch-and-bound when small),
+prints the plan's makespan against the lower bounds and, with --simulate, replays the batch in
+the PD-competition simulator under baseline / offline / online / offline+online.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from .pd_sim import STRATEGIES, lower_bounds, simulate
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("plan-offline", help="offline P||Cmax plan of a known batch (Hybrid offline-online)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("workload", type=Path, help="batch file (YAML/JSON: slots, requests or generate)")
+    p.add_argument("batch", type=Path, metavar="BATCH",
+                   help="batch file (YAML/JSON: slots, requests or generate), e.g. workloads/hybrid_gsm8k.yaml")
     p.add_argument("--slots", type=int, default=None, help="override the file's number of slots J")
     p.add_argument("--simulate", action="store_true", help="replay under the four strategies")
     p.add_argument("--out", type=Path, default=None, help="write the plan (slot of every request) as JSON")
@@ -33,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from ..cli import CliError
 
     try:
-        batch = load_batch(args.workload)
+        batch = load_batch(args.batch)
     except PlanError as e:
         raise CliError(str(e)) from None
     slots = batch.slots if args.slots is None else args.slots

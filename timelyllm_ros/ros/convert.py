@@ -366,11 +366,12 @@ def request_status_fields(gen: Generation, *, stamp: float | None = None) -> dic
 
 
 def rejected_status_fields(request_id: str, robot_id: str, reason: str, *,
-                           stamp: float | None = None) -> dict[str, Any]:
-    """Status for a request that was never admitted: the sender always hears back."""
+                           stamp: float | None = None, state: str = "rejected") -> dict[str, Any]:
+    """Terminal status of a request this planner does not run: never admitted (rejected), or
+    failed by a restarted planner's recovery (state "failed"). The sender always hears back."""
     return {
         "stamp": time_fields(stamp), "request_id": request_id, "robot_id": robot_id,
-        "state": "rejected", "terminal": True, "segments_dispatched": 0, "segments_done": 0,
+        "state": state, "terminal": True, "segments_dispatched": 0, "segments_done": 0,
         "response_time_s": -1.0, "utility": 0.0, "reason": reason,
     }
 
@@ -475,7 +476,7 @@ def _check_base(typ: str, value: Any) -> Any:
     if typ == "byte" and isinstance(value, (bytes, bytearray)):
         if len(value) != 1:
             raise MessageError(f"byte field needs exactly 1 byte, got {value!r}")
-        return value[0]
+        return value[0] - 256 if value[0] > 127 else value[0]  # rosbags packs `byte` as signed
     if typ == "bool":
         if not isinstance(value, bool):
             raise MessageError(f"bool field got {value!r}")
@@ -557,7 +558,7 @@ def _node_to_fields(ts, node: tuple, value: Any) -> Any:
     kind, detail = int(node[0]), node[1]
     if kind == 1:
         if detail[0] == "byte":
-            return bytes([int(value)])
+            return bytes([int(value) & 0xFF])
         if hasattr(value, "item"):  # numpy scalar
             return value.item()
         return value

@@ -40,6 +40,7 @@ from ..core.policies import policy_names
 from ..core.robots import RobotSpec
 from ..core.types import Generation, GenState
 from ..engines.simulated import PROFILES_DIR, LatencyProfile
+from ..inputs import InputError
 from ..lrtrace import Arrival, Workload, expand, load_workload
 from ..lrtrace_tasks import TaskDef
 from .runner import run_simulation
@@ -51,8 +52,8 @@ TIE_TOLERANCE = 0.05  # points (or QoE / seconds): policies this close to the be
 WARM_GAP_S = 1.0  # virtual seconds between the warm-up prefill and the isolated request
 
 
-class GridError(ValueError):
-    """A grid entry (load, capacity, profile, policy) is malformed; the message says which."""
+class GridError(InputError):
+    """A grid entry (load, capacity, profile) is malformed; the message says which (one line)."""
 
 
 class CellTimeout(Exception):
@@ -115,12 +116,10 @@ def check_load(name: str) -> Workload:
 
 
 def check_policies(names: Sequence[str]) -> list[str]:
-    from ..core.policies import check_names
+    """Every name a registered policy, none twice (``inputs.check_policies``)."""
+    from ..inputs import check_policies
 
-    try:
-        check_names(names)
-    except ValueError as e:
-        raise GridError(str(e)) from None
+    check_policies(names, arg="--policies")
     return list(names)
 
 

@@ -92,12 +92,25 @@ class Handle(Protocol):
 class Publisher(Protocol):
     def publish(self, fields: Fields) -> None: ...
 
+    def matched_count(self) -> int:
+        """Subscriptions matched with this publisher now (0 until discovery has found them;
+        a message published before that is not delivered to them)."""
+        ...
+
+
+class Subscription(Protocol):
+    def close(self) -> None: ...
+
+    def matched_count(self) -> int:
+        """Publishers matched with this subscription now."""
+        ...
+
 
 class Transport(Protocol):
     def publisher(self, topic: str, msg_type: str, *, qos: str = QOS_DEFAULT) -> Publisher: ...
 
     def subscribe(self, topic: str, msg_type: str, callback: Callable[[Fields], None], *,
-                  qos: str = QOS_DEFAULT) -> Handle: ...
+                  qos: str = QOS_DEFAULT) -> Subscription: ...
 
     def action_client(self, name: str, action_type: str) -> ActionClient: ...
 
@@ -130,3 +143,13 @@ class Closer:
         if not self.closed:
             self.closed = True
             self.fn()
+
+
+@dataclass
+class SubscriptionCloser(Closer):
+    """A Subscription made of a close function and a matched-publishers count."""
+
+    matched: Callable[[], int] = lambda: 0
+
+    def matched_count(self) -> int:
+        return int(self.matched())

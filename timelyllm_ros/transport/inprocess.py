@@ -25,6 +25,7 @@ from .base import (
     QOS_NAMES,
     CancelCallback,
     Closer,
+    SubscriptionCloser,
     ExecuteCallback,
     Fields,
     GoalCallback,
@@ -78,6 +79,7 @@ class InProcessBus:
         self.latched: dict[str, Fields] = {}
         self.servers: dict[str, "_ActionServer"] = {}
         self.published: dict[str, int] = {}  # topic -> messages published (introspection)
+        self.publishers: dict[str, int] = {}  # topic -> publishers created
 
     def check(self, msg_type: str, fields: Fields) -> Fields:
         """Copy `fields` through CDR (wire_check) so types are checked and nothing is shared."""
@@ -126,6 +128,11 @@ class _Publisher:
             self.bus.published[self.topic] = self.bus.published.get(self.topic, 0) + 1
         for s in subs:
             s.deliver(self.bus.check(self.msg_type, msg) if len(subs) > 1 else msg)
+
+    def matched_count(self) -> int:
+        with self.bus.lock:
+            return len(self.bus.subs.get(self.topic, ()))
+
 
 
 class _ServerGoal:
@@ -338,6 +345,8 @@ class InProcessTransport:
             raise TransportError(f"unknown QoS {qos!r}; known: {QOS_NAMES}")
         topic = self.resolve(topic)
         self.bus.bind_type(topic, msg_type)
+        with self.bus.lock:
+            self.bus.publishers[topic] = self.bus.publishers.get(topic, 0) + 1
         return _Publisher(self.bus, topic, msg_type, latched=qos == QOS_LATCHED)
 
     def publish(self, topic: str, msg_type: str, fields: Fields, *, qos: str = "default") -> None:
@@ -363,7 +372,7 @@ class InProcessTransport:
                     self.bus.subs[topic].remove(sub)
             sub.worker.stop(wait=False)
 
-        return self._track(Closer(close))
+        return self._track(SubscriptionCloser(close, matched=lambda: self.bus.publishers.get(topic, 0)))
 
     def action_client(self, name: str, action_type: str) -> _ActionClient:
         return self._track(_ActionClient(self.bus, self.resolve(name), action_type))

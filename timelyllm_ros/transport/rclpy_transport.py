@@ -1,27 +1,29 @@
 """The transport port over rclpy (a real ROS 2 graph).
 
-One `RclpyTransport` = one rclpy Node spun by a MultiThreadedExecutor on a background thread, with
-every entity in one ReentrantCallbackGroup: an action server's execute callback can then run for
-seconds while cancel requests, other goals, subscriptions and timers are served on other threads.
+One `RclpyTransport` = one rclpy Node spun by a MultiThreadedExecutor on a background thread.
+Actions and timers share one ReentrantCallbackGroup: an action server's execute callback can then
+run for seconds while cancel requests, other goals, subscriptions and timers are served on other
+threads.  Each subscription has its own mutually exclusive group, so its messages are handled one
+at a time in arrival order (as the in-process transport does).
 
-Field dicts are turned into generated message classes with rosidl_runtime_py's
-`set_message_fields` and back with `message_to_ordereddict` (the functions `ros2 topic pub/echo`
-use).  rclpy is imported lazily: this module imports without ROS, and `RclpyTransport` raises a
-clear error when rclpy is missing.
+Field dicts are turned into the generated message classes and back by
+`timelyllm_ros.ros.message_fields` (from the classes' own type information; the input is never
+mutated).  An exception in a callback is logged and the node keeps serving; `close()` stops and
+joins the spin thread before the node and the context go away.  rclpy is imported lazily: this
+module imports without ROS, and `RclpyTransport` raises a clear error when rclpy is missing.
 
-NOT RUN in this repository's CI-less development environment (no ROS 2 there); it is written
-against rclpy's Jazzy API (rclpy/node.py, rclpy/action/{client,server}.py) and is exercised by
-.github/workflows/ros.yml in a ros:jazzy container.
+rclpy comes from the ROS 2 Jazzy wheels on PyPI that `make env` installs into `.venv` (with this
+package's interfaces built by rosidl); tests_ros2/ runs nodes in separate processes over DDS.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import threading
-from collections import OrderedDict
 from typing import Any, Callable
+
+from timelyllm_ros.ros.message_fields import from_msg, message_class, to_msg
 
 from .base import (
     QOS_DEFAULT,
@@ -31,6 +33,7 @@ from .base import (
     QOS_SENSOR,
     CancelCallback,
     Closer,
+    SubscriptionCloser,
     ExecuteCallback,
     Fields,
     GoalCallback,
@@ -40,9 +43,11 @@ from .base import (
 
 log = logging.getLogger(__name__)
 
+__all__ = ["RclpyTransport", "RclpyUnavailable", "from_msg", "message_class", "to_msg"]
+
 
 class RclpyUnavailable(ImportError):
-    """rclpy (ROS 2) is not installed / sourced in this Python."""
+    """rclpy (ROS 2) is not installed in this Python."""
 
 
 def _rclpy():
@@ -53,44 +58,26 @@ def _rclpy():
         import rclpy.executors  # noqa: F401
         import rclpy.node  # noqa: F401
         import rclpy.qos  # noqa: F401
-    except ImportError as e:  # pragma: no cover - depends on the environment
+    except ImportError as e:
         raise RclpyUnavailable(
-            "rclpy is not importable: source a ROS 2 (Jazzy) setup.bash and use its Python "
-            f"(and a venv created with --system-site-packages). Original error: {e}") from e
+            "rclpy is not importable in this Python: run `make env` (it installs the ROS 2 Jazzy "
+            "wheels and this package's interfaces into .venv) and use .venv/bin/python or "
+            f".venv/bin/timelyllm. Original error: {e}") from e
     return rclpy
 
 
-def message_class(type_name: str) -> Any:
-    """'timelyllm/msg/PlanRequest' -> timelyllm.msg.PlanRequest (also 'pkg/action/Name')."""
-    parts = type_name.split("/")
-    if len(parts) != 3:
-        raise ValueError(f"type name must be pkg/kind/Name, got {type_name!r}")
-    pkg, kind, name = parts
-    return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
+def _guarded(what: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A callback that logs its exception instead of raising it into the executor (rclpy's
+    executor re-raises it from spin(), which would end the spin thread: a live but deaf node)."""
 
+    def call(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception:
+            log.exception("%s callback failed", what)
+            return None
 
-def to_msg(cls: Any, fields: Fields) -> Any:
-    from rosidl_runtime_py.set_message import set_message_fields
-
-    msg = cls()
-    set_message_fields(msg, fields)
-    return msg
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, (dict, OrderedDict)):
-        return {k: _plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    return v
-
-
-def from_msg(msg: Any) -> Fields:
-    """Generated message -> field dict.  (rosidl's converter turns `byte` fields into 1-char
-    strings; none of the messages this package *subscribes* to has one.)"""
-    from rosidl_runtime_py.convert import message_to_ordereddict
-
-    return _plain(message_to_ordereddict(msg))
+    return call
 
 
 def qos_profile(name: str) -> Any:
@@ -197,7 +184,7 @@ class _ActionClient:
         msg = to_msg(self._cls.Goal, goal)
         cg = _ClientGoal(on_result)
         # rclpy hands the FeedbackMessage (goal_id + feedback) to the callback
-        fb_cb = None if on_feedback is None else (lambda m: on_feedback(from_msg(m.feedback)))
+        fb_cb = None if on_feedback is None else _guarded("feedback", lambda m: on_feedback(from_msg(m.feedback)))
 
         def on_response(fut: Any) -> None:
             try:
@@ -242,10 +229,12 @@ class RclpyTransport:
         from rclpy.callback_groups import ReentrantCallbackGroup
         from rclpy.executors import MultiThreadedExecutor
         from rclpy.node import Node
+        from rclpy.signals import SignalHandlerOptions
 
         self._owns_context = False
         if not rclpy.ok():
-            rclpy.init(args=args)
+            # the node scripts handle SIGINT/SIGTERM themselves (orderly close, exit code 0)
+            rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
             self._owns_context = True
         self.node = Node(node_name, namespace=namespace or None)
         self.group = ReentrantCallbackGroup()
@@ -257,16 +246,44 @@ class RclpyTransport:
         self._publishers: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._handles: list[Any] = []
-        self._spin = threading.Thread(target=self.executor.spin, name=f"spin-{node_name}", daemon=True)
+        self._stopping = threading.Event()
+        self._spin = threading.Thread(target=self._spin_loop, name=f"spin-{node_name}", daemon=True)
         self._spin.start()
+
+    def _spin_loop(self) -> None:
+        """Spin until close(); an exception from a callback is logged, never the end of the node
+        (callbacks are guarded already; this also covers rclpy's own internal callbacks)."""
+        from rclpy.executors import ExternalShutdownException
+
+        while not self._stopping.is_set():
+            try:
+                self.executor.spin_once(timeout_sec=0.1)
+            except ExternalShutdownException:
+                return
+            except Exception:
+                if self._stopping.is_set():
+                    return
+                log.exception("a callback of node %s failed; the node keeps serving", self.node.get_name())
 
     # -- parameters (not part of the port) -------------------------------------------------
     def parameters(self, defaults: dict[str, Any]) -> dict[str, Any]:
+        """The node's parameters named in `defaults`, as given (`-p name:=value`, params files),
+        else the default, plus any other parameter it was given (`-p typo:=...`, a YAML key) so
+        the builder can refuse it instead of ignoring it.  Types are not enforced here (dynamic
+        typing): `-p time_scale:=1` for a float parameter must not end in rclpy's
+        InvalidParameterTypeException; the caller checks and converts
+        (nodes.wiring.coerce_parameters)."""
+        from rcl_interfaces.msg import ParameterDescriptor
+
         out = {}
         for name, default in defaults.items():
             if not self.node.has_parameter(name):
-                self.node.declare_parameter(name, default)
+                self.node.declare_parameter(name, default, ParameterDescriptor(dynamic_typing=True))
             out[name] = self.node.get_parameter(name).value
+        given = getattr(self.node, "_parameter_overrides", {})  # rclpy keeps --ros-args/-p/YAML here
+        for name, param in given.items():
+            if name not in out and name != "use_sim_time":
+                out[name] = getattr(param, "value", param)
         return out
 
     # -- topics ------------------------------------------------------------------------------
@@ -286,10 +303,14 @@ class RclpyTransport:
 
     def subscribe(self, topic: str, msg_type: str, callback: Callable[[Fields], None], *,
                   qos: str = QOS_DEFAULT) -> Closer:
+        from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+
         cls = message_class(msg_type)
-        sub = self.node.create_subscription(cls, topic, lambda m: callback(from_msg(m)), qos_profile(qos),
-                                            callback_group=self.group)
-        h = Closer(lambda: self.node.destroy_subscription(sub))
+        # its own mutually exclusive group: one message at a time, in arrival order (in the shared
+        # reentrant group two messages of one topic could be handled at once, and out of order)
+        sub = self.node.create_subscription(cls, topic, _guarded(f"subscription {topic}", lambda m: callback(from_msg(m))),
+                                            qos_profile(qos), callback_group=MutuallyExclusiveCallbackGroup())
+        h = SubscriptionCloser(lambda: self.node.destroy_subscription(sub), matched=sub.get_publisher_count)
         self._handles.append(h)
         return h
 
@@ -319,7 +340,11 @@ class RclpyTransport:
             # rclpy's default rejects every cancel; the port's default accepts.
             if cancel_callback is None:
                 return CancelResponse.ACCEPT
-            return CancelResponse.ACCEPT if cancel_callback(_ServerGoal(handle, cls)) else CancelResponse.REJECT
+            try:
+                return CancelResponse.ACCEPT if cancel_callback(_ServerGoal(handle, cls)) else CancelResponse.REJECT
+            except Exception:
+                log.exception("cancel callback failed; rejecting the cancel")
+                return CancelResponse.REJECT
 
         def on_execute(handle: Any) -> Any:
             result = execute(_ServerGoal(handle, cls))
@@ -333,19 +358,29 @@ class RclpyTransport:
 
     # -- timers ------------------------------------------------------------------------------
     def timer(self, period_s: float, callback: Callable[[], None]) -> Closer:
-        t = self.node.create_timer(period_s, callback, callback_group=self.group)
+        t = self.node.create_timer(period_s, _guarded("timer", callback), callback_group=self.group)
         h = Closer(lambda: self.node.destroy_timer(t))
         self._handles.append(h)
         return h
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop spinning (the spin thread is joined: a thread still inside rcl while the process
+        exits aborts it), destroy the entities and the node, shut the context down if ours."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        self.executor.wake()
+        self._spin.join(timeout_s)
+        if self._spin.is_alive():  # pragma: no cover - a wait that rcl did not end
+            log.warning("spin thread of %s did not stop within %.1f s", self.node.get_name(), timeout_s)
+        # callbacks still running on the pool (an execute callback mid-segment) get timeout_s
+        self.executor.shutdown(timeout_sec=timeout_s)
         for h in reversed(self._handles):
             try:
                 h.close()
             except Exception:
                 log.exception("closing %r failed", h)
         self._handles.clear()
-        self.executor.shutdown()
         self.node.destroy_node()
         if self._owns_context:
             import rclpy
@@ -359,3 +394,7 @@ class _Publisher:
 
     def publish(self, fields: Fields) -> None:
         self._pub.publish(to_msg(self._cls, fields))
+
+    def matched_count(self) -> int:
+        return int(self._pub.get_subscription_count())
+

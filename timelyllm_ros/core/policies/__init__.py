@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable
 
 from .base import DispatchMode, Policy, PolicyContext, Selection
 from .basic import EDF, FCFS, VLLM, VLLMStream
@@ -26,15 +26,12 @@ def policy_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def check_names(names: Sequence[str]) -> None:
-    """ValueError naming the first unknown or repeated policy of a run."""
-    known = policy_names()
-    for n in names:
-        if n not in known:
-            raise ValueError(f"unknown policy {n!r}; choose from {', '.join(known)}")
-    dup = sorted({n for n in names if list(names).count(n) > 1})
-    if dup:
-        raise ValueError(f"policy {dup[0]!r} given twice")
+def policy_factory(name: str) -> Callable[..., Policy]:
+    """The registered factory (class or function) of a policy: what its parameters are."""
+    _load_optional()
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown policy {name!r}; choose one of {sorted(_REGISTRY)}")
+    return _REGISTRY[name]
 
 
 def make_policy(name: str, **params) -> Policy:
@@ -59,5 +56,4 @@ def _load_optional() -> None:
                 raise
 
 
-__all__ = ["DispatchMode", "Policy", "PolicyContext", "Selection", "check_names", "make_policy", "policy_names",
-           "register"]
+__all__ = ["DispatchMode", "Policy", "PolicyContext", "Selection", "make_policy", "policy_factory", "policy_names", "register"]

@@ -10,8 +10,11 @@ import enum
 import math
 import operator
 from dataclasses import dataclass, field
-from itertools import islice
+from collections import deque
+from itertools import islice, repeat
 from typing import Callable, Sequence
+
+import numpy as np
 
 from ...engines.base import EngineStats
 from ..exec_time import ExecTimeEstimator
@@ -45,6 +48,31 @@ class Selection:
 
 
 _PRIORITY = operator.attrgetter("priority")
+_READY_SINCE = operator.attrgetter("ready_since")
+_ARRIVAL = operator.attrgetter("request.arrival")
+_ID = operator.attrgetter("request.request_id")
+
+
+def arrival_order(gens: Sequence[Generation]) -> list[Generation]:
+    """`gens` sorted by (arrival, gen_id) (vLLM's FCFS): by the C-level arrival key, then runs of
+    equal arrivals by gen_id; the same order as the tuple sort, without building the tuples."""
+    order = sorted(gens, key=_ARRIVAL)
+    keys = list(map(_ARRIVAL, order))
+    if len(set(keys)) < len(keys):
+        i, n = 0, len(order)
+        while i < n:
+            j = i + 1
+            while j < n and keys[j] == keys[i]:
+                j += 1
+            if j - i > 1:
+                order[i:j] = sorted(order[i:j], key=_ID)
+            i = j
+    return order
+
+
+def set_priorities(gens: Sequence[Generation], values: Sequence[float]) -> None:
+    """g.priority = value for each pair (a C-level loop)."""
+    deque(map(setattr, gens, repeat("priority"), values), maxlen=0)
 
 
 def _order_key(g: Generation) -> tuple:
@@ -90,6 +118,51 @@ def priority_order(gens: Sequence[Generation],
         except ValueError:
             break
     return order
+
+
+def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: bool = True,
+                   first: "np.ndarray | None" = None, arrival: "np.ndarray | None" = None) -> list[int]:
+    """Indices of `gens` sorted by (keys[i], ready_since, arrival, gen_id) — the order
+    `priority_order` gives with priority = -keys[i] — or, with ready_since False, by (keys[i],
+    arrival, gen_id); with `first` (bools), those marked True come first, each group in that
+    order.  For policies that computed their keys as a numpy array: one numpy lexsort; only runs
+    equal in everything but gen_id (rare: same arrival and ready time) are re-sorted by gen_id in
+    Python.  `arrival`: the generations' arrival times, if the caller has them.  Non-finite values
+    take the plain tuple sort."""
+    n = len(gens)
+    if n < 2:
+        return list(range(n))
+    if arrival is None:
+        arrival = np.array([g.request.arrival for g in gens], dtype=float)  # (list comprehensions beat np.fromiter)
+    cols = [arrival]
+    if ready_since:
+        cols.append(np.array([g.ready_since for g in gens], dtype=float))
+    cols.append(keys)
+    if first is not None:
+        cols.append(~first)
+    if not all(np.isfinite(c).all() for c in cols if c.dtype != bool):
+        tie = _tie_key if ready_since else (lambda g: (g.request.arrival, g.gen_id))
+        grp = (lambda i: (not first[i],)) if first is not None else (lambda i: ())
+        return sorted(range(n), key=lambda i: grp(i) + (float(keys[i]),) + tie(gens[i]))
+    perm = np.lexsort(cols)  # last key primary; stable
+    idx = perm.tolist()
+    same = np.ones(n - 1, dtype=bool)
+    for c in cols:
+        cp = c[perm]
+        same &= cp[1:] == cp[:-1]
+    tie = np.flatnonzero(same)
+    if tie.size:
+        ties = tie.tolist()
+        k = 0
+        while k < len(ties):
+            i = ties[k]
+            j = i + 1
+            k += 1
+            while k < len(ties) and ties[k] == j:
+                j += 1
+                k += 1
+            idx[i:j + 1] = sorted(idx[i:j + 1], key=lambda x: gens[x].gen_id)
+    return idx
 
 
 class Policy:

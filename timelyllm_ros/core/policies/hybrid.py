@@ -17,17 +17,41 @@ This is a throughput (makespan) policy for known batches; it ignores TUFs on pur
 
 from __future__ import annotations
 
+import math
+import operator
 from typing import Any, Sequence
+
+import numpy as np
 
 from ..kv_handling import KVCostModel, SharedPrefix, private_context
 from ..types import Generation, GenState
 from . import register
-from .base import Policy, PolicyContext, Selection, priority_order
+from .base import Policy, PolicyContext, Selection, arrival_order, ascending_perm, set_priorities
+from .slots import SlotTable
 from .lamps import _cost_from
 
 
 def _arrival_id(g: Generation) -> tuple:
     return (g.request.arrival, g.gen_id)
+
+
+_PRIORITY = operator.attrgetter("priority")
+
+
+def longest_first(gens: Sequence[Generation]) -> list[Generation]:
+    """`gens` sorted by (-priority, arrival, gen_id).  Total lengths tie a lot, so instead of
+    `priority_order` (which re-sorts every run of equal priorities by the tuple) this sorts by
+    (arrival, gen_id), then stably by priority, descending — with C-level keys; the order is the
+    same.  Non-finite priorities take the plain tuple sort."""
+    try:
+        finite = math.isfinite(sum(map(_PRIORITY, gens)))
+    except TypeError:
+        finite = False
+    if not finite:
+        return sorted(gens, key=lambda g: (-g.priority, g.request.arrival, g.gen_id))
+    order = arrival_order(gens)
+    order.sort(key=_PRIORITY, reverse=True)  # stable: equal priorities keep the arrival order
+    return order
 
 
 class Hybrid(Policy):
@@ -70,6 +94,13 @@ class Hybrid(Policy):
             total += max(0, n_prompt + len(g.output_ids) - min(sh, n_prompt))
         return self.cost.t_fwd(total)
 
+    def _fill(self, g: Generation, slot: int, ctx: PolicyContext) -> None:
+        """g's total length (priority) and private (uncached) tokens: fixed while it is ready."""
+        a = self._table.a
+        a["pri"][slot] = self.total_length(g, ctx)
+        a["own"][slot] = private_context(g, self.prefix)
+        a["arrival"][slot] = g.request.arrival
+
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
         self.prefix.observe_all(list(running) + list(ready))
@@ -77,25 +108,45 @@ class Hybrid(Policy):
             self.decode_since_prefill += max(0.0, now - self._last_now)
         self._last_now = now
         cls = type(self)
-        if (cls.priority is Hybrid.priority and cls.total_length is Hybrid.total_length
-                and cls.predict_remaining is Hybrid.predict_remaining):
-            default: dict[str, float] = {}  # predict_remaining without segments, per robot type
-            for g in ready:  # priority() inlined: same expressions, same order
-                done = [s.token_count for s in g.segments if s.token_count > 0] if g.segments else None
-                if done:
-                    rem = sum(done) / len(done)
-                else:
-                    rt = g.request.robot_type
-                    if rt in default:
-                        rem = default[rt]
-                    else:
-                        robot = ctx.robots.get(rt)
-                        rem = default[rt] = float(robot.max_segment_tokens) if robot else 16.0
-                g.priority = len(g.prompt_ids) + len(g.output_ids) + rem
-        else:
-            for g in ready:
-                g.priority = self.priority(g, ctx, now)
-        order = priority_order(ready, _arrival_id)  # = sorted by (-priority, arrival, gen_id)
+        if not (cls.priority is Hybrid.priority and cls.total_length is Hybrid.total_length
+                and cls.predict_remaining is Hybrid.predict_remaining and cls.prefill_cost is Hybrid.prefill_cost):
+            return self._select_generic(ready, running, ctx, now)
+        # The same decisions on arrays: a ready generation's total length and private tokens
+        # only change when it runs (SlotTable), or, for the private tokens, when a shared prompt
+        # prefix changes (every slot refilled).
+        table = self.__dict__.get("_table")
+        sig = (self.prefix.signature(), id(ctx.robots))
+        if table is None:
+            table = self._table = SlotTable({"pri": (float, 0.0), "own": (float, 0.0), "arrival": (float, 0.0)})
+        if sig != self.__dict__.get("_sig"):
+            table.invalidate()
+            self._sig = sig
+        if not ready:
+            return Selection(order=[])
+        sl = table.lookup(ready, lambda g, slot: self._fill(g, slot, ctx))
+        pri = table.a["pri"][sl]
+        set_priorities(ready, pri.tolist())
+        perm = np.asarray(ascending_perm(ready, -pri, ready_since=False, arrival=table.a["arrival"][sl]),
+                          dtype=np.intp)  # (-priority, arrival, id)
+        queued_state = GenState.QUEUED
+        queued = np.array([g.state is queued_state for g in ready], dtype=bool)
+        order = list(map(ready.__getitem__, perm.tolist()))
+        if not queued.any():
+            return Selection(order=order)
+        if self.pd_rule and running:
+            c_p = self.cost.t_fwd(int(table.a["own"][sl][queued].sum()))  # C_p over the new generations
+            if c_p >= self.decode_since_prefill:
+                self.held += 1
+                return Selection(order=list(map(ready.__getitem__, perm[~queued[perm]].tolist())))
+        self.decode_since_prefill = 0.0
+        return Selection(order=order)
+
+    def _select_generic(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
+                        now: float) -> Selection:
+        """Subclasses that change the priority or C_p: priority() and prefill_cost() per generation."""
+        for g in ready:
+            g.priority = self.priority(g, ctx, now)
+        order = longest_first(ready)  # = sorted by (-priority, arrival, gen_id)
         new = [g for g in order if g.state is GenState.QUEUED]
         if not new:
             return Selection(order=order)

@@ -47,11 +47,14 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
+
 from ..kv_handling import (HANDLINGS, KVCostModel, SharedPrefix, choose, other_context, predicted_idle,
                            private_context)
 from ..types import Generation, GenState, Segment
 from . import register
-from .base import Policy, PolicyContext, Selection
+from .base import Policy, PolicyContext, Selection, ascending_perm, set_priorities
+from .slots import SlotTable
 from .timelyllm import TimelyLLM
 
 _STARVE = "lamps_starving"
@@ -166,6 +169,9 @@ class WasteHandling:
             else:
                 self._pinned[g.gen_id] = g
         g.extra[_KV] = mode
+        table = self.__dict__.get("_slots")
+        if table is not None:  # LAMPS's cached area terms depend on the last handling
+            table.invalidate(g)
         g.extra.setdefault("kv_modes", {}).setdefault(mode, 0)
         g.extra["kv_modes"][mode] += 1
         return mode
@@ -267,8 +273,173 @@ class LAMPS(WasteHandling, Policy):
             g.extra[_STARVE] = True
             g.extra["lamps_starved_at"] = it
 
+    # ----------------------------------------------------------------- the fast path
+    # At 1,000 ready generations the per-generation Python of `_select_reference` (area(),
+    # counters in `extra`) costs ~8 ms a scheduling point.  A generation's area differs between
+    # points only through tau (the measured token time) and C_other (the running batch): the
+    # rest (C, the resume term, n, T, the KV-growth term and the costs of the three handlings)
+    # stays put while it is ready.  Those static terms, its admission need and the starvation
+    # counters live in a SlotTable (refilled when its output, segments or last KV handling
+    # change, all of them when the shared prompt prefixes change); every point evaluates the
+    # areas of all ready generations at once with the same operations in the same order as
+    # `area`: bit for bit (tests/test_scheduling_fastpaths.py checks it against
+    # `_select_reference`, the plain code kept as the oracle).
+    _STATIC = ("c", "resume", "D", "c2", "t_call", "fwd2", "swp2", "wp", "wd0", "need")
+
+    def _fast_ok(self) -> bool:
+        cls = type(self)
+        return (self.score_interval == 1 and cls.area is LAMPS.area and cls.predict_tokens is LAMPS.predict_tokens
+                and cls.predict_call_s is LAMPS.predict_call_s and cls.eligible is LAMPS.eligible
+                and cls.private is WasteHandling.private and cls._count is LAMPS._count)
+
+    def _table(self) -> SlotTable:
+        t = self.__dict__.get("_slots")
+        if t is None:
+            fields: dict = {k: (float, 0.0) for k in self._STATIC}
+            fields.update(ok=(bool, False), jit_cand=(bool, False), id_hash=(np.int64, 0), arrival=(float, 0.0),
+                          seen=(np.int64, -(2 ** 62)),
+                          count=(np.int64, 0), starving=(bool, False))
+            t = self._slots = SlotTable(fields, persistent=("seen", "count", "starving"))
+        return t
+
+    def _fill(self, g: Generation, slot: int, ctx: PolicyContext) -> None:
+        """g's static area terms and admission need."""
+        a = self._slots.a
+        cost = self.cost
+        c = self.private(g)
+        last = g.extra.get(_KV) if g.segments else None
+        resume = 0.0
+        if last == "discard":
+            resume = c * cost.t_fwd(c)
+        elif last == "swap":
+            resume = c * cost.t_swap(c)
+        n = self.predict_tokens(g, ctx)
+        c2 = c + n
+        t_call = self.predict_call_s(g, ctx)
+        fwd2, swp2 = cost.t_fwd(c2), cost.t_swap(c2)
+        m = cost.bytes_per_token
+        # admission_cut's blocks: one segment of growth, plus the private context unless preserved
+        robot = ctx.robots.get(g.request.robot_type)
+        bs = max(1, ctx.stats.block_size)
+        need = math.ceil((robot.max_segment_tokens if robot else 16) / bs)
+        if not (g.segments and g.extra.get(_KV) == "preserve"):
+            need += math.ceil(c / bs)
+        for k, v in zip(self._STATIC, (c, resume, n * c + n * (n + 1) / 2, c2, t_call, fwd2, swp2,
+                                       t_call * c2 * m, fwd2 * c2 * m, need)):
+            a[k][slot] = v
+        a["ok"][slot] = t_call >= 0 and c2 >= 0  # waste() refuses negative inputs: the plain path raises
+        a["jit_cand"][slot] = bool(g.segments) and not g.segments[-1].blocking
+        a["id_hash"][slot] = hash(g.gen_id)
+        a["arrival"][slot] = g.request.arrival
+        if g.extra.get(_STARVE):
+            a["starving"][slot] = True
+
+    def wait_count(self, g: Generation) -> int:
+        """Consecutive scheduling iterations g has spent ready (the starvation counter)."""
+        if not self._fast_ok():
+            return int(g.extra.get(_COUNT, 0))
+        t = self._table()
+        slot = t.slot(g)
+        return 0 if slot is None else int(t.a["count"][slot])
+
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
+        if not self._fast_ok():
+            return self._select_reference(ready, running, ctx, now)
+        self.observe(running)
+        if not ready:
+            return Selection(order=self.admission_cut([], running, ctx) if self.memory_admission else [])
+        it = ctx.iteration
+        table = self._table()
+
+        def observe_new(gens: list[Generation]) -> None:
+            # every ready generation is observed before any area is computed (as the plain path
+            # does); the ones already in the table were, when filled
+            self.observe(gens)
+
+        fill = lambda g, slot: self._fill(g, slot, ctx)  # noqa: E731
+        sig = (self.prefix.signature(), id(ctx.robots), ctx.stats.block_size)
+        if sig != self.__dict__.get("_sig"):
+            table.invalidate()
+        sl = table.lookup(ready, fill, observe_new)
+        sig2 = (self.prefix.signature(), id(ctx.robots), ctx.stats.block_size)
+        if sig2 != sig:  # the new ones changed a shared prefix: every private context changes
+            table.invalidate()
+            sl = table.lookup(ready, fill)
+        self._sig = sig2
+        a = table.a
+        # starvation counters (_count, for all ready generations at once)
+        cnt = np.where(a["seen"][sl] == it - 1, a["count"][sl] + 1, 0)
+        a["count"][sl] = cnt
+        a["seen"][sl] = it
+        for i in np.flatnonzero((cnt >= self.starvation_threshold) & ~a["starving"][sl]).tolist():
+            g = ready[i]
+            a["starving"][sl[i]] = True
+            g.extra[_STARVE] = True
+            g.extra["lamps_starved_at"] = it
+        # eligibility (just-in-time resume): a suspended generation whose last segment does not
+        # block waits until its robot's action is about G from its end
+        elig = np.ones(len(ready), dtype=bool)
+        if self.jit_resume:
+            suspended = GenState.SUSPENDED
+            susp = np.array([g.state is suspended for g in ready], dtype=bool)
+            cand = np.flatnonzero(susp & a["jit_cand"][sl])
+            if cand.size:
+                ends = np.array([np.inf if e is None else e for e in
+                                 map(Generation.prev_exec_end_estimate, map(ready.__getitem__, cand.tolist()))])
+                elig[cand] = (ends == np.inf) | (now >= ends - ctx.seg_gen_s)
+        # areas
+        tau = max(ctx.token_s, 0.0)
+        c_other = float(sum(private_context(o, self.prefix) for o in running))  # C_other outside the batch
+        m = self.cost.bytes_per_token
+        c2, fwd2, swp2, t_call = a["c2"][sl], a["fwd2"][sl], a["swp2"][sl], a["t_call"][sl]
+        waste = {"preserve": a["wp"][sl], "discard": a["wd0"][sl] + fwd2 * c_other * m,
+                 "swap": 2.0 * swp2 * (c2 + c_other) * m}
+        per_token = {"preserve": t_call, "discard": fwd2, "swap": 2 * swp2}
+        h0 = self.allowed[0]
+        best_w, mult = waste[h0], per_token[h0]
+        for h in self.allowed[1:]:  # Waste.best: least waste, ties to the earlier handling
+            take = waste[h] < best_w
+            best_w = np.where(take, waste[h], best_w)
+            mult = np.where(take, per_token[h], mult)
+        area = (a["resume"][sl] + tau * a["D"][sl]) + c2 * mult
+        run_ids = {o.request.request_id for o in running}
+        slow = np.flatnonzero(~a["ok"][sl]).tolist()
+        if run_ids:  # a ready generation with a running one's id (hashes first, then the ids)
+            maybe = np.flatnonzero(np.isin(a["id_hash"][sl], [hash(r) for r in run_ids])).tolist()
+            slow += [i for i in maybe if ready[i].gen_id in run_ids]
+        for i in slow:  # C_other of a running one, or inputs waste() refuses: the plain formula
+            area[i] = self.area(ready[i], ctx, running, None if ready[i].gen_id in run_ids else int(c_other))
+        if elig.all():
+            keep, gens, area_k = np.arange(len(ready)), list(ready), area
+        else:
+            keep = np.flatnonzero(elig)
+            gens, area_k = list(map(ready.__getitem__, keep.tolist())), area[keep]
+        starving = a["starving"][sl][keep]
+        set_priorities(gens, (-area_k).tolist())
+        # starving ones first, each group by area, FCFS among equals
+        perm = ascending_perm(gens, area_k, first=starving if starving.any() else None, arrival=a["arrival"][sl][keep])
+        order = list(map(gens.__getitem__, perm))
+        if self.memory_admission and order:
+            # admission_cut over the static block needs: the longest prefix whose cumulative need
+            # stays within the free blocks (the head always, when nothing runs)
+            st = ctx.stats
+            bs = max(1, st.block_size)
+            growth = 0
+            for o in running:
+                robot = ctx.robots.get(o.request.robot_type)
+                growth += math.ceil((robot.max_segment_tokens if robot else 16) / bs)
+            free = st.kv_free_blocks - growth
+            cum = np.cumsum(a["need"][sl][keep][np.asarray(perm, dtype=np.intp)])
+            over = np.flatnonzero(cum > free)
+            if not running and over.size and over[0] == 0:
+                over = over[1:]
+            order = order[: int(over[0]) if over.size else len(order)]
+        return Selection(order=order)
+
+    def _select_reference(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
+                          now: float) -> Selection:
+        """The plain path (and the fast path's oracle in the tests): per generation, as written."""
         self.observe(running)
         self.observe(ready)
         it = ctx.iteration

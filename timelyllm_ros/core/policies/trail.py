@@ -23,10 +23,16 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ..length_predictor import LengthPredictor, PredictorError, age, make_predictor
+from ..length_predictor import (LearnedPredictor, LengthPredictor, NoisyOraclePredictor, OraclePredictor,
+                                PredictorError, age, make_predictor)
 from ..types import Generation, Segment
 from . import register
-from .base import DispatchMode, Policy, PolicyContext, Selection
+from .base import DispatchMode, Policy, PolicyContext, Selection, ascending_perm, set_priorities
+from .slots import SlotTable
+
+# Predictors whose answers for a generation change only when its age changes: their ranks may
+# be kept between scheduling points.
+_CACHEABLE = (OraclePredictor, NoisyOraclePredictor, LearnedPredictor)
 
 _MODES = {"stream": DispatchMode.STREAM, "suspend": DispatchMode.SUSPEND, "whole": DispatchMode.WHOLE}
 
@@ -63,6 +69,7 @@ class Trail(Policy):
                 raise ValueError(str(e)) from e
         else:
             self.predictor = predictor
+        self._cacheable = type(self.predictor) in _CACHEABLE
         self._desc = {"c": self.c, "predictor": getattr(self.predictor, "name", str(predictor)),
                       "noise_p": noise_p, "seed": seed, "refresh_every": refresh_every, "mode": mode, "kv": kv, "fallback_len": self.fallback_len}
 
@@ -97,20 +104,40 @@ class Trail(Policy):
         return -self.remaining(g)
 
     # --- decisions ------------------------------------------------------------------------------
+    def _fill(self, g: Generation, slot: int) -> None:
+        """A ready generation's rank terms: fixed until it runs (its age changes), for the
+        predictors whose answers only change with the age; others (and generations whose
+        prediction failed) are refilled at every point."""
+        ex = g.extra
+        errors = "lenpred_error" in ex
+        a = self._table.a
+        a["rem"][slot] = self.remaining(g)
+        a["pinned"][slot] = self.pinned(g)
+        a["arrival"][slot] = g.request.arrival
+        if not self._cacheable or errors or "lenpred_error" in ex:
+            self._table.invalidate(g)
+
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
-        full = False
-        for g in ready:
-            if g.extra.pop("blocked", None) is not None:
-                full = True
-        keyed = sorted(((self.rank(g), g) for g in ready), key=lambda kg: kg[0])
-        order = [g for _, g in keyed]
+        """Pinned ones first, then by predicted remaining tokens, FCFS among equals: the same
+        order as sorting by `rank` (ranks of ready generations kept in a SlotTable: a ready
+        generation generates nothing, so its rank stays put between scheduling points)."""
+        full = any([g.extra.pop("blocked", None) is not None for g in ready])  # pops from every one
+        if self.__dict__.get("_table") is None:
+            self._table = SlotTable({"rem": (float, 0.0), "pinned": (bool, False), "arrival": (float, 0.0)})
+        table = self._table
+        sl = table.lookup(ready, self._fill)
+        rem = table.a["rem"][sl]
+        pinned = table.a["pinned"][sl]
+        set_priorities(ready, (-rem).tolist())
+        perm = ascending_perm(ready, rem, first=pinned, arrival=table.a["arrival"][sl])
+        order = list(map(ready.__getitem__, perm))
         preempt: list[Generation] = []
-        if full and keyed:
+        if full and order:
             victims = sorted(((self.rank(g), g) for g in running if not self.pinned(g)),
                              key=lambda kg: kg[0], reverse=True)
-            for (rk, _), (vk, v) in zip(keyed, victims):
-                if rk[:2] < vk[:2]:  # strictly better predicted work; ties never preempt
+            for i, (vk, v) in zip(perm, victims):
+                if (0 if pinned[i] else 1, float(rem[i])) < vk[:2]:  # strictly better predicted work; ties never preempt
                     preempt.append(v)
                 else:
                     break

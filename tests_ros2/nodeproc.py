@@ -1,0 +1,85 @@
+"""Node processes for the ROS 2 tests: `timelyllm ros planner|executor` started as separate
+processes (what a user runs), talking to the test over DDS."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from timelyllm_ros.ros.convert import REPO_ROOT
+
+
+class NodeProcess:
+    """One `timelyllm ros <kind> --ros-args ...` process; its output goes to a log file."""
+
+    def __init__(self, kind: str, ros_args: list[str], log_dir: Path, name: str) -> None:
+        self.log = log_dir / f"{name}.log"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "timelyllm_ros.cli", "ros", kind, "--ros-args",
+                                          *ros_args], stdout=out, stderr=subprocess.STDOUT, env=env,
+                                         cwd=REPO_ROOT)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for_log(self, needle: str, timeout_s: float = 30.0) -> bool:
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if needle in self.text():
+                return True
+            if self.proc.poll() is not None:
+                return needle in self.text()
+            time.sleep(0.05)
+        return False
+
+    def serving(self, timeout_s: float = 30.0) -> "NodeProcess":
+        if not self.wait_for_log(" serving ", timeout_s):
+            self.kill()
+            raise RuntimeError(f"node did not start (rc {self.proc.poll()}):\n{self.text()}")
+        return self
+
+    def stop(self, sig: int = signal.SIGINT, timeout_s: float = 15.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def wait_for(pred, timeout_s: float = 10.0, step_s: float = 0.02) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(step_s)
+    return bool(pred())
+
+
+class Collector:
+    """Messages of one topic, kept in arrival order (subscription callbacks run on rclpy threads)."""
+
+    def __init__(self) -> None:
+        self.items: list[dict] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, m: dict) -> None:
+        with self._lock:
+            self.items.append(m)
+
+    def snapshot(self) -> list[dict]:
+        with self._lock:
+            return list(self.items)

@@ -1,0 +1,304 @@
+"""Flight envelope: how far, how much turning, how high and how long one segment and one plan may
+command, from the robot YAML (`envelope:` + each skill's `travel:`).  Pure; no I/O.
+
+Per-call ranges (the schema, the SDK's hard limits) bound one call, not the motion: `10{100{mf(500)}}`
+is 5 km of valid calls.  The envelope bounds the sum, in two places:
+
+* statically (dispatch guard, `static_travel`): the travel of a segment's *worst path* (every loop
+  run in full, every conditional taken, the costlier branch of an if/else), where an amount known
+  only at run time counts at its *least* legal value -- so the guard rejects a segment that will
+  exceed the envelope on some path whatever its variables hold, and leaves the rest to
+* run time (executor, `EnvelopeTracker.charge`): each resolved call is charged before it is sent;
+  the first call that would leave the segment's or the plan's envelope is refused, nothing is sent.
+
+Axes: `distance_cm` (path length of moves, up/down included), `turn_deg` (total rotation),
+`climb_cm` (highest point above where the segment / plan started: net up minus down), and
+`duration_s` (the robot's exec-time model: nominal for parametric skills, max_s for variable ones).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from .types import SkillCall, Value
+
+if TYPE_CHECKING:  # robots.py parses envelopes with this module
+    from .robots import RobotSpec, SkillSpec
+
+AXES = ("distance_cm", "turn_deg", "climb_cm", "duration_s")
+TRAVEL_AXES = ("distance_cm", "turn_deg", "climb_cm")  # what a skill's `travel:` may name
+
+
+@dataclass(frozen=True, slots=True)
+class Travel:
+    """Motion commanded by a piece of plan (path length, rotation, net climb and its peak, time)."""
+
+    distance_cm: float = 0.0
+    turn_deg: float = 0.0
+    climb_cm: float = 0.0  # net height change at the end
+    peak_cm: float = 0.0  # highest net climb reached on the way (>= 0)
+    duration_s: float = 0.0
+
+    def then(self, b: "Travel") -> "Travel":
+        """This, followed by b."""
+        return Travel(self.distance_cm + b.distance_cm, self.turn_deg + b.turn_deg, self.climb_cm + b.climb_cm,
+                      max(self.peak_cm, self.climb_cm + b.peak_cm), self.duration_s + b.duration_s)
+
+    def worst(self, b: "Travel") -> "Travel":
+        """The worse of two alternatives, axis by axis."""
+        return Travel(max(self.distance_cm, b.distance_cm), max(self.turn_deg, b.turn_deg),
+                      max(self.climb_cm, b.climb_cm), max(self.peak_cm, b.peak_cm), max(self.duration_s, b.duration_s))
+
+    def repeat(self, k: int) -> "Travel":
+        out = ZERO
+        for _ in range(max(0, k)):
+            out = out.then(self)
+        return out
+
+
+ZERO = Travel()
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    distance_cm: float = math.inf
+    turn_deg: float = math.inf
+    climb_cm: float = math.inf
+    duration_s: float = math.inf
+
+    def exceeded(self, t: Travel, scope: str) -> str | None:
+        """Why t leaves these limits (None if it does not)."""
+        for axis, used in (("distance_cm", t.distance_cm), ("turn_deg", t.turn_deg), ("climb_cm", t.peak_cm),
+                           ("duration_s", t.duration_s)):
+            limit = getattr(self, axis)
+            if used > limit + 1e-9:
+                return f"{scope} would command {axis} {used:g} (envelope {limit:g})"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    segment: Limits = field(default_factory=Limits)
+    plan: Limits = field(default_factory=Limits)
+
+
+class EnvelopeError(ValueError):
+    """An envelope / travel entry in a robot YAML is malformed."""
+
+
+def parse_envelope(d: Any, where: str) -> Envelope:
+    if not isinstance(d, Mapping):
+        raise EnvelopeError(f"{where}: envelope must be a mapping with 'segment' and/or 'plan'")
+    extra = set(d) - {"segment", "plan"}
+    if extra:
+        raise EnvelopeError(f"{where}: envelope has unknown keys {sorted(extra)} (allowed: segment, plan)")
+    return Envelope(**{scope: _limits(d[scope], f"{where}: envelope.{scope}") for scope in ("segment", "plan")
+                       if scope in d})
+
+
+def _limits(d: Any, where: str) -> Limits:
+    if not isinstance(d, Mapping):
+        raise EnvelopeError(f"{where} must be a mapping of {list(AXES)}")
+    extra = set(d) - set(AXES)
+    if extra:
+        raise EnvelopeError(f"{where} has unknown keys {sorted(extra)} (allowed: {list(AXES)})")
+    for k, v in d.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise EnvelopeError(f"{where}.{k} must be a positive number, got {v!r}")
+    return Limits(**{k: float(v) for k, v in d.items()})
+
+
+def parse_travel(d: Any, where: str, arg_names: dict[str, str]) -> tuple[tuple[str, float, str], ...]:
+    """`travel: {distance_cm: distance, climb_cm: -distance, turn_deg: 360}` -> (axis, coef, arg) entries;
+    arg '' means the coefficient is the amount itself.  arg_names: the skill's args -> their types."""
+    if not isinstance(d, Mapping):
+        raise EnvelopeError(f"{where}: travel must be a mapping of {list(TRAVEL_AXES)}")
+    out = []
+    for axis, v in d.items():
+        if axis not in TRAVEL_AXES:
+            raise EnvelopeError(f"{where}: travel has unknown axis {axis!r} (allowed: {list(TRAVEL_AXES)})")
+        if isinstance(v, bool):
+            raise EnvelopeError(f"{where}: travel.{axis} must be a number or an argument name, got {v!r}")
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            out.append((axis, float(v), ""))
+            continue
+        if isinstance(v, str):
+            sign, name = (-1.0, v[1:]) if v.startswith("-") else (1.0, v)
+            if arg_names.get(name) in ("int", "float"):
+                out.append((axis, sign, name))
+                continue
+        raise EnvelopeError(f"{where}: travel.{axis} must be a number or a numeric argument's name "
+                            f"(optionally '-name'), got {v!r}")
+    return tuple(out)
+
+
+def call_travel(spec: SkillSpec, args: tuple[Value, ...] | None) -> Travel:
+    """The travel of one call; args None (or a None entry) = not known yet: the least legal amount."""
+    amounts = {"distance_cm": 0.0, "turn_deg": 0.0, "climb_cm": 0.0}
+    known: dict[str, float] = {}
+    for a, v in zip(spec.args, args or ()):
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            known[a.name] = float(v)
+    for axis, coef, arg in spec.travel:
+        if not arg:
+            amounts[axis] += coef
+        elif arg in known:
+            amounts[axis] += coef * known[arg] if axis == "climb_cm" else abs(coef * known[arg])
+        else:
+            a = next(x for x in spec.args if x.name == arg)
+            lo = float(a.min) if a.min is not None else 0.0
+            hi = float(a.max) if a.max is not None else lo
+            if axis == "climb_cm":
+                amounts[axis] += min(coef * lo, coef * hi)
+            else:
+                amounts[axis] += abs(coef) * max(0.0, lo)
+    model = spec.exec_time
+    if model.variable:
+        duration = float(model.max_s or 0.0)
+    else:
+        unit = spec.exec_time.unit_arg
+        if unit and unit not in known:
+            a = next(x for x in spec.args if x.name == unit)
+            known_for_time = {unit: float(a.min) if a.min is not None else 0.0}
+        else:
+            known_for_time = known
+        duration = model.nominal(known_for_time)
+    climb = amounts["climb_cm"]
+    return Travel(amounts["distance_cm"], amounts["turn_deg"], climb, max(0.0, climb), duration)
+
+
+# ---------------------------------------------------------------- static (over the MiniSpec AST)
+
+
+def static_travel(stmts: Iterable[Any], robot: RobotSpec) -> Travel:
+    """Worst-path travel of statements (see the module doc for what "worst" means)."""
+    from . import minispec as m
+
+    def expr(e: Any) -> Travel:
+        if isinstance(e, m.Call):
+            out = ZERO
+            for a in e.args:
+                out = out.then(expr(a))
+            spec = robot.skill(e.call.name)
+            if spec is None:
+                return out
+            values = tuple(_const(a) for a in e.args)
+            return out.then(call_travel(spec, values))
+        if isinstance(e, m.Neg):
+            return expr(e.operand)
+        if isinstance(e, m.BinOp):
+            return expr(e.left).then(expr(e.right))
+        return ZERO
+
+    def block(body: Iterable[Any]) -> Travel:
+        out = ZERO
+        items = list(body)
+        i = 0
+        while i < len(items):
+            s = items[i]
+            if isinstance(s, m.Cond):  # an if / else-if / else chain: the costliest way through it
+                chain = [s]
+                while i + 1 < len(items) and isinstance(items[i + 1], m.Else):
+                    i += 1
+                    chain.append(items[i])
+                out = out.then(_chain(chain))
+            else:
+                out = out.then(stmt(s))
+            i += 1
+        return out
+
+    def _chain(chain: list[Any]) -> Travel:
+        """Tests run in order until one holds; then its body.  Worst: max over the exits."""
+        worst, tests = ZERO, ZERO
+        plain_else = False
+        for s in chain:
+            cond = s if isinstance(s, m.Cond) else s.cond
+            if cond is None:  # plain else
+                worst = worst.worst(tests.then(block(s.body)))
+                plain_else = True
+                continue
+            tests = tests.then(expr(cond.test))
+            worst = worst.worst(tests.then(block(cond.body)))
+        return worst if plain_else else worst.worst(tests)
+
+    def stmt(s: Any) -> Travel:
+        if isinstance(s, m.CallStmt):
+            return expr(s.call)
+        if isinstance(s, (m.Assign, m.Return)):
+            return expr(s.value) if s.value is not None else ZERO
+        if isinstance(s, m.Loop):
+            return block(s.body).repeat(min(s.count, m.MAX_LOOP))
+        if isinstance(s, m.Cond):
+            return _chain([s])
+        if isinstance(s, m.Else):  # an else whose conditional was an earlier segment: may run
+            return stmt(s.cond) if s.cond is not None else block(s.body).worst(ZERO)
+        return ZERO
+
+    return block(stmts)
+
+
+def _const(e: Any) -> Value:
+    """The value of a constant expression (literals and arithmetic on them), else None."""
+    from . import minispec as m
+
+    if isinstance(e, m.Lit):
+        return e.value
+    if isinstance(e, m.Neg):
+        v = _const(e.operand)
+        return -v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    if isinstance(e, m.BinOp) and e.op in m.ARITH_OPS:
+        a, b = _const(e.left), _const(e.right)
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b)):
+            return None
+        try:
+            r = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b}[e.op]()
+        except (ZeroDivisionError, OverflowError):
+            return None
+        return r if math.isfinite(r) and abs(r) < 1e12 else None
+    return None
+
+
+def check_static(robot: RobotSpec, stmts: Iterable[Any], plan_so_far: Travel = ZERO) -> tuple[str | None, Travel]:
+    """(why the statements leave the envelope or None, plan travel including them)."""
+    seg = static_travel(stmts, robot)
+    plan = plan_so_far.then(seg)
+    env = robot.envelope
+    if env is None:
+        return None, plan
+    return env.segment.exceeded(seg, "segment") or env.plan.exceeded(plan, "plan"), plan
+
+
+def segment_problem(robot: RobotSpec, stmt: Any) -> str | None:
+    """Why one statement (a segment) leaves the robot's segment envelope on its worst path, or None."""
+    if robot.envelope is None:
+        return None
+    return robot.envelope.segment.exceeded(static_travel((stmt,), robot), "segment")
+
+
+# ---------------------------------------------------------------- run time
+
+
+class EnvelopeTracker:
+    """What one plan has commanded so far (executor side); `charge` before each call is sent."""
+
+    def __init__(self, robot: RobotSpec) -> None:
+        self.robot = robot
+        self.plan = ZERO
+        self.segment = ZERO
+
+    def begin_segment(self) -> None:
+        self.segment = ZERO
+
+    def charge(self, call: SkillCall, spec: SkillSpec) -> str | None:
+        """Add the resolved call's travel if it stays within the envelope; else say why (nothing added)."""
+        env = self.robot.envelope
+        t = call_travel(spec, call.args)
+        seg, plan = self.segment.then(t), self.plan.then(t)
+        if env is not None:
+            reason = env.segment.exceeded(seg, "segment") or env.plan.exceeded(plan, "plan")
+            if reason:
+                return f"{call}: {reason}; not sent"
+        self.segment, self.plan = seg, plan
+        return None

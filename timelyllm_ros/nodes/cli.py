@@ -1,0 +1,108 @@
+"""`timelyllm ros planner|executor` (the ROS nodes, like `ros2 run timelyllm planner_node`) and
+`timelyllm request` (an agent: publish a PlanRequest, print its status until a terminal state).
+
+    timelyllm ros planner --ros-args -p engine:=vllm
+    timelyllm ros executor --ros-args -r __ns:=/drone1 -p robot_type:=tello
+    timelyllm request --robot drone1 --robot-type tello --task 'find the cat' --wait
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from typing import Any
+
+EXIT_NOT_FINISHED = 1  # the request ended rejected / failed / cancelled
+EXIT_TIMEOUT = 124  # no planner, or no terminal state within --timeout
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("ros", help="run a ROS 2 node: the planner or a robot's executor",
+                       description="Run a ROS 2 node over rclpy (Fast DDS). Everything after the node "
+                                   "name goes to ROS, as with `ros2 run`: --ros-args -r __ns:=/drone1 "
+                                   "-p name:=value --params-file FILE.")
+    p.add_argument("node", choices=("planner", "executor"))
+    p.add_argument("ros_args", nargs=argparse.REMAINDER, metavar="--ros-args ...")
+    p.set_defaults(func=run_node)
+
+    r = sub.add_parser("request", help="send a plan request to the planner node and follow its status",
+                       description="Publish a PlanRequest on <planner-ns>/plan_requests and print its "
+                                   "RequestStatus messages (with --wait: until a terminal state).")
+    r.add_argument("--robot", required=True, help="robot id = its executor's namespace, e.g. drone1")
+    r.add_argument("--robot-type", default="tello", help="robots/<type>.yaml key (default tello)")
+    r.add_argument("--task", required=True, help="the task in natural language")
+    r.add_argument("--scene", default="", help="scene description / visible objects")
+    r.add_argument("--plan", default="", help="the plan the simulated engine generates (engine:=simulated)")
+    r.add_argument("--request-id", default="", help="default: <robot>-<random>")
+    r.add_argument("--category", choices=("normal", "urgent", "chat"), default="normal",
+                   help="picks the TUF preset (normal: ERT 1 s; urgent: ERT 0.2 s)")
+    r.add_argument("--ert", type=float, help="TUF expected response time, s (overrides the preset)")
+    r.add_argument("--alpha", type=float, help="TUF decay per second, <= 0 (overrides the preset)")
+    r.add_argument("--beta", type=float, help="TUF maximum utility, > 0 (overrides the preset)")
+    r.add_argument("--planner-ns", default="/", help="the planner node's namespace (default /)")
+    r.add_argument("--wait", action="store_true", help="print every state until a terminal one")
+    r.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the end (default 300)")
+    r.add_argument("--discovery-timeout", type=float, default=15.0,
+                   help="seconds to wait for the planner node to be discovered (default 15)")
+    r.set_defaults(func=run_request)
+
+
+def run_node(args: argparse.Namespace) -> int:
+    from .wiring import main_executor, main_planner
+
+    main = main_planner if args.node == "planner" else main_executor
+    return main([f"timelyllm-{args.node}", *args.ros_args])
+
+
+def run_request(args: argparse.Namespace) -> int:
+    from timelyllm_ros.cli import CliError
+    from timelyllm_ros.core.tuf import NORMAL, TUF, URGENT
+    from timelyllm_ros.transport.rclpy_transport import RclpyTransport, RclpyUnavailable
+
+    from .agent import RequestClient, plan_request_fields, status_line
+
+    preset = URGENT if args.category == "urgent" else NORMAL
+    rid = args.request_id or f"{args.robot}-{uuid.uuid4().hex[:8]}"
+    try:
+        tuf = TUF(ert=preset.ert if args.ert is None else args.ert,
+                  alpha=preset.alpha if args.alpha is None else args.alpha,
+                  beta=preset.beta if args.beta is None else args.beta)
+        fields = plan_request_fields(request_id=rid, robot_id=args.robot, robot_type=args.robot_type,
+                                     task=args.task, scene=args.scene, plan=args.plan,
+                                     category=args.category, tuf=tuf)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    try:
+        t = RclpyTransport(f"request_{uuid.uuid4().hex[:8]}", args=["timelyllm-request"])
+    except RclpyUnavailable as e:
+        raise CliError(str(e)) from None
+    client = None
+    try:
+        client = RequestClient(t, args.planner_ns)
+        t0 = time.monotonic()
+        client.on_status(lambda m: print(status_line(m, t0), flush=True))
+        if not client.wait_for_planner(args.discovery_timeout):
+            print(f"timelyllm request: error: no planner node on {client.planner_ns} within "
+                  f"{args.discovery_timeout:g} s (is `timelyllm ros planner` running, same ROS_DOMAIN_ID?)",
+                  file=sys.stderr)
+            return EXIT_TIMEOUT
+        client.submit(fields)
+        if args.wait:
+            final = client.wait_terminal(rid, args.timeout)
+        else:
+            final = client.wait_first(rid, min(args.timeout, 30.0))
+        if final is None:
+            print(f"timelyllm request: error: {rid}: no {'terminal ' if args.wait else ''}status within "
+                  f"{args.timeout:g} s", file=sys.stderr)
+            return EXIT_TIMEOUT
+        bad = final["state"] in ("rejected", "failed", "cancelled")
+        return EXIT_NOT_FINISHED if bad else 0
+    except KeyboardInterrupt:
+        if client is not None:
+            client.cancel(rid)  # an operator's Ctrl-C ends the request too
+            time.sleep(0.2)  # let the cancel go out
+        return 130
+    finally:
+        t.close()
