@@ -43,18 +43,8 @@ def _csv(s: str) -> list[str]:
     return items
 
 
-def _nonneg(s: str) -> float:
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {s!r}") from None
-    if not v >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
-    return v
-
-
 def add_parser(sub: Any) -> None:
-    from .cli import _positive_int
+    from .cli import _positive_float, _positive_int
 
     p = sub.add_parser("sweep", help="regime map: every policy on loads x capacities x engine profiles",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -69,8 +59,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--policies", type=_csv, help="comma-separated policies (default: every registered policy)")
     p.add_argument("--seed", type=int, default=None, help="arrival + robot seed of every load (default: each load's own)")
     p.add_argument("--workers", type=_positive_int, default=2, help="worker processes (default 2)")
-    p.add_argument("--cell-timeout", type=_nonneg, default=0.0, metavar="S",
-                   help="wall seconds one policy may take in one cell before it is marked timeout (0: no limit)")
+    p.add_argument("--cell-timeout", type=_positive_float, default=None, metavar="S",
+                   help="wall seconds one policy may take in one cell before it is marked timeout (default: no limit)")
     p.add_argument("--out", default="regime.json", help="JSON results (default regime.json)")
     p.add_argument("--heatmap", default=None, help="heatmap PNG (default: next to --out, .png)")
     p.add_argument("--markdown", default=None, help="also write the table as Markdown here")
@@ -328,7 +318,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         check_out_file(args.markdown, arg="--markdown")
     log = None if args.no_progress else (lambda s: print(s, file=sys.stderr, flush=True))
     doc, walls = sweep(loads, caps, profiles, policies, seed=args.seed, workers=args.workers,
-                       cell_timeout_s=args.cell_timeout, cache_dir=args.cache_dir, cached_only=args.cached_only,
+                       cell_timeout_s=args.cell_timeout or 0.0, cache_dir=args.cache_dir, cached_only=args.cached_only,
                        log=log)
     print_tables(doc)
     out.write_text(to_json(doc))
