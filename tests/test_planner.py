@@ -303,3 +303,37 @@ def test_statement_completed_inside_the_suspending_token_is_not_lost():
         ok(planner, goal, clock)
     planner.step()
     assert g.state is GenState.FINISHED
+
+
+def test_admission_sees_memory_freed_while_the_engine_was_idle():
+    """A generation blocked on KV memory is admitted once an abort outside an engine step (here a
+    cancelled request whose suspended generation pinned its KV) frees the memory: the planner's
+    engine-stats snapshot never outlives a scheduling point (it used to, and the run stalled)."""
+    import dataclasses
+
+    from timelyllm_ros.core.batching import FixedBatch
+    from timelyllm_ros.core.policies.basic import FCFS
+    from timelyllm_ros.engines.simulated import DEFAULT_PROFILE, LatencyProfile
+
+    class PinAll(FCFS):  # always keep a suspended generation's KV (no memory-based fallback)
+        def kv_mode(self, g, seg, ctx):
+            return "preserve"
+
+    clock, tok = VirtualClock(), SimTokenizer()
+    profile = dataclasses.replace(LatencyProfile.from_yaml(DEFAULT_PROFILE), kv_capacity_blocks=220)
+    engine = SimulatedEngine(clock, profile, tok)
+    disp = RecordingDispatcher()
+    planner = Planner(clock=clock, engine=engine, dispatcher=disp, robots=ROBOTS, policy=PinAll(),
+                      estimator=ExecTimeEstimator(ROBOTS), prompts=SimPromptSource(engine, tok, robots=ROBOTS),
+                      config=PlannerConfig(max_tokens=32))
+    planner.batcher = FixedBatch(8, planner.max_segment_tokens, kv_watermark=0.2)
+    assert planner.submit(req("a", "mf(50);tc(90);tp;", robot="d1")).accepted
+    run_until(planner, lambda: disp.goals)  # a: first segment out, suspended with its KV pinned
+    assert planner.generations["a"].state is GenState.SUSPENDED and engine.pinned_blocks > 150
+    assert planner.submit(req("b", "tp;", robot="d2")).accepted
+    planner.step()
+    b = planner.generations["b"]
+    assert b.state is GenState.QUEUED and b.extra.get("blocked") == "kv memory"
+    planner.cancel("a")  # frees a's pinned KV; the engine does not step meanwhile
+    run_until(planner, lambda: b.state is not GenState.QUEUED, limit=5)
+    assert b.state in (GenState.RUNNING, GenState.SUSPENDED, GenState.DRAINING)

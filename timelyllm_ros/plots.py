@@ -235,3 +235,59 @@ def plot_pct_of_max(runs: Mapping[str, Mapping[str, Any]], path: str | Path, *, 
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def plot_regime_heatmap(doc: Mapping[str, Any], path: str | Path) -> Path:
+    """Regime map (``timelyllm sweep`` JSON): rows = policies, columns = cells; top panel = points
+    of total time utility below the best policy of the cell (0 = best), bottom = total utility as %
+    of the isolated-service bound.  Runs that timed out, failed or are pending are grey with
+    T / E / P."""
+    import numpy as np
+
+    policies = list(doc["grid"]["policies"])
+    cells = list(doc["cells"])
+    if not policies or not cells:
+        raise ValueError("nothing to plot: the regime map has no cells or no policies")
+    n, m = len(policies), len(cells)
+    gap = np.full((n, m), np.nan)
+    pob = np.full((n, m), np.nan)
+    marks: list[tuple[int, int, str]] = []
+    for j, c in enumerate(cells):
+        best = c["best"].get("total_pct")
+        top = c["policies"][best]["total_pct"] if best else None
+        for i, p in enumerate(policies):
+            r = c["policies"].get(p, {})
+            if r.get("status") != "ok":
+                marks.append((i, j, str(r.get("status", "?"))[:1].upper()))
+                continue
+            if r.get("total_pct") is not None and top is not None:
+                gap[i, j] = top - r["total_pct"]
+            if r.get("pct_of_bound") is not None:
+                pob[i, j] = r["pct_of_bound"]
+    labels = [f"{Path(c['load']).stem if '/' in c['load'] else c['load']} | {c['capacity']} | {c['profile']}"
+              for c in cells]
+    fig, axes = plt.subplots(2, 1, figsize=(max(8.0, 0.32 * m + 3), 2 * (0.32 * n + 1.6) + 3.5), layout="constrained")
+    panels = ((gap, "points of total utility below the best policy of the cell", "magma_r", 0.0, 50.0),
+              (pob, "total utility, % of the isolated-service bound", "viridis", 0.0, 100.0))
+    for ax, (data, title, cmap, lo, hi) in zip(axes, panels):
+        cm = plt.get_cmap(cmap).with_extremes(bad="#cccccc")
+        im = ax.imshow(np.clip(data, lo, hi), aspect="auto", cmap=cm, vmin=lo, vmax=hi, interpolation="nearest")
+        ax.set_yticks(range(n), policies, fontsize=7)
+        ax.set_xticks(range(m), labels, rotation=90, fontsize=6)
+        ax.set_title(title + f" (clipped to {lo:g}..{hi:g})", fontsize=9)
+        for i, j, s in marks:
+            ax.text(j, i, s, ha="center", va="center", fontsize=6, color="black")
+        if m * n <= 400:
+            for i in range(n):
+                for j in range(m):
+                    if not np.isnan(data[i, j]):
+                        r, g, b, _ = cm((min(max(data[i, j], lo), hi) - lo) / (hi - lo))
+                        ax.text(j, i, f"{data[i, j]:.0f}", ha="center", va="center", fontsize=5,
+                                color="white" if 0.299 * r + 0.587 * g + 0.114 * b < 0.5 else "black")
+        fig.colorbar(im, ax=ax, fraction=0.02, pad=0.01)
+    fig.suptitle(f"Regime map ({doc.get('source', 'simulator')}; profiles {', '.join(doc['grid']['profiles'])})",
+                 fontsize=10)
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -254,6 +254,10 @@ class Planner:
         """One scheduling point + one engine step.  Returns True if the engine ran."""
         with self._lock:
             self._drain_inbox()
+            # A stats snapshot lives for one scheduling point: one taken at a point where nothing
+            # was admitted (so the engine did not step) misses the KV that aborts freed since
+            # (preemptions, ended requests) and would block admission forever.
+            self._stats = None
             self.iteration += 1
             now = self.clock.now()
             running: list[Generation] = []

@@ -177,7 +177,7 @@ def _rejected_generation(a: Arrival, reason: str) -> Generation:
 
 
 def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_batch: int | None = None,
-                   seed: int | None = None, profile_path: str | Path = DEFAULT_PROFILE,
+                   seed: int | None = None, profile_path: str | Path | LatencyProfile = DEFAULT_PROFILE,
                    policy_params: Mapping[str, Any] | None = None,
                    robots: Mapping[str, RobotSpec] | None = None,
                    catalog: Mapping[str, TaskDef] | None = None,
@@ -196,6 +196,7 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
     stops making progress or virtual time runs ``max_overrun_s`` past the last arrival.
     ``setup(planner, arrivals) -> arrivals`` runs once before the first event (benchmarks wrap the
     engine with probes; the crash test attaches a journal and recovers, dropping known arrivals).
+    ``profile_path`` may be a loaded ``LatencyProfile`` (the regime map scales its KV memory).
     ``tokenizer``/``prompts(engine)`` replace the synthetic tokenizer and the reference-plan
     prompts (benchmarks/sim_fidelity.py replays a real model's prompts and outputs).
     ``engines`` > 1 serves the load on that many simulated engines of the profile behind the one
@@ -210,7 +211,7 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
     arrivals = expand(wl, catalog, robots, seed=run_seed)
     params = dict(policy_params or {})
     policy = make_policy(policy_name, **params)
-    profile = LatencyProfile.from_yaml(profile_path)
+    profile = profile_path if isinstance(profile_path, LatencyProfile) else LatencyProfile.from_yaml(profile_path)
 
     clock = VirtualClock()
     loop = EventLoop(clock)
@@ -294,7 +295,7 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
              if pooled else {})
     return SimResult(
         workload=wl.name, policy=policy_name, policy_params=params, seed=run_seed, batcher=batcher,
-        profile=profile.name or Path(profile_path).stem, generations=gens, metrics=summarize(gens),
+        profile=profile.name or Path(str(profile_path)).stem, generations=gens, metrics=summarize(gens),
         virtual_end_s=clock.now(),
         engine={"steps": c.steps, "busy_s": c.busy_s, "prefill_tokens": c.prefill_tokens,
                 "cached_tokens": c.cached_tokens, "decode_tokens": c.decode_tokens,
