@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 import yaml
 
 from .core.minispec import MiniSpecError, parse_program
-from .core.robots import RobotSpec, load_robots
+from .core.robots import RobotSpec, load_robots, read_yaml_file
 
 TASKS_FILE = Path(__file__).resolve().parents[1] / "workloads" / "lrtrace_tasks.yaml"
 CATEGORIES = ("normal", "urgent", "chat")
@@ -153,14 +153,7 @@ def parse_tasks(data: Any, robots: dict[str, RobotSpec], source: str = "<tasks>"
 
 def load_tasks(path: str | Path = TASKS_FILE, robots: dict[str, RobotSpec] | None = None) -> dict[str, TaskDef]:
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise TaskFileError(f"{path}: cannot read task file: {e.strerror or e}") from e
-    except yaml.YAMLError as e:
-        from .core.robots import yaml_error_line
-
-        raise TaskFileError(f"{path}{yaml_error_line(e, 'cannot read task file: not valid YAML')}") from e
+    data = read_yaml_file(path, "task file", TaskFileError)
     return parse_tasks(data, robots if robots is not None else load_robots(), str(path))
 
 

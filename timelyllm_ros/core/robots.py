@@ -245,17 +245,23 @@ def yaml_error_line(e: Exception, what: str = "not valid YAML") -> str:
     return f"{':' + str(mark.line + 1) if mark is not None else ''}: {what}: {problem}"
 
 
+def read_yaml_file(path: str | Path, what: str, error: type[Exception], *, invalid: str | None = None) -> Any:
+    """A YAML file's data; an unreadable or malformed file raises ``error`` in one line:
+    ``PATH: cannot read WHAT: reason`` or ``PATH:LINE: INVALID: problem`` (INVALID defaults to
+    ``cannot read WHAT: not valid YAML``)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise error(f"{path}: cannot read {what}: {e.strerror or e}") from e
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise error(f"{path}{yaml_error_line(e, invalid or f'cannot read {what}: not valid YAML')}") from e
+
+
 def load_robot(path: str | Path) -> RobotSpec:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise RobotSpecError(f"{path}: cannot read robot definition: {e.strerror or e}") from e
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise RobotSpecError(f"{path}{yaml_error_line(e)}") from e
-    return parse_robot(data, str(path))
+    return parse_robot(read_yaml_file(path, "robot definition", RobotSpecError, invalid="not valid YAML"), str(path))
 
 
 def load_robots(directory: str | Path = ROBOTS_DIR, *, extra_dirs: Sequence[str | Path] = ()) -> dict[str, RobotSpec]:

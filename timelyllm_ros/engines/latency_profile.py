@@ -12,8 +12,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from ..core.engine import StepRecord
 
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
@@ -94,14 +92,9 @@ class LatencyProfile:
     @classmethod
     def from_yaml(cls, path: str | Path = DEFAULT_PROFILE) -> "LatencyProfile":
         path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text())
-        except OSError as e:
-            raise ProfileError(f"{path}: cannot read latency profile: {e.strerror or e}") from e
-        except yaml.YAMLError as e:
-            from ..core.robots import yaml_error_line
+        from ..core.robots import read_yaml_file
 
-            raise ProfileError(f"{path}{yaml_error_line(e, 'cannot read latency profile: not valid YAML')}") from e
+        data = read_yaml_file(path, "latency profile", ProfileError)
         return cls.from_mapping(data, str(path))
 
     # --- cost model -------------------------------------------------------------------------
