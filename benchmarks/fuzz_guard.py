@@ -14,12 +14,13 @@ run time: with `--exec simulated` (default) on the project's simulated backend (
 the backend receives is checked by the oracle), with `--exec tello` on the djitellopy Tello
 backend against the Tello UDP emulator (every command in the emulator's log is checked by
 `tello_emulator.is_invalid`) for the first `--tello-inputs` drone inputs (UDP round trips make that
-path ~0.1-0.3 s per input; djitellopy binds local UDP 8889: if another process holds it, run under
+path ~0.1-0.3 s per input; `--tello-drones K` runs K emulated drones in parallel threads, plans dealt
+round-robin, each drone's plans in order, progress printed every `--progress-every` plans; djitellopy binds local UDP 8889: if another process holds it, run under
 `unshare -rn sh -c 'ip link set lo up; ...'`).  Prints counts; invalid calls/commands and crashes must be 0 (exit 1
 otherwise).
 
     python benchmarks/fuzz_guard.py [--inputs 100000] [--seed 1] [--exec simulated|tello|none]
-                                    [--tello-inputs 1000]
+                                    [--tello-inputs 1000] [--tello-drones 1] [--progress-every 5000]
 """
 
 from __future__ import annotations
@@ -323,6 +324,11 @@ class ExecPath:
             self.backend = SimulatedBackend(robot, time_scale=0.0,
                                             perception=SimulatedPerception(OBJECTS[:3], seed=rng.randrange(10**6)))
         self.ex = SegmentExecutor(robot, self.backend, ExecutorConfig(timeout_s=10.0))
+        if self.emu is not None:
+            try:  # connect now, from one thread: djitellopy binds its process-wide UDP 8889 on first use
+                self.ex.start()
+            except Exception:  # noqa: BLE001 - the executor retries and reports it on the first goal
+                pass
         self.checked = 0  # emulator log entries / backend calls already checked
         self.reasons: dict[str, int] = {}  # why goals did not end OK (first words of the error)
 
@@ -346,15 +352,7 @@ class ExecPath:
                 break  # the planner fails the plan at its first failed segment
         self.ex.forget(plan_id)
         if self.emu is not None:
-            from timelyllm_ros.executors.tello_emulator import is_invalid
-
-            cmds = self.emu.commands()
-            for c in cmds[self.checked:]:
-                st["emulator_commands"] += 1
-                if is_invalid(c):
-                    st["invalid_commands"] += 1
-                    failures.append(f"INVALID COMMAND at the emulator: {c!r}")
-            self.checked = len(cmds)
+            self.check_emulator(st, failures)
         else:
             calls = self.backend.calls
             for c, _ in calls:
@@ -365,10 +363,101 @@ class ExecPath:
                     failures.append(f"INVALID CALL reached the backend: {c}: {bad}")
             calls.clear()
 
-    def close(self) -> None:
+    def check_emulator(self, st: dict, failures: list[str]) -> None:
+        """Check the commands the emulator received since the last check (a command that arrives
+        after its plan ended, e.g. a late halt, is checked with the next plan or at close)."""
+        from timelyllm_ros.executors.tello_emulator import is_invalid
+
+        cmds = self.emu.commands()
+        for c in cmds[self.checked:]:
+            st["emulator_commands"] += 1
+            if is_invalid(c):
+                st["invalid_commands"] += 1
+                failures.append(f"INVALID COMMAND at the emulator: {c!r}")
+        self.checked = len(cmds)
+
+    def close(self, st: dict, failures: list[str]) -> None:
+        """Close the executor (it may land the drone), then the emulator, then check every command
+        the emulator received that no plan's check saw yet."""
         self.ex.close()
         if self.emu is not None:
             self.emu.close()
+            self.check_emulator(st, failures)
+
+
+class TelloFleet:
+    """K emulated Tellos run plans in parallel, one thread each (djitellopy shares one UDP 8889
+    socket and tells drones apart by source IP: emulator i listens on 127.0.2.(9+i):9889).  Plan j
+    goes to drone j % K, and each drone runs its plans in order, so what every plan does does not
+    depend on thread timing (only the wall time does).  Counts are merged under a lock; a progress
+    line is printed every `progress_every` plans."""
+
+    def __init__(self, robot: RobotSpec, k: int, seed: int, progress_every: int, gen_st: dict) -> None:
+        import queue
+        import threading
+
+        self.paths = [ExecPath(robot, "tello", random.Random(seed + 1 + 7919 * i), host=f"127.0.2.{9 + i}")
+                      for i in range(k)]
+        self.st: dict[str, int] = dict(exec_goals=0, exec_ok=0, exec_refused_or_failed=0, exec_runtime_refusals=0,
+                                       emulator_commands=0, invalid_commands=0, crashes=0)
+        self.failures: list[tuple[int, str]] = []
+        self.plans = self.submitted = 0
+        self.busy_s = 0.0  # executor time summed over the drones
+        self.progress_every, self.gen_st = progress_every, gen_st
+        self._lock = threading.Lock()
+        self._t0 = time.perf_counter()
+        self._queues = [queue.Queue(maxsize=64) for _ in range(k)]
+        self._threads = [threading.Thread(target=self._work, args=(p, q), name=f"fuzz-drone-{i}", daemon=True)
+                         for i, (p, q) in enumerate(zip(self.paths, self._queues))]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, n: int, goals: list[SegmentGoal], text: str) -> None:
+        self._queues[self.submitted % len(self._queues)].put((n, goals, text))
+        self.submitted += 1
+
+    def _work(self, path: ExecPath, q) -> None:  # noqa: ANN001 - queue.Queue
+        while (item := q.get()) is not None:
+            n, goals, text = item
+            st: dict[str, int] = dict.fromkeys(self.st, 0)
+            failures: list[str] = []
+            e0 = time.perf_counter()
+            try:
+                path.run(f"p{n}", goals, st, failures)
+            except Exception:  # noqa: BLE001 - counting crashes is the point
+                st["crashes"] += 1
+                failures.append(f"CRASH on {text!r}:\n{traceback.format_exc()}")
+            with self._lock:
+                self.busy_s += time.perf_counter() - e0
+                for key, v in st.items():
+                    self.st[key] += v
+                self.failures += [(n, f) for f in failures]
+                self.plans += 1
+                if self.plans % self.progress_every == 0:
+                    el = time.perf_counter() - self._t0
+                    print(f"  progress: {self.plans} plans on {len(self.paths)} emulated drones in {el:.0f} s "
+                          f"({self.plans / el:.1f} plans/s), inputs generated {self.gen_st['inputs']}, goals "
+                          f"{self.st['exec_goals']} ({self.st['exec_ok']} OK), emulator commands "
+                          f"{self.st['emulator_commands']}, invalid {self.st['invalid_commands']}, crashes "
+                          f"{self.st['crashes']}; load average {_loadavg()}", flush=True)
+
+    def finish(self, st: dict, first_failures: list[str]) -> dict[str, int]:
+        """Wait for every plan, close the drones, add the counts to `st`; returns the reasons goals failed."""
+        for q in self._queues:
+            q.put(None)
+        for t in self._threads:
+            t.join()
+        reasons: dict[str, int] = {}
+        for p in self.paths:
+            failures: list[str] = []
+            p.close(self.st, failures)
+            self.failures += [(sys.maxsize, f) for f in failures]  # after every plan's
+            for k, v in p.reasons.items():
+                reasons[k] = reasons.get(k, 0) + v
+        for k, v in self.st.items():
+            st[k] += v
+        first_failures += [f for _, f in sorted(self.failures, key=lambda nf: nf[0])]
+        return reasons
 
 
 def main() -> int:
@@ -378,20 +467,29 @@ def main() -> int:
     ap.add_argument("--exec", choices=["simulated", "tello", "none"], default="simulated",
                     help="run dispatched drone segments on an executor (tello: djitellopy + the UDP emulator)")
     ap.add_argument("--tello-inputs", type=int, default=1000, help="drone inputs run on the emulator (--exec tello)")
+    ap.add_argument("--tello-drones", type=int, default=1,
+                    help="emulated drones run in parallel threads, plans dealt round-robin (--exec tello)")
+    ap.add_argument("--progress-every", type=int, default=5000, help="print counts every N emulator plans")
     args = ap.parse_args()
     if args.inputs <= 0 or args.tello_inputs < 0:
         ap.error("--inputs must be > 0 and --tello-inputs >= 0")
+    if not 1 <= args.tello_drones <= 200 or args.progress_every <= 0:
+        ap.error("--tello-drones must be in 1..200 and --progress-every > 0")
     rng = random.Random(args.seed)
     gen = Gen(rng)
     robots = load_robots()
     minispec = [robots["tello"], robots["arm"]]
     chat = robots["chat"]
-    execp = ExecPath(robots["tello"], args.exec, random.Random(args.seed + 1)) if args.exec != "none" else None
     st = dict(inputs=0, cuts=0, valid_cuts=0, dispatched=0, invalid_dispatched=0, guard_rejected_valid_cut=0,
               guard_rejected_with_plan_state=0, split_mismatch=0, tamper_tries=0, tamper_accepted=0, raw_statements=0, raw_accepted=0,
               computed_args_dispatched=0, exec_inputs=0, exec_goals=0, exec_ok=0, exec_refused_or_failed=0,
               exec_runtime_refusals=0, backend_calls=0, emulator_commands=0, invalid_commands=0, crashes=0)
     first_failures: list[str] = []
+    execp = fleet = None
+    if args.exec == "tello":
+        fleet = TelloFleet(robots["tello"], args.tello_drones, args.seed, args.progress_every, st)
+    elif args.exec == "simulated":
+        execp = ExecPath(robots["tello"], args.exec, random.Random(args.seed + 1))
     t0 = time.perf_counter()
     exec_s = 0.0
     for n in range(args.inputs):
@@ -446,8 +544,10 @@ def main() -> int:
                         if check_segment(robot, c.text, tampered).ok:
                             st["tamper_accepted"] += 1
                             first_failures.append(f"TAMPERED ACCEPTED {c.text!r}: {tampered}")
-            if execp is not None and robot.robot_type == "tello" and goals and (
-                    args.exec == "simulated" or st["exec_inputs"] < args.tello_inputs):
+            if fleet is not None and robot.robot_type == "tello" and goals and st["exec_inputs"] < args.tello_inputs:
+                st["exec_inputs"] += 1
+                fleet.submit(n, goals, text)
+            elif execp is not None and robot.robot_type == "tello" and goals:
                 st["exec_inputs"] += 1
                 e0 = time.perf_counter()
                 execp.run(f"p{n}", goals, st, first_failures)
@@ -469,22 +569,28 @@ def main() -> int:
         except Exception:  # noqa: BLE001 - counting crashes is the point
             st["crashes"] += 1
             first_failures.append(f"CRASH on {text!r}:\n{traceback.format_exc()}")
+    reasons: dict[str, int] = {}
     if execp is not None:
-        execp.close()
+        execp.close(st, first_failures)
+        reasons = execp.reasons
+    if fleet is not None:
+        reasons = fleet.finish(st, first_failures)
+        exec_s = fleet.busy_s
     secs = time.perf_counter() - t0
     cpu = time.process_time()
     print(f"fuzz_guard: seed {args.seed}, exec path {args.exec}, {secs:.1f} s wall ({st['inputs'] / secs:.0f} "
-          f"inputs/s), {cpu:.1f} s CPU, executor {exec_s:.1f} s; load average {_loadavg()}")
+          f"inputs/s), {cpu:.1f} s CPU, executor {exec_s:.1f} s"
+          f"{f' (summed over {args.tello_drones} drones)' if fleet else ''}; load average {_loadavg()}")
     for k, v in st.items():
         print(f"  {k:26} {v}")
-    if execp is not None:
-        top = sorted(execp.reasons.items(), key=lambda kv: -kv[1])[:6]
+    if execp is not None or fleet is not None:
+        top = sorted(reasons.items(), key=lambda kv: -kv[1])[:6]
         print("  goals not OK, by reason:", "; ".join(f"{k} x{v}" for k, v in top))
     for f in first_failures[:10]:
         print("  !", f[:500])
     failed = st["invalid_dispatched"] or st["crashes"] or st["tamper_accepted"] or st["split_mismatch"] \
         or st["guard_rejected_valid_cut"] or st["invalid_commands"]
-    if execp is not None and st["exec_goals"] and not st["exec_ok"]:  # the path never really ran
+    if st["exec_goals"] and not st["exec_ok"]:  # the path never really ran
         print("  ! no goal ran OK on the executor: the robot path was not exercised (port 8889 busy? run in "
               "a private network namespace: unshare -rn sh -c 'ip link set lo up; python ...')")
         failed = True
