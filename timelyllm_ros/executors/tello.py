@@ -112,9 +112,30 @@ def _tello_class() -> Any:
         response_timeout_s = 7
         takeoff_timeout_s = 20
 
+        def send_command_without_return(self, command: str) -> None:
+            # its reply still comes: remembered, so the next command does not take it for its own
+            self.__dict__["unanswered"] = self.__dict__.get("unanswered", 0) + 1
+            Tello.send_command_without_return(self, command)
+
+        def _drop_late_replies(self, wait_s: float = 1.0) -> None:
+            """Never take an old reply for the next command: drop what is queued, and first wait (up
+            to wait_s) for the replies of commands sent without waiting (a `stop`), which may still
+            be on their way -- taken as the next motion's "ok", they would confirm a motion the
+            drone has not made."""
+            responses = self.get_own_udp_object()["responses"]
+            end = time.monotonic() + wait_s
+            while self.__dict__.get("unanswered", 0) > 0 and time.monotonic() < end:
+                if responses:
+                    responses.pop(0)
+                    self.__dict__["unanswered"] -= 1
+                else:
+                    time.sleep(0.005)
+            self.__dict__["unanswered"] = 0
+            responses.clear()
+
         def send_control_command(self, command: str, timeout: int | None = None) -> bool:
             timeout = self.takeoff_timeout_s if command == "takeoff" else self.response_timeout_s
-            self.get_own_udp_object()["responses"].clear()  # never take an old reply for this one
+            self._drop_late_replies()
             if command.split(" ", 1)[0] not in MOTION_WORDS:
                 return Tello.send_control_command(self, command, timeout=int(timeout))
             self.__dict__.setdefault("motion_log", []).append(command)
