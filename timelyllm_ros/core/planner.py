@@ -14,9 +14,11 @@ Pure: no I/O, time from the injected clock.  The planner is the only writer of `
 from __future__ import annotations
 
 import collections
+import operator
 import queue
 import threading
 from dataclasses import dataclass, field
+from itertools import compress, repeat
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from .engine import Engine, EngineError, EngineFleet, EngineOutput, EngineStats
@@ -30,6 +32,9 @@ from .robots import RobotSpec
 from .segmenter import Segmenter
 from .types import (GenState, Generation, PlanRequest, RequestError, ResultCode, Segment, SegmentGoal,
                     SegmentResult, Value)
+
+_STATE = operator.attrgetter("state")
+_READY = frozenset({GenState.QUEUED, GenState.SUSPENDED})  # states the policy may (re)admit
 
 
 def as_fleet(engine: Engine) -> EngineFleet | None:
@@ -99,6 +104,7 @@ class _Live:
     tok_ends: list[int] = field(default_factory=list)  # text length after each output token (1:1)
     pending: list[Segment] = field(default_factory=list)  # WHOLE mode: cut, not yet dispatched
     guard_plan: PlanState | None = None  # what the dispatch guard knows of the plan's accepted segments
+    order: int = 0  # position in Planner._live (submission order)
 
 
 class Planner:
@@ -120,6 +126,12 @@ class Planner:
         self.listeners = list(listeners)
         self.generations: dict[str, Generation] = {}
         self._live: dict[str, _Live] = {}
+        self._live_order = 0
+        # While step() handles the engine's outputs: the generations running in that step (a
+        # superset of those still running: none is admitted meanwhile), put in _live order at
+        # the first suspension that needs them (_on_cut's `others`, without a scan of _live).
+        self._stepped: list[Generation] | None = None
+        self._stepped_sorted = False
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.RLock()
         self.seg_gen_s = self.config.seg_gen_s
@@ -202,7 +214,9 @@ class Planner:
 
             g = Generation(request=request, prompt_ids=prompt, ready_since=request.arrival)
             self.generations[request.request_id] = g
-            self._live[request.request_id] = _Live(new_segmenter=new_segmenter, segmenter=new_segmenter())
+            self._live_order += 1
+            self._live[request.request_id] = _Live(new_segmenter=new_segmenter, segmenter=new_segmenter(),
+                                                   order=self._live_order)
             self._per_agent[request.robot_id] = self._per_agent.get(request.robot_id, 0) + 1
             self.submitted += 1
             self._notify(g)
@@ -260,16 +274,11 @@ class Planner:
             self._stats = None
             self.iteration += 1
             now = self.clock.now()
-            running: list[Generation] = []
-            ready: list[Generation] = []
-            gens = self.generations
-            for gid in self._live:  # one pass, in admission order
-                g = gens[gid]
-                st = g.state
-                if st is GenState.RUNNING:
-                    running.append(g)
-                elif st is GenState.QUEUED or st is GenState.SUSPENDED:
-                    ready.append(g)
+            # in _live order (C-level maps: with thousands queued this runs at every point)
+            gl = list(map(self.generations.__getitem__, self._live))
+            states = list(map(_STATE, gl))
+            running: list[Generation] = list(compress(gl, map(operator.is_, states, repeat(GenState.RUNNING))))
+            ready: list[Generation] = list(compress(gl, map(_READY.__contains__, states)))
             if ready or running:
                 try:
                     running = self._schedule(ready, running, now)
@@ -284,8 +293,12 @@ class Planner:
                 self._engine_failed(str(e))
                 return False
             now = self.clock.now()
-            for out in outs:
-                self._on_output(out, now)
+            self._stepped, self._stepped_sorted = running, False
+            try:
+                for out in outs:
+                    self._on_output(out, now)
+            finally:
+                self._stepped = None
             if self._fleet is not None:
                 self._requeue_lost(now)
             self._stats = None
@@ -467,8 +480,16 @@ class Planner:
         self._dispatch(g, seg, now)
         if suspend:
             # the batch g leaves behind (LAMPS weighs g's held memory against C_other)
-            others = [x for i in self._live
-                      if (x := self.generations[i]) is not g and x.state is GenState.RUNNING]
+            if self._stepped is not None:
+                if not self._stepped_sorted:
+                    live = self._live
+                    self._stepped = sorted((x for x in self._stepped if x.state is GenState.RUNNING),
+                                           key=lambda x: live[x.gen_id].order)
+                    self._stepped_sorted = True
+                others = [x for x in self._stepped if x is not g and x.state is GenState.RUNNING]
+            else:
+                others = [x for i in self._live
+                          if (x := self.generations[i]) is not g and x.state is GenState.RUNNING]
             ctx = self.context(others)
             self.engine.abort(g.gen_id, self.policy.kv_mode(g, seg, ctx))
             # A fresh segmenter starts at the statement end; text of the last kept token that lies
@@ -590,7 +611,7 @@ class Planner:
             self.generations.pop(self._terminal.popleft(), None)
 
     def _queued_count(self) -> int:
-        return sum(1 for i in self._live if self.generations[i].state is GenState.QUEUED)
+        return list(map(_STATE, map(self.generations.__getitem__, self._live))).count(GenState.QUEUED)
 
     def _engine_failed(self, reason: str) -> None:
         """The engine raised: its KV is lost, our token records are not.  With a supervisor

@@ -20,13 +20,14 @@ carrying the `persistent` fields (e.g. starvation counters) over.
 from __future__ import annotations
 
 import operator
+from itertools import repeat
 from typing import Callable, Sequence
 
 import numpy as np
 
 from ..types import Generation
 
-
+_OUTPUT_IDS = operator.attrgetter("output_ids")
 
 class SlotTable:
     def __init__(self, fields: dict[str, tuple[type, float | int | bool]], persistent: Sequence[str] = ()) -> None:
@@ -76,10 +77,10 @@ class SlotTable:
             sl = last[1].copy()  # the same generations as at the last lookup (common between points)
         else:
             get = self._slot_of.get
-            sl = np.array([get(id(g), -1) for g in gens], dtype=np.intp)
+            sl = np.fromiter(map(get, map(id, gens), repeat(-1)), dtype=np.intp, count=n)
         self._grow(len(self.objs) + n)
         a = self.a
-        out = np.array([len(g.output_ids) for g in gens], dtype=float)
+        out = np.fromiter(map(len, map(_OUTPUT_IDS, gens)), dtype=float, count=n)
         stale = np.flatnonzero((sl < 0) | (a["_out"][sl] != out)).tolist()
         if stale and before_fill is not None:
             before_fill([gens[i] for i in stale])
