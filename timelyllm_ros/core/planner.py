@@ -482,9 +482,9 @@ class Planner:
             # the batch g leaves behind (LAMPS weighs g's held memory against C_other)
             if self._stepped is not None:
                 if not self._stepped_sorted:
-                    live = self._live
+                    lives = self._live
                     self._stepped = sorted((x for x in self._stepped if x.state is GenState.RUNNING),
-                                           key=lambda x: live[x.gen_id].order)
+                                           key=lambda x: lives[x.gen_id].order)
                     self._stepped_sorted = True
                 others = [x for x in self._stepped if x is not g and x.state is GenState.RUNNING]
             else:
