@@ -34,7 +34,8 @@ from .types import (GenState, Generation, PlanRequest, RequestError, ResultCode,
                     SegmentResult, Value)
 
 _STATE = operator.attrgetter("state")
-_READY = frozenset({GenState.QUEUED, GenState.SUSPENDED})  # states the policy may (re)admit
+# ids of the states the policy may (re)admit (ints: Enum.__hash__ is a Python call in 3.11)
+_READY_IDS = frozenset({id(GenState.QUEUED), id(GenState.SUSPENDED)})
 
 
 def as_fleet(engine: Engine) -> EngineFleet | None:
@@ -278,7 +279,7 @@ class Planner:
             gl = list(map(self.generations.__getitem__, self._live))
             states = list(map(_STATE, gl))
             running: list[Generation] = list(compress(gl, map(operator.is_, states, repeat(GenState.RUNNING))))
-            ready: list[Generation] = list(compress(gl, map(_READY.__contains__, states)))
+            ready: list[Generation] = list(compress(gl, map(_READY_IDS.__contains__, map(id, states))))
             if ready or running:
                 try:
                     running = self._schedule(ready, running, now)
