@@ -155,9 +155,14 @@ class Generation:
         measured times replace estimates as executor results arrive.
         """
         segs = self.segments
+        if not segs:
+            return None
         # A measured end replaces everything before it: start at the last segment that has one
         # (the same arithmetic from there on; a scheduling point asks this of every ready one).
-        i = len(segs) - 1
+        last = segs[-1]
+        if last.exec_end is not None:
+            return last.exec_end
+        i = len(segs) - 2
         while i > 0 and segs[i].exec_end is None:
             i -= 1
         end: float | None = None
