@@ -39,6 +39,7 @@ class PolicyContext:
     token_s: float  # average time per decoded token (1 / tokens_per_s), for length-based policies
     running: Sequence[Generation] = ()
     iteration: int = 0
+    kv_modes: frozenset[str] = frozenset({"cache"})  # KV modes the engine honours on abort (`Engine.kv_modes`)
 
 
 @dataclass

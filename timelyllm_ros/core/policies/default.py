@@ -47,6 +47,7 @@ KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM.
 
 from __future__ import annotations
 
+import math
 import operator
 from itertools import compress, repeat
 from typing import Sequence
@@ -58,10 +59,12 @@ from . import register
 from .base import (DispatchMode, Policy, PolicyContext, Selection, ascending_perm, batch_was_full,
                    priority_order, set_priorities)
 from .slots import SlotTable
+from .step_time import StepTimeModel
 from .timelyllm import TimelyLLM, eq4
 
 _OUTPUT_IDS = operator.attrgetter("output_ids")
 _ROBOT_TYPE = operator.attrgetter("request.robot_type")
+_PAUSE_KEY = operator.attrgetter("priority", "gen_id")  # lowest priority (most slack) first
 
 
 class Default(Policy):
@@ -70,8 +73,17 @@ class Default(Policy):
     fast_min = 64  # ready generations from which `select` takes the numpy path
 
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
-                 preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True) -> None:
+                 preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True,
+                 pace: bool = True, pace_min_free: float = 0.25) -> None:
         self.kv_budget = kv_budget
+        if isinstance(pace_min_free, bool) or not isinstance(pace_min_free, (int, float)) or not 0 <= pace_min_free <= 1:
+            raise ValueError(f"pace_min_free must be in [0, 1], got {pace_min_free!r}")
+        self.pace = bool(pace)
+        self.pace_min_free = float(pace_min_free)
+        self._steps = StepTimeModel()  # the engine's step time against batch size (rule 5)
+        self._last_point: float | None = None  # time of the last scheduling point
+        self._seen_seqs = 0  # generations that produced output since then (on_token)
+        self._seen_new = 0  # ... of them new requests (their first output)
         for k, v in (("lead_steps", lead_steps), ("min_lead_s", min_lead_s)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
                 raise ValueError(f"{k} must be a finite number >= 0, got {v!r}")
@@ -178,16 +190,18 @@ class Default(Policy):
         """The rule as written (two Python passes over the ready list); `select` gives the same
         Selection and priorities bit for bit (tests/test_scheduling_fastpaths.py)."""
         self._full = full = batch_was_full(ready)
+        self._note_step(now)
         terms = self._point_terms(ctx)
         critical, deferrable, protect = self._classify(ready, ctx, now, False, terms)
-        run_crit, _, run_first = self._classify(running, ctx, now, True, terms)
+        run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
         protect = protect or run_first  # a critical first segment is running or waiting
         order = priority_order(critical)  # Eq. 4 densities (> 0), best first
         if full:  # slots are scarce: robots still waiting for a first action go first
             order = [g for g in order if not g.segments] + [g for g in order if g.segments]
         if not protect:
             order += priority_order(deferrable)
-        return self._finish(order, bool(critical), run_crit, full, running, ctx)
+        sel = self._finish(order, bool(critical), run_crit, full, running, ctx)
+        return self._paced(sel, run_crit, run_def, running, ctx, now) if protect else sel
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
@@ -199,10 +213,12 @@ class Default(Policy):
         if len(ready) < self.fast_min:  # numpy's per-call overhead outweighs a short loop
             return self._select_reference(ready, running, ctx, now)
         self._full = full = batch_was_full(ready)
+        self._note_step(now)
         terms = self._point_terms(ctx)
-        run_crit, _, run_first = self._classify(running, ctx, now, True, terms)
+        run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
         if not ready:
-            return self._finish([], False, run_crit, full, running, ctx)
+            sel = self._finish([], False, run_crit, full, running, ctx)
+            return self._paced(sel, run_crit, run_def, running, ctx, now) if run_first else sel
         token_s, lead, pred = terms
         rtypes = self._rtypes
         for name, _ in pred:
@@ -252,14 +268,87 @@ class Default(Policy):
         gen = a["gen"][sl]
         critical = gen[ci].tolist()
         idx = ci[ascending_perm(critical, -pri[ci], first=first[ci] if full else None, arrival=arrival[ci])]
-        if not (run_first or (first & crit).any()):  # no critical first segment running or waiting
+        protect = bool(run_first or (first & crit).any())  # a critical first segment runs or waits
+        if not protect:
             di = np.flatnonzero(~crit)
             deferrable = gen[di].tolist()
             idx = np.concatenate((idx, di[ascending_perm(deferrable, -pri[di], arrival=arrival[di])]))
         out_len = a["_out"][sl][idx].astype(np.int64)  # len(output_ids), as the table read it
         types = a["rtype"][sl][idx]
         order = gen[idx].tolist()
-        return self._finish(order, bool(critical), run_crit, full, running, ctx, (out_len, types))
+        sel = self._finish(order, bool(critical), run_crit, full, running, ctx, (out_len, types))
+        return self._paced(sel, run_crit, run_def, running, ctx, now) if protect else sel
+
+    # --- rule 5: pace the steps that generate critical first segments ---------------------------
+    def on_token(self, g: Generation, n_new: int, ctx: PolicyContext) -> None:
+        """Count the generations of the engine step that just ran (one output each) and the new
+        requests among them (their first output: the step tokenised and prefilled them)."""
+        self._seen_seqs += 1
+        if not g.segments and not g.resumes and len(g.output_ids) == n_new:
+            self._seen_new += 1
+
+    def _note_step(self, now: float) -> None:
+        """Feed the step-time model with the step since the last scheduling point (if one ran)."""
+        if self._seen_seqs and self._last_point is not None:
+            self._steps.observe(now - self._last_point, self._seen_seqs, self._seen_new)
+        self._seen_seqs = self._seen_new = 0
+        self._last_point = now
+
+    def _paced(self, sel: Selection, run_crit: list[Generation], run_def: list[Generation],
+               running: Sequence[Generation], ctx: PolicyContext, now: float) -> Selection:
+        """Rule 5 (a critical first segment is running or waiting): each critical first segment
+        that can still make its deadline needs its remaining tokens in steps of at most
+        (deadline − now) / tokens left; the tightest of these budgets, through the step-time
+        model, gives the most generations the next step may hold.  Above it, running
+        generations are paused at token level (deferrable ones, most slack first; then critical
+        continuations, whose robots are busy, least dense first, after the ready ones are held
+        back); first segments are never paused.  A pause keeps the KV in place ("preserve"), so
+        only where the engine honours that and free KV memory is at least `pace_min_free`: a
+        resume that recomputes the last, partial KV block costs more than the pause saves."""
+        if not self.pace or "preserve" not in ctx.kv_modes:
+            return sel
+        st = ctx.stats
+        if st.kv_total_blocks and st.kv_free_blocks < self.pace_min_free * st.kv_total_blocks:
+            return sel
+        budget = math.inf
+        for g in run_crit + sel.order:
+            if g.segments:
+                continue
+            req = g.request
+            left = self.predicted_tokens(g, ctx) - g.seg_tokens
+            t = (req.arrival + req.tuf.ert - now) / (left if left > 1.0 else 1.0)
+            if 0.0 < t < budget:  # one already late is not saved by a budget
+                budget = t
+        if budget == math.inf:
+            return sel
+        new = sum(1 for g in sel.order if not g.output_ids)
+        cap = self._steps.max_seqs(budget, new, ctx.token_s)
+        if cap is None:
+            return sel
+        held = {id(g) for g in sel.preempt}
+        over = len(running) - len(held) + len(sel.order) - cap
+        if over <= 0:
+            return sel
+        victims = sorted((g for g in run_def if id(g) not in held), key=_PAUSE_KEY)
+        order = sel.order
+        if over > len(victims):
+            conts = [g for g in order if g.segments]
+            drop = min(len(conts), over - len(victims))
+            if drop:
+                out = {id(g) for g in conts[len(conts) - drop:]}  # the least urgent of them
+                order = [g for g in order if id(g) not in out]
+                over -= drop
+            victims += sorted((g for g in run_crit if g.segments and id(g) not in held), key=_PAUSE_KEY)
+        paused = victims[:over]
+        for g in paused:
+            g.extra["pause_kv"] = True
+        return Selection(order=order, preempt=list(sel.preempt) + paused)
+
+    def kv_mode(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> str:
+        """A generation paused by rule 5 keeps its KV in place; any other suspension "cache"."""
+        if g.extra.pop("pause_kv", False) and seg is None:
+            return "preserve"
+        return super().kv_mode(g, seg, ctx)
 
     def _finish(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
                 running: Sequence[Generation], ctx: PolicyContext,
@@ -328,7 +417,8 @@ class Default(Policy):
 
     def params(self) -> dict:
         return {"lead_steps": self.lead_steps, "min_lead_s": self.min_lead_s, "preempt": self.preempt,
-                "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight}
+                "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight, "pace": self.pace,
+                "pace_min_free": self.pace_min_free}
 
 
 register("default", Default)
