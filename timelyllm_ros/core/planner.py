@@ -278,6 +278,7 @@ class Planner:
                     return False
             if not running:
                 return False
+            t_step = self.clock.now()
             try:
                 outs = self.engine.step()
             except EngineError as e:
@@ -286,6 +287,9 @@ class Planner:
             now = self.clock.now()
             for out in outs:
                 self._on_output(out, now)
+            on_step = self.policy.on_step
+            if getattr(on_step, "__func__", None) is not Policy.on_step:
+                on_step(now - t_step, len(outs))
             if self._fleet is not None:
                 self._requeue_lost(now)
             self._stats = None

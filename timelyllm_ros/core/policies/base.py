@@ -263,5 +263,9 @@ class Policy:
     def on_token(self, g: Generation, n_new: int, ctx: PolicyContext) -> None:
         """Hook for policies that refine predictions as tokens arrive (Trail)."""
 
+    def on_step(self, duration_s: float, outputs: int) -> None:
+        """Hook: one engine step took `duration_s` (clock time) and gave `outputs` outputs (one
+        per generation in it); called after their `on_token` calls (the default's step-time model)."""
+
     def params(self) -> dict:
         return {}

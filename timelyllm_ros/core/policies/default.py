@@ -81,9 +81,7 @@ class Default(Policy):
         self.pace = bool(pace)
         self.pace_min_free = float(pace_min_free)
         self._steps = StepTimeModel()  # the engine's step time against batch size (rule 5)
-        self._last_point: float | None = None  # time of the last scheduling point
-        self._seen_seqs = 0  # generations that produced output since then (on_token)
-        self._seen_new = 0  # ... of them new requests (their first output)
+        self._seen_new = 0  # new requests (their first output) in the engine step being reported
         for k, v in (("lead_steps", lead_steps), ("min_lead_s", min_lead_s)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
                 raise ValueError(f"{k} must be a finite number >= 0, got {v!r}")
@@ -190,7 +188,6 @@ class Default(Policy):
         """The rule as written (two Python passes over the ready list); `select` gives the same
         Selection and priorities bit for bit (tests/test_scheduling_fastpaths.py)."""
         self._full = full = batch_was_full(ready)
-        self._note_step(now)
         terms = self._point_terms(ctx)
         critical, deferrable, protect = self._classify(ready, ctx, now, False, terms)
         run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
@@ -213,7 +210,6 @@ class Default(Policy):
         if len(ready) < self.fast_min:  # numpy's per-call overhead outweighs a short loop
             return self._select_reference(ready, running, ctx, now)
         self._full = full = batch_was_full(ready)
-        self._note_step(now)
         terms = self._point_terms(ctx)
         run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
         if not ready:
@@ -281,18 +277,15 @@ class Default(Policy):
 
     # --- rule 5: pace the steps that generate critical first segments ---------------------------
     def on_token(self, g: Generation, n_new: int, ctx: PolicyContext) -> None:
-        """Count the generations of the engine step that just ran (one output each) and the new
-        requests among them (their first output: the step tokenised and prefilled them)."""
-        self._seen_seqs += 1
+        """Count the new requests of the engine step that just ran (their first output: the step
+        tokenised and prefilled their prompts)."""
         if not g.segments and not g.resumes and len(g.output_ids) == n_new:
             self._seen_new += 1
 
-    def _note_step(self, now: float) -> None:
-        """Feed the step-time model with the step since the last scheduling point (if one ran)."""
-        if self._seen_seqs and self._last_point is not None:
-            self._steps.observe(now - self._last_point, self._seen_seqs, self._seen_new)
-        self._seen_seqs = self._seen_new = 0
-        self._last_point = now
+    def on_step(self, duration_s: float, outputs: int) -> None:
+        """Feed the step-time model (rule 5) with the engine step that just ran."""
+        self._steps.observe(duration_s, outputs, self._seen_new)
+        self._seen_new = 0
 
     def _paced(self, sel: Selection, run_crit: list[Generation], run_def: list[Generation],
                running: Sequence[Generation], ctx: PolicyContext, now: float) -> Selection:
