@@ -198,7 +198,19 @@ class Default(Policy):
         if not protect:
             order += priority_order(deferrable)
         sel = self._finish(order, bool(critical), run_crit, full, running, ctx)
-        return self._paced(sel, run_crit, run_def, running, ctx, now) if protect else sel
+        if not protect:
+            return sel
+        budget = math.inf  # rule 5's tightest per-token budget of the waiting critical first segments
+        if self._pacing(ctx):
+            _, _, pred = terms
+            for g in critical:
+                if not g.segments:
+                    req = g.request
+                    left = pred.get((req.robot_type, True), 8.0) - g.seg_tokens
+                    t = (req.arrival + req.tuf.ert - now) / (left if left > 1.0 else 1.0)
+                    if 0.0 < t < budget:
+                        budget = t
+        return self._paced(sel, run_crit, run_def, running, ctx, now, budget)
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
@@ -214,7 +226,7 @@ class Default(Policy):
         run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
         if not ready:
             sel = self._finish([], False, run_crit, full, running, ctx)
-            return self._paced(sel, run_crit, run_def, running, ctx, now) if run_first else sel
+            return self._paced(sel, run_crit, run_def, running, ctx, now, math.inf) if run_first else sel
         token_s, lead, pred = terms
         rtypes = self._rtypes
         for name, _ in pred:
@@ -273,7 +285,17 @@ class Default(Policy):
         types = a["rtype"][sl][idx]
         order = gen[idx].tolist()
         sel = self._finish(order, bool(critical), run_crit, full, running, ctx, (out_len, types))
-        return self._paced(sel, run_crit, run_def, running, ctx, now) if protect else sel
+        if not protect:
+            return sel
+        budget = math.inf  # as in `_select_reference`, element by element
+        fc = first & crit
+        if fc.any() and self._pacing(ctx):
+            with np.errstate(all="ignore"):
+                t = (due[fc] - now) / np.where(left[fc] > 1.0, left[fc], 1.0)
+            t = t[t > 0.0]
+            if t.size:
+                budget = float(t.min())
+        return self._paced(sel, run_crit, run_def, running, ctx, now, budget)
 
     # --- rule 5: pace the steps that generate critical first segments ---------------------------
     def on_token(self, g: Generation, n_new: int, ctx: PolicyContext) -> None:
@@ -287,8 +309,18 @@ class Default(Policy):
         self._steps.observe(duration_s, outputs, self._seen_new)
         self._seen_new = 0
 
+    def _pacing(self, ctx: PolicyContext) -> bool:
+        """Whether rule 5 may pause: enabled, the engine keeps a paused generation's KV in place,
+        free KV memory is at least `pace_min_free`, and the step time grows with the batch."""
+        if not self.pace or "preserve" not in ctx.kv_modes:
+            return False
+        st = ctx.stats
+        if st.kv_total_blocks and st.kv_free_blocks < self.pace_min_free * st.kv_total_blocks:
+            return False
+        return self._steps.max_seqs(1.0, 0, ctx.token_s) is not None
+
     def _paced(self, sel: Selection, run_crit: list[Generation], run_def: list[Generation],
-               running: Sequence[Generation], ctx: PolicyContext, now: float) -> Selection:
+               running: Sequence[Generation], ctx: PolicyContext, now: float, budget: float) -> Selection:
         """Rule 5 (a critical first segment is running or waiting): each critical first segment
         that can still make its deadline needs its remaining tokens in steps of at most
         (deadline − now) / tokens left; the tightest of these budgets, through the step-time
@@ -298,13 +330,9 @@ class Default(Policy):
         back); first segments are never paused.  A pause keeps the KV in place ("preserve"), so
         only where the engine honours that and free KV memory is at least `pace_min_free`: a
         resume that recomputes the last, partial KV block costs more than the pause saves."""
-        if not self.pace or "preserve" not in ctx.kv_modes:
+        if not self._pacing(ctx):
             return sel
-        st = ctx.stats
-        if st.kv_total_blocks and st.kv_free_blocks < self.pace_min_free * st.kv_total_blocks:
-            return sel
-        budget = math.inf
-        for g in run_crit + sel.order:
+        for g in run_crit:  # `budget`: the same over the waiting ones
             if g.segments:
                 continue
             req = g.request
