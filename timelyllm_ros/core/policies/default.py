@@ -30,7 +30,18 @@ At each scheduling point (``select``):
    previous point: a binding cap or KV memory) a waiting critical generation preempts a running
    one at token level, one for one (Andes-style): a deferrable one first, else a critical one
    that has more than 2 tokens of its segment left and is a continuation while the waiting one is
-   a first segment, or of the same kind with a ``preempt_ratio`` times lower Eq. 4 density.
+   a first segment, or of the same kind with a ``preempt_ratio`` times lower Eq. 4 density;
+5. pacing (``pace``): while a critical first segment is running or waiting, each of those that can
+   still make its deadline needs its remaining tokens in steps of at most (deadline − now) /
+   tokens left; the tightest such budget, through an online model of the engine's step time
+   (a + b·generations + c·new requests, least squares over the steps seen, `step_time.py`),
+   gives the most generations the next step may hold.  Above it running generations are paused at
+   token level: deferrable ones first (most slack first), then, after the waiting critical
+   continuations are held back, critical continuations (least dense first); first segments never.
+   A paused generation keeps its KV in place (``preserve``) and comes back through rules 1–2 (it
+   costs one recomputed token) — so only where the engine honours ``preserve`` and at least
+   ``pace_min_free`` of the KV memory is free: with vLLM's prefix cache a resume recomputes the
+   last, partial KV block, which costs more than the pause saves (drones:800: 49 % urgent, ``pace_kv="cache"``).
 
 At each statement boundary (``suspend_at``) a generation keeps its slot and streams on, unless the
 batch is full and its next segment is not due within the lead: then it is suspended (the slot goes
@@ -42,7 +53,7 @@ TimelyLLM's segmentation with preemption.
 Online by construction: it reads a request's arrival, TUF and robot type and what has been
 generated and executed so far — never ``reference_plan`` nor future arrivals
 (tests/test_default_policy.py checks this).  It never sheds: every request is served.
-KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM.
+KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM; a rule-5 pause: "preserve".
 """
 
 from __future__ import annotations
@@ -74,11 +85,14 @@ class Default(Policy):
 
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
                  preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True,
-                 pace: bool = True, pace_min_free: float = 0.25) -> None:
+                 pace: bool = True, pace_min_free: float = 0.25, pace_kv: str = "preserve") -> None:
         self.kv_budget = kv_budget
         if isinstance(pace_min_free, bool) or not isinstance(pace_min_free, (int, float)) or not 0 <= pace_min_free <= 1:
             raise ValueError(f"pace_min_free must be in [0, 1], got {pace_min_free!r}")
+        if pace_kv not in ("preserve", "cache"):
+            raise ValueError(f"pace_kv must be 'preserve' or 'cache', got {pace_kv!r}")
         self.pace = bool(pace)
+        self.pace_kv = pace_kv  # KV of a paused generation ("cache": only to measure what it costs)
         self.pace_min_free = float(pace_min_free)
         self._steps = StepTimeModel()  # the engine's step time against batch size (rule 5)
         self._seen_new = 0  # new requests (their first output) in the engine step being reported
@@ -312,7 +326,7 @@ class Default(Policy):
     def _pacing(self, ctx: PolicyContext) -> bool:
         """Whether rule 5 may pause: enabled, the engine keeps a paused generation's KV in place,
         free KV memory is at least `pace_min_free`, and the step time grows with the batch."""
-        if not self.pace or "preserve" not in ctx.kv_modes:
+        if not self.pace or (self.pace_kv != "cache" and self.pace_kv not in ctx.kv_modes):
             return False
         st = ctx.stats
         if st.kv_total_blocks and st.kv_free_blocks < self.pace_min_free * st.kv_total_blocks:
@@ -368,7 +382,7 @@ class Default(Policy):
     def kv_mode(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> str:
         """A generation paused by rule 5 keeps its KV in place; any other suspension "cache"."""
         if g.extra.pop("pause_kv", False) and seg is None:
-            return "preserve"
+            return self.pace_kv
         return super().kv_mode(g, seg, ctx)
 
     def _finish(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
@@ -439,7 +453,7 @@ class Default(Policy):
     def params(self) -> dict:
         return {"lead_steps": self.lead_steps, "min_lead_s": self.min_lead_s, "preempt": self.preempt,
                 "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight, "pace": self.pace,
-                "pace_min_free": self.pace_min_free}
+                "pace_min_free": self.pace_min_free, "pace_kv": self.pace_kv}
 
 
 register("default", Default)
