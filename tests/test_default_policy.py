@@ -325,5 +325,16 @@ def test_pacing_needs_preserve_memory_and_a_critical_first_segment():
     assert p.select([], running, c, 10.0).preempt == []  # nothing urgent: no pause
     late = gen("late", 9.5, URGENT)  # past its deadline: a step budget cannot save it
     assert p.select([late], running, c, 10.0).preempt == []
+    # step times the batch size does not explain (uncached prefills of a memory-starved engine):
+    # the model's one-step-ahead error is large, so it is not trusted with a batch limit
+    p, c, running, u = _paced_setup()
+    for b in range(1, 41):
+        p.on_step(0.02 + 0.001 * b + (0.3 if b % 3 == 0 else 0.0), b)
+    assert p._steps.relative_error() > p.pace_max_error
+    assert p.select([u], running, c, 10.0).preempt == []
     with pytest.raises(ValueError, match="pace_min_free"):
         Default(pace_min_free=2.0)
+    with pytest.raises(ValueError, match="pace_max_error"):
+        Default(pace_max_error=0)
+    with pytest.raises(ValueError, match="pace_kv"):
+        Default(pace_kv="swap")

@@ -85,10 +85,16 @@ class Default(Policy):
 
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
                  preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True,
-                 pace: bool = True, pace_min_free: float = 0.25, pace_kv: str = "preserve") -> None:
+                 pace: bool = True, pace_min_free: float = 0.25, pace_max_error: float = 0.5,
+                 pace_kv: str = "preserve") -> None:
         self.kv_budget = kv_budget
-        if isinstance(pace_min_free, bool) or not isinstance(pace_min_free, (int, float)) or not 0 <= pace_min_free <= 1:
+        if (isinstance(pace_min_free, bool) or not isinstance(pace_min_free, (int, float))
+                or not 0 <= pace_min_free <= 1):
             raise ValueError(f"pace_min_free must be in [0, 1], got {pace_min_free!r}")
+        if (isinstance(pace_max_error, bool) or not isinstance(pace_max_error, (int, float))
+                or not pace_max_error > 0):
+            raise ValueError(f"pace_max_error must be > 0, got {pace_max_error!r}")
+        self.pace_max_error = float(pace_max_error)
         if pace_kv not in ("preserve", "cache"):
             raise ValueError(f"pace_kv must be 'preserve' or 'cache', got {pace_kv!r}")
         self.pace = bool(pace)
@@ -325,13 +331,17 @@ class Default(Policy):
 
     def _pacing(self, ctx: PolicyContext) -> bool:
         """Whether rule 5 may pause: enabled, the engine keeps a paused generation's KV in place,
-        free KV memory is at least `pace_min_free`, and the step time grows with the batch."""
+        free KV memory is at least `pace_min_free`, the step time grows with the batch, and the
+        step-time model predicts it (root mean square one-step-ahead error at most
+        `pace_max_error` of the mean step time: where uncached prefills dominate the step time —
+        a memory-starved engine — the batch size does not decide it and pausing only adds noise)."""
         if not self.pace or (self.pace_kv != "cache" and self.pace_kv not in ctx.kv_modes):
             return False
         st = ctx.stats
         if st.kv_total_blocks and st.kv_free_blocks < self.pace_min_free * st.kv_total_blocks:
             return False
-        return self._steps.max_seqs(1.0, 0, ctx.token_s) is not None
+        return (self._steps.max_seqs(1.0, 0, ctx.token_s) is not None
+                and self._steps.relative_error() <= self.pace_max_error)
 
     def _paced(self, sel: Selection, run_crit: list[Generation], run_def: list[Generation],
                running: Sequence[Generation], ctx: PolicyContext, now: float, budget: float) -> Selection:
@@ -453,7 +463,7 @@ class Default(Policy):
     def params(self) -> dict:
         return {"lead_steps": self.lead_steps, "min_lead_s": self.min_lead_s, "preempt": self.preempt,
                 "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight, "pace": self.pace,
-                "pace_min_free": self.pace_min_free, "pace_kv": self.pace_kv}
+                "pace_min_free": self.pace_min_free, "pace_max_error": self.pace_max_error, "pace_kv": self.pace_kv}
 
 
 register("default", Default)

@@ -26,6 +26,9 @@ class StepTimeModel:
         self.n = 0  # observations so far
         self._coef: tuple[float, float, float] | None = None  # cached fit (a, b, c), None: stale
         self._a0 = 0.0
+        self._err2 = 0.0  # forgetting-weighted sums of squared one-step-ahead errors, of dt, of weights
+        self._dt = 0.0
+        self._w = 0.0
 
     def observe(self, dt: float, seqs: int, new: int) -> None:
         """One engine step of `seqs` generations (`new` of them new requests) took `dt` seconds."""
@@ -33,6 +36,12 @@ class StepTimeModel:
             return
         x = np.array((1.0, float(seqs), float(new)))
         f = self.forget
+        if self.n:  # how well the fit so far predicted this step
+            a, b, c = self.coefficients(self._a0)
+            err = dt - (a + b * seqs + c * new)
+            self._err2 = f * self._err2 + err * err
+            self._dt = f * self._dt + dt
+            self._w = f * self._w + 1.0
         self._xx *= f
         self._xx += np.outer(x, x)
         self._xy *= f
@@ -51,6 +60,13 @@ class StepTimeModel:
                 a, b, c = a0, 0.0, 0.0
             self._coef, self._a0 = (a, max(0.0, b), max(0.0, c)), a0
         return self._coef
+
+    def relative_error(self) -> float:
+        """Root mean square of the one-step-ahead prediction errors over the mean step time (the
+        same forgetting); inf before two observations."""
+        if self._w <= 0 or self._dt <= 0:
+            return math.inf
+        return math.sqrt(self._err2 / self._w) / (self._dt / self._w)
 
     def max_seqs(self, budget_s: float, new: int, a0: float, min_slope: float = 1e-6) -> int | None:
         """The most generations a step may hold to take at most `budget_s` with `new` new
