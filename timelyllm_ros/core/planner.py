@@ -32,6 +32,9 @@ from .types import (GenState, Generation, PlanRequest, RequestError, ResultCode,
                     SegmentResult, Value)
 
 
+_CACHE_ONLY = frozenset({"cache"})
+
+
 def as_fleet(engine: Engine) -> EngineFleet | None:
     """The engine as an engine pool if it is one (it has the `EngineFleet` hooks)."""
     return engine if callable(getattr(engine, "preference", None)) else None  # type: ignore[return-value]
@@ -301,10 +304,14 @@ class Planner:
         return self._stats
 
     def _kv_modes(self) -> frozenset[str]:
+        """The KV modes the engine honours on abort (`Engine.kv_modes`; "cache" if it says none)."""
         modes = getattr(self.engine, "kv_modes", None)
         if isinstance(modes, frozenset) and modes:
             return modes
-        return frozenset(modes) if modes else frozenset({"cache"})
+        try:
+            return frozenset(modes) or _CACHE_ONLY
+        except TypeError:
+            return _CACHE_ONLY
 
     def context(self, running: Sequence[Generation] = ()) -> PolicyContext:
         return PolicyContext(estimator=self.estimator, robots=self.robots, stats=self._engine_stats(),
