@@ -39,8 +39,9 @@ At each scheduling point (``select``):
    token level: deferrable ones first (most slack first), then, after the waiting critical
    continuations are held back, critical continuations (least dense first); first segments never.
    A paused generation keeps its KV in place (``preserve``) and comes back through rules 1–2 (it
-   costs one recomputed token) — so only where the engine honours ``preserve`` and at least
-   ``pace_min_free`` of the KV memory is free: with vLLM's prefix cache a resume recomputes the
+   costs one recomputed token) — so only where the engine honours ``preserve``, at least
+   ``pace_min_free`` of the KV memory is free and the model predicts the steps (relative one-step
+   error at most ``pace_max_error``): with vLLM's prefix cache a resume recomputes the
    last, partial KV block, which costs more than the pause saves (drones:800: 49 % urgent, ``pace_kv="cache"``).
 
 At each statement boundary (``suspend_at``) a generation keeps its slot and streams on, unless the
