@@ -42,7 +42,8 @@ At each scheduling point (``select``):
    costs one recomputed token) — so only where the engine honours ``preserve``, at least
    ``pace_min_free`` of the KV memory is free and the model predicts the steps (relative one-step
    error at most ``pace_max_error``): with vLLM's prefix cache a resume recomputes the
-   last, partial KV block, which costs more than the pause saves (drones:800: 49 % urgent, ``pace_kv="cache"``).
+   last, partial KV block, which costs more than the pause saves (drones:800: 62.8 % urgent with
+   ``pace_kv="cache"``).
 
 At each statement boundary (``suspend_at``) a generation keeps its slot and streams on, unless the
 batch is full and its next segment is not due within the lead: then it is suspended (the slot goes
