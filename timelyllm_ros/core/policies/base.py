@@ -267,5 +267,9 @@ class Policy:
         """Hook: one engine step took `duration_s` (clock time) and gave `outputs` outputs (one
         per generation in it); called after their `on_token` calls (the default's step-time model)."""
 
+    def on_kv_released(self, g: Generation) -> None:
+        """The planner turned suspended g's preserved KV into cached KV (`Planner._release_pinned`:
+        pinned memory stalled the engine); policies that track handlings update here."""
+
     def params(self) -> dict:
         return {}
