@@ -38,6 +38,9 @@ _STATE = operator.attrgetter("state")
 _READY_IDS = frozenset({id(GenState.QUEUED), id(GenState.SUSPENDED)})
 
 
+_CACHE_ONLY = frozenset({"cache"})
+
+
 def as_fleet(engine: Engine) -> EngineFleet | None:
     """The engine as an engine pool if it is one (it has the `EngineFleet` hooks)."""
     return engine if callable(getattr(engine, "preference", None)) else None  # type: ignore[return-value]
@@ -290,6 +293,7 @@ class Planner:
                     return False
             if not running:
                 return False
+            t_step = self.clock.now()
             try:
                 outs = self.engine.step()
             except EngineError as e:
@@ -310,6 +314,9 @@ class Planner:
                     self._on_output(out, now)
             finally:
                 self._stepped = None
+            on_step = self.policy.on_step
+            if getattr(on_step, "__func__", None) is not Policy.on_step:
+                on_step(now - t_step, len(outs))
             if self._fleet is not None:
                 self._requeue_lost(now)
             self._stats = None
@@ -320,10 +327,20 @@ class Planner:
             self._stats = self.engine.stats()
         return self._stats
 
+    def _kv_modes(self) -> frozenset[str]:
+        """The KV modes the engine honours on abort (`Engine.kv_modes`; "cache" if it says none)."""
+        modes = getattr(self.engine, "kv_modes", None)
+        if isinstance(modes, frozenset) and modes:
+            return modes
+        try:
+            return frozenset(modes) or _CACHE_ONLY
+        except TypeError:
+            return _CACHE_ONLY
+
     def context(self, running: Sequence[Generation] = ()) -> PolicyContext:
         return PolicyContext(estimator=self.estimator, robots=self.robots, stats=self._engine_stats(),
                              seg_gen_s=self.seg_gen_s, token_s=self.token_s, running=running,
-                             iteration=self.iteration)
+                             iteration=self.iteration, kv_modes=self._kv_modes())
 
     def _schedule(self, ready: list[Generation], running: list[Generation], now: float) -> list[Generation]:
         """Refresh priorities, preempt and admit; returns the generations now running."""
