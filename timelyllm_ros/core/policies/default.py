@@ -64,14 +64,101 @@ _OUTPUT_IDS = operator.attrgetter("output_ids")
 _ROBOT_TYPE = operator.attrgetter("request.robot_type")
 
 
+class StepModel:
+    """Duration of an engine step, learned online: step = a + b·n + c·m + d·p for a step that ran
+    n generations, m of them newly added (tokenising, attending to their cached prefix), and
+    prefilled p tokens, a weighted least-squares fit (exponential forgetting) over
+    the intervals between consecutive scheduling points.  The planner steps the engine once per
+    scheduling point while anything runs, so that interval is one step (plus the planner's own
+    time); n = the generations kept running at the earlier point plus the ones admitted there (the
+    newcomers seen at the later point), p = the newcomers' context minus what the engine reported
+    as prefix-cache hits (``Generation.cached_tokens``)."""
+
+    def __init__(self, forget: float = 1.0, min_var: float = 1.0) -> None:
+        self.forget = forget
+        self.min_var = min_var  # weighted variance of n below which b is not identifiable
+        self.xx = np.zeros((4, 4))  # sum of w·x·xᵀ, x = (1, n, m, p)
+        self.xy = np.zeros(4)  # sum of w·x·dt
+        self._prev: tuple[float, set[int], int] | None = None  # (point, ids kept running, their number)
+        self._now = 0.0
+        self._fit: tuple[float, float] | None = None
+        self._stale = False
+
+    def observe(self, running: Sequence[Generation], now: float) -> None:
+        """At a scheduling point: learn from the step since the previous one."""
+        self._now = now
+        prev = self._prev
+        self._prev = None
+        if prev is None or not running:
+            return
+        t0, ids, n = prev
+        dt = now - t0
+        if not dt > 0:
+            return
+        m = p = 0
+        for g in running:
+            if id(g) not in ids:  # admitted at the previous point: it prefilled in that step
+                m += 1
+                if g.cached_tokens:
+                    p += max(0, len(g.prompt_ids) + len(g.output_ids) - 1 - g.cached_tokens[-1])
+        x = np.array((1.0, float(n + m), float(m), float(p)))
+        f = self.forget
+        self.xx *= f
+        self.xx += np.outer(x, x)
+        self.xy *= f
+        self.xy += x * dt
+        self._stale = True
+
+    def ran(self, batch: Sequence[Generation]) -> None:
+        """The generations kept running at this point (the next step runs them and the admitted)."""
+        self._prev = (self._now, set(map(id, batch)), len(batch)) if batch else None
+
+    def fit(self) -> tuple[float, float] | None:
+        """(a, b): a step of n generations without prefill takes a + b·n; None while the batch
+        sizes seen do not tell b apart."""
+        if not self._stale:
+            return self._fit
+        self._stale = False
+        xx, xy = self.xx, self.xy
+        w = xx[0, 0]
+        self._fit = None
+        if w <= 0 or not xx[1, 1] / w - (xx[0, 1] / w) ** 2 >= self.min_var:
+            return None
+        # the regressors seen varying (a load without newcomers, or without prefill, has none)
+        use = [0, 1] + [i for i in (2, 3) if xx[i, i] / w - (xx[0, i] / w) ** 2 > 1e-9]
+        try:
+            coef = np.linalg.solve(xx[np.ix_(use, use)], xy[use])
+        except np.linalg.LinAlgError:
+            return None
+        a, b = float(coef[0]), float(coef[1])
+        if b > 0 and a + b > 0:
+            self._fit = (a, b)
+        return self._fit
+
+    def cap(self, ratio: float) -> int | None:
+        """Largest batch whose step takes at most `ratio` times a one-generation step (None: no
+        fit yet, or `ratio` infinite)."""
+        ab = self.fit()
+        if ab is None or ratio == float("inf"):
+            return None
+        a, b = ab
+        return max(2, int((ratio * (a + b) - a) / b))
+
+
 class Default(Policy):
     name = "default"
     mode = DispatchMode.SUSPEND
     fast_min = 64  # ready generations from which `select` takes the numpy path
 
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
-                 preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True) -> None:
+                 preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True,
+                 step_ratio: float = 3.0) -> None:
         self.kv_budget = kv_budget
+        if isinstance(step_ratio, bool) or not isinstance(step_ratio, (int, float)) or not 1 < step_ratio:
+            raise ValueError(f"step_ratio must be a number > 1 (inf: no step-time cap), got {step_ratio!r}")
+        self.step_ratio = float(step_ratio)
+        self._steps = StepModel()
+        self._capped = False  # the step-time cap held back a ready generation at the last point
         for k, v in (("lead_steps", lead_steps), ("min_lead_s", min_lead_s)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
                 raise ValueError(f"{k} must be a finite number >= 0, got {v!r}")
@@ -177,7 +264,8 @@ class Default(Policy):
                           ctx: PolicyContext, now: float) -> Selection:
         """The rule as written (two Python passes over the ready list); `select` gives the same
         Selection and priorities bit for bit (tests/test_scheduling_fastpaths.py)."""
-        self._full = full = batch_was_full(ready)
+        self._full = full = batch_was_full(ready) or self._capped
+        self._steps.observe(running, now)
         terms = self._point_terms(ctx)
         critical, deferrable, protect = self._classify(ready, ctx, now, False, terms)
         run_crit, _, run_first = self._classify(running, ctx, now, True, terms)
@@ -198,7 +286,8 @@ class Default(Policy):
         point only the previous action's estimated end is read (executor reports move it)."""
         if len(ready) < self.fast_min:  # numpy's per-call overhead outweighs a short loop
             return self._select_reference(ready, running, ctx, now)
-        self._full = full = batch_was_full(ready)
+        self._full = full = batch_was_full(ready) or self._capped
+        self._steps.observe(running, now)
         terms = self._point_terms(ctx)
         run_crit, _, run_first = self._classify(running, ctx, now, True, terms)
         if not ready:
@@ -269,6 +358,14 @@ class Default(Policy):
         if self.kv_budget:
             order = self._fit_memory(order, running, ctx, known)
         preempt: list[Generation] = []
+        try:
+            return self._preempt_and_cap(order, critical, run_crit, full, running, ctx, preempt)
+        finally:
+            kept = set(map(id, preempt))
+            self._steps.ran([g for g in running if id(g) not in kept] if kept else running)
+
+    def _preempt_and_cap(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
+                         running: Sequence[Generation], ctx: PolicyContext, preempt: list[Generation]) -> Selection:
         if self.preempt and full and critical:
             # token-level preemption, one for one: deferrable victims first, then critical
             # continuations, then critical first segments (rules in the module docstring)
@@ -283,6 +380,13 @@ class Default(Policy):
                     if not ((rank_w > rank_v or denser) and self.predicted_tokens(v, ctx) - v.seg_tokens > 2):
                         break
                 preempt.append(v)
+        self._capped = False
+        cap = self._steps.cap(self.step_ratio)
+        if cap is not None:  # rule 5: no step longer than step_ratio x a one-sequence step
+            room = max(0, cap - len(running) + len(preempt))
+            if len(order) > room:
+                order = order[:room]
+                self._capped = True
         return Selection(order=order, preempt=preempt)
 
     def _fit_memory(self, order: list[Generation], running: Sequence[Generation], ctx: PolicyContext,
@@ -328,7 +432,7 @@ class Default(Policy):
 
     def params(self) -> dict:
         return {"lead_steps": self.lead_steps, "min_lead_s": self.min_lead_s, "preempt": self.preempt,
-                "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight}
+                "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight, "step_ratio": self.step_ratio}
 
 
 register("default", Default)
