@@ -74,15 +74,16 @@ class StepModel:
     newcomers seen at the later point), p = the newcomers' context minus what the engine reported
     as prefix-cache hits (``Generation.cached_tokens``)."""
 
-    def __init__(self, forget: float = 1.0, min_var: float = 1.0) -> None:
+    def __init__(self, forget: float = 1.0, min_var: float = 1.0, refit_every: int = 16) -> None:
         self.forget = forget
         self.min_var = min_var  # weighted variance of n below which b is not identifiable
-        self.xx = np.zeros((4, 4))  # sum of w·x·xᵀ, x = (1, n, m, p)
-        self.xy = np.zeros(4)  # sum of w·x·dt
+        self.refit_every = refit_every  # samples between two solves (a solve costs ~20 µs)
+        self.xx = [[0.0] * 4 for _ in range(4)]  # sum of w·x·xᵀ, x = (1, n, m, p)
+        self.xy = [0.0] * 4  # sum of w·x·dt
         self._prev: tuple[float, set[int], int] | None = None  # (point, ids kept running, their number)
         self._now = 0.0
         self._fit: tuple[float, float] | None = None
-        self._stale = False
+        self._new = 0  # samples since the last solve
 
     def observe(self, running: Sequence[Generation], now: float) -> None:
         """At a scheduling point: learn from the step since the previous one."""
@@ -101,25 +102,28 @@ class StepModel:
                 m += 1
                 if g.cached_tokens:
                     p += max(0, len(g.prompt_ids) + len(g.output_ids) - 1 - g.cached_tokens[-1])
-        x = np.array((1.0, float(n + m), float(m), float(p)))
-        f = self.forget
-        self.xx *= f
-        self.xx += np.outer(x, x)
-        self.xy *= f
-        self.xy += x * dt
-        self._stale = True
+        x = (1.0, float(n + m), float(m), float(p))
+        f, xx, xy = self.forget, self.xx, self.xy
+        for i in range(4):
+            row, xi = xx[i], x[i]
+            for j in range(i, 4):
+                row[j] = f * row[j] + xi * x[j]
+            xy[i] = f * xy[i] + xi * dt
+        self._new += 1
 
     def ran(self, batch: Sequence[Generation]) -> None:
         """The generations kept running at this point (the next step runs them and the admitted)."""
         self._prev = (self._now, set(map(id, batch)), len(batch)) if batch else None
 
     def fit(self) -> tuple[float, float] | None:
-        """(a, b): a step of n generations without prefill takes a + b·n; None while the batch
-        sizes seen do not tell b apart."""
-        if not self._stale:
+        """(a, b): a step of n generations without newcomers takes a + b·n; None while the batch
+        sizes seen do not tell b apart.  Solved again every `refit_every` samples."""
+        if self._new < (self.refit_every if self._fit is not None else 4):
             return self._fit
-        self._stale = False
-        xx, xy = self.xx, self.xy
+        self._new = 0
+        xx = np.array(self.xx)
+        xx = np.triu(xx) + np.triu(xx, 1).T
+        xy = np.array(self.xy)
         w = xx[0, 0]
         self._fit = None
         if w <= 0 or not xx[1, 1] / w - (xx[0, 1] / w) ** 2 >= self.min_var:
@@ -135,12 +139,15 @@ class StepModel:
             self._fit = (a, b)
         return self._fit
 
-    def cap(self, ratio: float) -> int | None:
-        """Largest batch whose step takes at most `ratio` times a one-generation step (None: no
-        fit yet, or `ratio` infinite)."""
-        ab = self.fit()
-        if ab is None or ratio == float("inf"):
+    def cap(self, ratio: float, running: int) -> int | None:
+        """Largest batch whose step takes at most `ratio` times a one-generation step (None:
+        `ratio` infinite); before a fit, twice the running batch (slow start: the batch grows
+        through sizes that tell the per-generation cost apart)."""
+        if ratio == float("inf"):
             return None
+        ab = self.fit()
+        if ab is None:
+            return max(2, 2 * running)
         a, b = ab
         return max(2, int((ratio * (a + b) - a) / b))
 
@@ -152,8 +159,10 @@ class Default(Policy):
 
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
                  preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True,
-                 step_ratio: float = 3.0) -> None:
+                 step_ratio: float = 3.0, memory_full: bool = True) -> None:
         self.kv_budget = kv_budget
+        self.memory_full = bool(memory_full)
+
         if isinstance(step_ratio, bool) or not isinstance(step_ratio, (int, float)) or not 1 < step_ratio:
             raise ValueError(f"step_ratio must be a number > 1 (inf: no step-time cap), got {step_ratio!r}")
         self.step_ratio = float(step_ratio)
@@ -355,11 +364,16 @@ class Default(Policy):
                 known: tuple[np.ndarray, np.ndarray] | None = None) -> Selection:
         """Rules 3 and 4: the memory cut, then token-level preemption (`critical`: whether a
         ready generation is critical; `known`: see `_fit_memory`)."""
+        held = False
         if self.kv_budget:
+            n = len(order)
             order = self._fit_memory(order, running, ctx, known)
+            held = self.memory_full and len(order) < n
         preempt: list[Generation] = []
         try:
-            return self._preempt_and_cap(order, critical, run_crit, full, running, ctx, preempt)
+            sel = self._preempt_and_cap(order, critical, run_crit, full, running, ctx, preempt)
+            self._capped = self._capped or held
+            return sel
         finally:
             kept = set(map(id, preempt))
             self._steps.ran([g for g in running if id(g) not in kept] if kept else running)
@@ -381,7 +395,7 @@ class Default(Policy):
                         break
                 preempt.append(v)
         self._capped = False
-        cap = self._steps.cap(self.step_ratio)
+        cap = self._steps.cap(self.step_ratio, len(running) - len(preempt))
         if cap is not None:  # rule 5: no step longer than step_ratio x a one-sequence step
             room = max(0, cap - len(running) + len(preempt))
             if len(order) > room:
