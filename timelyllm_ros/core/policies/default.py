@@ -74,8 +74,9 @@ class StepModel:
     newcomers seen at the later point), p = the newcomers' context minus what the engine reported
     as prefix-cache hits (``Generation.cached_tokens``)."""
 
-    def __init__(self, forget: float = 1.0, min_var: float = 1.0, refit_every: int = 16) -> None:
+    def __init__(self, forget: float = 1.0, min_var: float = 1.0, refit_every: int = 16, start: int = 8) -> None:
         self.forget = forget
+        self.start = start  # the slow start's smallest cap
         self.min_var = min_var  # weighted variance of n below which b is not identifiable
         self.refit_every = refit_every  # samples between two solves (a solve costs ~20 µs)
         self.xx = [[0.0] * 4 for _ in range(4)]  # sum of w·x·xᵀ, x = (1, n, m, p)
@@ -130,10 +131,8 @@ class StepModel:
             return None
         # the regressors seen varying (a load without newcomers, or without prefill, has none)
         use = [0, 1] + [i for i in (2, 3) if xx[i, i] / w - (xx[0, i] / w) ** 2 > 1e-9]
-        try:
-            coef = np.linalg.solve(xx[np.ix_(use, use)], xy[use])
-        except np.linalg.LinAlgError:
-            return None
+        # least squares (not a plain solve): newcomers' count and prefill tokens may be collinear
+        coef = np.linalg.lstsq(xx[np.ix_(use, use)], xy[use], rcond=None)[0]
         a, b = float(coef[0]), float(coef[1])
         if b > 0 and a + b > 0:
             self._fit = (a, b)
@@ -141,15 +140,15 @@ class StepModel:
 
     def cap(self, ratio: float, running: int) -> int | None:
         """Largest batch whose step takes at most `ratio` times a one-generation step (None:
-        `ratio` infinite); before a fit, twice the running batch (slow start: the batch grows
+        `ratio` infinite); before a fit, twice the running batch, at least `start` (slow start: the batch grows
         through sizes that tell the per-generation cost apart)."""
         if ratio == float("inf"):
             return None
         ab = self.fit()
         if ab is None:
-            return max(2, 2 * running)
+            return max(self.start, 2 * running)
         a, b = ab
-        return max(2, int((ratio * (a + b) - a) / b))
+        return max(2, int((ratio * (a + b) - a) / b + 1e-9))  # (+1e-9: an exact fit of 14.0 is 14)
 
 
 class Default(Policy):
@@ -446,7 +445,8 @@ class Default(Policy):
 
     def params(self) -> dict:
         return {"lead_steps": self.lead_steps, "min_lead_s": self.min_lead_s, "preempt": self.preempt,
-                "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight, "step_ratio": self.step_ratio}
+                "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight, "step_ratio": self.step_ratio,
+                "memory_full": self.memory_full}
 
 
 register("default", Default)
