@@ -261,68 +261,45 @@ def test_demo_ros_node_and_config_default_to_default():
     assert cfg["/timelyllm/planner"]["ros__parameters"]["policy"] == DEFAULT_POLICY
 
 
-def _steps(model, batches, a, b, c=0.0, d=0.0, t0=0.0):
-    """Drive a StepModel through points: `batches` lists the generations running at each point;
-    the interval to the next point is a + b·n + c·m + d·p for the step they ran (m newcomers, p
-    their uncached tokens)."""
-    now = t0
-    prev: set[int] = set()
-    for i, batch in enumerate(batches):
-        model.observe(batch, now)
-        model.ran(batch)
-        if i + 1 < len(batches):
-            nxt = batches[i + 1]
-            new = [g for g in nxt if id(g) not in {id(x) for x in batch}]
-            p = sum(len(g.prompt_ids) + len(g.output_ids) - 1 - g.cached_tokens[-1] for g in new)
-            now += a + b * (len(batch) + len(new)) + c * len(new) + d * p
-        prev = {id(g) for g in batch}
-    return now, prev
+
+_SIZES = [1, 3, 8, 8, 6, 5, 12, 20, 20, 17, 9, 4, 2, 30, 30, 25, 11, 40, 33, 7] * 3
 
 
-def _fleet(n, prompt=100, cached=80):
-    out = []
-    for i in range(n):
-        g = gen(f"s{i}", 0.0)
-        g.prompt_ids = [1] * prompt
-        g.output_ids = [2]
-        g.cached_tokens = [cached]
-        out.append(g)
-    return out
+def _feed(model, a, b, c=0.0, d=0.0):
+    """Engine steps of varied batch sizes taking a + b·n + c·new + d·prefill seconds."""
+    for i, n in enumerate(_SIZES):
+        new, prefill = i % 3, (i % 3) * (20 + 7 * (i % 5))
+        model.observe(a + b * n + c * new + d * prefill, n, new, prefill)
 
 
-def test_step_model_learns_step_time_per_generation_online():
-    """step = a + b·n (+ newcomers' tokenising and prefill) is recovered from the intervals
-    between scheduling points alone; the cap is the largest batch whose step is at most
-    step_ratio times a one-generation step."""
-    from timelyllm_ros.core.policies.default import StepModel
+def test_step_model_least_squares_learns_the_per_generation_cost():
+    """step = a + b·n (+ new requests' tokenising, + prefill) is recovered from measured steps
+    alone; the prefill term keeps a cold prompt's seconds out of a and b."""
+    from timelyllm_ros.core.policies.step_time import StepTimeModel
 
-    gs = _fleet(40)
-    sizes = [1, 3, 8, 8, 6, 5, 12, 20, 20, 17, 9, 4, 2, 30, 30, 25, 11, 40, 33, 7] * 3
-    batches = [gs[:k] for k in sizes]
-    m = StepModel(refit_every=1)
-    assert m.cap(3.0, 5) == 10  # before a fit: slow start, twice the running batch
-    assert m.cap(3.0, 1) == 8  # ... at least `start`
-    _steps(m, batches, a=0.022, b=0.004, c=0.005, d=0.001)
-    a, b = m.fit()
+    m = StepTimeModel()
+    assert m.least_squares() == (0.0, 0.0)  # nothing seen
+    _feed(m, a=0.022, b=0.004, c=0.005, d=0.001)
+    a, b = m.least_squares()
     assert a == pytest.approx(0.022) and b == pytest.approx(0.004)
-    assert m.cap(3.0, 5) == int((3 * 0.026 - 0.022) / 0.004) == 14
-    assert m.cap(float("inf"), 5) is None
-    # a batch size that never changes tells b nothing: no fit, the slow start stays
-    flat = StepModel(refit_every=1)
-    _steps(flat, [gs[:8]] * 30, a=0.022, b=0.004)
-    assert flat.fit() is None
+    flat = StepTimeModel()
+    for _ in range(30):
+        flat.observe(0.05, 8, 0)  # one batch size: b cannot be told apart
+    assert flat.least_squares() == (0.0, 0.0)
 
 
 def test_step_cap_cuts_admission_and_counts_as_a_full_batch():
-    """Past the learned cap the order is cut (the rest waits) and the next point treats the batch
-    as full: a continuation whose next statement can wait yields its slot (rule 5)."""
+    """The step-time cap: past the largest batch whose step is at most step_ratio (3) times a
+    one-generation step the order is cut (the rest waits), and the next point treats the batch as
+    full: a continuation whose next statement can wait yields its slot."""
     p = Default()
-    p._steps.refit_every = 1
-    gs = _fleet(40)
-    _steps(p._steps, [gs[:k] for k in [1, 3, 8, 8, 6, 5, 12, 20, 20, 17, 9, 4, 2, 30, 25, 11, 40, 7]],
-           a=0.022, b=0.004)
-    cap = p._steps.cap(p.step_ratio, 0)
-    assert cap == 14
+    assert p.step_cap(ctx(), 5) == 10 and p.step_cap(ctx(), 1) == 8  # slow start: 2 x running, >= 8
+    _feed(p._steps, a=0.022, b=0.004)
+    cap = p.step_cap(ctx(), 0)
+    assert cap == int((3 * 0.026 - 0.022) / 0.004 + 1e-9) == 14
+    assert Default(step_ratio=float("inf")).step_cap(ctx(), 0) is None
+    with pytest.raises(ValueError, match="step_ratio"):
+        Default(step_ratio=1.0)
     running = [gen(f"r{i}", 9.0, URGENT, state=GenState.RUNNING) for i in range(12)]
     ready = [gen(f"q{i}", 10.0, URGENT) for i in range(5)]
     sel = p.select(ready, running, ctx(), 10.0)
@@ -332,8 +309,9 @@ def test_step_cap_cuts_admission_and_counts_as_a_full_batch():
     g = gen("g", 0.0, NORMAL, [seg(0, 10.0, 30.0)], state=GenState.RUNNING)
     assert p.suspend_at(g, g.segments[0], ctx(), 10.03)  # its robot is busy for 30 s: yield
 
-
 def test_memory_cut_counts_as_a_full_batch():
+    """A ready generation held back by the KV budget (rule 3) makes the batch full at the next
+    point, as a refusal by a batch cap does (memory_full=False: only the cap's refusals count)."""
     p = Default()
     c = PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS,
                       stats=EngineStats(1000, 0, 16, 1, 45.0), seg_gen_s=0.1, token_s=TOKEN_S)

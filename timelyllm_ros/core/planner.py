@@ -278,6 +278,7 @@ class Planner:
                     return False
             if not running:
                 return False
+            t_step = self.clock.now()
             try:
                 outs = self.engine.step()
             except EngineError as e:
@@ -286,6 +287,9 @@ class Planner:
             now = self.clock.now()
             for out in outs:
                 self._on_output(out, now)
+            on_step = self.policy.on_step
+            if getattr(on_step, "__func__", None) is not Policy.on_step:
+                on_step(now - t_step, len(outs))
             if self._fleet is not None:
                 self._requeue_lost(now)
             self._stats = None
@@ -296,10 +300,16 @@ class Planner:
             self._stats = self.engine.stats()
         return self._stats
 
+    def _kv_modes(self) -> frozenset[str]:
+        modes = getattr(self.engine, "kv_modes", None)
+        if isinstance(modes, frozenset) and modes:
+            return modes
+        return frozenset(modes) if modes else frozenset({"cache"})
+
     def context(self, running: Sequence[Generation] = ()) -> PolicyContext:
         return PolicyContext(estimator=self.estimator, robots=self.robots, stats=self._engine_stats(),
                              seg_gen_s=self.seg_gen_s, token_s=self.token_s, running=running,
-                             iteration=self.iteration)
+                             iteration=self.iteration, kv_modes=self._kv_modes())
 
     def _schedule(self, ready: list[Generation], running: list[Generation], now: float) -> list[Generation]:
         """Refresh priorities, preempt and admit; returns the generations now running."""

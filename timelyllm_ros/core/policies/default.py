@@ -30,7 +30,16 @@ At each scheduling point (``select``):
    previous point: a binding cap or KV memory) a waiting critical generation preempts a running
    one at token level, one for one (Andes-style): a deferrable one first, else a critical one
    that has more than 2 tokens of its segment left and is a continuation while the waiting one is
-   a first segment, or of the same kind with a ``preempt_ratio`` times lower Eq. 4 density.
+   a first segment, or of the same kind with a ``preempt_ratio`` times lower Eq. 4 density;
+   the batch also counts as full when this policy's own KV budget (rule 3) or step-time cap held
+   a ready generation back at the previous point;
+
+step-time cap: admissions also stop where a step would take more than ``step_ratio`` (3) times a
+one-generation step, by the step-time model (``step_time.py``: step = a + b·n + ... fitted on the
+measured steps; until it has seen a few, at most twice the running batch, at least 8): beyond
+that every running generation gets its tokens slower than a newcomer gains by starting now — on
+an engine where each extra sequence is expensive (the edge board) a 256-wide batch makes every
+response late.
 
 At each statement boundary (``suspend_at``) a generation keeps its slot and streams on, unless the
 batch is full and its next segment is not due within the lead: then it is suspended (the slot goes
@@ -47,6 +56,7 @@ KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM.
 
 from __future__ import annotations
 
+import math
 import operator
 from itertools import compress, repeat
 from typing import Sequence
@@ -58,97 +68,12 @@ from . import register
 from .base import (DispatchMode, Policy, PolicyContext, Selection, ascending_perm, batch_was_full,
                    priority_order, set_priorities)
 from .slots import SlotTable
+from .step_time import StepTimeModel
 from .timelyllm import TimelyLLM, eq4
 
 _OUTPUT_IDS = operator.attrgetter("output_ids")
 _ROBOT_TYPE = operator.attrgetter("request.robot_type")
-
-
-class StepModel:
-    """Duration of an engine step, learned online: step = a + b·n + c·m + d·p for a step that ran
-    n generations, m of them newly added (tokenising, attending to their cached prefix), and
-    prefilled p tokens, a weighted least-squares fit (exponential forgetting) over
-    the intervals between consecutive scheduling points.  The planner steps the engine once per
-    scheduling point while anything runs, so that interval is one step (plus the planner's own
-    time); n = the generations kept running at the earlier point plus the ones admitted there (the
-    newcomers seen at the later point), p = the newcomers' context minus what the engine reported
-    as prefix-cache hits (``Generation.cached_tokens``)."""
-
-    def __init__(self, forget: float = 1.0, min_var: float = 1.0, refit_every: int = 16, start: int = 8) -> None:
-        self.forget = forget
-        self.start = start  # the slow start's smallest cap
-        self.min_var = min_var  # weighted variance of n below which b is not identifiable
-        self.refit_every = refit_every  # samples between two solves (a solve costs ~20 µs)
-        self.xx = [[0.0] * 4 for _ in range(4)]  # sum of w·x·xᵀ, x = (1, n, m, p)
-        self.xy = [0.0] * 4  # sum of w·x·dt
-        self._prev: tuple[float, set[int], int] | None = None  # (point, ids kept running, their number)
-        self._now = 0.0
-        self._fit: tuple[float, float] | None = None
-        self._new = 0  # samples since the last solve
-
-    def observe(self, running: Sequence[Generation], now: float) -> None:
-        """At a scheduling point: learn from the step since the previous one."""
-        self._now = now
-        prev = self._prev
-        self._prev = None
-        if prev is None or not running:
-            return
-        t0, ids, n = prev
-        dt = now - t0
-        if not dt > 0:
-            return
-        m = p = 0
-        for g in running:
-            if id(g) not in ids:  # admitted at the previous point: it prefilled in that step
-                m += 1
-                if g.cached_tokens:
-                    p += max(0, len(g.prompt_ids) + len(g.output_ids) - 1 - g.cached_tokens[-1])
-        x = (1.0, float(n + m), float(m), float(p))
-        f, xx, xy = self.forget, self.xx, self.xy
-        for i in range(4):
-            row, xi = xx[i], x[i]
-            for j in range(i, 4):
-                row[j] = f * row[j] + xi * x[j]
-            xy[i] = f * xy[i] + xi * dt
-        self._new += 1
-
-    def ran(self, batch: Sequence[Generation]) -> None:
-        """The generations kept running at this point (the next step runs them and the admitted)."""
-        self._prev = (self._now, set(map(id, batch)), len(batch)) if batch else None
-
-    def fit(self) -> tuple[float, float] | None:
-        """(a, b): a step of n generations without newcomers takes a + b·n; None while the batch
-        sizes seen do not tell b apart.  Solved again every `refit_every` samples."""
-        if self._new < (self.refit_every if self._fit is not None else 4):
-            return self._fit
-        self._new = 0
-        xx = np.array(self.xx)
-        xx = np.triu(xx) + np.triu(xx, 1).T
-        xy = np.array(self.xy)
-        w = xx[0, 0]
-        self._fit = None
-        if w <= 0 or not xx[1, 1] / w - (xx[0, 1] / w) ** 2 >= self.min_var:
-            return None
-        # the regressors seen varying (a load without newcomers, or without prefill, has none)
-        use = [0, 1] + [i for i in (2, 3) if xx[i, i] / w - (xx[0, i] / w) ** 2 > 1e-9]
-        # least squares (not a plain solve): newcomers' count and prefill tokens may be collinear
-        coef = np.linalg.lstsq(xx[np.ix_(use, use)], xy[use], rcond=None)[0]
-        a, b = float(coef[0]), float(coef[1])
-        if b > 0 and a + b > 0:
-            self._fit = (a, b)
-        return self._fit
-
-    def cap(self, ratio: float, running: int) -> int | None:
-        """Largest batch whose step takes at most `ratio` times a one-generation step (None:
-        `ratio` infinite); before a fit, twice the running batch, at least `start` (slow start: the batch grows
-        through sizes that tell the per-generation cost apart)."""
-        if ratio == float("inf"):
-            return None
-        ab = self.fit()
-        if ab is None:
-            return max(self.start, 2 * running)
-        a, b = ab
-        return max(2, int((ratio * (a + b) - a) / b + 1e-9))  # (+1e-9: an exact fit of 14.0 is 14)
+_PAUSE_KEY = operator.attrgetter("priority", "gen_id")  # lowest priority (most slack) first
 
 
 class Default(Policy):
@@ -158,15 +83,21 @@ class Default(Policy):
 
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
                  preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True,
-                 step_ratio: float = 3.0, memory_full: bool = True) -> None:
+                 pace: bool = True, pace_min_free: float = 0.25, step_ratio: float = 3.0,
+                 memory_full: bool = True) -> None:
         self.kv_budget = kv_budget
-        self.memory_full = bool(memory_full)
-
+        if isinstance(pace_min_free, bool) or not isinstance(pace_min_free, (int, float)) or not 0 <= pace_min_free <= 1:
+            raise ValueError(f"pace_min_free must be in [0, 1], got {pace_min_free!r}")
+        self.pace = bool(pace)
+        self.pace_min_free = float(pace_min_free)
+        self._steps = StepTimeModel()  # the engine's step time against batch size (rule 5, the step-time cap)
+        self._seen_new = 0  # new requests (their first output) in the engine step being reported
+        self._seen_prefill = 0  # tokens that step prefilled (added generations' context - cache hits)
         if isinstance(step_ratio, bool) or not isinstance(step_ratio, (int, float)) or not 1 < step_ratio:
             raise ValueError(f"step_ratio must be a number > 1 (inf: no step-time cap), got {step_ratio!r}")
         self.step_ratio = float(step_ratio)
-        self._steps = StepModel()
-        self._capped = False  # the step-time cap held back a ready generation at the last point
+        self.memory_full = bool(memory_full)
+        self._capped = False  # the step-time cap or the KV budget held back a ready generation
         for k, v in (("lead_steps", lead_steps), ("min_lead_s", min_lead_s)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
                 raise ValueError(f"{k} must be a finite number >= 0, got {v!r}")
@@ -273,17 +204,17 @@ class Default(Policy):
         """The rule as written (two Python passes over the ready list); `select` gives the same
         Selection and priorities bit for bit (tests/test_scheduling_fastpaths.py)."""
         self._full = full = batch_was_full(ready) or self._capped
-        self._steps.observe(running, now)
         terms = self._point_terms(ctx)
         critical, deferrable, protect = self._classify(ready, ctx, now, False, terms)
-        run_crit, _, run_first = self._classify(running, ctx, now, True, terms)
+        run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
         protect = protect or run_first  # a critical first segment is running or waiting
         order = priority_order(critical)  # Eq. 4 densities (> 0), best first
         if full:  # slots are scarce: robots still waiting for a first action go first
             order = [g for g in order if not g.segments] + [g for g in order if g.segments]
         if not protect:
             order += priority_order(deferrable)
-        return self._finish(order, bool(critical), run_crit, full, running, ctx)
+        sel = self._finish(order, bool(critical), run_crit, full, running, ctx)
+        return self._paced(sel, run_crit, run_def, running, ctx, now) if protect else sel
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
@@ -295,11 +226,11 @@ class Default(Policy):
         if len(ready) < self.fast_min:  # numpy's per-call overhead outweighs a short loop
             return self._select_reference(ready, running, ctx, now)
         self._full = full = batch_was_full(ready) or self._capped
-        self._steps.observe(running, now)
         terms = self._point_terms(ctx)
-        run_crit, _, run_first = self._classify(running, ctx, now, True, terms)
+        run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
         if not ready:
-            return self._finish([], False, run_crit, full, running, ctx)
+            sel = self._finish([], False, run_crit, full, running, ctx)
+            return self._paced(sel, run_crit, run_def, running, ctx, now) if run_first else sel
         token_s, lead, pred = terms
         rtypes = self._rtypes
         for name, _ in pred:
@@ -349,14 +280,88 @@ class Default(Policy):
         gen = a["gen"][sl]
         critical = gen[ci].tolist()
         idx = ci[ascending_perm(critical, -pri[ci], first=first[ci] if full else None, arrival=arrival[ci])]
-        if not (run_first or (first & crit).any()):  # no critical first segment running or waiting
+        protect = bool(run_first or (first & crit).any())  # a critical first segment runs or waits
+        if not protect:
             di = np.flatnonzero(~crit)
             deferrable = gen[di].tolist()
             idx = np.concatenate((idx, di[ascending_perm(deferrable, -pri[di], arrival=arrival[di])]))
         out_len = a["_out"][sl][idx].astype(np.int64)  # len(output_ids), as the table read it
         types = a["rtype"][sl][idx]
         order = gen[idx].tolist()
-        return self._finish(order, bool(critical), run_crit, full, running, ctx, (out_len, types))
+        sel = self._finish(order, bool(critical), run_crit, full, running, ctx, (out_len, types))
+        return self._paced(sel, run_crit, run_def, running, ctx, now) if protect else sel
+
+    # --- rule 5: pace the steps that generate critical first segments ---------------------------
+    def on_token(self, g: Generation, n_new: int, ctx: PolicyContext) -> None:
+        """Count the new requests of the engine step that just ran (their first output: the step
+        tokenised and prefilled their prompts)."""
+        if not g.segments and not g.resumes and len(g.output_ids) == n_new:
+            self._seen_new += 1
+        adds = len(g.cached_tokens)  # the engine reports prefix-cache hits with an add's first output
+        if adds and g.extra.get("step_adds", 0) != adds:
+            g.extra["step_adds"] = adds
+            self._seen_prefill += max(0, len(g.prompt_ids) + len(g.output_ids) - n_new - g.cached_tokens[-1])
+
+    def on_step(self, duration_s: float, outputs: int) -> None:
+        """Feed the step-time model (rule 5, the step-time cap) with the engine step that just ran."""
+        self._steps.observe(duration_s, outputs, self._seen_new, self._seen_prefill)
+        self._seen_new = self._seen_prefill = 0
+
+    def _paced(self, sel: Selection, run_crit: list[Generation], run_def: list[Generation],
+               running: Sequence[Generation], ctx: PolicyContext, now: float) -> Selection:
+        """Rule 5 (a critical first segment is running or waiting): each critical first segment
+        that can still make its deadline needs its remaining tokens in steps of at most
+        (deadline − now) / tokens left; the tightest of these budgets, through the step-time
+        model, gives the most generations the next step may hold.  Above it, running
+        generations are paused at token level (deferrable ones, most slack first; then critical
+        continuations, whose robots are busy, least dense first, after the ready ones are held
+        back); first segments are never paused.  A pause keeps the KV in place ("preserve"), so
+        only where the engine honours that and free KV memory is at least `pace_min_free`: a
+        resume that recomputes the last, partial KV block costs more than the pause saves."""
+        if not self.pace or "preserve" not in ctx.kv_modes:
+            return sel
+        st = ctx.stats
+        if st.kv_total_blocks and st.kv_free_blocks < self.pace_min_free * st.kv_total_blocks:
+            return sel
+        budget = math.inf
+        for g in run_crit + sel.order:
+            if g.segments:
+                continue
+            req = g.request
+            left = self.predicted_tokens(g, ctx) - g.seg_tokens
+            t = (req.arrival + req.tuf.ert - now) / (left if left > 1.0 else 1.0)
+            if 0.0 < t < budget:  # one already late is not saved by a budget
+                budget = t
+        if budget == math.inf:
+            return sel
+        new = sum(1 for g in sel.order if not g.output_ids)
+        cap = self._steps.max_seqs(budget, new, ctx.token_s)
+        if cap is None:
+            return sel
+        held = {id(g) for g in sel.preempt}
+        over = len(running) - len(held) + len(sel.order) - cap
+        if over <= 0:
+            return sel
+        victims = sorted((g for g in run_def if id(g) not in held), key=_PAUSE_KEY)
+        order = sel.order
+        if over > len(victims):
+            conts = [g for g in order if g.segments]
+            drop = min(len(conts), over - len(victims))
+            if drop:
+                out = {id(g) for g in conts[len(conts) - drop:]}  # the least urgent of them
+                order = [g for g in order if id(g) not in out]
+                over -= drop
+            victims += sorted((g for g in run_crit if g.segments and id(g) not in held), key=_PAUSE_KEY)
+        paused = victims[:over]
+        for g in paused:
+            g.extra["pause_kv"] = True
+        return Selection(order=order, preempt=list(sel.preempt) + paused)
+
+    def kv_mode(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> str:
+        """A generation paused by rule 5 keeps its KV in place; any other suspension "cache"."""
+        if g.extra.pop("pause_kv", False) and seg is None:
+            return "preserve"
+        return super().kv_mode(g, seg, ctx)
 
     def _finish(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
                 running: Sequence[Generation], ctx: PolicyContext,
@@ -369,16 +374,6 @@ class Default(Policy):
             order = self._fit_memory(order, running, ctx, known)
             held = self.memory_full and len(order) < n
         preempt: list[Generation] = []
-        try:
-            sel = self._preempt_and_cap(order, critical, run_crit, full, running, ctx, preempt)
-            self._capped = self._capped or held
-            return sel
-        finally:
-            kept = set(map(id, preempt))
-            self._steps.ran([g for g in running if id(g) not in kept] if kept else running)
-
-    def _preempt_and_cap(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
-                         running: Sequence[Generation], ctx: PolicyContext, preempt: list[Generation]) -> Selection:
         if self.preempt and full and critical:
             # token-level preemption, one for one: deferrable victims first, then critical
             # continuations, then critical first segments (rules in the module docstring)
@@ -393,14 +388,29 @@ class Default(Policy):
                     if not ((rank_w > rank_v or denser) and self.predicted_tokens(v, ctx) - v.seg_tokens > 2):
                         break
                 preempt.append(v)
-        self._capped = False
-        cap = self._steps.cap(self.step_ratio, len(running) - len(preempt))
-        if cap is not None:  # rule 5: no step longer than step_ratio x a one-sequence step
+        self._capped = held
+        cap = self.step_cap(ctx, len(running) - len(preempt))
+        if cap is not None:  # the step-time cap: no step longer than step_ratio x a one-generation step
             room = max(0, cap - len(running) + len(preempt))
             if len(order) > room:
                 order = order[:room]
                 self._capped = True
         return Selection(order=order, preempt=preempt)
+
+    def step_cap(self, ctx: PolicyContext, running: int, slow_start: int = 8, min_steps: int = 4) -> int | None:
+        """The step-time cap: the largest batch whose step takes at most `step_ratio` times a one-generation
+        step, by the step-time model (a + b·n); None when `step_ratio` is infinite or the step
+        time does not measurably grow with the batch.  Until the model has seen `min_steps`
+        steps: twice the running batch, at least `slow_start` (the batch grows through sizes
+        that tell the per-generation cost apart)."""
+        if self.step_ratio == math.inf:
+            return None
+        if self._steps.n < min_steps:
+            return max(slow_start, 2 * running)
+        a, b = self._steps.least_squares()
+        if b < 1e-6 or a + b <= 0:
+            return None
+        return max(2, int((self.step_ratio * (a + b) - a) / b + 1e-9))  # (+1e-9: an exact 14.0 is 14)
 
     def _fit_memory(self, order: list[Generation], running: Sequence[Generation], ctx: PolicyContext,
                     known: tuple[np.ndarray, np.ndarray] | None = None) -> list[Generation]:
@@ -445,8 +455,8 @@ class Default(Policy):
 
     def params(self) -> dict:
         return {"lead_steps": self.lead_steps, "min_lead_s": self.min_lead_s, "preempt": self.preempt,
-                "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight, "step_ratio": self.step_ratio,
-                "memory_full": self.memory_full}
+                "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight, "pace": self.pace,
+                "pace_min_free": self.pace_min_free, "step_ratio": self.step_ratio, "memory_full": self.memory_full}
 
 
 register("default", Default)
