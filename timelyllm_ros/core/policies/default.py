@@ -33,13 +33,23 @@ At each scheduling point (``select``):
    a first segment, or of the same kind with a ``preempt_ratio`` times lower Eq. 4 density;
    the batch also counts as full when this policy's own KV budget (rule 3) or step-time cap held
    a ready generation back at the previous point;
+5. pacing (``pace``): while a critical first segment is running or waiting, each of those that can
+   still make its deadline needs its remaining tokens in steps of at most (deadline − now) /
+   tokens left; the tightest such budget, through an online model of the engine's step time
+   (a + b·generations + c·new requests, least squares over the steps seen, `step_time.py`),
+   gives the most generations the next step may hold.  Above it running generations are paused at
+   token level: deferrable ones first (most slack first), then, after the waiting critical
+   continuations are held back, critical continuations (least dense first); first segments never.
+   A paused generation keeps its KV in place (``preserve``) and comes back through rules 1–2 (it
+   costs one recomputed token) — so only where the engine honours ``preserve`` and at least
+   ``pace_min_free`` of the KV memory is free: with vLLM's prefix cache a resume recomputes the
+   last, partial KV block, which costs more than the pause saves (drones:800: 49 % urgent, ``pace_kv="cache"``).
 
-step-time cap: admissions also stop where a step would take more than ``step_ratio`` (3) times a
-one-generation step, by the step-time model (``step_time.py``: step = a + b·n + ... fitted on the
-measured steps; until it has seen a few, at most twice the running batch, at least 8): beyond
-that every running generation gets its tokens slower than a newcomer gains by starting now — on
-an engine where each extra sequence is expensive (the edge board) a 256-wide batch makes every
-response late.
+6. step-time cap (``step_ratio``): admissions also stop where a step would take more than 3 times
+   a one-generation step, by the step-time model (``step_time.py``, least squares; until it has
+   seen 4 steps, at most twice the running batch, at least 8): beyond that every running
+   generation gets its tokens slower than a newcomer gains by starting now — on an engine where
+   each extra sequence is expensive (the edge board) a 256-wide batch makes every response late.
 
 At each statement boundary (``suspend_at``) a generation keeps its slot and streams on, unless the
 batch is full and its next segment is not due within the lead: then it is suspended (the slot goes
@@ -51,7 +61,7 @@ TimelyLLM's segmentation with preemption.
 Online by construction: it reads a request's arrival, TUF and robot type and what has been
 generated and executed so far — never ``reference_plan`` nor future arrivals
 (tests/test_default_policy.py checks this).  It never sheds: every request is served.
-KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM.
+KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM; a rule-5 pause: "preserve".
 """
 
 from __future__ import annotations
@@ -83,12 +93,15 @@ class Default(Policy):
 
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
                  preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True,
-                 pace: bool = True, pace_min_free: float = 0.25, step_ratio: float = 3.0,
-                 memory_full: bool = True) -> None:
+                 pace: bool = True, pace_min_free: float = 0.25, pace_kv: str = "preserve",
+                 step_ratio: float = 3.0, memory_full: bool = True) -> None:
         self.kv_budget = kv_budget
         if isinstance(pace_min_free, bool) or not isinstance(pace_min_free, (int, float)) or not 0 <= pace_min_free <= 1:
             raise ValueError(f"pace_min_free must be in [0, 1], got {pace_min_free!r}")
+        if pace_kv not in ("preserve", "cache"):
+            raise ValueError(f"pace_kv must be 'preserve' or 'cache', got {pace_kv!r}")
         self.pace = bool(pace)
+        self.pace_kv = pace_kv  # KV of a paused generation ("cache": only to measure what it costs)
         self.pace_min_free = float(pace_min_free)
         self._steps = StepTimeModel()  # the engine's step time against batch size (rule 5, the step-time cap)
         self._seen_new = 0  # new requests (their first output) in the engine step being reported
@@ -214,7 +227,19 @@ class Default(Policy):
         if not protect:
             order += priority_order(deferrable)
         sel = self._finish(order, bool(critical), run_crit, full, running, ctx)
-        return self._paced(sel, run_crit, run_def, running, ctx, now) if protect else sel
+        if not protect:
+            return sel
+        budget = math.inf  # rule 5's tightest per-token budget of the waiting critical first segments
+        if self._pacing(ctx):
+            _, _, pred = terms
+            for g in critical:
+                if not g.segments:
+                    req = g.request
+                    left = pred.get((req.robot_type, True), 8.0) - g.seg_tokens
+                    t = (req.arrival + req.tuf.ert - now) / (left if left > 1.0 else 1.0)
+                    if 0.0 < t < budget:
+                        budget = t
+        return self._paced(sel, run_crit, run_def, running, ctx, now, budget)
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
@@ -230,7 +255,7 @@ class Default(Policy):
         run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
         if not ready:
             sel = self._finish([], False, run_crit, full, running, ctx)
-            return self._paced(sel, run_crit, run_def, running, ctx, now) if run_first else sel
+            return self._paced(sel, run_crit, run_def, running, ctx, now, math.inf) if run_first else sel
         token_s, lead, pred = terms
         rtypes = self._rtypes
         for name, _ in pred:
@@ -289,7 +314,17 @@ class Default(Policy):
         types = a["rtype"][sl][idx]
         order = gen[idx].tolist()
         sel = self._finish(order, bool(critical), run_crit, full, running, ctx, (out_len, types))
-        return self._paced(sel, run_crit, run_def, running, ctx, now) if protect else sel
+        if not protect:
+            return sel
+        budget = math.inf  # as in `_select_reference`, element by element
+        fc = first & crit
+        if fc.any() and self._pacing(ctx):
+            with np.errstate(all="ignore"):
+                t = (due[fc] - now) / np.where(left[fc] > 1.0, left[fc], 1.0)
+            t = t[t > 0.0]
+            if t.size:
+                budget = float(t.min())
+        return self._paced(sel, run_crit, run_def, running, ctx, now, budget)
 
     # --- rule 5: pace the steps that generate critical first segments ---------------------------
     def on_token(self, g: Generation, n_new: int, ctx: PolicyContext) -> None:
@@ -307,8 +342,18 @@ class Default(Policy):
         self._steps.observe(duration_s, outputs, self._seen_new, self._seen_prefill)
         self._seen_new = self._seen_prefill = 0
 
+    def _pacing(self, ctx: PolicyContext) -> bool:
+        """Whether rule 5 may pause: enabled, the engine keeps a paused generation's KV in place,
+        free KV memory is at least `pace_min_free`, and the step time grows with the batch."""
+        if not self.pace or (self.pace_kv != "cache" and self.pace_kv not in ctx.kv_modes):
+            return False
+        st = ctx.stats
+        if st.kv_total_blocks and st.kv_free_blocks < self.pace_min_free * st.kv_total_blocks:
+            return False
+        return self._steps.max_seqs(1.0, 0, ctx.token_s) is not None
+
     def _paced(self, sel: Selection, run_crit: list[Generation], run_def: list[Generation],
-               running: Sequence[Generation], ctx: PolicyContext, now: float) -> Selection:
+               running: Sequence[Generation], ctx: PolicyContext, now: float, budget: float) -> Selection:
         """Rule 5 (a critical first segment is running or waiting): each critical first segment
         that can still make its deadline needs its remaining tokens in steps of at most
         (deadline − now) / tokens left; the tightest of these budgets, through the step-time
@@ -318,13 +363,9 @@ class Default(Policy):
         back); first segments are never paused.  A pause keeps the KV in place ("preserve"), so
         only where the engine honours that and free KV memory is at least `pace_min_free`: a
         resume that recomputes the last, partial KV block costs more than the pause saves."""
-        if not self.pace or "preserve" not in ctx.kv_modes:
+        if not self._pacing(ctx):
             return sel
-        st = ctx.stats
-        if st.kv_total_blocks and st.kv_free_blocks < self.pace_min_free * st.kv_total_blocks:
-            return sel
-        budget = math.inf
-        for g in run_crit + sel.order:
+        for g in run_crit:  # `budget`: the same over the waiting ones
             if g.segments:
                 continue
             req = g.request
@@ -360,7 +401,7 @@ class Default(Policy):
     def kv_mode(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> str:
         """A generation paused by rule 5 keeps its KV in place; any other suspension "cache"."""
         if g.extra.pop("pause_kv", False) and seg is None:
-            return "preserve"
+            return self.pace_kv
         return super().kv_mode(g, seg, ctx)
 
     def _finish(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
@@ -456,7 +497,8 @@ class Default(Policy):
     def params(self) -> dict:
         return {"lead_steps": self.lead_steps, "min_lead_s": self.min_lead_s, "preempt": self.preempt,
                 "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight, "pace": self.pace,
-                "pace_min_free": self.pace_min_free, "step_ratio": self.step_ratio, "memory_full": self.memory_full}
+                "pace_min_free": self.pace_min_free, "pace_kv": self.pace_kv, "step_ratio": self.step_ratio,
+                "memory_full": self.memory_full}
 
 
 register("default", Default)
