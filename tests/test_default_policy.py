@@ -310,17 +310,19 @@ def test_step_cap_cuts_admission_and_counts_as_a_full_batch():
     assert p.suspend_at(g, g.segments[0], ctx(), 10.03)  # its robot is busy for 30 s: yield
 
 
-def test_memory_cut_counts_as_a_full_batch():
-    """A ready generation held back by the KV budget (rule 3) makes the batch full at the next
-    point, as a refusal by a batch cap does (memory_full=False: only the cap's refusals count)."""
-    p = Default()
+def test_memory_cut_counts_as_a_full_batch_only_with_memory_full():
+    """memory_full=True: a ready generation held back by the KV budget (rule 3) makes the batch
+    full at the next point, as a refusal by a batch cap does; by default (False) only the planner's
+    refusals and the step-time cap count (the memory cut alone suspends nobody)."""
     c = PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS,
                       stats=EngineStats(1000, 0, 16, 1, 45.0), seg_gen_s=0.1, token_s=TOKEN_S)
-    running = [gen("r", 9.0, URGENT, state=GenState.RUNNING)]
-    assert p.select([gen("a", 10.0, URGENT)], running, c, 10.0).order == [] and p._capped
-    p.select([], running, ctx(), 10.02)
-    assert p._full
-    assert not Default(memory_full=False)._capped
+    for on in (True, False):
+        p = Default(memory_full=on)
+        running = [gen("r", 9.0, URGENT, state=GenState.RUNNING)]
+        assert p.select([gen("a", 10.0, URGENT)], running, c, 10.0).order == []
+        assert p._capped is on
+        p.select([], running, ctx(), 10.02)
+        assert p._full is on
 
 
 def test_step_time_model_fits_the_engine_online():

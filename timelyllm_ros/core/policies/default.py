@@ -94,7 +94,7 @@ class Default(Policy):
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
                  preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True,
                  pace: bool = True, pace_min_free: float = 0.25, pace_kv: str = "preserve",
-                 step_ratio: float = 3.0, memory_full: bool = True) -> None:
+                 step_ratio: float = 3.0, memory_full: bool = False) -> None:
         self.kv_budget = kv_budget
         if isinstance(pace_min_free, bool) or not isinstance(pace_min_free, (int, float)) or not 0 <= pace_min_free <= 1:
             raise ValueError(f"pace_min_free must be in [0, 1], got {pace_min_free!r}")
