@@ -31,8 +31,8 @@ At each scheduling point (``select``):
    one at token level, one for one (Andes-style): a deferrable one first, else a critical one
    that has more than 2 tokens of its segment left and is a continuation while the waiting one is
    a first segment, or of the same kind with a ``preempt_ratio`` times lower Eq. 4 density;
-   the batch also counts as full when this policy's own KV budget (rule 3) or step-time cap held
-   a ready generation back at the previous point;
+   the batch also counts as full when the step-time cap (rule 6) — or, with ``memory_full``, this
+   policy's own KV budget (rule 3) — held a ready generation back at the previous point;
 5. pacing (``pace``): while a critical first segment is running or waiting, each of those that can
    still make its deadline needs its remaining tokens in steps of at most (deadline − now) /
    tokens left; the tightest such budget, through an online model of the engine's step time
