@@ -261,6 +261,70 @@ def test_demo_ros_node_and_config_default_to_default():
     assert cfg["/timelyllm/planner"]["ros__parameters"]["policy"] == DEFAULT_POLICY
 
 
+
+_SIZES = [1, 3, 8, 8, 6, 5, 12, 20, 20, 17, 9, 4, 2, 30, 30, 25, 11, 40, 33, 7] * 3
+
+
+def _feed(model, a, b, c=0.0, d=0.0):
+    """Engine steps of varied batch sizes taking a + b·n + c·new + d·prefill seconds."""
+    for i, n in enumerate(_SIZES):
+        new, prefill = i % 3, (i % 3) * (20 + 7 * (i % 5))
+        model.observe(a + b * n + c * new + d * prefill, n, new, prefill)
+
+
+def test_step_model_least_squares_learns_the_per_generation_cost():
+    """step = a + b·n (+ new requests' tokenising, + prefill) is recovered from measured steps
+    alone; the prefill term keeps a cold prompt's seconds out of a and b."""
+    from timelyllm_ros.core.policies.step_time import StepTimeModel
+
+    m = StepTimeModel()
+    assert m.least_squares() == (0.0, 0.0)  # nothing seen
+    _feed(m, a=0.022, b=0.004, c=0.005, d=0.001)
+    a, b = m.least_squares()
+    assert a == pytest.approx(0.022) and b == pytest.approx(0.004)
+    flat = StepTimeModel()
+    for _ in range(30):
+        flat.observe(0.05, 8, 0)  # one batch size: b cannot be told apart
+    assert flat.least_squares() == (0.0, 0.0)
+
+
+def test_step_cap_cuts_admission_and_counts_as_a_full_batch():
+    """The step-time cap: past the largest batch whose step is at most step_ratio (3) times a
+    one-generation step the order is cut (the rest waits), and the next point treats the batch as
+    full: a continuation whose next statement can wait yields its slot."""
+    p = Default()
+    assert p.step_cap(ctx(), 5) == 10 and p.step_cap(ctx(), 1) == 8  # slow start: 2 x running, >= 8
+    _feed(p._steps, a=0.022, b=0.004)
+    cap = p.step_cap(ctx(), 0)
+    assert cap == int((3 * 0.026 - 0.022) / 0.004 + 1e-9) == 14
+    assert Default(step_ratio=float("inf")).step_cap(ctx(), 0) is None
+    with pytest.raises(ValueError, match="step_ratio"):
+        Default(step_ratio=1.0)
+    running = [gen(f"r{i}", 9.0, URGENT, state=GenState.RUNNING) for i in range(12)]
+    ready = [gen(f"q{i}", 10.0, URGENT) for i in range(5)]
+    sel = p.select(ready, running, ctx(), 10.0)
+    assert len(sel.order) == cap - len(running) == 2 and p._capped
+    p.select(ready, running, ctx(), 10.02)
+    assert p._full  # the cut counts as a full batch at the next point
+    g = gen("g", 0.0, NORMAL, [seg(0, 10.0, 30.0)], state=GenState.RUNNING)
+    assert p.suspend_at(g, g.segments[0], ctx(), 10.03)  # its robot is busy for 30 s: yield
+
+
+def test_memory_cut_counts_as_a_full_batch_only_with_memory_full():
+    """memory_full=True: a ready generation held back by the KV budget (rule 3) makes the batch
+    full at the next point, as a refusal by a batch cap does; by default (False) only the planner's
+    refusals and the step-time cap count (the memory cut alone suspends nobody)."""
+    c = PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS,
+                      stats=EngineStats(1000, 0, 16, 1, 45.0), seg_gen_s=0.1, token_s=TOKEN_S)
+    for on in (True, False):
+        p = Default(memory_full=on)
+        running = [gen("r", 9.0, URGENT, state=GenState.RUNNING)]
+        assert p.select([gen("a", 10.0, URGENT)], running, c, 10.0).order == []
+        assert p._capped is on
+        p.select([], running, ctx(), 10.02)
+        assert p._full is on
+
+
 def test_step_time_model_fits_the_engine_online():
     from timelyllm_ros.core.policies.step_time import StepTimeModel
     m = StepTimeModel()

@@ -31,6 +31,8 @@ At each scheduling point (``select``):
    one at token level, one for one (Andes-style): a deferrable one first, else a critical one
    that has more than 2 tokens of its segment left and is a continuation while the waiting one is
    a first segment, or of the same kind with a ``preempt_ratio`` times lower Eq. 4 density;
+   the batch also counts as full when the step-time cap (rule 6) — or, with ``memory_full``, this
+   policy's own KV budget (rule 3) — held a ready generation back at the previous point;
 5. pacing (``pace``): while a critical first segment is running or waiting, each of those that can
    still make its deadline needs its remaining tokens in steps of at most (deadline − now) /
    tokens left; the tightest such budget, through an online model of the engine's step time
@@ -44,6 +46,12 @@ At each scheduling point (``select``):
    error at most ``pace_max_error``): with vLLM's prefix cache a resume recomputes the
    last, partial KV block, which costs more than the pause saves (drones:800: 62.8 % urgent with
    ``pace_kv="cache"``).
+
+6. step-time cap (``step_ratio``): admissions also stop where a step would take more than 3 times
+   a one-generation step, by the step-time model (``step_time.py``, least squares; until it has
+   seen 4 steps, at most twice the running batch, at least 8): beyond that every running
+   generation gets its tokens slower than a newcomer gains by starting now — on an engine where
+   each extra sequence is expensive (the edge board) a 256-wide batch makes every response late.
 
 At each statement boundary (``suspend_at``) a generation keeps its slot and streams on, unless the
 batch is full and its next segment is not due within the lead: then it is suspended (the slot goes
@@ -88,7 +96,7 @@ class Default(Policy):
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
                  preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True,
                  pace: bool = True, pace_min_free: float = 0.25, pace_max_error: float = 0.5,
-                 pace_kv: str = "preserve") -> None:
+                 pace_kv: str = "preserve", step_ratio: float = 3.0, memory_full: bool = False) -> None:
         self.kv_budget = kv_budget
         if (isinstance(pace_min_free, bool) or not isinstance(pace_min_free, (int, float))
                 or not 0 <= pace_min_free <= 1):
@@ -102,8 +110,14 @@ class Default(Policy):
         self.pace = bool(pace)
         self.pace_kv = pace_kv  # KV of a paused generation ("cache": only to measure what it costs)
         self.pace_min_free = float(pace_min_free)
-        self._steps = StepTimeModel()  # the engine's step time against batch size (rule 5)
+        self._steps = StepTimeModel()  # the engine's step time against batch size (rule 5, the step-time cap)
         self._seen_new = 0  # new requests (their first output) in the engine step being reported
+        self._seen_prefill = 0  # tokens that step prefilled (added generations' context - cache hits)
+        if isinstance(step_ratio, bool) or not isinstance(step_ratio, (int, float)) or not 1 < step_ratio:
+            raise ValueError(f"step_ratio must be a number > 1 (inf: no step-time cap), got {step_ratio!r}")
+        self.step_ratio = float(step_ratio)
+        self.memory_full = bool(memory_full)
+        self._capped = False  # the step-time cap or the KV budget held back a ready generation
         for k, v in (("lead_steps", lead_steps), ("min_lead_s", min_lead_s)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
                 raise ValueError(f"{k} must be a finite number >= 0, got {v!r}")
@@ -209,7 +223,7 @@ class Default(Policy):
                           ctx: PolicyContext, now: float) -> Selection:
         """The rule as written (two Python passes over the ready list); `select` gives the same
         Selection and priorities bit for bit (tests/test_scheduling_fastpaths.py)."""
-        self._full = full = batch_was_full(ready)
+        self._full = full = batch_was_full(ready) or self._capped
         terms = self._point_terms(ctx)
         critical, deferrable, protect = self._classify(ready, ctx, now, False, terms)
         run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
@@ -243,7 +257,7 @@ class Default(Policy):
         point only the previous action's estimated end is read (executor reports move it)."""
         if len(ready) < self.fast_min:  # numpy's per-call overhead outweighs a short loop
             return self._select_reference(ready, running, ctx, now)
-        self._full = full = batch_was_full(ready)
+        self._full = full = batch_was_full(ready) or self._capped
         terms = self._point_terms(ctx)
         run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
         if not ready:
@@ -325,11 +339,15 @@ class Default(Policy):
         tokenised and prefilled their prompts)."""
         if not g.segments and not g.resumes and len(g.output_ids) == n_new:
             self._seen_new += 1
+        adds = len(g.cached_tokens)  # the engine reports prefix-cache hits with an add's first output
+        if adds and g.extra.get("step_adds", 0) != adds:
+            g.extra["step_adds"] = adds
+            self._seen_prefill += max(0, len(g.prompt_ids) + len(g.output_ids) - n_new - g.cached_tokens[-1])
 
     def on_step(self, duration_s: float, outputs: int) -> None:
-        """Feed the step-time model (rule 5) with the engine step that just ran."""
-        self._steps.observe(duration_s, outputs, self._seen_new)
-        self._seen_new = 0
+        """Feed the step-time model (rule 5, the step-time cap) with the engine step that just ran."""
+        self._steps.observe(duration_s, outputs, self._seen_new, self._seen_prefill)
+        self._seen_new = self._seen_prefill = 0
 
     def _pacing(self, ctx: PolicyContext) -> bool:
         """Whether rule 5 may pause: enabled, the engine keeps a paused generation's KV in place,
@@ -402,8 +420,11 @@ class Default(Policy):
                 known: tuple[np.ndarray, np.ndarray] | None = None) -> Selection:
         """Rules 3 and 4: the memory cut, then token-level preemption (`critical`: whether a
         ready generation is critical; `known`: see `_fit_memory`)."""
+        held = False
         if self.kv_budget:
+            n = len(order)
             order = self._fit_memory(order, running, ctx, known)
+            held = self.memory_full and len(order) < n
         preempt: list[Generation] = []
         if self.preempt and full and critical:
             # token-level preemption, one for one: deferrable victims first, then critical
@@ -419,7 +440,29 @@ class Default(Policy):
                     if not ((rank_w > rank_v or denser) and self.predicted_tokens(v, ctx) - v.seg_tokens > 2):
                         break
                 preempt.append(v)
+        self._capped = held
+        cap = self.step_cap(ctx, len(running) - len(preempt))
+        if cap is not None:  # the step-time cap: no step longer than step_ratio x a one-generation step
+            room = max(0, cap - len(running) + len(preempt))
+            if len(order) > room:
+                order = order[:room]
+                self._capped = True
         return Selection(order=order, preempt=preempt)
+
+    def step_cap(self, ctx: PolicyContext, running: int, slow_start: int = 8, min_steps: int = 4) -> int | None:
+        """The step-time cap: the largest batch whose step takes at most `step_ratio` times a one-generation
+        step, by the step-time model (a + b·n); None when `step_ratio` is infinite or the step
+        time does not measurably grow with the batch.  Until the model has seen `min_steps`
+        steps: twice the running batch, at least `slow_start` (the batch grows through sizes
+        that tell the per-generation cost apart)."""
+        if self.step_ratio == math.inf:
+            return None
+        if self._steps.n < min_steps:
+            return max(slow_start, 2 * running)
+        a, b = self._steps.least_squares()
+        if b < 1e-6 or a + b <= 0:
+            return None
+        return max(2, int((self.step_ratio * (a + b) - a) / b + 1e-9))  # (+1e-9: an exact 14.0 is 14)
 
     def _fit_memory(self, order: list[Generation], running: Sequence[Generation], ctx: PolicyContext,
                     known: tuple[np.ndarray, np.ndarray] | None = None) -> list[Generation]:
@@ -465,7 +508,8 @@ class Default(Policy):
     def params(self) -> dict:
         return {"lead_steps": self.lead_steps, "min_lead_s": self.min_lead_s, "preempt": self.preempt,
                 "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight, "pace": self.pace,
-                "pace_min_free": self.pace_min_free, "pace_max_error": self.pace_max_error, "pace_kv": self.pace_kv}
+                "pace_min_free": self.pace_min_free, "pace_max_error": self.pace_max_error, "pace_kv": self.pace_kv,
+                "step_ratio": self.step_ratio, "memory_full": self.memory_full}
 
 
 register("default", Default)
