@@ -144,7 +144,7 @@ def main() -> None:
     from timelyllm_ros.demo import DEFAULT_ENGINE
 
     from timelyllm_ros.engines.simulated import LatencyProfile
-    from timelyllm_ros.engines.vllm_engine import IncrementalDetokenizer, VllmEngine
+    from timelyllm_ros.engines.vllm_engine import VllmEngine
 
     model, which = (Path(a.model), a.model) if a.model else model_for_tests()
     # the serving configuration (what `timelyllm demo` and sim_fidelity run), not the tests' float32 one
@@ -217,22 +217,7 @@ def main() -> None:
         pfit = [pre_base + pre_tok * r[1] for r in pre_rows]
         perr = med([abs(f - y) / y for f, y in zip(pfit, pre_y)])
 
-        from timelyllm_ros.core.robots import load_robots
-        from timelyllm_ros.prompts import PromptBuilder, request_text
-
-        # what the simulator charges per new request: tokenising a whole prompt (tello prefix + task)
-        text = PromptBuilder(load_robots(), eng.tokenizer).prefix_text("tello") + request_text(
-            "look for the cat", "living room with a sofa and a cat")
-        tok_t = med([_timed(lambda: eng.tokenizer.encode(text)) for _ in range(20)])
-        ids = eng.tokenizer.encode(text)
-        n_tok = len(ids)
-
-        def detok_all() -> None:
-            d = IncrementalDetokenizer(eng.tokenizer.decode, ids[:8])
-            for t in ids[8:]:
-                d.push([t])
-
-        detok_t = med([_timed(detok_all) for _ in range(10)]) / (len(ids) - 8)
+        tok_t, detok_t, n_tok = host_costs(eng)
         how = "isolated micro-measurements"
         if a.from_serving:
             recs, gaps, loads = serve_for_fit(eng, a)
@@ -278,6 +263,34 @@ def nonneg_lstsq(rows: list[list[float]], ys: list[float], names: list[str],
             out.update({names[i]: c for i, c in zip(active, coef)})
             return out
         del active[min(neg, key=lambda k: coef[k])]
+
+
+def host_costs(eng) -> tuple[float, float, int]:
+    """(tokenize_s, detokenize_s, prompt tokens): what the simulator charges per new request
+    (tokenising a whole prompt: tello prefix + task) and per output token (our adapter's
+    incremental detokenizer), medians of repeated timings."""
+    from timelyllm_ros.core.robots import load_robots
+    from timelyllm_ros.engines.vllm_engine import IncrementalDetokenizer
+    from timelyllm_ros.prompts import PromptBuilder, request_text
+
+    med = statistics.median
+    text = PromptBuilder(load_robots(), eng.tokenizer).prefix_text("tello") + request_text(
+        "look for the cat", "living room with a sofa and a cat")
+    tok_t = med([_timed(lambda: eng.tokenizer.encode(text)) for _ in range(20)])
+    ids = eng.tokenizer.encode(text)
+
+    def detok_all() -> None:
+        d = IncrementalDetokenizer(eng.tokenizer.decode, ids[:8])
+        for t in ids[8:]:
+            d.push([t])
+
+    detok_t = med([_timed(detok_all) for _ in range(10)]) / (len(ids) - 8)
+    return tok_t, detok_t, len(ids)
+
+
+def fit_draws(workloads: list[str], seed: int, runs: int) -> list[tuple[str, int]]:
+    """The served draws of a fit: every workload, seeds seed..seed+runs-1."""
+    return [(w, seed + r) for w in workloads for r in range(runs)]
 
 
 def serving_how(n: int, workloads: list[str], duration: float, seed: int, runs: int) -> str:
@@ -339,10 +352,11 @@ def refit_saved(a) -> None:
     print(f"wrote {a.out}")
 
 
-def serve_for_fit(eng, a) -> tuple[list, list[float], list[list[float]]]:
+def serve_for_fit(eng, a, draws: list[tuple[str, int]] | None = None) -> tuple[list, list[float], list[list[float]]]:
     """Serve draws of every `--fit-workload` (seeds `--fit-seed`, +1 per run, first
     `--fit-duration` seconds; not the draws the fidelity check uses) in real time and record
-    every vLLM iteration (`VllmEngine.step_log`): the engine step plus our detokenising after it."""
+    every vLLM iteration (`VllmEngine.step_log`): the engine step plus our detokenising after it.
+    `draws`: only these (workload, seed) pairs (sim_fidelity.py interleaves them with its runs)."""
     from timelyllm_ros.core.robots import load_robots
     from timelyllm_ros.engines.base import host_gaps
     from timelyllm_ros.lrtrace import default_catalog, expand, load_workload
@@ -352,24 +366,24 @@ def serve_for_fit(eng, a) -> tuple[list, list[float], list[list[float]]]:
     robots = load_robots()
     recs, gaps, loads = [], [], []
     eng.ignore_eos = False  # serve real plans (the micro-measurements force fixed lengths)
-    for name in a.fit_workloads:
+    if draws is None:
+        draws = fit_draws(a.fit_workloads, a.fit_seed, a.fit_runs)
+    for name, seed in draws:  # another draw (seed) each run: more batch/prefill mixes
         wl = load_workload(name)
-        for run in range(a.fit_runs):
-            seed = a.fit_seed + run  # another draw each run: more batch/prefill mixes
-            arrivals = [x for x in expand(wl, default_catalog(robots), robots, seed=seed) if x.time <= a.fit_duration]
-            eng.reset_prefix_cache()  # every run starts as a fresh server does, then warms up
-            prompts = PromptBuilder(robots, eng.tokenizer)
-            warm_up(eng, prompts, sorted({x.robot_type for x in arrivals}))
-            load0 = os.getloadavg()[0]
-            eng.step_log = []  # serving iterations only
-            res = serve_arrivals(arrivals, engine=eng, prompts=prompts, robots=robots, seed=seed, warm=False)
-            run_recs, eng.step_log = eng.step_log, None
-            recs += run_recs
-            gaps += host_gaps(run_recs)
-            loads.append([load0, os.getloadavg()[0]])
-            print(f"serving {name} draw {run + 1}/{a.fit_runs} (seed {seed}, {len(arrivals)} requests): "
-                  f"{len(run_recs)} iterations, {res.wall_s:.1f} s wall, load average {load0:.2f} before, "
-                  f"{os.getloadavg()[0]:.2f} after", flush=True)
+        arrivals = [x for x in expand(wl, default_catalog(robots), robots, seed=seed) if x.time <= a.fit_duration]
+        eng.reset_prefix_cache()  # every run starts as a fresh server does, then warms up
+        prompts = PromptBuilder(robots, eng.tokenizer)
+        warm_up(eng, prompts, sorted({x.robot_type for x in arrivals}))
+        load0 = os.getloadavg()[0]
+        eng.step_log = []  # serving iterations only
+        res = serve_arrivals(arrivals, engine=eng, prompts=prompts, robots=robots, seed=seed, warm=False)
+        run_recs, eng.step_log = eng.step_log, None
+        recs += run_recs
+        gaps += host_gaps(run_recs)
+        loads.append([load0, os.getloadavg()[0]])
+        print(f"serving {name} for the fit (seed {seed}, {len(arrivals)} requests): "
+              f"{len(run_recs)} iterations, {res.wall_s:.1f} s wall, load average {load0:.2f} before, "
+              f"{os.getloadavg()[0]:.2f} after", flush=True)
     return recs, gaps, loads
 
 
