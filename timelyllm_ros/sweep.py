@@ -70,6 +70,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--cached-only", action="store_true",
                    help="with --cache-dir: report what the cache holds (runs not there yet: pending), run nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--check", default="default", metavar="POLICY",
+                   help="print issue 15's acceptance verdicts for this policy (default: default; 'none' to skip)")
+    p.add_argument("--from-json", default=None, metavar="FILE",
+                   help="run nothing: print the tables and acceptance of a regime map written earlier")
     p.set_defaults(func=run_sweep)
 
 
@@ -306,6 +310,8 @@ def run_sweep(args: argparse.Namespace) -> int:
     from .inputs import check_out_file
     from .sim.regime import GridError
 
+    if args.from_json:
+        return _report_saved(args)
     try:
         loads, caps, profiles, policies = _grid(args)
     except GridError as e:
@@ -321,6 +327,7 @@ def run_sweep(args: argparse.Namespace) -> int:
                        cell_timeout_s=args.cell_timeout or 0.0, cache_dir=args.cache_dir, cached_only=args.cached_only,
                        log=log)
     print_tables(doc)
+    _print_acceptance(doc, args.check)
     out.write_text(to_json(doc))
     walls_path = out.with_name(out.stem + ".walls.json")
     walls_path.write_text(json.dumps(walls, indent=1, sort_keys=True) + "\n")
@@ -328,10 +335,45 @@ def run_sweep(args: argparse.Namespace) -> int:
 
     plot_regime_heatmap(doc, heat)
     if args.markdown:
-        Path(args.markdown).write_text(markdown_table(doc))
+        Path(args.markdown).write_text(markdown_table(doc) + _acceptance_markdown(doc, args.check))
     print(f"wrote {out}, {heat}, {walls_path}" + (f", {args.markdown}" if args.markdown else "")
           + f"; wall {walls['total_s']:.0f} s with {walls['workers']} worker(s)", file=sys.stderr)
     return 0
+
+
+def _report_saved(args: argparse.Namespace) -> int:
+    from .cli import CliError
+
+    try:
+        doc = json.loads(Path(args.from_json).read_text())
+        if not isinstance(doc, dict) or doc.get("kind") != "timelyllm regime map":
+            raise ValueError("not a regime map written by timelyllm sweep")
+        grid = doc.get("grid")
+        if not (isinstance(grid, dict) and isinstance(grid.get("policies"), list)
+                and isinstance(grid.get("profiles"), list) and isinstance(doc.get("cells"), list)):
+            raise ValueError("a regime map needs grid.policies, grid.profiles and cells")
+    except (OSError, ValueError) as e:
+        raise CliError(f"--from-json {args.from_json}: {getattr(e, 'strerror', None) or e}") from None
+    print_tables(doc)
+    _print_acceptance(doc, args.check)
+    if args.markdown:
+        Path(args.markdown).write_text(markdown_table(doc) + _acceptance_markdown(doc, args.check))
+    return 0
+
+
+def _print_acceptance(doc: dict[str, Any], policy: str) -> None:
+    from .sim.acceptance import check
+
+    if policy != "none" and policy in doc["grid"]["policies"] and len(doc["grid"]["policies"]) > 1:
+        print(check(doc, policy).summary())
+
+
+def _acceptance_markdown(doc: dict[str, Any], policy: str) -> str:
+    from .sim.acceptance import check, markdown
+
+    if policy == "none" or policy not in doc["grid"]["policies"] or len(doc["grid"]["policies"]) < 2:
+        return ""
+    return "\n" + markdown(check(doc, policy))
 
 
 # --------------------------------------------------------------------------------------- output
