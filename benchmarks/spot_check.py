@@ -6,9 +6,10 @@ For one cell (workload slice, batch cap) of the `vllm_cpu_tiny` column:
    a cold prefix cache + warm-up, on one engine, with the cell's batch cap (`--max-batch`; none:
    each policy's own batching, the map's `default` capacity).
 2. Replay the same arrivals in the simulator with the fitted profile (`--profile`), the model's
-   prompts and, as each request's script, the text the real model generated (greedy decoding:
-   the same for every policy), for every policy in `--sim-policies` (default: every registered
-   policy): the simulator's ranking on exactly this slice.
+   prompts and, as each request's script, the text the real model generated (the first real
+   run's plan of each request: greedy plans can still differ between runs, bf16 numerics depend on
+   the batch), for every policy in `--sim-policies` (default: every registered policy): the
+   simulator's ranking on exactly this slice.
 3. Print total and urgent time utility (% of max) per policy, real vs simulated, and whether the
    real order of the real-run policies is the simulator's.
 
@@ -72,8 +73,10 @@ def fmt(x) -> str:
 
 
 def union_plans(saved: dict) -> dict[str, str]:
-    """Greedy decoding: a request's plan is the same text whatever the policy (segmenting
-    included); the union covers a request one run finished and another did not."""
+    """Each request's plan from the first real run that finished it (runs in --policies order).
+    Greedy plans are mostly the same whatever the policy, not always (bf16 numerics depend on the
+    batch: 38 of 207 drones:400 plans differed between policies' runs); the union covers a request
+    one run finished and another did not."""
     plans: dict[str, str] = {}
     for run in saved["runs"].values():
         for k, v in run["plans"].items():
