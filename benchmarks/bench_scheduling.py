@@ -9,8 +9,9 @@ Issue 2 goals: one scheduling point <= 0.05 ms with 8 queued generations and <= 
 Scheduling point = what ``Planner._schedule`` does before it touches the engine: build the
 policy context (engine stats), refresh every ready generation's priority and order them
 (``policy.select`` over the ready list, preemption choice included), and the batch-size
-controller's decision for the head of that order (the runner's controller: latency-guided for
-segmenting policies, continuous batching capped at 256 for vLLM-style ones).  A refused head gets
+controller's decision for the head of that order (the controller the runner installs:
+``Planner.use_batching``, i.e. the policy's ``batching()`` — latency-guided or continuous —
+capped at 256).  A refused head gets
 ``extra["blocked"]`` as the planner sets it, so Trail and Andes see a full batch as they would.
 
 The ready generations are a realistic mix, made by running the planner itself (batch cap 64,
@@ -52,7 +53,7 @@ if str(ROOT) not in sys.path:
 from timelyllm_ros.core.clock import VirtualClock  # noqa: E402
 from timelyllm_ros.core.exec_time import ExecTimeEstimator  # noqa: E402
 from timelyllm_ros.core.planner import Planner, PlannerConfig  # noqa: E402
-from timelyllm_ros.core.policies import DispatchMode, Policy, make_policy, policy_names  # noqa: E402
+from timelyllm_ros.core.policies import Policy, make_policy, policy_names  # noqa: E402
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
 from timelyllm_ros.core.tuf import NORMAL, URGENT  # noqa: E402
 from timelyllm_ros.core.types import GenState, Generation, PlanRequest  # noqa: E402
@@ -97,10 +98,10 @@ class _Sim:
                                config=PlannerConfig(max_queued=100_000, max_live=100_000))
 
     def batcher(self, cap: int):
-        """The runner's choice: latency-guided for segmenting policies, plain cap otherwise."""
-        if self.policy.mode is DispatchMode.SUSPEND:
-            return self.planner.latency_guided(cap)
-        return self.planner.fixed(cap)
+        """The planner's own choice for this policy (`Planner.use_batching`, i.e.
+        `Policy.batching()`: latency-guided or continuous), bounded by `cap` sequences."""
+        self.planner.use_batching(None, cap)
+        return self.planner.batcher
 
     def submit_burst(self, n: int, catalog: dict, rng: random.Random, spread_s: float = 2.0) -> None:
         times = sorted(rng.uniform(0.0, spread_s) for _ in range(n))
@@ -212,8 +213,8 @@ def bench_point(sim: _Sim, mix: list[Generation], policy_name: str, n_ready: int
                       policy=policy, estimator=p.estimator, prompts=p.prompts, config=p.config)
     planner.seg_gen_s, planner.token_s = p.seg_gen_s, p.token_s
     planner.iteration = p.iteration
-    batcher = (planner.latency_guided(VLLM_MAX_NUM_SEQS) if policy.mode is DispatchMode.SUSPEND
-               else planner.fixed(VLLM_MAX_NUM_SEQS))
+    planner.use_batching(None, VLLM_MAX_NUM_SEQS)  # the controller the runner installs for this policy
+    batcher = planner.batcher
     now = engine.clock.now()
     wall: list[float] = []
     cpu: list[float] = []

@@ -168,3 +168,34 @@ def test_reading_rate_learns_tokens_per_word_from_delivered_text():
     assert p.rate(g, ctx()) == pytest.approx(4.8 * 2.5 / 1.3)  # its own 2.5 tokens/word
     fixed = Andes(tokens_per_word=1.3)
     assert fixed.rate(g, ctx()) == pytest.approx(4.8)
+
+
+def test_an_empty_engine_is_given_work_even_when_no_admission_gains():
+    """Regression (regime map: andes on the edge board's kv/4 and cap 8 runs could not finish).
+    A request whose user is still reading what was delivered on time has QoE 1 whether served in
+    the next Δt or not (gain 0), so the refiner kept no admission and — with nothing running — the
+    engine stayed empty although work was ready.  An empty engine stalls no one: the packed set
+    is admitted.  Fast path and reference path alike."""
+    def buffered():  # 400 tokens delivered on time 4.5 s ago: ~80 s of reading at 4.8 tok/s
+        return [chat(f"r{i}", 995.0, GenState.SUSPENDED, delivered=[(995.5, 400)]) for i in range(3)]
+
+    orders = []
+    for select in ("select", "_select_reference"):
+        p = Andes()
+        gens = buffered()
+        sel = getattr(p, select)(gens, [], ctx(token_s=0.5), 1000.0)  # slow tokens: triggered
+        assert p.solves == 1 and p.last_decision["proposed_admit"] >= 1
+        assert all(g.priority == 0.0 for g in gens)  # nothing to gain: the refiner alone keeps none
+        assert sel.order and sel.preempt == []
+        orders.append([g.gen_id for g in sel.order])
+    assert orders[0] == orders[1]
+
+
+def test_a_running_batch_still_refuses_admissions_that_do_not_pay():
+    """The idle-engine rule applies only to an empty engine: with a request running the refiner
+    still keeps no admission whose gain is <= 0."""
+    p = Andes()
+    run = chat("run", 999.0, GenState.RUNNING, delivered=[(999.5, 5)])
+    waiting = chat("r", 995.0, GenState.SUSPENDED, delivered=[(995.5, 400)])
+    sel = p.select([waiting], [run], ctx(token_s=0.5), 1000.0)
+    assert p.solves == 1 and waiting.priority == 0.0 and sel.order == []

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from timelyllm_ros.core.metrics import aggregate, request_metrics, rounded, summarize, to_json
+from timelyllm_ros.core.metrics import aggregate, request_metrics, rounded, run_end_of, summarize, to_json
 from timelyllm_ros.core.tuf import NORMAL, URGENT
 from timelyllm_ros.core.types import Generation, GenState, PlanRequest, Segment
 
@@ -115,3 +117,77 @@ def test_json_is_canonical():
     assert data["requests"][0]["response_s"] == 0.1
     assert list(data) == sorted(data)
     assert rounded(-0.0) == 0.0 and rounded(float("nan")) is None
+
+
+# --------------------------------------------------------------------------- no response: no gain
+
+def test_a_request_without_response_counts_as_answered_at_the_end_of_the_run():
+    """Issue 15: a request that ends without a response counts as if answered at the end of the
+    run (never above 0) — so failing it early cannot beat answering it late (it used to: a
+    failure at 0.5 s scored min(0, TUF(0.5)) = 0, the late answer below TUF(10) = -17)."""
+    late = _gen(_req("late", 0.0), [_seg(0, (0, 0.1), (10.0, 11.0))])
+    dropped = _gen(_req("drop", 0.0), [], state=GenState.FAILED, finished_at=0.5)
+    s = summarize([late, dropped])
+    rows = {r["request_id"]: r for r in s["requests"]}
+    assert rows["late"]["utility"] == pytest.approx(NORMAL(10.0))
+    assert rows["drop"]["utility"] == pytest.approx(NORMAL(11.0))  # the run's last event: 11.0
+    assert rows["drop"]["utility"] <= rows["late"]["utility"]
+    # a run end given by the caller (simulator's final time) counts when it is later ...
+    assert summarize([late, dropped], run_end=20.0)["requests"][0]["utility"] == pytest.approx(NORMAL(20.0))
+    # ... never when it is earlier than what the run recorded
+    assert summarize([late, dropped], run_end=1.0)["requests"][0]["utility"] == pytest.approx(NORMAL(11.0))
+    # never positive, even when the run ends within the request's ERT
+    alone = _gen(_req("a", 0.0), [], state=GenState.FAILED, finished_at=0.1)
+    assert summarize([alone])["requests"][0]["utility"] == 0.0
+
+
+_TUFS = [NORMAL, URGENT]
+_req_spec = st.tuples(
+    st.floats(0.0, 50.0),  # arrival
+    st.sampled_from([0, 1]),  # TUF
+    st.one_of(st.none(), st.floats(0.0, 40.0)),  # response delay (None: no response)
+    st.floats(0.0, 20.0),  # execution + later segments after the response, or time to the ending
+)
+
+
+def _run(specs):
+    gens = []
+    for i, (arr, k, resp, rest) in enumerate(specs):
+        req = _req(f"r{i:03d}", arr, tuf=_TUFS[k], category=("normal", "urgent")[k])
+        if resp is None:
+            gens.append(_gen(req, [], state=GenState.FAILED, finished_at=arr + rest))
+        else:
+            start = arr + resp
+            gens.append(_gen(req, [_seg(0, (arr, start), (start, start + rest))], finished_at=start + rest))
+    return gens
+
+
+def _dropped(g, at):
+    """g as if it had been dropped (failed, shed) at time `at`, with no response."""
+    return _gen(g.request, [], state=GenState.FAILED, finished_at=at)
+
+
+def _total(s):
+    return s["overall"]["utility_sum"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(specs=st.lists(_req_spec, min_size=1, max_size=12), pick=st.integers(0, 11), frac=st.floats(0.0, 1.0))
+def test_dropping_a_request_never_raises_the_aggregate(specs, pick, frac):
+    """Property: in a run (its horizon fixed: the run end), turning any request — answered or
+    not — into one dropped at any time within the run never raises the total utility, nor the
+    total of its category.  Also with the horizon taken from the generations alone, when the
+    drop keeps the request's own ending (the run ends no earlier)."""
+    gens = _run(specs)
+    i = pick % len(gens)
+    end = run_end_of(gens)
+    base = summarize(gens, run_end=end)
+    arr = gens[i].request.arrival
+    for at in (arr + frac * (end - arr), gens[i].finished_at):
+        changed = gens[:i] + [_dropped(gens[i], at)] + gens[i + 1:]
+        after = summarize(changed, run_end=end)
+        assert _total(after) <= _total(base) + 1e-9
+        cat = gens[i].request.category
+        assert after["by_category"][cat]["utility_sum"] <= base["by_category"][cat]["utility_sum"] + 1e-9
+    kept_end = gens[:i] + [_dropped(gens[i], gens[i].finished_at)] + gens[i + 1:]
+    assert _total(summarize(kept_end)) <= _total(summarize(gens)) + 1e-9

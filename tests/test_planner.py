@@ -327,6 +327,7 @@ def test_admission_sees_memory_freed_while_the_engine_was_idle():
                       estimator=ExecTimeEstimator(ROBOTS), prompts=SimPromptSource(engine, tok, robots=ROBOTS),
                       config=PlannerConfig(max_tokens=32))
     planner.batcher = FixedBatch(8, planner.max_segment_tokens, kv_watermark=0.2)
+    planner._release_pinned = lambda: 0  # this test isolates the snapshot: no pinned-KV release
     assert planner.submit(req("a", "mf(50);tc(90);tp;", robot="d1")).accepted
     run_until(planner, lambda: disp.goals)  # a: first segment out, suspended with its KV pinned
     assert planner.generations["a"].state is GenState.SUSPENDED and engine.pinned_blocks > 150
@@ -337,3 +338,90 @@ def test_admission_sees_memory_freed_while_the_engine_was_idle():
     planner.cancel("a")  # frees a's pinned KV; the engine does not step meanwhile
     run_until(planner, lambda: b.state is not GenState.QUEUED, limit=5)
     assert b.state in (GenState.RUNNING, GenState.SUSPENDED, GenState.DRAINING)
+
+
+def _pinning_planner(policy, capacity=220, engine_cls=SimulatedEngine):
+    """A planner on a small simulated engine (`capacity` KV blocks) with a 20 % KV watermark:
+    one suspended generation whose KV is preserved leaves too little for a second one."""
+    import dataclasses
+
+    from timelyllm_ros.core.batching import FixedBatch
+    from timelyllm_ros.engines.simulated import DEFAULT_PROFILE, LatencyProfile
+
+    clock, tok = VirtualClock(), SimTokenizer()
+    profile = dataclasses.replace(LatencyProfile.from_yaml(DEFAULT_PROFILE), kv_capacity_blocks=capacity)
+    engine = engine_cls(clock, profile, tok)
+    disp = RecordingDispatcher()
+    planner = Planner(clock=clock, engine=engine, dispatcher=disp, robots=ROBOTS, policy=policy,
+                      estimator=ExecTimeEstimator(ROBOTS), prompts=SimPromptSource(engine, tok, robots=ROBOTS),
+                      config=PlannerConfig(max_tokens=32))
+    planner.batcher = FixedBatch(8, planner.max_segment_tokens, kv_watermark=0.2)
+    return planner, engine, disp, clock
+
+
+def test_pinned_kv_that_blocks_an_empty_engine_is_released():
+    """Regression (regime map: fcfs-preserve on WID1 kv/4 and lamps on drones:400 kv/4, edge
+    board, could not finish).  Priority inversion on pinned KV: a suspended generation preserves
+    its KV; the best waiting generation does not fit beside it, and with nothing running nothing
+    would ever free it.  The planner turns the preserved KV into cached KV (freed, reused on
+    resume unless evicted) and admits the waiting one; the suspended one still resumes."""
+    policy = make_policy("fcfs-preserve", max_pinned_frac=1.0)  # preserve always (no fallback)
+    planner, engine, disp, clock = _pinning_planner(policy)
+    assert planner.submit(req("a", "s('cat');g('cat');", robot="d1")).accepted
+    run_until(planner, lambda: disp.goals)  # a: scan dispatched, waits for its result, KV pinned
+    a = planner.generations["a"]
+    assert a.state is GenState.WAITING and engine.pinned_blocks > 150
+    assert a.extra["lamps_kv"] == "preserve"
+    assert planner.submit(req("b", "tp;", robot="d2")).accepted
+    planner.step()
+    b = planner.generations["b"]
+    assert b.state is not GenState.QUEUED, b.extra.get("blocked")
+    assert engine.pinned_blocks == 0 and engine.suspended_mode("a") == "cache"
+    assert a.extra["kv_released"] == 1 and planner.kv_released == 1
+    assert a.extra["lamps_kv"] == "cache"  # the policy was told (LAMPS's admission and ranking read it)
+    ok(planner, disp.goals[0], clock, value=True)  # the scan's result: a resumes
+    run_until(planner, lambda: a.state is GenState.DRAINING or a.state.terminal, limit=2000)
+    assert a.state is GenState.DRAINING and a.text == "s('cat');g('cat');"
+
+
+def test_engine_that_cannot_run_for_pinned_kv_is_not_given_up():
+    """An engine step that fails while suspended generations pin KV (the simulated engine's "no
+    generation can run: N KV blocks are pinned by preserved generations") releases the pinned KV
+    and steps again instead of failing every request (regression: fcfs-preserve on drones:400
+    kv/4, edge board, failed all 980 requests and rejected the rest as "engine unavailable")."""
+    class Starved(SimulatedEngine):
+        def step(self):
+            if self.pinned_blocks:
+                raise EngineError("no generation can run: KV blocks are pinned by preserved generations")
+            return super().step()
+
+    planner, engine, disp, clock = _pinning_planner(make_policy("fcfs-preserve", max_pinned_frac=1.0),
+                                                    capacity=2000, engine_cls=Starved)
+    assert planner.submit(req("a", "s('cat');g('cat');", robot="d1")).accepted
+    run_until(planner, lambda: disp.goals)  # a waits for the scan's result, KV pinned
+    assert engine.pinned_blocks > 0
+    assert planner.submit(req("b", "tp;", robot="d2")).accepted
+    run_until(planner, lambda: planner.generations["b"].state is not GenState.QUEUED, limit=10)
+    planner.step()
+    assert planner.engine_healthy and planner.kv_released == 1
+    assert planner.generations["b"].state not in (GenState.FAILED, GenState.QUEUED)
+
+
+def test_engine_refusing_an_add_for_pinned_kv_releases_it_and_retries():
+    """The engine refuses to add a generation for memory that suspended generations pin: the
+    planner releases the pinned KV and adds it again rather than failing the request."""
+    class Tight(SimulatedEngine):
+        def add(self, gen_id, prompt_ids, max_tokens):
+            if self.pinned_blocks and gen_id == "b":
+                raise EngineError(f"generation {gen_id!r} needs more KV blocks; pinned {self.pinned_blocks}")
+            return super().add(gen_id, prompt_ids, max_tokens)
+
+    planner, engine, disp, clock = _pinning_planner(make_policy("fcfs-preserve", max_pinned_frac=1.0),
+                                                    capacity=2000, engine_cls=Tight)
+    assert planner.submit(req("a", "s('cat');g('cat');", robot="d1")).accepted
+    run_until(planner, lambda: disp.goals)  # a waits for the scan's result, KV pinned
+    assert planner.submit(req("b", "tp;", robot="d2")).accepted
+    run_until(planner, lambda: planner.generations["b"].state is not GenState.QUEUED, limit=10)
+    b = planner.generations["b"]
+    assert b.state is not GenState.FAILED, b.reason
+    assert planner.kv_released == 1 and planner.generations["a"].extra["kv_released"] == 1

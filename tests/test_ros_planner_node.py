@@ -37,7 +37,7 @@ ROBOTS = load_robots()
 
 class World:
     def __init__(self, *, executors=(("drone1", "tello", 0.01), ("arm1", "arm", 0.01)), dispatcher=None,
-                 visible=("cat",)):
+                 visible=("cat",), ended_status_kept=10_000):
         self.bus = InProcessBus()
         self.clock = VirtualClock()
         engine = SimulatedEngine(self.clock)
@@ -50,7 +50,7 @@ class World:
             p.batcher = p.latency_guided(64)
             return p
 
-        cfg = PlannerNodeConfig(status_period_s=0.05,
+        cfg = PlannerNodeConfig(status_period_s=0.05, ended_status_kept=ended_status_kept,
                                 dispatcher=dispatcher or DispatcherConfig(server_wait_s=0.2))
         self.planner_node = PlannerNode(InProcessTransport(self.bus, "timelyllm"), make_planner,
                                         clock=self.clock, config=cfg).start()
@@ -216,6 +216,24 @@ def test_cancel_request_topic_cancels_the_plan(world):
     time.sleep(0.3)  # the executor's CANCELLED result has come back by now
     terminal = [m for m in w.status["c1"] if m["terminal"]]
     assert len(terminal) == 1, terminal  # one terminal status per request, not one per late result
+
+
+def test_status_memory_is_bounded_to_live_and_recently_ended_requests(world):
+    """The node remembers each request's last published status (so a late result after the
+    terminal status publishes nothing) — only for live requests and the `ended_status_kept`
+    most recently ended ones, not for every request it ever served."""
+    w = world(ended_status_kept=2)
+    ids = [f"s{i}" for i in range(6)]
+    for rid in ids:
+        w.request(rid, "drone1", "tello", "mf(50);")
+    for rid in ids:
+        assert w.final(rid)["state"] == "finished"
+    node = w.planner_node
+    assert len(node._last_status) == 2 and len(node._ended) == 2
+    assert set(node._last_status) <= set(ids)
+    assert all(len([m for m in w.status[rid] if m["terminal"]]) == 1 for rid in ids)
+    with pytest.raises(ValueError):
+        PlannerNodeConfig(ended_status_kept=-1)
 
 
 def test_executor_failure_fails_the_request(world):

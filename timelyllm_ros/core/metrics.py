@@ -10,11 +10,25 @@ Definitions (times on the planner clock, seconds):
 * time utility   = TUF0(response time)                        (Eq. 1)
 
 Only segments that actually executed count; the walk stops at the first segment without measured
-execution times (a failed or cancelled request).  A request whose first action never started has no
-response time; its utility is ``min(0, TUF0(end - arrival))`` so that giving up never earns credit
-(utilities may be negative, as in the paper, and a missing answer must not look better than a late
-one).  Aggregates are reported per task type, per category and overall; the JSON form has sorted
-keys and rounded floats so a seeded simulation always produces byte-identical output.
+execution times (a failed or cancelled request).
+
+A request whose first action never started (failed, cancelled, rejected, shed) has no response
+time.  It counts as if answered at the **end of the run**, and never above 0:
+
+    utility = min(0, TUF0(max(run_end, end) - arrival))        run_end: the run's last event
+
+``summarize`` takes the run end from its caller (the simulator passes its final virtual time) and
+never uses less than the latest time recorded in any of the run's generations (arrivals, segment
+generation and execution times, endings), so it is never earlier than any response of the run.
+TUFs are non-increasing, so within a run dropping a request scores at most what answering it at
+any time of that run would have: **dropping or failing work never raises a run's aggregate**
+(property-tested: tests/test_metrics.py).  The bound is the run's own horizon: a counterfactual
+answer later than the run's end is not known.  Utilities may be negative, as in the paper.
+``request_metrics`` on a single generation without a run end (e.g. a live status) falls back to
+the generation's own end (``finished_at``), ``min(0, TUF0(end - arrival))``: it never earns
+credit, but is not a bound against late answers; aggregates always use a run end.
+Aggregates are reported per task type, per category and overall; the JSON form has sorted keys
+and rounded floats so a seeded simulation always produces byte-identical output.
 """
 
 from __future__ import annotations
@@ -51,8 +65,26 @@ class RequestMetrics:
     max_utility: float  # TUF beta
 
 
-def request_metrics(gen: Generation) -> RequestMetrics:
-    """Metrics of one generation from its segments' measured execution times."""
+def run_end_of(gens: Iterable[Generation]) -> float | None:
+    """The latest time recorded in any of `gens` (arrival, segment generation / dispatch /
+    execution times, ending); None for no generations.  Never earlier than any response."""
+    end: float | None = None
+    for g in gens:
+        ts = [g.request.arrival]
+        if g.finished_at is not None:
+            ts.append(g.finished_at)
+        for seg in g.segments:
+            ts.extend(t for t in (seg.gen_start, seg.gen_end, seg.dispatched_at, seg.exec_start, seg.exec_end)
+                      if t is not None)
+        m = max(ts)
+        if end is None or m > end:
+            end = m
+    return end
+
+
+def request_metrics(gen: Generation, run_end: float | None = None) -> RequestMetrics:
+    """Metrics of one generation from its segments' measured execution times.  `run_end`: the end
+    of the run it belongs to (scores a request without a response; see the module docstring)."""
     req = gen.request
     response: float | None = None
     waiting = 0.0
@@ -72,6 +104,8 @@ def request_metrics(gen: Generation) -> RequestMetrics:
         executed += 1
     if response is None:
         end = gen.finished_at if gen.finished_at is not None else req.arrival
+        if run_end is not None and run_end > end:
+            end = run_end  # as if answered at the end of the run: never better than any answer in it
         utility = min(0.0, req.tuf(end - req.arrival))
         waiting_s = execution_s = completion_s = None
     else:
@@ -127,10 +161,14 @@ def aggregate(rows: Sequence[RequestMetrics]) -> dict[str, Any]:
     return out
 
 
-def summarize(gens: Iterable[Generation]) -> dict[str, Any]:
-    """Per-request rows plus per-task-type, per-category and overall aggregates."""
+def summarize(gens: Iterable[Generation], run_end: float | None = None) -> dict[str, Any]:
+    """Per-request rows plus per-task-type, per-category and overall aggregates.  `run_end`: when
+    the run ended (e.g. the simulator's final time); the latest time recorded in `gens` is used if
+    later or if none is given.  Requests without a response are scored at it (module docstring)."""
     gens = list(gens)
-    rows = sorted((request_metrics(g) for g in gens), key=lambda r: (r.arrival, r.request_id))
+    recorded = run_end_of(gens)
+    end = recorded if run_end is None or (recorded is not None and recorded > run_end) else run_end
+    rows = sorted((request_metrics(g, end) for g in gens), key=lambda r: (r.arrival, r.request_id))
     by_type: dict[str, list[RequestMetrics]] = {}
     by_cat: dict[str, list[RequestMetrics]] = {}
     for r in rows:

@@ -135,6 +135,8 @@ class Planner:
         self._per_agent: dict[str, int] = {}
         self._buckets: dict[str, tuple[float, float]] = {}
         self._terminal: collections.deque[str] = collections.deque()
+        self._pinned: dict[str, None] = {}  # suspended generations whose KV we asked to preserve
+        self.kv_released = 0  # pinned KV released to break a memory deadlock (`_release_pinned`)
 
     # ------------------------------------------------------------------ construction helpers
     def max_segment_tokens(self, g: Generation) -> int:
@@ -281,8 +283,16 @@ class Planner:
             try:
                 outs = self.engine.step()
             except EngineError as e:
-                self._engine_failed(str(e))
-                return False
+                # Memory pinned by suspended generations (preserve) can leave the engine unable to
+                # run even the generations it holds: release it and try once more before giving up.
+                if not self._release_pinned():
+                    self._engine_failed(str(e))
+                    return False
+                try:
+                    outs = self.engine.step()
+                except EngineError as e2:
+                    self._engine_failed(str(e2))
+                    return False
             now = self.clock.now()
             for out in outs:
                 self._on_output(out, now)
@@ -307,7 +317,7 @@ class Planner:
         sel = self.policy.select(ready, running, ctx, now)
         for g in sel.preempt:
             if g.state is GenState.RUNNING:
-                self.engine.abort(g.gen_id, self.policy.kv_mode(g, None, ctx))
+                self._suspend_kv(g, self.policy.kv_mode(g, None, ctx))
                 g.state = GenState.SUSPENDED if g.segments else GenState.QUEUED
                 g.ready_since = now
                 g.extra["preemptions"] = g.extra.get("preemptions", 0) + 1
@@ -315,17 +325,66 @@ class Planner:
         running = [g for g in running if g.state is GenState.RUNNING]
         if self._fleet is not None:
             return self._admit_fleet(sel.order, running, now)
-        for g in sel.order:
+        why = self._admit_in_order(sel.order, running, now)
+        if not running and why == "kv memory" and self._release_pinned():
+            # The engine would stay empty: the best waiting generation does not fit because
+            # suspended generations pin KV (preserve) — which, behind it in strict priority, can
+            # never run and free it.  Their KV was released to the prefix cache: try again.
+            self._admit_in_order(sel.order, running, now)
+        return running
+
+    def _admit_in_order(self, order: list[Generation], running: list[Generation], now: float) -> str:
+        """Admit `order` while the batch-size controller allows (appending to `running`); returns
+        why the first refused generation was refused ("" if none was)."""
+        for g in order:
             if g.state not in (GenState.QUEUED, GenState.SUSPENDED):
                 continue
             ok, why = self.batcher.can_admit(running, g, self._engine_stats(), now)
             if not ok:
                 g.extra["blocked"] = why
-                break  # strict priority: nobody overtakes the best waiting generation
+                return why  # strict priority: nobody overtakes the best waiting generation
             if self._admit(g, now):
                 running.append(g)
             self._stats = None
-        return running
+        return ""
+
+    # ------------------------------------------------------------------ pinned KV
+    def _suspend_kv(self, g: Generation, mode: str) -> None:
+        """Suspend g in the engine with KV handling `mode`; remember who holds preserved KV."""
+        self.engine.abort(g.gen_id, mode)
+        if mode == "preserve":
+            self._pinned[g.gen_id] = None
+        else:
+            self._pinned.pop(g.gen_id, None)
+
+    def _release_pinned(self) -> int:
+        """Turn the preserved KV of every suspended generation into cached KV (vLLM's "cache":
+        freed, reused on resume unless evicted first) and return how many were released.
+
+        Called only when pinned memory stalls the engine: the best waiting generation does not
+        fit in an empty engine, or the engine cannot run the generations it holds.  Preserving
+        (LAMPS / InferCept) is chosen because it wastes the least memory × time while the robot
+        acts; once it keeps the engine idle it wastes all of it, more than any recompute.
+        Released in order of expected resume, latest first (a generation waiting for a blocking
+        skill's result before a ready one; otherwise oldest suspension first), so the prefix
+        cache evicts the KV needed last first."""
+        if not self._pinned:
+            return 0
+        gens = self.generations
+        pinned = [g for gid in self._pinned if (g := gens.get(gid)) is not None
+                  and g.state in (GenState.SUSPENDED, GenState.WAITING)]
+        self._pinned.clear()
+        pinned.sort(key=lambda g: g.state is not GenState.WAITING)  # stable: WAITING first
+        for g in pinned:
+            try:
+                self.engine.abort(g.gen_id, "cache")
+            except EngineError:
+                return 0  # the engine is failing: the caller gives up on it
+            g.extra["kv_released"] = g.extra.get("kv_released", 0) + 1
+            self.policy.on_kv_released(g)
+        self.kv_released += len(pinned)
+        self._stats = None
+        return len(pinned)
 
     def _admit_fleet(self, order: list[Generation], running: list[Generation], now: float) -> list[Generation]:
         """Admission over an engine pool: each generation goes to the first member in the pool's
@@ -374,17 +433,22 @@ class Planner:
         reason and False is returned; an EngineError from an engine (or pool member) that is no
         longer healthy propagates."""
         remaining = self.config.max_tokens - len(g.output_ids)
-        try:
-            if member is not None:
-                assert self._fleet is not None
-                self._fleet.assign(g.gen_id, member)
-            self.engine.add(g.gen_id, g.prompt_ids + g.output_ids, max(1, remaining))
-        except EngineError as e:
-            member_lost = member is not None and self._fleet is not None and member not in self._fleet.members()
-            if member_lost or not self.engine.stats().healthy:
-                raise
-            self._fail(g, f"engine refused the generation: {e}")
-            return False
+        for retry in (False, True):
+            try:
+                if member is not None:
+                    assert self._fleet is not None
+                    self._fleet.assign(g.gen_id, member)
+                self.engine.add(g.gen_id, g.prompt_ids + g.output_ids, max(1, remaining))
+                break
+            except EngineError as e:
+                member_lost = member is not None and self._fleet is not None and member not in self._fleet.members()
+                if member_lost or not self.engine.stats().healthy:
+                    raise
+                # refused for memory that suspended generations pin: release it, try once more
+                if retry or member is not None or not self._release_pinned():
+                    self._fail(g, f"engine refused the generation: {e}")
+                    return False
+        self._pinned.pop(g.gen_id, None)  # its preserved KV (if any) is in use again
         if g.seg_start is None:
             g.seg_start = now
         if g.output_ids or g.segments:
@@ -470,7 +534,7 @@ class Planner:
             others = [x for i in self._live
                       if (x := self.generations[i]) is not g and x.state is GenState.RUNNING]
             ctx = self.context(others)
-            self.engine.abort(g.gen_id, self.policy.kv_mode(g, seg, ctx))
+            self._suspend_kv(g, self.policy.kv_mode(g, seg, ctx))
             # A fresh segmenter starts at the statement end; text of the last kept token that lies
             # past the statement (rare: a token spanning ";m") is fed to it.
             live.segmenter = live.new_segmenter()
@@ -578,6 +642,7 @@ class Planner:
         if cancel_robot and any(s.ok is None for s in g.segments):
             self.dispatcher.cancel(g.gen_id)
         g.state, g.reason, g.finished_at = state, reason, self.clock.now()
+        self._pinned.pop(g.gen_id, None)
         if self._live.pop(g.gen_id, None) is not None:
             n = self._per_agent.get(g.request.robot_id, 1) - 1
             if n > 0:
@@ -606,6 +671,7 @@ class Planner:
             else:
                 self.engine_restarts += 1
                 self.engine, self._fleet, self._stats = engine, as_fleet(engine), None
+                self._pinned.clear()  # the old engine's KV is gone
                 now = self.clock.now()
                 for g in running:
                     self._requeue(g, now, "engine_restarts")
@@ -639,6 +705,7 @@ class Planner:
             self._fleet = as_fleet(engine)
             self.engine_healthy = True
             self._stats = None
+            self._pinned.clear()
 
     # ------------------------------------------------------------------ status
     def _notify(self, g: Generation) -> None:

@@ -16,6 +16,7 @@ LLM takes real time and real executors can serve it.
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import queue
@@ -280,6 +281,14 @@ class PlannerNodeConfig:
     # robot ids whose executors are looked up at start (action clients created, so DDS discovery
     # is done before their first goal); others are found at their first goal
     executors: tuple[str, ...] = ()
+    # ended requests whose terminal status is remembered, newest kept (a late result for one of
+    # them publishes nothing); live requests are always remembered (the planner bounds them)
+    ended_status_kept: int = 10_000
+
+    def __post_init__(self) -> None:
+        n = self.ended_status_kept
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"ended_status_kept must be an int >= 0, got {n!r}")
 
 
 class PlannerNode:
@@ -298,7 +307,8 @@ class PlannerNode:
         self._stop = threading.Event()
         self.dispatcher = ActionDispatcher(transport, clock, self._post_result, cfg.dispatcher)
         self.rejected: list[tuple[str, str]] = []  # (request id, reason), never admitted
-        self._last_status: dict[str, tuple] = {}
+        self._last_status: dict[str, tuple] = {}  # last published status key: live + recently ended
+        self._ended: collections.deque[str] = collections.deque()  # ended ids in _last_status, oldest first
         self._poses: dict[str, _Pose] = {}
         self._paths: dict[str, list[dict[str, float]]] = {}
         self._path_request: dict[str, str] = {}
@@ -449,6 +459,10 @@ class PlannerNode:
         if last == key:
             return
         self._last_status[gen.gen_id] = key
+        if key[0]:  # terminal: remembered while it is among the `ended_status_kept` newest
+            self._ended.append(gen.gen_id)
+            while len(self._ended) > self.config.ended_status_kept:
+                self._last_status.pop(self._ended.popleft(), None)
         self._pub_status.publish(st)
 
     # -- periodic ------------------------------------------------------------------------------

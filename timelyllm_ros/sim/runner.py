@@ -295,7 +295,7 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
              if pooled else {})
     return SimResult(
         workload=wl.name, policy=policy_name, policy_params=params, seed=run_seed, batcher=batcher,
-        profile=profile.name or Path(str(profile_path)).stem, generations=gens, metrics=summarize(gens),
+        profile=profile.name or Path(str(profile_path)).stem, generations=gens, metrics=summarize(gens, clock.now()),
         virtual_end_s=clock.now(),
         engine={"steps": c.steps, "busy_s": c.busy_s, "prefill_tokens": c.prefill_tokens,
                 "cached_tokens": c.cached_tokens, "decode_tokens": c.decode_tokens,

@@ -83,6 +83,19 @@ def _paying_pairs(admit: list[int], victims: list[int], gains: Sequence[float],
     return acc_a, acc_v
 
 
+def _idle_engine_order(admit: list[int], pri: Sequence[float]) -> list[int]:
+    """What an empty engine runs when the refiner kept no admission [ours; the paper leaves it
+    open].  With nothing running no one stalls, so the refiner's only reason to refuse is a gain
+    <= 0 — e.g. requests whose QoE is lost whether served or not — and an idle engine helps no
+    one (it only postpones them further; in the simulator, waiting requests that nothing admits
+    never end).  So: the packed set as proposed, or, if packing took nothing (the best request
+    alone exceeds the memory bound M), every ready request by priority (stable), for the
+    planner to admit what fits."""
+    if admit:
+        return list(admit)
+    return sorted(range(len(pri)), key=lambda i: -pri[i])
+
+
 def _stable_head(x: np.ndarray, k: int) -> np.ndarray:
     """The first k of np.argsort(x, kind="stable") without sorting everything: the k smallest by
     a partition, ties at the k-th value in index order (as the stable sort keeps them)."""
@@ -453,6 +466,8 @@ class Andes(Policy):
         if self.refine:
             acc_admit, acc_preempt = self._refine_fast(admit, victims, gains.tolist(), cs, n_run, mem, qb,
                                                        last_start, item, now)
+        if not n_run and not acc_admit:
+            acc_admit = _idle_engine_order(admit, pri_l)
         self.last_decision = {"B": B, "why": why, "admit": len(acc_admit), "preempt": len(acc_preempt),
                               "proposed_admit": len(admit), "proposed_preempt": len(victims)}
         return Selection(order=[gens[i] for i in acc_admit], preempt=[gens[i] for i in acc_preempt])
@@ -528,6 +543,8 @@ class Andes(Policy):
         admit = sorted((i for i in cs if not items[i].running), key=lambda i: -pri[i])
         victims = sorted((i for i in idx if items[i].running and i not in cs), key=lambda i: pri[i])
         acc_admit, acc_preempt = self._refine(items, admit, victims, gains, cs, now)
+        if not n_run and not acc_admit:
+            acc_admit = _idle_engine_order(admit, pri)
         self.last_decision = {"B": B, "why": why, "admit": len(acc_admit), "preempt": len(acc_preempt),
                               "proposed_admit": len(admit), "proposed_preempt": len(victims)}
         return Selection(order=[items[i].g for i in acc_admit], preempt=[items[i].g for i in acc_preempt])

@@ -262,5 +262,9 @@ class Policy:
     def on_token(self, g: Generation, n_new: int, ctx: PolicyContext) -> None:
         """Hook for policies that refine predictions as tokens arrive (Trail)."""
 
+    def on_kv_released(self, g: Generation) -> None:
+        """The planner turned suspended g's preserved KV into cached KV (`Planner._release_pinned`:
+        pinned memory stalled the engine); policies that track handlings update here."""
+
     def params(self) -> dict:
         return {}

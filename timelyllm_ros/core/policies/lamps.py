@@ -177,6 +177,19 @@ class WasteHandling:
         return mode
 
 
+    def on_kv_released(self, g: Generation) -> None:
+        """The planner released g's preserved KV (pinned memory stalled the engine): from now on
+        it is cached KV, neither pinned nor kept for admission."""
+        if g.extra.get(_KV) == "preserve":
+            g.extra[_KV] = "cache"
+        pinned = self.__dict__.get("_pinned")
+        if pinned is not None:
+            pinned.pop(g.gen_id, None)
+        table = self.__dict__.get("_slots")
+        if table is not None:
+            table.invalidate(g)
+
+
 def _frac(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
         raise ValueError(f"max_pinned_frac must be in [0, 1], got {v!r}")
