@@ -259,3 +259,82 @@ def test_demo_ros_node_and_config_default_to_default():
 
     cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "planner.yaml").read_text())
     assert cfg["/timelyllm/planner"]["ros__parameters"]["policy"] == DEFAULT_POLICY
+
+
+def test_step_time_model_fits_the_engine_online():
+    from timelyllm_ros.core.policies.step_time import StepTimeModel
+    m = StepTimeModel()
+    assert m.max_seqs(0.035, 0, 0.02) is None  # nothing seen: no batch limit
+    for b in range(1, 41):
+        for new in (0, 2):
+            m.observe(0.02 + 0.0005 * b + 0.003 * new, b, new)
+    a, slope, c = m.coefficients(0.02)
+    assert a == pytest.approx(0.02, rel=0.02) and slope == pytest.approx(0.0005, rel=0.02)
+    assert c == pytest.approx(0.003, rel=0.05)
+    assert m.max_seqs(0.0351, 0, 0.02) == 30 and m.max_seqs(0.0381, 1, 0.02) == 30
+    flat = StepTimeModel()
+    for b in range(1, 41):
+        flat.observe(0.03, b, 0)
+    assert flat.max_seqs(0.035, 0, 0.03) is None  # the batch does not cost time: no limit
+    m.observe(float("nan"), 3, 0)  # bad observations are ignored
+    m.observe(0.01, 0, 0)
+    assert m.max_seqs(0.0351, 0, 0.02) == 30
+
+
+def _paced_setup(kv_modes=frozenset({"cache", "preserve"}), **kw):
+    """A policy that has seen 1 ms per extra generation, 20 running continuations whose robots are
+    busy for 2-4 s (deferrable) and an urgent request that just arrived (tello: 6 tokens predicted,
+    so its budget is 0.2 s / 6 = 33 ms per step: 13 generations at 20 ms + 1 ms each)."""
+    p = Default(**kw)
+    for b in range(1, 41):
+        p.on_step(0.02 + 0.001 * b, b)
+    c = dataclasses.replace(ctx(), kv_modes=kv_modes)
+    running = [gen(f"c{i:02d}", 9.0, NORMAL, [seg(0, 9.9, 2.0 + 0.1 * i)], state=GenState.RUNNING)
+               for i in range(20)]
+    return p, c, running, gen("u", 10.0, URGENT)
+
+
+def test_pacing_pauses_deferrable_work_while_an_urgent_first_segment_is_generated():
+    p, c, running, u = _paced_setup()
+    sel = p.select([u], running, c, 10.0)
+    assert ids(sel.order) == ["u"]
+    # 20 running + u = 21 > 13: the 8 with the most slack (robots busy longest) are paused
+    assert ids(sel.preempt) == [f"c{i:02d}" for i in range(19, 11, -1)]
+    assert {p.kv_mode(g, None, c) for g in sel.preempt} == {"preserve"}  # KV kept in place
+    assert p.kv_mode(running[0], None, c) == "cache"  # anything else: the prefix cache
+    # the paused ones wait while the urgent one runs (the gate, rule 2) and come back after it
+    for g in sel.preempt:
+        g.state = GenState.SUSPENDED
+    rest = [g for g in running if g.state is GenState.RUNNING]
+    u.state, u.seg_tokens = GenState.RUNNING, 2  # 50 ms later, 2 of its 6 tokens: 37.5 ms per step left
+    again = p.select(sel.preempt, rest + [u], c, 10.05)
+    assert again.order == [] and again.preempt == []
+    u.segments.append(seg(0, 10.2, 1.0))
+    u.state = GenState.SUSPENDED
+    assert set(ids(p.select(sel.preempt + [u], rest, c, 10.2).order)) >= set(ids(sel.preempt))
+
+
+def test_pacing_needs_preserve_memory_and_a_critical_first_segment():
+    p, c, running, u = _paced_setup(kv_modes=frozenset({"cache"}))  # vLLM: a resume re-prefills
+    assert p.select([u], running, c, 10.0).preempt == []
+    p, c, running, u = _paced_setup(pace=False)
+    assert p.select([u], running, c, 10.0).preempt == []
+    p, c, running, u = _paced_setup()
+    tight = dataclasses.replace(c, stats=EngineStats(1000, 200, 16, 20, 45.0))  # 20 % free < 25 %
+    assert p.select([u], running, tight, 10.0).preempt == []
+    assert p.select([], running, c, 10.0).preempt == []  # nothing urgent: no pause
+    late = gen("late", 9.5, URGENT)  # past its deadline: a step budget cannot save it
+    assert p.select([late], running, c, 10.0).preempt == []
+    # step times the batch size does not explain (uncached prefills of a memory-starved engine):
+    # the model's one-step-ahead error is large, so it is not trusted with a batch limit
+    p, c, running, u = _paced_setup()
+    for b in range(1, 41):
+        p.on_step(0.02 + 0.001 * b + (0.3 if b % 3 == 0 else 0.0), b)
+    assert p._steps.relative_error() > p.pace_max_error
+    assert p.select([u], running, c, 10.0).preempt == []
+    with pytest.raises(ValueError, match="pace_min_free"):
+        Default(pace_min_free=2.0)
+    with pytest.raises(ValueError, match="pace_max_error"):
+        Default(pace_max_error=0)
+    with pytest.raises(ValueError, match="pace_kv"):
+        Default(pace_kv="swap")

@@ -203,14 +203,14 @@ def _copy(gens):
             for g in gens]
 
 
-def _ctx(gens, it, token_s, free):
+def _ctx(gens, it, token_s, free, kv_modes=frozenset({"cache"})):
     running = [g for g in gens if g.state is GenState.RUNNING]
     return PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS,
                          stats=EngineStats(400, free, 16, len(running), 45.0), seg_gen_s=0.1,
-                         token_s=token_s, running=running, iteration=it)
+                         token_s=token_s, running=running, iteration=it, kv_modes=kv_modes)
 
 
-def _run(policy, gens, steps, blocked, kv_via_policy=False):
+def _run(policy, gens, steps, blocked, kv_via_policy=False, kv_modes=frozenset({"cache"})):
     """Scheduling points of `policy` over `gens`; returns what each point decided."""
     seen = []
     it = 0
@@ -237,7 +237,7 @@ def _run(policy, gens, steps, blocked, kv_via_policy=False):
         running = [g for g in gens if g.state is GenState.RUNNING]
         if blocked and ready:
             ready[0].extra["blocked"] = "batch full"
-        sel = policy.select(ready, running, _ctx(gens, it, token_s, free), now)
+        sel = policy.select(ready, running, _ctx(gens, it, token_s, free, kv_modes), now)
         seen.append(([g.gen_id for g in sel.order], [g.gen_id for g in sel.preempt],
                      [repr(g.priority) for g in gens],
                      sorted((g.gen_id, bool(g.extra.get("lamps_starving"))) for g in gens)))
@@ -475,16 +475,21 @@ def test_andes_stable_heads_are_the_stable_argsort_prefixes(rows, k):
 @settings(max_examples=300, deadline=None)
 @given(**_SCEN, blocked=st.booleans(), lead_steps=st.sampled_from([0.0, 4.0, 50.0]),
        min_lead_s=st.sampled_from([0.0, 0.05, 3.0]), kv_budget=st.booleans(), rescue=st.booleans(),
-       seen=st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.integers(1, 30)), max_size=4))
+       seen=st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.integers(1, 30)), max_size=4),
+       slope=st.sampled_from([None, 0.0, 0.001, 0.05, 1.0, 10.0]), preserve=st.booleans(),
+       min_free=st.sampled_from([0.0, 0.1, 0.25]))
 def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps, min_lead_s, kv_budget, rescue,
-                                               seen):
+                                               seen, slope, preserve, min_free):
+    """`slope`: the engine steps the policies saw (rule 5's step-time model: None: none, else
+    steps of 1..40 generations at 20 ms + slope per generation); `preserve`: the engine keeps a
+    paused generation's KV, so rule 5 may pause running generations."""
     from timelyllm_ros.core.policies.default import Default
 
     class Reference(Default):
         def select(self, ready, running, ctx, now):
             return self._select_reference(ready, running, ctx, now)
 
-    kw = dict(lead_steps=lead_steps, min_lead_s=min_lead_s, kv_budget=kv_budget)
+    kw = dict(lead_steps=lead_steps, min_lead_s=min_lead_s, kv_budget=kv_budget, pace_min_free=min_free)
     fast, ref = Default(**kw), Reference(**kw)
     fast.fast_min = 0  # the numpy path at every size
     for p in (fast, ref):
@@ -494,7 +499,12 @@ def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps
                                                scene="", tuf=NORMAL, arrival=0.0))
             p.observe(g, Segment(index=0 if first else 1, text="", calls=(), blocking=False, token_count=tok,
                                  gen_start=0.0, gen_end=0.0, est_exec_s=0.0))
+        if slope is not None:
+            for n in (1, 5, 12, 40, 3):
+                p.on_step(0.02 + slope * n, n)
     gens = _scenario(specs)
     a, b = _copy(gens), _copy(gens)
-    assert _run(fast, a, steps, blocked) == _run(ref, b, steps, blocked)
+    modes = frozenset({"cache", "preserve"} if preserve else {"cache"})
+    assert _run(fast, a, steps, blocked, kv_modes=modes) == _run(ref, b, steps, blocked, kv_modes=modes)
     assert fast._full == ref._full
+    assert [g.extra.get("pause_kv") for g in a] == [g.extra.get("pause_kv") for g in b]

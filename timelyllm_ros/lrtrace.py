@@ -32,6 +32,7 @@ lowest index).  A busy agent that receives another request simply gets a second 
 
 from __future__ import annotations
 
+import heapq
 import random
 import re
 from dataclasses import dataclass, field, replace
@@ -452,6 +453,44 @@ def plan_exec_estimate(plan: str, robot: RobotSpec | None) -> float:
     return total
 
 
+class _AgentPicker:
+    """The agent `expand` gives an arrival at time t: among the type's agents idle at t
+    (busy_until <= t) the least recently used (ties: list order), else — all busy — the least
+    recently used of all.  The same choice as scanning the pool per arrival, in O(log n): arrival
+    times never decrease, so an agent idle at t stays idle until it is given work (`touched`).
+
+    `busy` holds (busy_until, index, version, id) of agents that may still be busy, `idle` holds
+    (last_used, index, version, id) of agents known idle; an entry whose version is not the
+    agent's current one is stale and skipped."""
+
+    def __init__(self, pool: Sequence[Agent], index: Mapping[str, int]) -> None:
+        self.pool = list(pool)
+        self.index = index
+        self.version = {a.robot_id: 0 for a in pool}
+        self.busy: list[tuple[float, int, int, str]] = [(0.0, index[a.robot_id], 0, a.robot_id) for a in pool]
+        heapq.heapify(self.busy)
+        self.idle: list[tuple[float, int, int, str]] = []
+
+    def touched(self, robot_id: str, busy_until: float) -> None:
+        """robot_id got work (busy until `busy_until`, last used now)."""
+        v = self.version[robot_id] + 1
+        self.version[robot_id] = v
+        heapq.heappush(self.busy, (busy_until, self.index[robot_id], v, robot_id))
+
+    def pick(self, t: float, busy_until: Mapping[str, float], last_used: Mapping[str, float]) -> str:
+        busy, idle, version = self.busy, self.idle, self.version
+        while busy and busy[0][0] <= t:
+            _, i, v, rid = heapq.heappop(busy)
+            if version[rid] == v:
+                heapq.heappush(idle, (last_used[rid], i, v, rid))
+        while idle and version[idle[0][3]] != idle[0][2]:
+            heapq.heappop(idle)
+        if idle:
+            return idle[0][3]
+        index = self.index
+        return min(self.pool, key=lambda a: (last_used[a.robot_id], index[a.robot_id])).robot_id
+
+
 def expand(workload: Workload, catalog: Mapping[str, TaskLike], robots: Mapping[str, RobotSpec] | None = None,
            *, seed: int | None = None,
            busy_estimate: Callable[[TaskLike, SceneLike], float] | None = None) -> list[Arrival]:
@@ -468,8 +507,10 @@ def expand(workload: Workload, catalog: Mapping[str, TaskLike], robots: Mapping[
         return base + workload.agent_busy_margin_s
 
     by_type: dict[str, list[Agent]] = {}
+    by_robot: dict[str, str] = {}
     for ag in workload.agents:
         by_type.setdefault(ag.robot_type, []).append(ag)
+        by_robot[ag.robot_id] = ag.robot_type
 
     def lookup(tid: str, path: tuple) -> TaskLike:
         task = catalog.get(tid)
@@ -528,6 +569,8 @@ def expand(workload: Workload, catalog: Mapping[str, TaskLike], robots: Mapping[
     busy_until: dict[str, float] = {ag.robot_id: 0.0 for ag in workload.agents}
     last_used: dict[str, float] = {ag.robot_id: -1.0 for ag in workload.agents}
     index = {ag.robot_id: i for i, ag in enumerate(workload.agents)}
+    pickers = ({rt: _AgentPicker(pool, index) for rt, pool in by_type.items()}
+               if len(index) == len(workload.agents) else None)
     out: list[Arrival] = []
     taken = {x[5] for x in raw if x[5]}
     n = 0
@@ -535,12 +578,17 @@ def expand(workload: Workload, catalog: Mapping[str, TaskLike], robots: Mapping[
         scene = task.scenes[si]
         if robot_id is None:
             pool = by_type[task.robot_type]
-            idle = [a for a in pool if busy_until[a.robot_id] <= t]
-            agent = min(idle or pool, key=lambda a: (last_used[a.robot_id], index[a.robot_id]))
-            robot_id = agent.robot_id
+            if pickers is not None:
+                robot_id = pickers[task.robot_type].pick(t, busy_until, last_used)
+            else:  # duplicate agent ids (only a hand-built Workload): the plain scan
+                idle = [a for a in pool if busy_until[a.robot_id] <= t]
+                agent = min(idle or pool, key=lambda a: (last_used[a.robot_id], index[a.robot_id]))
+                robot_id = agent.robot_id
         if robot_id in busy_until:
             busy_until[robot_id] = max(busy_until[robot_id], t) + est(task, scene)
             last_used[robot_id] = t
+            if pickers is not None:
+                pickers[by_robot[robot_id]].touched(robot_id, busy_until[robot_id])
         if request_id is None:
             while True:
                 request_id = f"{workload.name}.{n:04d}"

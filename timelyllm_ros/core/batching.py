@@ -9,7 +9,9 @@ segment runs to the robot's max segment length), and free KV memory must hold th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import operator
+from dataclasses import dataclass, field
+from itertools import islice
 from typing import Callable, Protocol, Sequence
 
 from .engine import EngineStats
@@ -58,6 +60,7 @@ class LatencyGuidedBatch:
     min_batch: int = 1  # always allow this many, whatever the estimate
     slowdown: float = 0.1  # assumed relative slowdown of a decode step by one more sequence
     kv_watermark: float = 0.01
+    _memo: tuple | None = field(default=None, init=False, repr=False, compare=False)  # can_admit's scan so far
 
     def wcet(self, g: Generation, tokens_per_s: float) -> float:
         """Worst-case time for g to finish its current segment at the measured speed."""
@@ -79,10 +82,22 @@ class LatencyGuidedBatch:
         # them decides.  The measured speed reflects the current batch — the paper's "lag of one
         # generation" — and `slowdown` is the margin left for the newcomer's effect on it.
         worst: tuple[float, Generation] | None = None
-        for g in running:
-            b, w = self.budget(g, now), self.wcet(g, stats.tokens_per_s)
+        tps = stats.tokens_per_s
+        # The planner asks once per candidate within a scheduling point, appending each admitted
+        # one to the same `running` list: nothing the scan reads changes meanwhile (no engine
+        # step), so the scan goes on from where the last call stopped when the call has the same
+        # list (same leading generations), time, speed and callables; else it starts afresh.
+        memo = self._memo
+        start = 0
+        if (memo is not None and memo[0] is running and memo[1] == now and memo[2] == tps
+                and memo[3] is self.budget and memo[4] is self.max_segment_tokens
+                and len(memo[5]) <= len(running) and all(map(operator.is_, memo[5], running))):
+            start, worst = len(memo[5]), memo[6]
+        for g in islice(running, start, None):
+            b, w = self.budget(g, now), self.wcet(g, tps)
             if w <= b and (worst is None or b - w < worst[0]):
                 worst = (b - w, g)
+        self._memo = (running, now, tps, self.budget, self.max_segment_tokens, list(running), worst)
         if worst is None:
             return True, ""
         g = worst[1]

@@ -14,9 +14,11 @@ Pure: no I/O, time from the injected clock.  The planner is the only writer of `
 from __future__ import annotations
 
 import collections
+import operator
 import queue
 import threading
 from dataclasses import dataclass, field
+from itertools import compress, repeat
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from .engine import Engine, EngineError, EngineFleet, EngineOutput, EngineStats
@@ -30,6 +32,13 @@ from .robots import RobotSpec
 from .segmenter import Segmenter
 from .types import (GenState, Generation, PlanRequest, RequestError, ResultCode, Segment, SegmentGoal,
                     SegmentResult, Value)
+
+_STATE = operator.attrgetter("state")
+# ids of the states the policy may (re)admit (ints: Enum.__hash__ is a Python call in 3.11)
+_READY_IDS = frozenset({id(GenState.QUEUED), id(GenState.SUSPENDED)})
+
+
+_CACHE_ONLY = frozenset({"cache"})
 
 
 def as_fleet(engine: Engine) -> EngineFleet | None:
@@ -99,6 +108,7 @@ class _Live:
     tok_ends: list[int] = field(default_factory=list)  # text length after each output token (1:1)
     pending: list[Segment] = field(default_factory=list)  # WHOLE mode: cut, not yet dispatched
     guard_plan: PlanState | None = None  # what the dispatch guard knows of the plan's accepted segments
+    order: int = 0  # position in Planner._live (submission order)
 
 
 class Planner:
@@ -120,6 +130,12 @@ class Planner:
         self.listeners = list(listeners)
         self.generations: dict[str, Generation] = {}
         self._live: dict[str, _Live] = {}
+        self._live_order = 0
+        # While step() handles the engine's outputs: the generations running in that step (a
+        # superset of those still running: none is admitted meanwhile), put in _live order at
+        # the first suspension that needs them (_on_cut's `others`, without a scan of _live).
+        self._stepped: list[Generation] | None = None
+        self._stepped_sorted = False
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.RLock()
         self.seg_gen_s = self.config.seg_gen_s
@@ -204,7 +220,9 @@ class Planner:
 
             g = Generation(request=request, prompt_ids=prompt, ready_since=request.arrival)
             self.generations[request.request_id] = g
-            self._live[request.request_id] = _Live(new_segmenter=new_segmenter, segmenter=new_segmenter())
+            self._live_order += 1
+            self._live[request.request_id] = _Live(new_segmenter=new_segmenter, segmenter=new_segmenter(),
+                                                   order=self._live_order)
             self._per_agent[request.robot_id] = self._per_agent.get(request.robot_id, 0) + 1
             self.submitted += 1
             self._notify(g)
@@ -262,16 +280,11 @@ class Planner:
             self._stats = None
             self.iteration += 1
             now = self.clock.now()
-            running: list[Generation] = []
-            ready: list[Generation] = []
-            gens = self.generations
-            for gid in self._live:  # one pass, in admission order
-                g = gens[gid]
-                st = g.state
-                if st is GenState.RUNNING:
-                    running.append(g)
-                elif st is GenState.QUEUED or st is GenState.SUSPENDED:
-                    ready.append(g)
+            # in _live order (C-level maps: with thousands queued this runs at every point)
+            gl = list(map(self.generations.__getitem__, self._live))
+            states = list(map(_STATE, gl))
+            running: list[Generation] = list(compress(gl, map(operator.is_, states, repeat(GenState.RUNNING))))
+            ready: list[Generation] = list(compress(gl, map(_READY_IDS.__contains__, map(id, states))))
             if ready or running:
                 try:
                     running = self._schedule(ready, running, now)
@@ -280,6 +293,7 @@ class Planner:
                     return False
             if not running:
                 return False
+            t_step = self.clock.now()
             try:
                 outs = self.engine.step()
             except EngineError as e:
@@ -294,8 +308,15 @@ class Planner:
                     self._engine_failed(str(e2))
                     return False
             now = self.clock.now()
-            for out in outs:
-                self._on_output(out, now)
+            self._stepped, self._stepped_sorted = running, False
+            try:
+                for out in outs:
+                    self._on_output(out, now)
+            finally:
+                self._stepped = None
+            on_step = self.policy.on_step
+            if getattr(on_step, "__func__", None) is not Policy.on_step:
+                on_step(now - t_step, len(outs))
             if self._fleet is not None:
                 self._requeue_lost(now)
             self._stats = None
@@ -306,10 +327,20 @@ class Planner:
             self._stats = self.engine.stats()
         return self._stats
 
+    def _kv_modes(self) -> frozenset[str]:
+        """The KV modes the engine honours on abort (`Engine.kv_modes`; "cache" if it says none)."""
+        modes = getattr(self.engine, "kv_modes", None)
+        if isinstance(modes, frozenset) and modes:
+            return modes
+        try:
+            return frozenset(modes) or _CACHE_ONLY
+        except TypeError:
+            return _CACHE_ONLY
+
     def context(self, running: Sequence[Generation] = ()) -> PolicyContext:
         return PolicyContext(estimator=self.estimator, robots=self.robots, stats=self._engine_stats(),
                              seg_gen_s=self.seg_gen_s, token_s=self.token_s, running=running,
-                             iteration=self.iteration)
+                             iteration=self.iteration, kv_modes=self._kv_modes())
 
     def _schedule(self, ready: list[Generation], running: list[Generation], now: float) -> list[Generation]:
         """Refresh priorities, preempt and admit; returns the generations now running."""
@@ -531,8 +562,16 @@ class Planner:
         self._dispatch(g, seg, now)
         if suspend:
             # the batch g leaves behind (LAMPS weighs g's held memory against C_other)
-            others = [x for i in self._live
-                      if (x := self.generations[i]) is not g and x.state is GenState.RUNNING]
+            if self._stepped is not None:
+                if not self._stepped_sorted:
+                    lives = self._live
+                    self._stepped = sorted((x for x in self._stepped if x.state is GenState.RUNNING),
+                                           key=lambda x: lives[x.gen_id].order)
+                    self._stepped_sorted = True
+                others = [x for x in self._stepped if x is not g and x.state is GenState.RUNNING]
+            else:
+                others = [x for i in self._live
+                          if (x := self.generations[i]) is not g and x.state is GenState.RUNNING]
             ctx = self.context(others)
             self._suspend_kv(g, self.policy.kv_mode(g, seg, ctx))
             # A fresh segmenter starts at the statement end; text of the last kept token that lies
@@ -655,7 +694,7 @@ class Planner:
             self.generations.pop(self._terminal.popleft(), None)
 
     def _queued_count(self) -> int:
-        return sum(1 for i in self._live if self.generations[i].state is GenState.QUEUED)
+        return list(map(_STATE, map(self.generations.__getitem__, self._live))).count(GenState.QUEUED)
 
     def _engine_failed(self, reason: str) -> None:
         """The engine raised: its KV is lost, our token records are not.  With a supervisor

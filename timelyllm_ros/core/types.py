@@ -154,8 +154,19 @@ class Generation:
         The robot runs segments in order, so each starts no earlier than the previous one ends;
         measured times replace estimates as executor results arrive.
         """
+        segs = self.segments
+        if not segs:
+            return None
+        # A measured end replaces everything before it: start at the last segment that has one
+        # (the same arithmetic from there on; a scheduling point asks this of every ready one).
+        last = segs[-1]
+        if last.exec_end is not None:
+            return last.exec_end
+        i = len(segs) - 2
+        while i > 0 and segs[i].exec_end is None:
+            i -= 1
         end: float | None = None
-        for seg in self.segments:
+        for seg in segs[i:] if i > 0 else segs:
             if seg.exec_end is not None:
                 end = seg.exec_end
                 continue

@@ -8,6 +8,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..core.engine import EngineError
+
 _ROOT_HASH = 0x7131E11  # parent "hash" of the first block of every sequence
 _INT_ONLY = {int}
 _BLOCK_TOKENS = operator.attrgetter("tokens")

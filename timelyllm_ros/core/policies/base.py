@@ -39,6 +39,7 @@ class PolicyContext:
     token_s: float  # average time per decoded token (1 / tokens_per_s), for length-based policies
     running: Sequence[Generation] = ()
     iteration: int = 0
+    kv_modes: frozenset[str] = frozenset({"cache"})  # KV modes the engine honours on abort (`Engine.kv_modes`)
 
 
 @dataclass
@@ -261,6 +262,10 @@ class Policy:
 
     def on_token(self, g: Generation, n_new: int, ctx: PolicyContext) -> None:
         """Hook for policies that refine predictions as tokens arrive (Trail)."""
+
+    def on_step(self, duration_s: float, outputs: int) -> None:
+        """Hook: one engine step took `duration_s` (clock time) and gave `outputs` outputs (one
+        per generation in it); called after their `on_token` calls (the default's step-time model)."""
 
     def on_kv_released(self, g: Generation) -> None:
         """The planner turned suspended g's preserved KV into cached KV (`Planner._release_pinned`:

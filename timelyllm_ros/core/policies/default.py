@@ -30,7 +30,20 @@ At each scheduling point (``select``):
    previous point: a binding cap or KV memory) a waiting critical generation preempts a running
    one at token level, one for one (Andes-style): a deferrable one first, else a critical one
    that has more than 2 tokens of its segment left and is a continuation while the waiting one is
-   a first segment, or of the same kind with a ``preempt_ratio`` times lower Eq. 4 density.
+   a first segment, or of the same kind with a ``preempt_ratio`` times lower Eq. 4 density;
+5. pacing (``pace``): while a critical first segment is running or waiting, each of those that can
+   still make its deadline needs its remaining tokens in steps of at most (deadline − now) /
+   tokens left; the tightest such budget, through an online model of the engine's step time
+   (a + b·generations + c·new requests, least squares over the steps seen, `step_time.py`),
+   gives the most generations the next step may hold.  Above it running generations are paused at
+   token level: deferrable ones first (most slack first), then, after the waiting critical
+   continuations are held back, critical continuations (least dense first); first segments never.
+   A paused generation keeps its KV in place (``preserve``) and comes back through rules 1–2 (it
+   costs one recomputed token) — so only where the engine honours ``preserve``, at least
+   ``pace_min_free`` of the KV memory is free and the model predicts the steps (relative one-step
+   error at most ``pace_max_error``): with vLLM's prefix cache a resume recomputes the
+   last, partial KV block, which costs more than the pause saves (drones:800: 62.8 % urgent with
+   ``pace_kv="cache"``).
 
 At each statement boundary (``suspend_at``) a generation keeps its slot and streams on, unless the
 batch is full and its next segment is not due within the lead: then it is suspended (the slot goes
@@ -42,11 +55,12 @@ TimelyLLM's segmentation with preemption.
 Online by construction: it reads a request's arrival, TUF and robot type and what has been
 generated and executed so far — never ``reference_plan`` nor future arrivals
 (tests/test_default_policy.py checks this).  It never sheds: every request is served.
-KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM.
+KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM; a rule-5 pause: "preserve".
 """
 
 from __future__ import annotations
 
+import math
 import operator
 from itertools import compress, repeat
 from typing import Sequence
@@ -58,10 +72,12 @@ from . import register
 from .base import (DispatchMode, Policy, PolicyContext, Selection, ascending_perm, batch_was_full,
                    priority_order, set_priorities)
 from .slots import SlotTable
+from .step_time import StepTimeModel
 from .timelyllm import TimelyLLM, eq4
 
 _OUTPUT_IDS = operator.attrgetter("output_ids")
 _ROBOT_TYPE = operator.attrgetter("request.robot_type")
+_PAUSE_KEY = operator.attrgetter("priority", "gen_id")  # lowest priority (most slack) first
 
 
 class Default(Policy):
@@ -70,8 +86,24 @@ class Default(Policy):
     fast_min = 64  # ready generations from which `select` takes the numpy path
 
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
-                 preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True) -> None:
+                 preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True,
+                 pace: bool = True, pace_min_free: float = 0.25, pace_max_error: float = 0.5,
+                 pace_kv: str = "preserve") -> None:
         self.kv_budget = kv_budget
+        if (isinstance(pace_min_free, bool) or not isinstance(pace_min_free, (int, float))
+                or not 0 <= pace_min_free <= 1):
+            raise ValueError(f"pace_min_free must be in [0, 1], got {pace_min_free!r}")
+        if (isinstance(pace_max_error, bool) or not isinstance(pace_max_error, (int, float))
+                or not pace_max_error > 0):
+            raise ValueError(f"pace_max_error must be > 0, got {pace_max_error!r}")
+        self.pace_max_error = float(pace_max_error)
+        if pace_kv not in ("preserve", "cache"):
+            raise ValueError(f"pace_kv must be 'preserve' or 'cache', got {pace_kv!r}")
+        self.pace = bool(pace)
+        self.pace_kv = pace_kv  # KV of a paused generation ("cache": only to measure what it costs)
+        self.pace_min_free = float(pace_min_free)
+        self._steps = StepTimeModel()  # the engine's step time against batch size (rule 5)
+        self._seen_new = 0  # new requests (their first output) in the engine step being reported
         for k, v in (("lead_steps", lead_steps), ("min_lead_s", min_lead_s)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
                 raise ValueError(f"{k} must be a finite number >= 0, got {v!r}")
@@ -180,14 +212,27 @@ class Default(Policy):
         self._full = full = batch_was_full(ready)
         terms = self._point_terms(ctx)
         critical, deferrable, protect = self._classify(ready, ctx, now, False, terms)
-        run_crit, _, run_first = self._classify(running, ctx, now, True, terms)
+        run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
         protect = protect or run_first  # a critical first segment is running or waiting
         order = priority_order(critical)  # Eq. 4 densities (> 0), best first
         if full:  # slots are scarce: robots still waiting for a first action go first
             order = [g for g in order if not g.segments] + [g for g in order if g.segments]
         if not protect:
             order += priority_order(deferrable)
-        return self._finish(order, bool(critical), run_crit, full, running, ctx)
+        sel = self._finish(order, bool(critical), run_crit, full, running, ctx)
+        if not protect:
+            return sel
+        budget = math.inf  # rule 5's tightest per-token budget of the waiting critical first segments
+        if self._pacing(ctx):
+            _, _, pred = terms
+            for g in critical:
+                if not g.segments:
+                    req = g.request
+                    left = pred.get((req.robot_type, True), 8.0) - g.seg_tokens
+                    t = (req.arrival + req.tuf.ert - now) / (left if left > 1.0 else 1.0)
+                    if 0.0 < t < budget:
+                        budget = t
+        return self._paced(sel, run_crit, run_def, running, ctx, now, budget)
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
@@ -200,9 +245,10 @@ class Default(Policy):
             return self._select_reference(ready, running, ctx, now)
         self._full = full = batch_was_full(ready)
         terms = self._point_terms(ctx)
-        run_crit, _, run_first = self._classify(running, ctx, now, True, terms)
+        run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
         if not ready:
-            return self._finish([], False, run_crit, full, running, ctx)
+            sel = self._finish([], False, run_crit, full, running, ctx)
+            return self._paced(sel, run_crit, run_def, running, ctx, now, math.inf) if run_first else sel
         token_s, lead, pred = terms
         rtypes = self._rtypes
         for name, _ in pred:
@@ -252,14 +298,104 @@ class Default(Policy):
         gen = a["gen"][sl]
         critical = gen[ci].tolist()
         idx = ci[ascending_perm(critical, -pri[ci], first=first[ci] if full else None, arrival=arrival[ci])]
-        if not (run_first or (first & crit).any()):  # no critical first segment running or waiting
+        protect = bool(run_first or (first & crit).any())  # a critical first segment runs or waits
+        if not protect:
             di = np.flatnonzero(~crit)
             deferrable = gen[di].tolist()
             idx = np.concatenate((idx, di[ascending_perm(deferrable, -pri[di], arrival=arrival[di])]))
         out_len = a["_out"][sl][idx].astype(np.int64)  # len(output_ids), as the table read it
         types = a["rtype"][sl][idx]
         order = gen[idx].tolist()
-        return self._finish(order, bool(critical), run_crit, full, running, ctx, (out_len, types))
+        sel = self._finish(order, bool(critical), run_crit, full, running, ctx, (out_len, types))
+        if not protect:
+            return sel
+        budget = math.inf  # as in `_select_reference`, element by element
+        fc = first & crit
+        if fc.any() and self._pacing(ctx):
+            with np.errstate(all="ignore"):
+                t = (due[fc] - now) / np.where(left[fc] > 1.0, left[fc], 1.0)
+            t = t[t > 0.0]
+            if t.size:
+                budget = float(t.min())
+        return self._paced(sel, run_crit, run_def, running, ctx, now, budget)
+
+    # --- rule 5: pace the steps that generate critical first segments ---------------------------
+    def on_token(self, g: Generation, n_new: int, ctx: PolicyContext) -> None:
+        """Count the new requests of the engine step that just ran (their first output: the step
+        tokenised and prefilled their prompts)."""
+        if not g.segments and not g.resumes and len(g.output_ids) == n_new:
+            self._seen_new += 1
+
+    def on_step(self, duration_s: float, outputs: int) -> None:
+        """Feed the step-time model (rule 5) with the engine step that just ran."""
+        self._steps.observe(duration_s, outputs, self._seen_new)
+        self._seen_new = 0
+
+    def _pacing(self, ctx: PolicyContext) -> bool:
+        """Whether rule 5 may pause: enabled, the engine keeps a paused generation's KV in place,
+        free KV memory is at least `pace_min_free`, the step time grows with the batch, and the
+        step-time model predicts it (root mean square one-step-ahead error at most
+        `pace_max_error` of the mean step time: where uncached prefills dominate the step time —
+        a memory-starved engine — the batch size does not decide it and pausing only adds noise)."""
+        if not self.pace or (self.pace_kv != "cache" and self.pace_kv not in ctx.kv_modes):
+            return False
+        st = ctx.stats
+        if st.kv_total_blocks and st.kv_free_blocks < self.pace_min_free * st.kv_total_blocks:
+            return False
+        return (self._steps.max_seqs(1.0, 0, ctx.token_s) is not None
+                and self._steps.relative_error() <= self.pace_max_error)
+
+    def _paced(self, sel: Selection, run_crit: list[Generation], run_def: list[Generation],
+               running: Sequence[Generation], ctx: PolicyContext, now: float, budget: float) -> Selection:
+        """Rule 5 (a critical first segment is running or waiting): each critical first segment
+        that can still make its deadline needs its remaining tokens in steps of at most
+        (deadline − now) / tokens left; the tightest of these budgets, through the step-time
+        model, gives the most generations the next step may hold.  Above it, running
+        generations are paused at token level (deferrable ones, most slack first; then critical
+        continuations, whose robots are busy, least dense first, after the ready ones are held
+        back); first segments are never paused.  A pause keeps the KV in place ("preserve"), so
+        only where the engine honours that and free KV memory is at least `pace_min_free`: a
+        resume that recomputes the last, partial KV block costs more than the pause saves."""
+        if not self._pacing(ctx):
+            return sel
+        for g in run_crit:  # `budget`: the same over the waiting ones
+            if g.segments:
+                continue
+            req = g.request
+            left = self.predicted_tokens(g, ctx) - g.seg_tokens
+            t = (req.arrival + req.tuf.ert - now) / (left if left > 1.0 else 1.0)
+            if 0.0 < t < budget:  # one already late is not saved by a budget
+                budget = t
+        if budget == math.inf:
+            return sel
+        new = sum(1 for g in sel.order if not g.output_ids)
+        cap = self._steps.max_seqs(budget, new, ctx.token_s)
+        if cap is None:
+            return sel
+        held = {id(g) for g in sel.preempt}
+        over = len(running) - len(held) + len(sel.order) - cap
+        if over <= 0:
+            return sel
+        victims = sorted((g for g in run_def if id(g) not in held), key=_PAUSE_KEY)
+        order = sel.order
+        if over > len(victims):
+            conts = [g for g in order if g.segments]
+            drop = min(len(conts), over - len(victims))
+            if drop:
+                out = {id(g) for g in conts[len(conts) - drop:]}  # the least urgent of them
+                order = [g for g in order if id(g) not in out]
+                over -= drop
+            victims += sorted((g for g in run_crit if g.segments and id(g) not in held), key=_PAUSE_KEY)
+        paused = victims[:over]
+        for g in paused:
+            g.extra["pause_kv"] = True
+        return Selection(order=order, preempt=list(sel.preempt) + paused)
+
+    def kv_mode(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> str:
+        """A generation paused by rule 5 keeps its KV in place; any other suspension "cache"."""
+        if g.extra.pop("pause_kv", False) and seg is None:
+            return self.pace_kv
+        return super().kv_mode(g, seg, ctx)
 
     def _finish(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
                 running: Sequence[Generation], ctx: PolicyContext,
@@ -328,7 +464,8 @@ class Default(Policy):
 
     def params(self) -> dict:
         return {"lead_steps": self.lead_steps, "min_lead_s": self.min_lead_s, "preempt": self.preempt,
-                "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight}
+                "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight, "pace": self.pace,
+                "pace_min_free": self.pace_min_free, "pace_max_error": self.pace_max_error, "pace_kv": self.pace_kv}
 
 
 register("default", Default)

@@ -20,6 +20,7 @@ carrying the `persistent` fields (e.g. starvation counters) over.
 from __future__ import annotations
 
 import operator
+from itertools import repeat
 from typing import Callable, Sequence
 
 import numpy as np
@@ -76,7 +77,7 @@ class SlotTable:
             sl = last[1].copy()  # the same generations as at the last lookup (common between points)
         else:
             get = self._slot_of.get
-            sl = np.array([get(id(g), -1) for g in gens], dtype=np.intp)
+            sl = np.fromiter(map(get, map(id, gens), repeat(-1)), dtype=np.intp, count=n)
         self._grow(len(self.objs) + n)
         a = self.a
         out = np.array([len(g.output_ids) for g in gens], dtype=float)

@@ -41,8 +41,23 @@ def eq4(gens: Sequence[Generation], now: float, G: float, floor: float, rescue_l
         req = g.request
         tuf = req.tuf
         beta = tuf.beta
-        if g.segments:
-            prev_end = g.prev_exec_end_estimate()
+        segs = g.segments
+        if segs:
+            # g.prev_exec_end_estimate() inlined for its common cases (same arithmetic): the last
+            # segment measured, or only it unmeasured after a measured one (or alone)
+            last = segs[-1]
+            prev_end = last.exec_end
+            if prev_end is None:
+                pe = segs[-2].exec_end if len(segs) > 1 else None
+                if pe is None and len(segs) > 1:
+                    prev_end = g.prev_exec_end_estimate()
+                else:
+                    start = last.exec_start
+                    if start is None:
+                        start = last.dispatched_at or last.gen_end
+                    if pe is not None and pe > start:  # max(start, pe)
+                        start = pe
+                    prev_end = start + last.est_exec_s
             due = prev_end if prev_end is not None else now
             t = now_g - due
             u = tuf.alpha * (0.0 if 0.0 > t else t) + beta  # TUF1: max(t, 0.0)
