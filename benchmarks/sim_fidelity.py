@@ -31,6 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 
 def simulate(workload, plans, *, profile_path, tokenizer, robots, policy, keep):
@@ -80,14 +81,16 @@ def open_engine(args):
     return VllmEngine({**DEFAULT_ENGINE, "model": args.model, "dtype": args.dtype})
 
 
-def serve_real(args, engine, arrivals, robots, seed):
-    """`args.runs` real-time runs on one vLLM engine, each from a cold prefix cache + warm-up."""
+def serve_real(args, engine, arrivals, robots, seed, before_run=lambda: None):
+    """`args.runs` real-time runs on one vLLM engine, each from a cold prefix cache + warm-up
+    (`before_run()` first: the interleaved fit serves its next draws there)."""
     from timelyllm_ros.prompts import PromptBuilder
     from timelyllm_ros.serve import serve_arrivals, warm_up
 
     runs, records, plans, differ, loads = [], [], {}, 0, []
     prompts = PromptBuilder(robots, engine.tokenizer)
     for i in range(args.runs):
+        before_run()
         engine.reset_prefix_cache()  # each run starts cold, like the first (then the warm-up)
         warm_up(engine, prompts, sorted({a.robot_type for a in arrivals}))
         load0 = os.getloadavg()[0]
@@ -121,12 +124,36 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
     ap.add_argument("--save-real", default=None, help="save the real runs (plans, responses, steps, load) here")
     ap.add_argument("--real", default=None, help="use real runs saved by --save-real instead of serving")
+    ap.add_argument("--fit-workload", default=None,
+                    help="fit the profile in the same session: serve draws of these workloads (comma-separated; "
+                         "e.g. mixed_small,WID2,chat_burst, never the checked ones) interleaved with the real "
+                         "runs, so fit and check see the same machine state; fit_vllm_profile.py's serving fit; "
+                         "the profile is written to --fit-out and used for the simulation")
+    ap.add_argument("--fit-seed", type=int, default=101, help="seed of the first fit draw, +1 per further draw")
+    ap.add_argument("--fit-runs", type=int, default=2, help="draws per fit workload")
+    ap.add_argument("--fit-duration", type=float, default=40.0, help="serve the first S seconds of each fit draw")
+    ap.add_argument("--fit-out", default=None, help="with --fit-workload: write the fitted profile here")
+    ap.add_argument("--save-steps", default=None,
+                    help="with --fit-workload: save the fit's served iterations here (fit_vllm_profile.py --steps "
+                         "refits from them offline)")
     args = ap.parse_args()
     if args.runs < 1:
         ap.error("--runs must be >= 1")
     if args.real and not Path(args.real).is_file():
         ap.error(f"--real {args.real}: no such file (write one with --save-real)")
-    if not Path(args.profile).is_file():
+    fit_names = [w.strip() for w in (args.fit_workload or "").split(",") if w.strip()]
+    if args.fit_workload is not None:
+        if args.real:
+            ap.error("--fit-workload serves: it cannot be used with --real")
+        if not (args.fit_out and args.save_steps):
+            ap.error("--fit-workload needs --fit-out (the profile) and --save-steps (the fit's iterations)")
+        if not fit_names or args.fit_runs < 1 or not args.fit_duration > 0:
+            ap.error("--fit-workload: name at least one workload; --fit-runs >= 1, --fit-duration > 0")
+        clash = sorted(set(fit_names) & {w.strip() for w in args.workload.split(",")})
+        if clash:
+            ap.error(f"--fit-workload {clash} is also checked: keep the fit out of sample")
+        args.profile = args.fit_out
+    elif not Path(args.profile).is_file():
         ap.error(f"--profile {args.profile}: no such file")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -152,13 +179,35 @@ def main() -> int:
         missing = [n for n in names if n not in saved_all["workloads"]]
         if missing:
             ap.error(f"--real {args.real} has no runs of {missing}; it has {sorted(saved_all['workloads'])}")
-    profile = LatencyProfile.from_yaml(args.profile)
     engine = tokenizer = None
-    results, to_save = [], {"model": args.model, "workloads": {}}
+    results, to_save, real_side = [], {"model": args.model, "workloads": {}}, {}
     try:
+        fit = None
+        if fit_names:
+            import types
+
+            from fit_vllm_profile import fit_draws
+            fit = types.SimpleNamespace(fit_workloads=[load_workload(n) and n for n in fit_names],
+                                        fit_seed=args.fit_seed, fit_runs=args.fit_runs,
+                                        fit_duration=args.fit_duration, recs=[], gaps=[], loads=[])
+            fit.draws = fit_draws(fit.fit_workloads, fit.fit_seed, fit.fit_runs)
+            fit.checks, fit.done = len(wls) * args.runs, 0
+
+        def before_run() -> None:
+            """Before check run j of n: fit draws j*f/n .. (j+1)*f/n - 1 (f draws spread evenly)."""
+            if fit is None:
+                return
+            from fit_vllm_profile import serve_for_fit
+            j, n, f = fit.done, fit.checks, len(fit.draws)
+            fit.done += 1
+            recs, gaps, loads = serve_for_fit(engine, fit, fit.draws[j * f // n:(j + 1) * f // n])
+            fit.recs += recs
+            fit.gaps += gaps
+            fit.loads += loads
+
         for name, wl in wls.items():
-            def keep(a) -> bool:
-                return a.time <= args.duration
+            def keep(a, d=args.duration) -> bool:
+                return a.time <= d
 
             arrivals = [a for a in expand(wl, default_catalog(robots), robots, seed=wl.seed) if keep(a)]
             if args.real:
@@ -174,18 +223,28 @@ def main() -> int:
                 if engine is None:
                     engine = open_engine(args)
                     tokenizer = engine.tokenizer
-                plans, runs, records, differ, loads = serve_real(args, engine, arrivals, robots, wl.seed)
+                plans, runs, records, differ, loads = serve_real(args, engine, arrivals, robots, wl.seed, before_run)
                 to_save["workloads"][name] = {"plans": plans, "runs": runs, "plans_differed": differ, "loads": loads,
                                               "steps": [dataclasses.asdict(r) for r in records]}
-            # the simulated side right after the real one (same period on a shared machine)
+            real_side[name] = (wl, keep, arrivals, plans, runs, differ, loads, records)
+        if args.save_real and not args.real:  # before the fit: kept even if anything after fails
+            Path(args.save_real).write_text(json.dumps(to_save))
+        if fit is not None:  # the profile, fitted on the interleaved draws (as fit_vllm_profile.py --steps)
+            from fit_vllm_profile import host_costs, refit_saved, save_steps
+            tok_t, detok_t, n_tok = host_costs(engine.tokenizer)
+            save_steps(Path(args.save_steps), fit, recs=fit.recs, gaps=fit.gaps, loads=fit.loads, tokenize_s=tok_t,
+                       detokenize_s=detok_t, n_tok=n_tok, which=str(Path(args.model).relative_to(REPO))
+                       if Path(args.model).is_relative_to(REPO) else args.model, dtype=str(engine.dtype),
+                       kv_block_size=engine.block_size, kv_capacity_blocks=engine.kv_total_blocks)
+            refit_saved(argparse.Namespace(steps=args.save_steps, out=args.fit_out))
+        profile = LatencyProfile.from_yaml(args.profile)
+        for name, (wl, keep, arrivals, plans, runs, differ, loads, records) in real_side.items():
             sim, sim_steps = simulate(wl, plans, profile_path=args.profile, tokenizer=tokenizer, robots=robots,
                                       policy=args.policy, keep=keep)
             results.append(report(name, args, arrivals, plans, runs, differ, loads, records, sim, sim_steps, profile))
     finally:
         if engine is not None:
             engine.shutdown()
-    if args.save_real and not args.real:
-        Path(args.save_real).write_text(json.dumps(to_save))
     if len(results) > 1:
         print("\nout-of-sample summary (largest per-task-type error per workload, goal <= 15 %):")
         for r in results:

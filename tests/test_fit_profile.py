@@ -35,3 +35,107 @@ def rec(start, dur, post=0.0):
 def test_host_gaps_skip_idle_periods():
     recs = [rec(0.0, 0.010, 0.001), rec(0.012, 0.010), rec(0.5, 0.010), rec(0.5105, 0.01)]
     assert host_gaps(recs) == pytest.approx([0.001, 0.0005])
+
+
+def _served(n: int = 400) -> list[StepRecord]:
+    """Synthetic serving iterations with known costs: decode 8 ms + 0.3 ms/extra seq + 0.2 us/
+    context token; a prefill adds 0.15 ms/uncached token + 2 us/cached token; 1 us/output token."""
+    import random
+
+    rng = random.Random(3)
+    out, t = [], 0.0
+    for i in range(n):
+        seqs = rng.randint(1, 12)
+        ctx = seqs * rng.randint(100, 1300)
+        pre, prectx = (rng.randint(10, 300), rng.randint(0, 4000)) if i % 5 == 0 else (0, 0)
+        dur = 0.008 + 0.0003 * (seqs - 1) + 2e-7 * ctx + (1.5e-4 * pre + 2e-6 * prectx if pre else 0.0)
+        out.append(StepRecord(start_s=t, duration_s=dur, post_s=1e-6 * seqs, seqs=seqs, prefill_tokens=pre,
+                              prefill_context_tokens=prectx, context_tokens=ctx, adds=1 if pre else 0,
+                              output_tokens=seqs))
+        t += dur + 1e-6 * seqs + 1e-4  # 0.1 ms of host work between iterations
+    return out
+
+
+def test_saved_steps_refit_offline_recovers_the_costs_and_is_reproducible(tmp_path):
+    """--save-steps / --steps: the served iterations are kept and the profile refitted from them
+    without an engine; the same file gives the same profile byte for byte."""
+    import argparse
+
+    import yaml
+
+    from fit_vllm_profile import refit_saved, save_steps
+    from timelyllm_ros.engines.latency_profile import LatencyProfile
+
+    recs = _served()
+    a = argparse.Namespace(fit_workloads=["mixed_small", "WID2"], fit_seed=101, fit_runs=2, fit_duration=40.0)
+    steps = tmp_path / "steps.json"
+    save_steps(steps, a, recs=recs, gaps=host_gaps(recs), loads=[[1.0, 1.1]], tokenize_s=4e-5, detokenize_s=1e-6,
+               n_tok=36, which="models/tiny-planner", dtype="bfloat16", kv_block_size=32, kv_capacity_blocks=8191)
+    outs = []
+    for name in ("p1.yaml", "p2.yaml"):
+        refit_saved(argparse.Namespace(steps=str(steps), out=str(tmp_path / name)))
+        outs.append((tmp_path / name).read_text())
+    assert outs[0] == outs[1]
+    prof = LatencyProfile.from_yaml(tmp_path / "p1.yaml")
+    assert prof.decode_base_s == pytest.approx(0.008 + 1e-4, rel=1e-3)  # + the median host gap
+    assert prof.decode_s_per_extra_seq == pytest.approx(0.0003, rel=1e-3)
+    assert prof.decode_s_per_context_token == pytest.approx(2e-7, rel=1e-3)
+    assert prof.prefill_s_per_token == pytest.approx(1.5e-4, rel=1e-3)
+    assert prof.prefill_s_per_context_token == pytest.approx(2e-6, rel=1e-3)
+    assert (prof.tokenize_s, prof.detokenize_s, prof.kv_capacity_blocks) == (4e-5, 1e-6, 8191)
+    assert "mixed_small, WID2" in yaml.safe_load(outs[0])["description"]
+
+
+def test_host_costs_time_the_request_text_not_the_whole_prompt():
+    """The planner tokenises a request's own text; the robot type's prompt prefix once
+    (PromptBuilder.prefix_ids).  tokenize_s must be timed on what is tokenised per request."""
+    from fit_vllm_profile import host_costs
+    from timelyllm_ros.prompts import TokenizerFile, request_text
+
+    tok = TokenizerFile()
+    seen: list[str] = []
+
+    class Counting:
+        def encode(self, text):
+            seen.append(text)
+            return tok.encode(text)
+
+        def decode(self, ids):
+            return tok.decode(ids)
+
+    tokenize_s, detokenize_s, n = host_costs(Counting())
+    req = request_text("look for the cat", "living room with a sofa and a cat")
+    assert n == len(tok.encode(req)) and tokenize_s > 0 and detokenize_s > 0
+    assert seen.count(req) >= 50  # the timed calls; the one whole-prompt encode feeds the detokenizer
+    assert sum(1 for s in seen if s != req) == 1
+
+
+def test_spot_check_order_relation_ties_and_best_other():
+    from spot_check import best_other, figures, relation
+
+    rows = {"default": {"total_pct": 91.4}, "edf": {"total_pct": 24.5}, "andes": {"total_pct": 91.42}}
+    assert relation(rows, ["andes", "default", "edf"], "total_pct") == "andes = default > edf"
+    assert relation(rows, ["default", "andes", "edf"], "total_pct") == "andes = default > edf"
+    assert relation({"a": {"k": 2.0}, "b": {"k": 1.0}}, ["a", "b"], "k") == "a > b"
+    sim = {"default": {"total_pct": 90.0, "urgent_pct": 80.0}, "edf": {"total_pct": 95.0, "urgent_pct": 70.0},
+           "andes": {"total_pct": 95.0, "urgent_pct": 75.0}, "fcfs": {"total_pct": 95.0, "urgent_pct": 75.0}}
+    assert best_other(sim, ["default"]) == "andes"  # total, then urgent, then the alphabetically first
+    assert best_other(sim, ["default", "andes"]) == "fcfs"
+    r = [["a", "urgent", "finished", 1.0, 2.0], ["b", "normal", "finished", 1.0, 1.0], ["c", "urgent", "failed", 0.0, 2.0]]
+    f = figures(r)
+    assert f["total_pct"] == pytest.approx(40.0) and f["urgent_pct"] == pytest.approx(25.0)
+    assert f["finished"] == 2 and f["requests"] == 3
+    assert figures(r, {"a", "b"})["total_pct"] == pytest.approx(200 / 3)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--fit-workload", "WID1", "--fit-out", "p.yaml", "--save-steps", "s.json"], "is also checked"),
+    (["--fit-workload", "mixed_small"], "needs --fit-out"),
+])
+def test_sim_fidelity_interleaved_fit_refuses_in_sample_or_incomplete_requests(extra, message):
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, str(root / "benchmarks" / "sim_fidelity.py"), "--workload", "WID1", *extra],
+                       capture_output=True, text=True, cwd=root)
+    assert p.returncode == 2 and message in p.stderr

