@@ -36,7 +36,8 @@ At each scheduling point (``select``):
 5. pacing (``pace``): while a critical first segment is running or waiting, each of those that can
    still make its deadline needs its remaining tokens in steps of at most (deadline − now) /
    tokens left; the tightest such budget, through an online model of the engine's step time
-   (a + b·generations + c·new requests, least squares over the steps seen, `step_time.py`),
+   (a + b·generations + c·new requests + d·prefilled tokens, least squares over the steps seen,
+   `step_time.py`),
    gives the most generations the next step may hold.  Above it running generations are paused at
    token level: deferrable ones first (most slack first), then, after the waiting critical
    continuations are held back, critical continuations (least dense first); first segments never.
@@ -46,7 +47,6 @@ At each scheduling point (``select``):
    error at most ``pace_max_error``): with vLLM's prefix cache a resume recomputes the
    last, partial KV block, which costs more than the pause saves (drones:800: 62.8 % urgent with
    ``pace_kv="cache"``).
-
 6. step-time cap (``step_ratio``): admissions also stop where a step would take more than 3 times
    a one-generation step, by the step-time model (``step_time.py``, least squares; until it has
    seen 4 steps, at most twice the running batch, at least 8): beyond that every running
