@@ -58,9 +58,9 @@ def _serving(argv: list[str], log: Path) -> subprocess.Popen:
     with open(log, "w") as f:
         p = _launch(argv, f)
     end = time.monotonic() + 120
-    while "serving" not in log.read_text() and time.monotonic() < end and p.poll() is None:
+    while "; serving" not in log.read_text() and time.monotonic() < end and p.poll() is None:
         time.sleep(0.2)
-    if "serving" not in log.read_text():
+    if "; serving" not in log.read_text():
         p.kill()
         raise AssertionError(log.read_text()[-2000:])
     return p
@@ -143,6 +143,7 @@ def test_ctrl_c_stops_every_node(tmp_path: Path) -> None:
     p = _serving(argv, log)
     try:
         assert _graph_processes(domain), "the graph's nodes should be running now"
+        assert p.poll() is None, "the demo ended before the test could interrupt it: " + log.read_text()[-1500:]
         p.send_signal(signal.SIGINT)
         rc = p.wait(timeout=90)
     finally:
