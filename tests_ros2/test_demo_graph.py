@@ -49,14 +49,15 @@ def _demo(tmp_path: Path, domain: int, *extra: str) -> tuple[list[str], Path]:
     return argv, out
 
 
-def _launch(argv: list[str], out: Any = subprocess.PIPE) -> subprocess.Popen:
-    return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True)
+def _launch(argv: list[str], out: Any = subprocess.PIPE, sigint_ignored: bool = False) -> subprocess.Popen:
+    pre = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
+    return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True, preexec_fn=pre)
 
 
-def _serving(argv: list[str], log: Path) -> subprocess.Popen:
+def _serving(argv: list[str], log: Path, sigint_ignored: bool = False) -> subprocess.Popen:
     """The demo started, once it says it is serving (its log in `log`)."""
     with open(log, "w") as f:
-        p = _launch(argv, f)
+        p = _launch(argv, f, sigint_ignored)
     end = time.monotonic() + 120
     while "; serving" not in log.read_text() and time.monotonic() < end and p.poll() is None:
         time.sleep(0.2)
@@ -136,11 +137,13 @@ def test_demo_runs_the_ros_graph_end_to_end(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_stops_every_node(tmp_path: Path) -> None:
-    """SIGINT to the demo while it serves: it exits 130 and no process of its graph is left."""
+    """SIGINT to the demo while it serves: it exits 130 and no process of its graph is left — also
+    when it was started with SIGINT ignored, as a shell starts a background job (`make demo &`):
+    Python then installs no KeyboardInterrupt handler, and the demo used to run on to the end."""
     domain = free_domain_id(120 + os.getpid() % 30)
     argv, out = _demo(tmp_path, domain)
     log = tmp_path / "demo.log"
-    p = _serving(argv, log)
+    p = _serving(argv, log, sigint_ignored=True)
     try:
         assert _graph_processes(domain), "the graph's nodes should be running now"
         assert p.poll() is None, "the demo ended before the test could interrupt it: " + log.read_text()[-1500:]

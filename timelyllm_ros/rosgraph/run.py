@@ -249,6 +249,9 @@ def run_graph(inp: Any, opts: GraphOptions, *, say: Callable[[str], None],
         f"node logs in {logs}/")
     transport = recorder = monitor = None
     previous_term = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM: clean up as Ctrl-C
+    # SIGINT too, explicitly: a process started with SIGINT ignored (a shell's background job, e.g.
+    # `make demo &` or CI scripts run with `&`) would otherwise never see Ctrl-C / `kill -INT`
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         _start_nodes(group, inp, opts, robots, tello)
         transport = RclpyTransport("demo_monitor", args=["timelyllm-demo"])
@@ -269,6 +272,7 @@ def run_graph(inp: Any, opts: GraphOptions, *, say: Callable[[str], None],
         rejected = monitor.rejected()
     finally:
         signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
         if recorder is not None:
             recorder.close()
         # vLLM's shutdown (engine core, worker process) takes seconds on a loaded CPU
