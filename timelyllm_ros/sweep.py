@@ -361,19 +361,26 @@ def _report_saved(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_acceptance(doc: dict[str, Any], policy: str) -> None:
+def _acceptance(doc: dict[str, Any], policy: str) -> Any:
+    """Issue 15's verdicts for `policy` (sim/acceptance.py), or None where there is nothing to
+    check ('none', a policy not in the map, or no other policy to compare with)."""
     from .sim.acceptance import check
 
-    if policy != "none" and policy in doc["grid"]["policies"] and len(doc["grid"]["policies"]) > 1:
-        print(check(doc, policy).summary())
+    pols = doc["grid"]["policies"]
+    return check(doc, policy) if policy != "none" and policy in pols and len(pols) > 1 else None
+
+
+def _print_acceptance(doc: dict[str, Any], policy: str) -> None:
+    acc = _acceptance(doc, policy)
+    if acc is not None:
+        print(acc.summary())
 
 
 def _acceptance_markdown(doc: dict[str, Any], policy: str) -> str:
-    from .sim.acceptance import check, markdown
+    from .sim.acceptance import markdown
 
-    if policy == "none" or policy not in doc["grid"]["policies"] or len(doc["grid"]["policies"]) < 2:
-        return ""
-    return "\n" + markdown(check(doc, policy))
+    acc = _acceptance(doc, policy)
+    return "" if acc is None else "\n" + markdown(acc)
 
 
 # --------------------------------------------------------------------------------------- output

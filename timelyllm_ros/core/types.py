@@ -166,7 +166,7 @@ class Generation:
         while i > 0 and segs[i].exec_end is None:
             i -= 1
         end: float | None = None
-        for seg in segs[i:] if i > 0 else segs:
+        for seg in segs[max(i, 0):]:
             if seg.exec_end is not None:
                 end = seg.exec_end
                 continue

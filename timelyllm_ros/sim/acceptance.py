@@ -107,7 +107,7 @@ def _best_other(policies: Mapping[str, Mapping[str, Any]], me: str, field: str) 
     vals = [(r[field], n) for n, r in policies.items() if n != me and _ok(r) and r.get(field) is not None]
     if not vals:
         return None, None
-    v, n = max(vals, key=lambda x: (x[0], [-ord(ch) for ch in x[1]]))  # ties: alphabetically first
+    v, n = min(vals, key=lambda x: (-x[0], x[1]))  # the highest; ties: alphabetically first
     return n, v
 
 
