@@ -1,6 +1,7 @@
 """The default policy: one decision-rule test per mechanism, its online-ness, and its endings."""
 
 import dataclasses
+import math
 
 import pytest
 
@@ -89,15 +90,28 @@ def test_gate_holds_deferrable_work_while_a_first_segment_is_critical():
     assert sel.order == []
 
 
-def test_critical_work_is_ordered_by_eq4_density():
+def test_critical_first_segments_are_ordered_by_apparent_tardiness_cost():
+    """Critical first segments: ATC, |alpha| / p * exp(-max(0, slack) / (k * mean p)) — past the
+    deadline weighted-shortest-processing-time (an urgent TUF loses 6.67 per second, a normal
+    one 2); critical continuations keep Eq. 4 and come after every critical first segment."""
     p = Default()
-    late = gen("late", 9.6, URGENT)  # overdue: rescued by Eq. 4's late term
+    late = gen("late", 9.6, URGENT)  # overdue
     fresh = gen("fresh", 10.0, URGENT)
     near = gen("near", 9.3, NORMAL)  # due 10.3, slack 0.16 - ... critical
-    sel = p.select([fresh, near, late], [], ctx(), 10.1)
-    eq4 = make_policy("timelyllm")
-    want = sorted([fresh, near, late], key=lambda g: -eq4.priority(g, ctx(), 10.1))
-    assert ids(sel.order) == ids(want)
+    cont = gen("cont", 5.0, URGENT, [seg(0, 9.0, 1.0)], state=GenState.SUSPENDED)  # robot idle since 10.0
+    sel = p.select([fresh, cont, near, late], [], ctx(), 10.1)
+    c = ctx()
+    firsts = [fresh, near, late]
+    ps = [(max(1.0, p.predicted_tokens(g, c)) + 1) * TOKEN_S for g in firsts]
+    slacks = [p.slack(g, c, 10.1, running=False) for g in firsts]
+    scale = sum(ps) / len(ps) * p.atc_k
+    want = {g.gen_id: -g.request.tuf.alpha / q * math.exp(-max(0.0, s) / scale) for g, q, s in zip(firsts, ps, slacks)}
+    for g in firsts:
+        assert g.priority == pytest.approx(want[g.gen_id], rel=1e-12)
+    arrival = {g.gen_id: g.request.arrival for g in firsts}  # equal priorities: first come first
+    assert ids(sel.order) == sorted(want, key=lambda k: (-want[k], arrival[k])) + ["cont"]
+    assert ids(sel.order)[:2] == ["late", "fresh"]  # both past due: urgent before the normal one
+    assert cont.priority == pytest.approx(make_policy("timelyllm").priority(cont, c, 10.1))
 
 
 def test_preemption_only_when_the_batch_is_full_and_victims_chosen_by_rule():
@@ -228,14 +242,15 @@ def test_admission_fits_free_kv_memory_counting_uncached_prefixes():
 
 
 def test_full_batch_serves_first_statements_before_continuations():
-    """Slots are scarce: a robot still waiting for its first action goes before one whose plan
-    is under way, whatever their Eq. 4 densities; such a first statement may preempt a running
-    continuation that still has tokens to go, never the other way round."""
+    """A robot still waiting for its first action goes before one whose plan is under way,
+    whatever their densities (full or not: a first action is what the TUF scores); when the batch
+    is full such a first statement may preempt a running continuation that still has tokens to
+    go, never the other way round."""
     p = Default()
     first = gen("first", 9.5, NORMAL)  # due 10.5: critical at 10.45
     cont = gen("cont", 5.0, URGENT, [seg(0, 9.0, 1.4)], state=GenState.SUSPENDED)  # robot done 10.4
     sel = p.select([cont, first], [], ctx(), 10.45)
-    assert cont.priority > first.priority and ids(sel.order) == ["cont", "first"]  # not full: Eq. 4
+    assert ids(sel.order) == ["first", "cont"] and sel.preempt == []  # not full
     first.extra["blocked"] = "batch full (1)"
     assert ids(p.select([cont, first], [], ctx(), 10.45).order) == ["first", "cont"]
     running_cont = gen("rc", 5.0, URGENT, [seg(0, 9.0, 1.4)], state=GenState.RUNNING)
@@ -291,7 +306,8 @@ def test_step_model_least_squares_learns_the_per_generation_cost():
 def test_step_cap_cuts_admission_and_counts_as_a_full_batch():
     """The step-time cap: past the largest batch whose step is at most step_ratio (3) times a
     one-generation step the order is cut (the rest waits), and the next point treats the batch as
-    full: a continuation whose next statement can wait yields its slot."""
+    full for preemption (a waiting critical first segment takes a deferrable one's slot); it does
+    not make continuations yield at statement boundaries."""
     p = Default()
     assert p.step_cap(ctx(), 5) == 10 and p.step_cap(ctx(), 1) == 8  # slow start: 2 x running, >= 8
     _feed(p._steps, a=0.022, b=0.004)
@@ -304,16 +320,22 @@ def test_step_cap_cuts_admission_and_counts_as_a_full_batch():
     ready = [gen(f"q{i}", 10.0, URGENT) for i in range(5)]
     sel = p.select(ready, running, ctx(), 10.0)
     assert len(sel.order) == cap - len(running) == 2 and p._capped
-    p.select(ready, running, ctx(), 10.02)
-    assert p._full  # the cut counts as a full batch at the next point
+    idle = gen("idle", 5.0, NORMAL, [seg(0, 9.0, 20.0)], state=GenState.RUNNING)  # due 29: deferrable
+    sel = p.select(ready, running[:11] + [idle], ctx(), 10.02)
+    assert ids(sel.preempt) == ["idle"]  # the cut counts as a full batch at the next point
     g = gen("g", 0.0, NORMAL, [seg(0, 10.0, 30.0)], state=GenState.RUNNING)
-    assert p.suspend_at(g, g.segments[0], ctx(), 10.03)  # its robot is busy for 30 s: yield
+    # ...but at a statement boundary a continuation streams on: suspending it would trade a
+    # re-add (prefill) per statement for a slot this policy itself withholds
+    assert not p.suspend_at(g, g.segments[0], ctx(), 10.03)
+    g.extra["blocked"] = "batch full (12)"
+    p.select([g], running, ctx(), 10.04)  # a refusal by the batch cap / KV memory does suspend it
+    assert p.suspend_at(g, g.segments[0], ctx(), 10.05)
 
 
 def test_memory_cut_counts_as_a_full_batch_only_with_memory_full():
     """memory_full=True: a ready generation held back by the KV budget (rule 3) makes the batch
     full at the next point, as a refusal by a batch cap does; by default (False) only the planner's
-    refusals and the step-time cap count (the memory cut alone suspends nobody)."""
+    refusals (and, for preemption only, the step-time cap) count: the memory cut alone suspends nobody."""
     c = PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS,
                       stats=EngineStats(1000, 0, 16, 1, 45.0), seg_gen_s=0.1, token_s=TOKEN_S)
     for on in (True, False):

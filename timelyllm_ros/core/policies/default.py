@@ -88,6 +88,21 @@ _ROBOT_TYPE = operator.attrgetter("request.robot_type")
 _PAUSE_KEY = operator.attrgetter("priority", "gen_id")  # lowest priority (most slack) first
 
 
+def atc_priorities(alphas: Sequence[float], ps: Sequence[float], slacks: Sequence[float], k: float) -> list[float]:
+    """Apparent-tardiness-cost priorities (Vepsalainen & Morton 1987) of critical first segments:
+    (TUF slope |alpha| / p) * exp(-max(0, slack) / (k * mean p)), p = estimated time to finish
+    the segment.  Past its deadline a request loses |alpha| utility per second of delay, so
+    among late ones the order is weighted-shortest-processing-time (what minimises the sum of
+    alpha x lateness); slack discounts one not yet late.  One pure-Python function for both
+    `select` paths (bit-identical results); always > 0."""
+    scale = math.fsum(ps) / len(ps) * k
+    scale = scale if scale > 1e-9 else 1e-9
+    exp = math.exp
+    out = [(-a if a < 0.0 else 1e-12) / (p if p > 1e-9 else 1e-9) * exp(-(s if s > 0.0 else 0.0) / scale)
+           for a, p, s in zip(alphas, ps, slacks)]
+    return [v if v > 0.0 else 5e-324 for v in out]  # (exp underflow: still critical, last)
+
+
 class Default(Policy):
     name = "default"
     mode = DispatchMode.SUSPEND
@@ -96,8 +111,12 @@ class Default(Policy):
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
                  preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True,
                  pace: bool = True, pace_min_free: float = 0.25, pace_max_error: float = 0.5,
-                 pace_kv: str = "preserve", step_ratio: float = 3.0, memory_full: bool = False) -> None:
+                 pace_kv: str = "preserve", step_ratio: float = 3.0, memory_full: bool = False,
+                 atc_k: float = 2.0) -> None:
         self.kv_budget = kv_budget
+        if isinstance(atc_k, bool) or not isinstance(atc_k, (int, float)) or not 0 < atc_k < math.inf:
+            raise ValueError(f"atc_k must be a finite number > 0, got {atc_k!r}")
+        self.atc_k = float(atc_k)
         if (isinstance(pace_min_free, bool) or not isinstance(pace_min_free, (int, float))
                 or not 0 <= pace_min_free <= 1):
             raise ValueError(f"pace_min_free must be in [0, 1], got {pace_min_free!r}")
@@ -118,6 +137,7 @@ class Default(Policy):
         self.step_ratio = float(step_ratio)
         self.memory_full = bool(memory_full)
         self._capped = False  # the step-time cap or the KV budget held back a ready generation
+        self._mem_held = False  # ... the KV budget did, with memory_full
         for k, v in (("lead_steps", lead_steps), ("min_lead_s", min_lead_s)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
                 raise ValueError(f"{k} must be a finite number >= 0, got {v!r}")
@@ -133,6 +153,8 @@ class Default(Policy):
         self._eq4 = TimelyLLM()
         self._seg_len: dict[tuple[str, bool], float] = {}  # (robot type, first segment?) -> mean tokens
         self._full = False  # the batch-size controller refused a ready generation at the last point
+        # (not the step-time cap: suspending there trades a re-prefill per statement for a slot
+        # the policy itself withholds — the edge board with chat_mixed lost 7 s of engine time to it)
         # a request's constants (arrival, ERT, TUF slope and height, robot type) and what changes
         # only when the generation runs (whether it has segments, tokens of the current one)
         self._table = SlotTable({"arrival": (float, 0.0), "ert": (float, 0.0), "alpha": (float, 0.0),
@@ -196,7 +218,10 @@ class Default(Policy):
         enter = 0.0 if running else token_s
         critical: list[Generation] = []
         deferrable: list[Generation] = []
-        first_critical = False
+        firsts: list[Generation] = []  # critical first segments and their (|alpha|, p, slack) for ATC
+        alphas: list[float] = []
+        ps: list[float] = []
+        slacks: list[float] = []
         for g in gens:
             req = g.request
             segs = g.segments
@@ -211,29 +236,34 @@ class Default(Policy):
             if s <= lead:
                 critical.append(g)
                 if not segs:
-                    first_critical = True
+                    firsts.append(g)
+                    alphas.append(req.tuf.alpha)
+                    ps.append((left if left > 1.0 else 1.0) * token_s + enter)
+                    slacks.append(s)
             else:
                 g.priority = -1.0 - s
                 deferrable.append(g)
         G, floor = self._eq4._g_floor(ctx)
         set_priorities(critical, eq4(critical, now, G, floor, self._eq4.rescue_late))
-        return critical, deferrable, first_critical
+        if firsts:
+            set_priorities(firsts, atc_priorities(alphas, ps, slacks, self.atc_k))
+        return critical, deferrable, bool(firsts)
 
     def _select_reference(self, ready: Sequence[Generation], running: Sequence[Generation],
                           ctx: PolicyContext, now: float) -> Selection:
         """The rule as written (two Python passes over the ready list); `select` gives the same
         Selection and priorities bit for bit (tests/test_scheduling_fastpaths.py)."""
-        self._full = full = batch_was_full(ready) or self._capped
+        self._full = batch_was_full(ready) or self._mem_held  # a cap or KV memory binds (suspend_at)
+        full = self._full or self._capped
         terms = self._point_terms(ctx)
         critical, deferrable, protect = self._classify(ready, ctx, now, False, terms)
         run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
         protect = protect or run_first  # a critical first segment is running or waiting
-        order = priority_order(critical)  # Eq. 4 densities (> 0), best first
-        if full:  # slots are scarce: robots still waiting for a first action go first
-            order = [g for g in order if not g.segments] + [g for g in order if g.segments]
+        order = priority_order(critical)  # ATC / Eq. 4 (> 0), best first
+        order = [g for g in order if not g.segments] + [g for g in order if g.segments]  # first actions first
         if not protect:
             order += priority_order(deferrable)
-        sel = self._finish(order, bool(critical), run_crit, full, running, ctx)
+        sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now)
         if not protect:
             return sel
         budget = math.inf  # rule 5's tightest per-token budget of the waiting critical first segments
@@ -257,11 +287,12 @@ class Default(Policy):
         point only the previous action's estimated end is read (executor reports move it)."""
         if len(ready) < self.fast_min:  # numpy's per-call overhead outweighs a short loop
             return self._select_reference(ready, running, ctx, now)
-        self._full = full = batch_was_full(ready) or self._capped
+        self._full = batch_was_full(ready) or self._mem_held  # a cap or KV memory binds (suspend_at)
+        full = self._full or self._capped
         terms = self._point_terms(ctx)
         run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
         if not ready:
-            sel = self._finish([], False, run_crit, full, running, ctx)
+            sel = self._finish([], False, run_crit, full, running, ctx, now)
             return self._paced(sel, run_crit, run_def, running, ctx, now, math.inf) if run_first else sel
         token_s, lead, pred = terms
         rtypes = self._rtypes
@@ -293,7 +324,8 @@ class Default(Policy):
             prev = [now if e is None else e for e in map(Generation.prev_exec_end_estimate, compress(ready, has))]
             due[has] = prev
         left = P[a["rtype"][sl], first.astype(np.intp)] - a["seg_tokens"][sl]
-        s = due - now - np.where(left > 1.0, left, 1.0) * token_s - token_s
+        p = np.where(left > 1.0, left, 1.0) * token_s
+        s = due - now - p - token_s
         crit = s <= lead
         # Eq. 4 (timelyllm.eq4's arithmetic, element by element)
         G, floor = self._eq4._g_floor(ctx)
@@ -307,12 +339,15 @@ class Default(Policy):
             slack = np.where(floor > slack, floor, slack)
             slack = np.where(1e-6 > slack, 1e-6, slack)
             pri = np.where(crit, num / (G * slack), -1.0 - s)
+        fc = first & crit
+        if fc.any():  # critical first segments: ATC, as `_classify`
+            pri[fc] = atc_priorities(alpha[fc].tolist(), (p[fc] + token_s).tolist(), s[fc].tolist(), self.atc_k)
         set_priorities(ready, pri.tolist())
         ci = np.flatnonzero(crit)
         gen = a["gen"][sl]
         critical = gen[ci].tolist()
-        idx = ci[ascending_perm(critical, -pri[ci], first=first[ci] if full else None, arrival=arrival[ci])]
-        protect = bool(run_first or (first & crit).any())  # a critical first segment runs or waits
+        idx = ci[ascending_perm(critical, -pri[ci], first=first[ci], arrival=arrival[ci])]
+        protect = bool(run_first or fc.any())  # a critical first segment runs or waits
         if not protect:
             di = np.flatnonzero(~crit)
             deferrable = gen[di].tolist()
@@ -320,11 +355,10 @@ class Default(Policy):
         out_len = a["_out"][sl][idx].astype(np.int64)  # len(output_ids), as the table read it
         types = a["rtype"][sl][idx]
         order = gen[idx].tolist()
-        sel = self._finish(order, bool(critical), run_crit, full, running, ctx, (out_len, types))
+        sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now, (out_len, types))
         if not protect:
             return sel
         budget = math.inf  # as in `_select_reference`, element by element
-        fc = first & crit
         if fc.any() and self._pacing(ctx):
             with np.errstate(all="ignore"):
                 t = (due[fc] - now) / np.where(left[fc] > 1.0, left[fc], 1.0)
@@ -416,7 +450,7 @@ class Default(Policy):
         return super().kv_mode(g, seg, ctx)
 
     def _finish(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
-                running: Sequence[Generation], ctx: PolicyContext,
+                running: Sequence[Generation], ctx: PolicyContext, now: float,
                 known: tuple[np.ndarray, np.ndarray] | None = None) -> Selection:
         """Rules 3 and 4: the memory cut, then token-level preemption (`critical`: whether a
         ready generation is critical; `known`: see `_fit_memory`)."""
@@ -436,11 +470,13 @@ class Default(Policy):
                     break  # only critical work preempts
                 if id(v) in crit_ids:
                     rank_w, rank_v = not want.segments, not v.segments  # first statements outrank
-                    denser = rank_w == rank_v and want.priority > self.preempt_ratio * v.priority
+                    # (Eq. 4 densities: a same-kind swap must pay for the preempted one's re-add)
+                    denser = rank_w == rank_v and (self._eq4.priority(want, ctx, now)
+                                                   > self.preempt_ratio * self._eq4.priority(v, ctx, now))
                     if not ((rank_w > rank_v or denser) and self.predicted_tokens(v, ctx) - v.seg_tokens > 2):
                         break
                 preempt.append(v)
-        self._capped = held
+        self._capped = self._mem_held = held
         cap = self.step_cap(ctx, len(running) - len(preempt))
         if cap is not None:  # the step-time cap: no step longer than step_ratio x a one-generation step
             room = max(0, cap - len(running) + len(preempt))
@@ -509,7 +545,7 @@ class Default(Policy):
         return {"lead_steps": self.lead_steps, "min_lead_s": self.min_lead_s, "preempt": self.preempt,
                 "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight, "pace": self.pace,
                 "pace_min_free": self.pace_min_free, "pace_max_error": self.pace_max_error, "pace_kv": self.pace_kv,
-                "step_ratio": self.step_ratio, "memory_full": self.memory_full}
+                "step_ratio": self.step_ratio, "memory_full": self.memory_full, "atc_k": self.atc_k}
 
 
 register("default", Default)
