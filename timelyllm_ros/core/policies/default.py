@@ -15,9 +15,14 @@ A generation is *critical* when its slack is at most ``lead`` = max(``min_lead_s
 
 At each scheduling point (``select``):
 
-1. critical generations are admitted first, by TimelyLLM's utility density (Eq. 4); when the
-   batch is full, critical first segments go before critical continuations (slots are scarce: a
-   robot still waiting for its first action goes before one whose plan is under way);
+1. critical generations are admitted first: critical first segments (a robot still waiting for
+   its first action: what the TUF scores) before critical continuations (whose robots are busy);
+   first segments by apparent tardiness cost (ATC, Vepsalainen & Morton 1987):
+   |TUF slope| / p × exp(−max(0, slack) / (``atc_k`` × mean p)), p = est. time — once past its
+   ERT a request loses |alpha| utility per second of delay, so among late ones this is weighted
+   shortest processing time first, which minimises the sum of alpha × lateness (under overload
+   an urgent plan, 6.67 per second, goes before a chat reply, 2 per second, of the same length);
+   continuations by TimelyLLM's utility density (Eq. 4);
 2. deferrable ones (least slack first) are admitted only while no critical *first* segment is
    running or waiting: spare engine time goes to work that is not due yet, but a step that
    decides a response time is not made longer by work that could wait (each extra sequence, each
@@ -31,8 +36,8 @@ At each scheduling point (``select``):
    one at token level, one for one (Andes-style): a deferrable one first, else a critical one
    that has more than 2 tokens of its segment left and is a continuation while the waiting one is
    a first segment, or of the same kind with a ``preempt_ratio`` times lower Eq. 4 density;
-   the batch also counts as full when the step-time cap (rule 6) — or, with ``memory_full``, this
-   policy's own KV budget (rule 3) — held a ready generation back at the previous point;
+   the batch also counts as full here when the step-time cap (rule 6) — or, with ``memory_full``,
+   this policy's own KV budget (rule 3) — held a ready generation back at the previous point;
 5. pacing (``pace``): while a critical first segment is running or waiting, each of those that can
    still make its deadline needs its remaining tokens in steps of at most (deadline − now) /
    tokens left; the tightest such budget, through an online model of the engine's step time
@@ -54,8 +59,11 @@ At each scheduling point (``select``):
    each extra sequence is expensive (the edge board) a 256-wide batch makes every response late.
 
 At each statement boundary (``suspend_at``) a generation keeps its slot and streams on, unless the
-batch is full and its next segment is not due within the lead: then it is suspended (the slot goes
-to waiting work) and resumes when it is critical or the engine is free.  Blocking statements always
+batch is full — a batch cap or KV memory refused a ready generation (with ``memory_full``, also
+this policy's KV budget), *not* the step-time cap, a limit of the policy's own: suspending for it
+costs a re-add (prefill) per statement (the edge board with chat_mixed lost 7 s of engine time in
+120 s to that churn) — and its next segment is not due within the lead: then it is suspended (the
+slot goes to waiting work) and resumes when it is critical or the engine is free.  Blocking statements always
 suspend (the plan needs the value).  So: uncontended, plain streaming (suspending costs a re-add,
 a prefill and more, smaller steps — measured in issue 15); under a binding cap or memory limit,
 TimelyLLM's segmentation with preemption.
@@ -88,19 +96,21 @@ _ROBOT_TYPE = operator.attrgetter("request.robot_type")
 _PAUSE_KEY = operator.attrgetter("priority", "gen_id")  # lowest priority (most slack) first
 
 
-def atc_priorities(alphas: Sequence[float], ps: Sequence[float], slacks: Sequence[float], k: float) -> list[float]:
+def atc_priorities(alphas: Sequence[float] | np.ndarray, ps: Sequence[float] | np.ndarray,
+                   slacks: Sequence[float] | np.ndarray, k: float) -> np.ndarray:
     """Apparent-tardiness-cost priorities (Vepsalainen & Morton 1987) of critical first segments:
     (TUF slope |alpha| / p) * exp(-max(0, slack) / (k * mean p)), p = estimated time to finish
     the segment.  Past its deadline a request loses |alpha| utility per second of delay, so
     among late ones the order is weighted-shortest-processing-time (what minimises the sum of
-    alpha x lateness); slack discounts one not yet late.  One pure-Python function for both
-    `select` paths (bit-identical results); always > 0."""
-    scale = math.fsum(ps) / len(ps) * k
+    alpha x lateness); slack discounts one not yet late.  One numpy function for both `select`
+    paths (element-wise, same inputs in the same order: bit-identical results); always > 0."""
+    a = np.asarray(alphas, dtype=float)
+    p = np.asarray(ps, dtype=float)
+    s = np.asarray(slacks, dtype=float)
+    scale = float(np.sum(p)) / p.size * k
     scale = scale if scale > 1e-9 else 1e-9
-    exp = math.exp
-    out = [(-a if a < 0.0 else 1e-12) / (p if p > 1e-9 else 1e-9) * exp(-(s if s > 0.0 else 0.0) / scale)
-           for a, p, s in zip(alphas, ps, slacks)]
-    return [v if v > 0.0 else 5e-324 for v in out]  # (exp underflow: still critical, last)
+    w = np.where(a < 0.0, -a, 1e-12) / np.maximum(p, 1e-9) * np.exp(-np.maximum(s, 0.0) / scale)
+    return np.where(w > 0.0, w, 5e-324)  # (exp underflow: still critical, last)
 
 
 class Default(Policy):
@@ -246,7 +256,7 @@ class Default(Policy):
         G, floor = self._eq4._g_floor(ctx)
         set_priorities(critical, eq4(critical, now, G, floor, self._eq4.rescue_late))
         if firsts:
-            set_priorities(firsts, atc_priorities(alphas, ps, slacks, self.atc_k))
+            set_priorities(firsts, atc_priorities(alphas, ps, slacks, self.atc_k).tolist())
         return critical, deferrable, bool(firsts)
 
     def _select_reference(self, ready: Sequence[Generation], running: Sequence[Generation],
@@ -341,7 +351,7 @@ class Default(Policy):
             pri = np.where(crit, num / (G * slack), -1.0 - s)
         fc = first & crit
         if fc.any():  # critical first segments: ATC, as `_classify`
-            pri[fc] = atc_priorities(alpha[fc].tolist(), (p[fc] + token_s).tolist(), s[fc].tolist(), self.atc_k)
+            pri[fc] = atc_priorities(alpha[fc], p[fc] + token_s, s[fc], self.atc_k)
         set_priorities(ready, pri.tolist())
         ci = np.flatnonzero(crit)
         gen = a["gen"][sl]
