@@ -13,7 +13,9 @@ Every live generation has a *deadline* for its next segment and an *estimated ge
 A generation is *critical* when its slack is at most ``lead`` = max(``min_lead_s``,
 ``lead_steps`` × time per token); otherwise it is *deferrable*.
 
-At each scheduling point (``select``):
+At each scheduling point (``select``) — docs/policies.md states the same rules in plain words and
+numbers them 1–10 (its 3 = rule 1 here, 4 = 2, 6 = 3, 7 = 4, 9 = 5, 10 = 6; its 5 and 8 are
+``suspend_at`` below):
 
 1. critical generations are admitted first: critical first segments (a robot still waiting for
    its first action: what the TUF scores) before critical continuations (whose robots are busy);
