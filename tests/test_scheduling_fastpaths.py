@@ -304,6 +304,28 @@ def test_trail_fast_select_matches_reference(specs, steps, predictor, c, blocked
     assert _run(fast, a, steps, blocked) == _run(ref, b, steps, blocked)
 
 
+def test_trail_fast_select_sees_predictor_state_kept_across_a_suspension():
+    """Found by the property above: ranked at age 0 while ready, ranked again as a victim at age 3,
+    cut back to age 0 by a suspension: the learned predictor keeps what it saw of the dropped
+    tokens, so the cached rank of age 0 is stale (it was -48.1173 vs -48.0009)."""
+    from timelyllm_ros.core.policies.trail import Trail
+
+    class Reference(Trail):
+        def select(self, ready, running, ctx, now):
+            return _trail_reference(self, ready, running)
+
+    specs = [(0, 0, 0, [], 0.0, 0.0, None, False), (0, 1, 10, [], 0.0, 0.0, None, True),
+             (1, 2, 3, [], 0.0, 0.0, None, False)]
+    steps = [(1, 0.0, 0.02, [], 100), (1, 0.0, 0.02, [(0, 0, None, True)], 100),
+             (1, 0.0, 0.02, [(0, 3, None, False)], 100), (1, 0.0, 0.02, [(0, -3, None, True)], 100)]
+    gens = _scenario(specs)
+    a, b = _copy(gens), _copy(gens)
+    got = _run(Trail(c=0.3, predictor="learned"), a, steps, True)
+    want = _run(Reference(c=0.3, predictor="learned"), b, steps, True)
+    assert got == want
+    assert got[0][2][0] != got[-1][2][0]  # the rank did change: the case is exercised
+
+
 @settings(max_examples=200, deadline=None)
 @given(**_SCEN, pd_rule=st.booleans())
 def test_hybrid_fast_select_matches_generic_path(specs, steps, pd_rule):

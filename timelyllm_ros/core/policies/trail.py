@@ -31,8 +31,9 @@ from .base import (DispatchMode, Policy, PolicyContext, Selection, ascending_per
                    set_priorities)
 from .slots import SlotTable
 
-# Predictors whose answers for a generation change only when its age changes: their ranks may
-# be kept between scheduling points.
+# Predictors whose answers for a generation change only when its age changes or they observe it
+# again (the learned one keeps what it saw of tokens a suspension dropped): their ranks may be
+# kept between scheduling points, dropped whenever the predictor is consulted outside `_fill`.
 _CACHEABLE = (OraclePredictor, NoisyOraclePredictor, LearnedPredictor)
 
 _MODES = {"stream": DispatchMode.STREAM, "suspend": DispatchMode.SUSPEND, "whole": DispatchMode.WHOLE}
@@ -93,7 +94,16 @@ class Trail(Policy):
         return age(g) >= self.c * self.r0(g)
 
     def remaining(self, g: Generation) -> float:
+        """Predicted remaining tokens.  A predictor's state may advance here (the learned one
+        catches up on tokens it has not seen); the state is kept when a suspension drops tokens,
+        so the answer is not a function of the age alone: g's cached rank terms are dropped."""
+        self._forget(g)
         return self._safe(self.predictor.remaining, g)
+
+    def _forget(self, g: Generation) -> None:
+        table = self.__dict__.get("_table")
+        if table is not None:
+            table.invalidate(g)
 
     def rank(self, g: Generation) -> tuple:
         """Smaller runs first: pinned ones, then predicted remaining tokens, then FCFS."""
@@ -106,13 +116,13 @@ class Trail(Policy):
 
     # --- decisions ------------------------------------------------------------------------------
     def _fill(self, g: Generation, slot: int) -> None:
-        """A ready generation's rank terms: fixed until it runs (its age changes), for the
-        predictors whose answers only change with the age; others (and generations whose
-        prediction failed) are refilled at every point."""
+        """A ready generation's rank terms: fixed until it runs (its age changes, or the predictor
+        sees it again: `remaining`, `on_token`), for the predictors whose answers only change
+        then; others (and generations whose prediction failed) are refilled at every point."""
         ex = g.extra
         errors = "lenpred_error" in ex
         a = self._table.a
-        a["rem"][slot] = self.remaining(g)
+        a["rem"][slot] = self._safe(self.predictor.remaining, g)
         a["pinned"][slot] = self.pinned(g)
         a["arrival"][slot] = g.request.arrival
         if not self._cacheable or errors or "lenpred_error" in ex:
@@ -145,6 +155,7 @@ class Trail(Policy):
         return Selection(order=order, preempt=preempt)
 
     def on_token(self, g: Generation, n_new: int, ctx: PolicyContext) -> None:
+        self._forget(g)
         if "lenpred_error" not in g.extra:
             try:
                 self.predictor.observe(g, n_new)
