@@ -332,6 +332,30 @@ def test_step_cap_cuts_admission_and_counts_as_a_full_batch():
     assert p.suspend_at(g, g.segments[0], ctx(), 10.05)
 
 
+def test_step_cap_is_lifted_while_only_continuations_are_left():
+    """Rule 6 protects response times: once no first segment has run or waited for drain_after_s
+    (5 s) the cap no longer cuts admissions (late continuations: throughput decides); a new
+    request brings it back at the next point."""
+    p = Default()
+    _feed(p._steps, a=0.022, b=0.004)
+    cap = p.step_cap(ctx(), 0)
+    assert cap == 14
+    running = [gen(f"r{i}", 9.0, URGENT, state=GenState.RUNNING) for i in range(12)]  # first segments
+    conts = [gen(f"c{i:02d}", 0.0, NORMAL, [seg(0, 1.0, 2.0)]) for i in range(20)]  # robots idle since 2 s
+    assert len(p.select(conts, running, ctx(), 10.0).order) == cap - 12  # a first segment runs: capped
+    busy = [gen(f"b{i}", 0.0, NORMAL, [seg(0, 1.0, 2.0)], state=GenState.RUNNING) for i in range(12)]
+    assert len(p.select(conts, busy, ctx(), 14.9).order) == cap - 12  # 4.9 s after the last first segment
+    sel = p.select(conts, busy, ctx(), 15.0)  # 5 s: lifted
+    assert len(sel.order) == 20 and not p._capped
+    new = gen("new", 15.01, URGENT)
+    assert len(p.select(conts + [new], busy, ctx(), 15.02).order) == cap - 12  # back at once
+    assert p._capped
+    assert Default(drain_after_s=float("inf")).drain_after_s == float("inf")
+    for bad in (0, -1.0, float("nan"), True, "5"):
+        with pytest.raises(ValueError, match="drain_after_s"):
+            Default(drain_after_s=bad)
+
+
 def test_memory_cut_counts_as_a_full_batch_only_with_memory_full():
     """memory_full=True: a ready generation held back by the KV budget (rule 3) makes the batch
     full at the next point, as a refusal by a batch cap does; by default (False) only the planner's

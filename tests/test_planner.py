@@ -340,6 +340,33 @@ def test_admission_sees_memory_freed_while_the_engine_was_idle():
     assert b.state in (GenState.RUNNING, GenState.SUSPENDED, GenState.DRAINING)
 
 
+def test_admission_sees_memory_that_preemptions_at_the_same_point_freed():
+    """Regression (regime map: trail on drones:800 / drones:1600 kv/4, edge board, could not
+    finish): a policy preempts the running generations to make room; the admission that follows
+    at the same scheduling point must see the KV those aborts freed.  It saw the snapshot taken
+    before them, refused the best waiting generation for memory with the engine now empty, the
+    engine did not step, and the simulation stopped with requests left."""
+    from timelyllm_ros.core.policies.base import Selection
+    from timelyllm_ros.core.policies.basic import FCFS
+
+    class MakeRoom(FCFS):  # a newcomer preempts everything running (KV: cache, freed)
+        def select(self, ready, running, ctx, now):
+            new = [g for g in ready if not g.output_ids]
+            return Selection(order=new, preempt=list(running) if new else [])
+
+    planner, engine, disp, clock = _pinning_planner(MakeRoom())
+    assert planner.submit(req("a", "mf(50);tc(90);tp;", robot="d1")).accepted
+    planner.step()
+    a = planner.generations["a"]
+    assert a.state is GenState.RUNNING
+    assert planner.submit(req("b", "tp;", robot="d2")).accepted
+    stats = engine.stats()  # a's context leaves too little beside it for b
+    assert stats.kv_free_blocks - 1 < planner.batcher.kv_watermark * stats.kv_total_blocks
+    assert planner.step()  # a preempted, b admitted at the same point: the engine runs
+    b = planner.generations["b"]
+    assert a.state is GenState.QUEUED and b.state is not GenState.QUEUED, b.extra.get("blocked")
+
+
 def _pinning_planner(policy, capacity=220, engine_cls=SimulatedEngine):
     """A planner on a small simulated engine (`capacity` KV blocks) with a 20 % KV watermark:
     one suspended generation whose KV is preserved leaves too little for a second one."""

@@ -353,6 +353,10 @@ class Planner:
                 g.ready_since = now
                 g.extra["preemptions"] = g.extra.get("preemptions", 0) + 1
                 self._notify(g)
+        if sel.preempt:
+            # the aborts freed KV: admission must see it (a snapshot from before them once left
+            # an emptied engine refusing the best waiting generation for memory, forever)
+            self._stats = None
         running = [g for g in running if g.state is GenState.RUNNING]
         if self._fleet is not None:
             return self._admit_fleet(sel.order, running, now)

@@ -59,6 +59,15 @@ numbers them 1–10 (its 3 = rule 1 here, 4 = 2, 6 = 3, 7 = 4, 9 = 5, 10 = 6; it
    seen 4 steps, at most twice the running batch, at least 8): beyond that every running
    generation gets its tokens slower than a newcomer gains by starting now — on an engine where
    each extra sequence is expensive (the edge board) a 256-wide batch makes every response late.
+   The cap protects response times, so it is lifted while no first segment has run or waited
+   for ``drain_after_s`` (5 s): only continuations are left — robots idle until their next
+   segment — and past their deadlines throughput decides (k late jobs of L tokens each in
+   batches of n finish in total about k² L (a/n + b) / 2, which falls as n grows); the edge
+   board with drones:1600 spent 320 s draining 2,700 continuations 12 at a time (urgent
+   −41,886 % with the cap held, −36,185 % lifted).  A new request brings the cap back at once
+   for admissions: it enters by preempting a continuation (rule 4) and the batch shrinks to the
+   cap as continuations end — the price: the first request after a quiet spell of 5 s may meet
+   a wide batch.
 
 At each statement boundary (``suspend_at``) a generation keeps its slot and streams on, unless the
 batch is full — a batch cap or KV memory refused a ready generation (with ``memory_full``, also
@@ -124,8 +133,13 @@ class Default(Policy):
                  preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True,
                  pace: bool = True, pace_min_free: float = 0.25, pace_max_error: float = 0.5,
                  pace_kv: str = "preserve", step_ratio: float = 3.0, memory_full: bool = False,
-                 atc_k: float = 2.0) -> None:
+                 atc_k: float = 2.0, drain_after_s: float = 5.0) -> None:
         self.kv_budget = kv_budget
+        if isinstance(drain_after_s, bool) or not isinstance(drain_after_s, (int, float)) or not drain_after_s > 0:
+            raise ValueError(f"drain_after_s must be a number > 0 (inf: the step-time cap always applies), "
+                             f"got {drain_after_s!r}")
+        self.drain_after_s = float(drain_after_s)
+        self._first_seen = -math.inf  # when a first segment last ran or waited (rule 6)
         if isinstance(atc_k, bool) or not isinstance(atc_k, (int, float)) or not 0 < atc_k < math.inf:
             raise ValueError(f"atc_k must be a finite number > 0, got {atc_k!r}")
         self.atc_k = float(atc_k)
@@ -223,13 +237,15 @@ class Default(Policy):
     def _classify(self, gens: Sequence[Generation], ctx: PolicyContext, now: float, running: bool,
                   terms: tuple[float, float, dict]) -> tuple[list[Generation], list[Generation], bool]:
         """Split `gens` into (critical, deferrable, a critical one is a first segment) and set
-        every priority: critical ones their Eq. 4 density (> 0), deferrable ones −1 − slack.  The
+        every priority: critical first segments their ATC priority, critical continuations their
+        Eq. 4 density (both > 0), deferrable ones −1 − slack.  The
         arithmetic of `slack` and `deadline`, inlined (one scheduling point must stay under 1 ms
         at 1,000 ready generations)."""
         token_s, lead, pred = terms
         enter = 0.0 if running else token_s
         critical: list[Generation] = []
         deferrable: list[Generation] = []
+        conts: list[Generation] = []  # critical continuations (Eq. 4)
         firsts: list[Generation] = []  # critical first segments and their (|alpha|, p, slack) for ATC
         alphas: list[float] = []
         ps: list[float] = []
@@ -247,7 +263,9 @@ class Default(Policy):
             s = due - now - (left if left > 1.0 else 1.0) * token_s - enter
             if s <= lead:
                 critical.append(g)
-                if not segs:
+                if segs:
+                    conts.append(g)
+                else:
                     firsts.append(g)
                     alphas.append(req.tuf.alpha)
                     ps.append((left if left > 1.0 else 1.0) * token_s + enter)
@@ -255,8 +273,9 @@ class Default(Policy):
             else:
                 g.priority = -1.0 - s
                 deferrable.append(g)
-        G, floor = self._eq4._g_floor(ctx)
-        set_priorities(critical, eq4(critical, now, G, floor, self._eq4.rescue_late))
+        if conts:
+            G, floor = self._eq4._g_floor(ctx)
+            set_priorities(conts, eq4(conts, now, G, floor, self._eq4.rescue_late))
         if firsts:
             set_priorities(firsts, atc_priorities(alphas, ps, slacks, self.atc_k).tolist())
         return critical, deferrable, bool(firsts)
@@ -275,7 +294,8 @@ class Default(Policy):
         order = [g for g in order if not g.segments] + [g for g in order if g.segments]  # first actions first
         if not protect:
             order += priority_order(deferrable)
-        sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now)
+        firsts = any(not g.segments for g in ready) or any(not g.segments for g in running)
+        sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now, firsts=firsts)
         if not protect:
             return sel
         budget = math.inf  # rule 5's tightest per-token budget of the waiting critical first segments
@@ -304,7 +324,8 @@ class Default(Policy):
         terms = self._point_terms(ctx)
         run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
         if not ready:
-            sel = self._finish([], False, run_crit, full, running, ctx, now)
+            sel = self._finish([], False, run_crit, full, running, ctx, now,
+                               firsts=any(not g.segments for g in running))
             return self._paced(sel, run_crit, run_def, running, ctx, now, math.inf) if run_first else sel
         token_s, lead, pred = terms
         rtypes = self._rtypes
@@ -367,7 +388,8 @@ class Default(Policy):
         out_len = a["_out"][sl][idx].astype(np.int64)  # len(output_ids), as the table read it
         types = a["rtype"][sl][idx]
         order = gen[idx].tolist()
-        sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now, (out_len, types))
+        firsts = bool(first.any()) or any(not g.segments for g in running)
+        sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now, (out_len, types), firsts)
         if not protect:
             return sel
         budget = math.inf  # as in `_select_reference`, element by element
@@ -463,7 +485,7 @@ class Default(Policy):
 
     def _finish(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
                 running: Sequence[Generation], ctx: PolicyContext, now: float,
-                known: tuple[np.ndarray, np.ndarray] | None = None) -> Selection:
+                known: tuple[np.ndarray, np.ndarray] | None = None, firsts: bool = True) -> Selection:
         """Rules 3 and 4: the memory cut, then token-level preemption (`critical`: whether a
         ready generation is critical; `known`: see `_fit_memory`)."""
         held = False
@@ -489,7 +511,10 @@ class Default(Policy):
                         break
                 preempt.append(v)
         self._capped = self._mem_held = held
-        cap = self.step_cap(ctx, len(running) - len(preempt))
+        if firsts:
+            self._first_seen = now
+        drain = now - self._first_seen >= self.drain_after_s  # rule 6 lifted: only continuations left
+        cap = None if drain else self.step_cap(ctx, len(running) - len(preempt))
         if cap is not None:  # the step-time cap: no step longer than step_ratio x a one-generation step
             room = max(0, cap - len(running) + len(preempt))
             if len(order) > room:
@@ -557,7 +582,8 @@ class Default(Policy):
         return {"lead_steps": self.lead_steps, "min_lead_s": self.min_lead_s, "preempt": self.preempt,
                 "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight, "pace": self.pace,
                 "pace_min_free": self.pace_min_free, "pace_max_error": self.pace_max_error, "pace_kv": self.pace_kv,
-                "step_ratio": self.step_ratio, "memory_full": self.memory_full, "atc_k": self.atc_k}
+                "step_ratio": self.step_ratio, "memory_full": self.memory_full, "atc_k": self.atc_k,
+                "drain_after_s": self.drain_after_s}
 
 
 register("default", Default)
