@@ -52,7 +52,6 @@ _PRIORITY = operator.attrgetter("priority")
 _READY_SINCE = operator.attrgetter("ready_since")
 _ARRIVAL = operator.attrgetter("request.arrival")
 _ID = operator.attrgetter("request.request_id")
-_EXTRA = operator.attrgetter("extra")
 
 
 def arrival_order(gens: Sequence[Generation]) -> list[Generation]:
@@ -125,8 +124,11 @@ def priority_order(gens: Sequence[Generation],
 def batch_was_full(ready: Sequence[Generation]) -> bool:
     """Whether the planner's batch-size controller refused a ready generation at the previous
     scheduling point (its ``extra["blocked"]`` mark, which this clears): the batch is full."""
-    marks = list(map(dict.pop, map(_EXTRA, ready), repeat("blocked"), repeat(None)))  # (C-level loop)
-    return marks.count(None) != len(marks)
+    full = False
+    for g in ready:
+        if g.extra.pop("blocked", None) is not None:
+            full = True
+    return full
 
 
 def _sort_runs_by_gen_id(idx: list[int], ties: list[int], gens: Sequence[Generation]) -> None:

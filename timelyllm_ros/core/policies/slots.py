@@ -27,7 +27,6 @@ import numpy as np
 
 from ..types import Generation
 
-_OUTPUT_IDS = operator.attrgetter("output_ids")
 
 
 class SlotTable:
@@ -81,7 +80,7 @@ class SlotTable:
             sl = np.fromiter(map(get, map(id, gens), repeat(-1)), dtype=np.intp, count=n)
         self._grow(len(self.objs) + n)
         a = self.a
-        out = np.fromiter(map(len, map(_OUTPUT_IDS, gens)), dtype=float, count=n)
+        out = np.array([len(g.output_ids) for g in gens], dtype=float)
         stale = np.flatnonzero((sl < 0) | (a["_out"][sl] != out)).tolist()
         if stale and before_fill is not None:
             before_fill([gens[i] for i in stale])
