@@ -294,8 +294,8 @@ class Default(Policy):
         order = [g for g in order if not g.segments] + [g for g in order if g.segments]  # first actions first
         if not protect:
             order += priority_order(deferrable)
-        firsts = any(not g.segments for g in ready) or any(not g.segments for g in running)
-        sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now, firsts=firsts)
+        sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now,
+                           ready_first=any(not g.segments for g in ready))
         if not protect:
             return sel
         budget = math.inf  # rule 5's tightest per-token budget of the waiting critical first segments
@@ -324,8 +324,7 @@ class Default(Policy):
         terms = self._point_terms(ctx)
         run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
         if not ready:
-            sel = self._finish([], False, run_crit, full, running, ctx, now,
-                               firsts=any(not g.segments for g in running))
+            sel = self._finish([], False, run_crit, full, running, ctx, now, ready_first=False)
             return self._paced(sel, run_crit, run_def, running, ctx, now, math.inf) if run_first else sel
         token_s, lead, pred = terms
         rtypes = self._rtypes
@@ -388,8 +387,8 @@ class Default(Policy):
         out_len = a["_out"][sl][idx].astype(np.int64)  # len(output_ids), as the table read it
         types = a["rtype"][sl][idx]
         order = gen[idx].tolist()
-        firsts = bool(first.any()) or any(not g.segments for g in running)
-        sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now, (out_len, types), firsts)
+        sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now, (out_len, types),
+                           bool(first.any()))
         if not protect:
             return sel
         budget = math.inf  # as in `_select_reference`, element by element
@@ -485,9 +484,10 @@ class Default(Policy):
 
     def _finish(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
                 running: Sequence[Generation], ctx: PolicyContext, now: float,
-                known: tuple[np.ndarray, np.ndarray] | None = None, firsts: bool = True) -> Selection:
+                known: tuple[np.ndarray, np.ndarray] | None = None, ready_first: bool = True) -> Selection:
         """Rules 3 and 4: the memory cut, then token-level preemption (`critical`: whether a
-        ready generation is critical; `known`: see `_fit_memory`)."""
+        ready generation is critical; `known`: see `_fit_memory`), then rule 6's step-time cap
+        (`ready_first`: whether a first segment waits; with the running ones, whether it applies)."""
         held = False
         if self.kv_budget:
             n = len(order)
@@ -511,7 +511,7 @@ class Default(Policy):
                         break
                 preempt.append(v)
         self._capped = self._mem_held = held
-        if firsts:
+        if ready_first or any(not g.segments for g in running):
             self._first_seen = now
         drain = now - self._first_seen >= self.drain_after_s  # rule 6 lifted: only continuations left
         cap = None if drain else self.step_cap(ctx, len(running) - len(preempt))
