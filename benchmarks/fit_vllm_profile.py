@@ -301,7 +301,8 @@ def fit_draws(workloads: list[str], seed: int, runs: int) -> list[tuple[str, int
 
 def serving_how(n: int, workloads: list[str], duration: float, seed: int, runs: int) -> str:
     return (f"{n} serving iterations of {', '.join(workloads)} (first {duration:g} s of seeds "
-            f"{seed}..{seed + runs - 1} each), two-stage least squares + median host gap")
+            f"{seed}..{seed + runs - 1} each), two-stage least squares + host gaps (median, and intake of new or "
+            f"resumed sequences)")
 
 
 def make_profile(*, which: str, dtype: str, how: str, cpus: int | None, terms: dict[str, float],
@@ -367,7 +368,8 @@ def refit_saved(a) -> None:
     print(f"wrote {a.out}")
 
 
-def serve_for_fit(eng, a, draws: list[tuple[str, int]] | None = None) -> tuple[list, list[float], list[list[float]]]:
+def serve_for_fit(eng, a, draws: list[tuple[str, int]] | None = None, *,
+                  label: str = "for the fit") -> tuple[list, list[float], list[list[float]]]:
     """Serve draws of every `--fit-workload` (seeds `--fit-seed`, +1 per run, first
     `--fit-duration` seconds; not the draws the fidelity check uses) in real time and record
     every vLLM iteration (`VllmEngine.step_log`): the engine step plus our detokenising after it.
@@ -396,7 +398,7 @@ def serve_for_fit(eng, a, draws: list[tuple[str, int]] | None = None) -> tuple[l
         recs += run_recs
         gaps += host_gaps(run_recs)
         loads.append([load0, os.getloadavg()[0]])
-        print(f"serving {name} for the fit (seed {seed}, {len(arrivals)} requests): "
+        print(f"serving {name} {label} (seed {seed}, {len(arrivals)} requests): "
               f"{len(run_recs)} iterations, {res.wall_s:.1f} s wall, load average {load0:.2f} before, "
               f"{os.getloadavg()[0]:.2f} after", flush=True)
     return recs, gaps, loads
@@ -439,12 +441,37 @@ def fit_serving(recs, gaps, *, detokenize_s: float) -> dict[str, float]:
         print(f"serving fit, {name} iterations: {len(rs)}, median {1e3 * statistics.median(ys):.2f} ms measured vs "
               f"{1e3 * statistics.median(fs):.2f} ms fitted, sum {100 * (sum(fs) - sum(ys)) / sum(ys):+.1f} %, "
               f"median rel. error {100 * rel:.1f} %")
-    host = statistics.median(gaps) if gaps else 0.0
-    f = {**d, **p}
+    host, add = fit_host(recs, gaps)
+    f = {**d, **p, **add}
     f["decode_base_s"] += host
-    print(f"host time between back-to-back iterations: median {1e3 * host:.3f} ms (added to decode_base_s)")
+    print(f"host time between back-to-back iterations: median {1e3 * host:.3f} ms without a new or resumed "
+          f"sequence (added to decode_base_s); before a step that takes some in: {1e3 * add['add_base_s']:.3f} ms + "
+          f"{1e3 * add['add_s_per_seq']:.3f} ms per sequence (add_base_s, add_s_per_seq)")
     f["n"] = len(recs)
     return f
+
+
+def fit_host(recs, gaps, idle_s: float = 0.004) -> tuple[float, dict[str, float]]:
+    """The planner's host time between iterations: (median gap before a step that takes in no new
+    or resumed sequence, {add_base_s, add_s_per_seq}).  A step that takes sequences in is preceded
+    by the engine's request intake (vLLM's input processing of each prompt, our resume work); its
+    cost is fitted, beyond the plain gap, on the gaps before such steps in which another sequence
+    kept running (so the serving loop cannot have idled before them), by least squares >= 0.
+    `gaps`: back-to-back gaps of the serving runs (`host_gaps`), the fallback for a plain gap when
+    the records hold no plain step."""
+    plain, rows, ys = [], [], []
+    for a, b in zip(recs, recs[1:]):
+        g = b.start_s - (a.start_s + a.duration_s + a.post_s)
+        if b.adds == 0 and 0 <= g < idle_s:
+            plain.append(g)
+        elif 0 < b.adds < b.seqs and 0 <= g < 0.05:  # continuous batching: the loop did not idle
+            rows.append((b.adds, g))
+    host = statistics.median(plain) if plain else (statistics.median(gaps) if gaps else 0.0)
+    add = {"add_base_s": 0.0, "add_s_per_seq": 0.0}
+    if len({n for n, _ in rows}) >= 2:  # two add counts at least, or the two terms are not told apart
+        add = nonneg_lstsq([[1.0, float(n)] for n, _ in rows], [g - host for _, g in rows],
+                           ["add_base_s", "add_s_per_seq"], relative=False)
+    return host, add
 
 
 def _timed(fn) -> float:

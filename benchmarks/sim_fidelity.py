@@ -14,6 +14,16 @@
 
     python benchmarks/sim_fidelity.py [--workload mixed_small] [--duration 60] [--runs 3]
     python benchmarks/sim_fidelity.py --workload WID1,WID3,chat_mixed --duration 40 --runs 2   # out of sample
+    python benchmarks/sim_fidelity.py --workload WID1,WID3,chat_mixed --duration 40 --runs 2 --calibrate mixed_small
+
+`--calibrate W`: a shared machine's speed drifts within the hour (the same quiet machine ran the
+bundled model's steps 1.8x faster at 22:20 than at 17:05), so a profile's costs describe the
+minutes of its fit. With it, a short probe (the first `--calibrate-duration` s of workload W, the
+same draw each time, never a checked workload) is served before every real run and once after the
+last; each checked workload's simulation uses the profile scaled by one number, the measured /
+charged time of the probes that bracket its runs (`LatencyProfile.scaled`). The fitted profile's
+shape (batch, context and prefill terms) stays as fitted; only its speed is measured in the same
+minutes. The uncalibrated figures are printed too.
 
 Each real run prints the load average before and after it (the machine is shared: judge the
 figures by it).
@@ -34,14 +44,23 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 
-def simulate(workload, plans, *, profile_path, tokenizer, robots, policy, keep):
-    """The simulator on the same arrivals, replaying the real model's prompts and outputs."""
+def simulate(workload, plans, *, profile, tokenizer, robots, policy, keep):
+    """The simulator on the same arrivals, replaying the real model's prompts and outputs
+    (``profile``: a path or a loaded, possibly speed-calibrated LatencyProfile)."""
     from timelyllm_ros.sim.replay import replay
 
     log: list = []
-    res = replay(workload, plans, profile_path=profile_path, tokenizer=tokenizer, robots=robots, policy=policy,
+    res = replay(workload, plans, profile_path=profile, tokenizer=tokenizer, robots=robots, policy=policy,
                  keep=keep, step_log=log)
     return res.metrics, log
+
+
+def bracket_speed(probes, profile, first: int, last: int):
+    """The speed of the machine around check runs: measured / charged time of probes first..last
+    (inclusive; the probe before each run and the one after the last), as one EngineSpeed."""
+    from timelyllm_ros.report import engine_speed
+
+    return engine_speed([r for p in probes[first:last + 1] for r in p], profile)
 
 
 def step_report(records, profile) -> list[str]:
@@ -133,6 +152,13 @@ def main() -> int:
     ap.add_argument("--fit-runs", type=int, default=2, help="draws per fit workload")
     ap.add_argument("--fit-duration", type=float, default=40.0, help="serve the first S seconds of each fit draw")
     ap.add_argument("--fit-out", default=None, help="with --fit-workload: write the fitted profile here")
+    ap.add_argument("--calibrate", default=None, metavar="W",
+                    help="calibrate the profile's speed in the same minutes: serve the first --calibrate-duration s "
+                         "of workload W (seed --calibrate-seed, the same draw every time; never a checked workload) "
+                         "before every real run and after the last, and simulate each checked workload with the "
+                         "profile scaled by measured/charged time of the probes around its runs")
+    ap.add_argument("--calibrate-duration", type=float, default=12.0, help="seconds of W per probe")
+    ap.add_argument("--calibrate-seed", type=int, default=201, help="the probe's draw of W")
     ap.add_argument("--save-steps", default=None,
                     help="with --fit-workload: save the fit's served iterations here (fit_vllm_profile.py --steps "
                          "refits from them offline)")
@@ -155,6 +181,17 @@ def main() -> int:
         args.profile = args.fit_out
     elif not Path(args.profile).is_file():
         ap.error(f"--profile {args.profile}: no such file")
+    if args.calibrate is not None:
+        if args.real:
+            ap.error("--calibrate serves probes: it cannot be used with --real (the probes saved by --save-real "
+                     "are used by --real)")
+        if not args.calibrate.strip() or "," in args.calibrate:
+            ap.error("--calibrate: name one workload")
+        args.calibrate = args.calibrate.strip()
+        if args.calibrate in {w.strip() for w in args.workload.split(",")}:
+            ap.error(f"--calibrate {args.calibrate} is also checked: keep the probe out of sample")
+        if not args.calibrate_duration > 0:
+            ap.error("--calibrate-duration must be > 0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     from timelyllm_ros.core.robots import load_robots
@@ -171,6 +208,11 @@ def main() -> int:
         ap.error(f"--workload: {e}")
     if not wls:
         ap.error("--workload: name at least one workload")
+    if args.calibrate is not None:
+        try:
+            load_workload(args.calibrate)
+        except (WorkloadError, OSError) as e:
+            ap.error(f"--calibrate: {e}")
     saved_all: dict = {}
     if args.real:  # a saved real side: re-simulate (e.g. another profile) without re-serving
         saved_all = json.loads(Path(args.real).read_text())
@@ -181,6 +223,13 @@ def main() -> int:
             ap.error(f"--real {args.real} has no runs of {missing}; it has {sorted(saved_all['workloads'])}")
     engine = tokenizer = None
     results, to_save, real_side = [], {"model": args.model, "workloads": {}}, {}
+    probes: list[list] = []  # the speed probes' served iterations, in order (--calibrate)
+    if args.real and "calibration" in saved_all:
+        probes = [[StepRecord(**r) for r in p] for p in saved_all["calibration"]["probes"]]
+        if names != list(saved_all["workloads"]):  # a probe brackets the runs that were served beside it
+            ap.error(f"--real {args.real} was calibrated over {list(saved_all['workloads'])}, in that order: "
+                     f"re-simulate exactly those (--workload {','.join(saved_all['workloads'])})")
+        args.calibrate = saved_all["calibration"]["workload"]
     try:
         fit = None
         if fit_names:
@@ -193,17 +242,28 @@ def main() -> int:
             fit.draws = fit_draws(fit.fit_workloads, fit.fit_seed, fit.fit_runs)
             fit.checks, fit.done = len(wls) * args.runs, 0
 
-        def before_run() -> None:
-            """Before check run j of n: fit draws j*f/n .. (j+1)*f/n - 1 (f draws spread evenly)."""
-            if fit is None:
-                return
+        def probe() -> None:
+            """One speed probe: the same draw of --calibrate served in real time, its iterations kept."""
+            import types
+
             from fit_vllm_profile import serve_for_fit
-            j, n, f = fit.done, fit.checks, len(fit.draws)
-            fit.done += 1
-            recs, gaps, loads = serve_for_fit(engine, fit, fit.draws[j * f // n:(j + 1) * f // n])
-            fit.recs += recs
-            fit.gaps += gaps
-            fit.loads += loads
+            cal = types.SimpleNamespace(fit_duration=args.calibrate_duration)
+            recs, _, _ = serve_for_fit(engine, cal, [(args.calibrate, args.calibrate_seed)], label="as a speed probe")
+            probes.append(recs)
+
+        def before_run() -> None:
+            """Before check run j of n: fit draws j*f/n .. (j+1)*f/n - 1 (f draws spread evenly);
+            then the speed probe (--calibrate), last before the run."""
+            if fit is not None:
+                from fit_vllm_profile import serve_for_fit
+                j, n, f = fit.done, fit.checks, len(fit.draws)
+                fit.done += 1
+                recs, gaps, loads = serve_for_fit(engine, fit, fit.draws[j * f // n:(j + 1) * f // n])
+                fit.recs += recs
+                fit.gaps += gaps
+                fit.loads += loads
+            if args.calibrate is not None:
+                probe()
 
         for name, wl in wls.items():
             def keep(a, d=args.duration) -> bool:
@@ -227,6 +287,11 @@ def main() -> int:
                 to_save["workloads"][name] = {"plans": plans, "runs": runs, "plans_differed": differ, "loads": loads,
                                               "steps": [dataclasses.asdict(r) for r in records]}
             real_side[name] = (wl, keep, arrivals, plans, runs, differ, loads, records)
+        if args.calibrate is not None and not args.real:  # the probe after the last run closes the last bracket
+            probe()
+            to_save["calibration"] = {"workload": args.calibrate, "seed": args.calibrate_seed,
+                                      "duration_s": args.calibrate_duration,
+                                      "probes": [[dataclasses.asdict(r) for r in p] for p in probes]}
         if args.save_real and not args.real:  # before the fit: kept even if anything after fails
             Path(args.save_real).write_text(json.dumps(to_save))
         if fit is not None:  # the profile, fitted on the interleaved draws (as fit_vllm_profile.py --steps)
@@ -238,10 +303,29 @@ def main() -> int:
                        kv_block_size=engine.block_size, kv_capacity_blocks=engine.kv_total_blocks)
             refit_saved(argparse.Namespace(steps=args.save_steps, out=args.fit_out))
         profile = LatencyProfile.from_yaml(args.profile)
-        for name, (wl, keep, arrivals, plans, runs, differ, loads, records) in real_side.items():
-            sim, sim_steps = simulate(wl, plans, profile_path=args.profile, tokenizer=tokenizer, robots=robots,
+        if probes and len(probes) != len(real_side) * args.runs + 1:
+            raise SystemExit(f"calibration: {len(probes)} probes saved, expected {len(real_side) * args.runs + 1} "
+                             f"(one before each of {len(real_side)} x {len(next(iter(real_side.values()))[4])} runs "
+                             f"and one after the last)")
+        for i, (name, (wl, keep, arrivals, plans, runs, differ, loads, records)) in enumerate(real_side.items()):
+            speed = None
+            if probes:
+                n = len(runs)
+                speed = bracket_speed(probes, profile, i * n, (i + 1) * n)
+            sim, sim_steps = simulate(wl, plans, profile=profile, tokenizer=tokenizer, robots=robots,
                                       policy=args.policy, keep=keep)
-            results.append(report(name, args, arrivals, plans, runs, differ, loads, records, sim, sim_steps, profile))
+            raw = figures(arrivals, plans, runs, sim)
+            if speed is not None:
+                cal_profile = profile.scaled(speed.ratio)
+                sim, sim_steps = simulate(wl, plans, profile=cal_profile, tokenizer=tokenizer, robots=robots,
+                                          policy=args.policy, keep=keep)
+                results.append(report(name, args, arrivals, plans, runs, differ, loads, records, sim, sim_steps,
+                                      cal_profile, speed=speed, uncalibrated=raw, probe_ratios=[
+                                          bracket_speed(probes, profile, k, k).ratio
+                                          for k in range(i * n, (i + 1) * n + 1)], fitted=profile))
+            else:
+                results.append(report(name, args, arrivals, plans, runs, differ, loads, records, sim, sim_steps,
+                                      profile))
     finally:
         if engine is not None:
             engine.shutdown()
@@ -250,16 +334,21 @@ def main() -> int:
         for r in results:
             lo = [x for pair in r["loads"] for x in pair]
             load = f"{min(lo):.1f}-{max(lo):.1f}" if lo else "n/a"
+            cal = ""
+            if "speed" in r:
+                u = r["uncalibrated"]
+                cal = (f"; speed x{r['speed']:.2f} of the profile (probes); uncalibrated worst "
+                       f"{100 * u['worst_error']:.1f} %, all {100 * u['overall_error']:+.1f} %")
             print(f"  {r['workload']:12} worst {100 * r['worst_error']:5.1f} % ({r['worst_type']}), all requests "
-                  f"{100 * r['overall_error']:+.1f} %, load average during the real runs {load}")
+                  f"{100 * r['overall_error']:+.1f} %, load average during the real runs {load}{cal}")
         print(f"  largest over all: {100 * max(r['worst_error'] for r in results):.1f} %")
     if args.out:
         Path(args.out).write_text(json.dumps(results[0] if len(results) == 1 else {"workloads": results}, indent=1))
     return 0
 
 
-def report(name, args, arrivals, plans, runs, differ, loads, records, sim, sim_steps, profile) -> dict:
-    """Print one workload's fidelity table and where the time goes; return its figures."""
+def figures(arrivals, plans, runs, sim) -> dict:
+    """Mean real (per-request median over the runs) vs simulated response time per task type."""
     sim_rows = {r["request_id"]: r for r in sim["requests"]}
     task_of = {a.request_id: a.task_id for a in arrivals}
     by_type: dict[str, list[tuple[float, float, list[float]]]] = {}
@@ -269,10 +358,6 @@ def report(name, args, arrivals, plans, runs, differ, loads, records, sim, sim_s
         if any(x is None for x in reals) or b is None or b["response_s"] is None:
             continue
         by_type.setdefault(task_of[rid], []).append((statistics.median(reals), b["response_s"], reals))
-    print(f"\nsimulator fidelity — workload {name} (first {args.duration:g} s), policy {args.policy}; "
-          f"real: vLLM-cpu + {Path(args.model).name} ({args.dtype or 'serving dtype'}), median of {len(runs)} runs; "
-          f"simulated: profile {Path(args.profile).name}")
-    print(f"{'task type':10} {'n':>3} {'real s (median)':>16} {'runs min-max':>14} {'simulated s':>12} {'error':>8}")
     rows, worst, worst_type = [], 0.0, ""
     for t in sorted(by_type):
         xs = by_type[t]
@@ -283,12 +368,43 @@ def report(name, args, arrivals, plans, runs, differ, loads, records, sim, sim_s
         if abs(err) >= worst:
             worst, worst_type = abs(err), t
         rows.append({"task_type": t, "n": len(xs), "real_s": r, "real_runs_s": per_run, "sim_s": s, "error": err})
-        print(f"{t:10} {len(xs):>3} {r:>16.3f} {min(per_run):>6.3f}-{max(per_run):<7.3f} {s:>12.3f} {100 * err:>+7.1f}%")
     allr = [x for v in by_type.values() for x, _, _ in v]
     alls = [y for v in by_type.values() for _, y, _ in v]
     overall = (sum(alls) - sum(allr)) / sum(allr) if allr else 0.0
+    return {"rows": rows, "overall_error": overall, "worst_error": worst, "worst_type": worst_type,
+            "compared": len(allr)}
+
+
+def report(name, args, arrivals, plans, runs, differ, loads, records, sim, sim_steps, profile, *, speed=None,
+           uncalibrated=None, probe_ratios=None, fitted=None) -> dict:
+    """Print one workload's fidelity table and where the time goes; return its figures.
+    With ``speed`` (the probes' EngineSpeed), ``profile`` is the calibrated one, ``fitted`` the profile
+    as fitted and ``uncalibrated`` its figures."""
+    f = figures(arrivals, plans, runs, sim)
+    rows, overall, worst, worst_type = f["rows"], f["overall_error"], f["worst_error"], f["worst_type"]
+    how = f"profile {Path(args.profile).name}"
+    if speed is not None:
+        how += f" x{speed.ratio:.3f} (speed of the {args.calibrate} probes around these runs)"
+    print(f"\nsimulator fidelity — workload {name} (first {args.duration:g} s), policy {args.policy}; "
+          f"real: vLLM-cpu + {Path(args.model).name} ({args.dtype or 'serving dtype'}), median of {len(runs)} runs; "
+          f"simulated: {how}")
+    print(f"{'task type':10} {'n':>3} {'real s (median)':>16} {'runs min-max':>14} {'simulated s':>12} {'error':>8}")
+    for row in rows:
+        print(f"{row['task_type']:10} {row['n']:>3} {row['real_s']:>16.3f} {min(row['real_runs_s']):>6.3f}-"
+              f"{max(row['real_runs_s']):<7.3f} {row['sim_s']:>12.3f} {100 * row['error']:>+7.1f}%")
     print(f"all requests: {100 * overall:+.1f} %; largest per-task-type error: {100 * worst:.1f} % (goal <= 15 %); "
-          f"requests compared: {len(allr)} of {len(arrivals)}; plans that differed between real runs: {differ}")
+          f"requests compared: {f['compared']} of {len(arrivals)}; plans that differed between real runs: {differ}")
+    extra: dict = {}
+    if speed is not None:
+        from timelyllm_ros.report import engine_speed
+        own = engine_speed(records, fitted).ratio
+        ratios = ", ".join(f"x{r:.2f}" for r in probe_ratios)
+        print(f"speed calibration: probes before/after the runs measured {ratios} the fitted profile's step time (together x{speed.ratio:.3f}, {speed.steps} iterations); the checked "
+              f"runs' own steps were x{own:.2f} (in sample, not used). Uncalibrated (profile as fitted): all requests "
+              f"{100 * uncalibrated['overall_error']:+.1f} %, largest per-task-type error "
+              f"{100 * uncalibrated['worst_error']:.1f} % ({uncalibrated['worst_type']})")
+        extra = {"speed": speed.ratio, "probe_ratios": probe_ratios, "own_steps_ratio": own,
+                 "uncalibrated": {k: uncalibrated[k] for k in ("rows", "overall_error", "worst_error", "worst_type")}}
     print("\nwhere the time goes (all real runs):")
     for line in step_report(records, profile):
         print("  " + line)
@@ -297,7 +413,7 @@ def report(name, args, arrivals, plans, runs, differ, loads, records, sim, sim_s
           f"{sum(r.duration_s + r.post_s for r in records) / len(runs):.2f} s busy/run")
     return {"workload": name, "duration_s": args.duration, "runs": len(runs), "policy": args.policy,
             "profile": str(args.profile), "rows": rows, "overall_error": overall, "worst_error": worst,
-            "worst_type": worst_type, "plans_differed": differ, "loads": loads}
+            "worst_type": worst_type, "plans_differed": differ, "loads": loads, **extra}
 
 if __name__ == "__main__":
     sys.exit(main())

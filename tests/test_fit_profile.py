@@ -39,7 +39,9 @@ def test_host_gaps_skip_idle_periods():
 
 def _served(n: int = 400) -> list[StepRecord]:
     """Synthetic serving iterations with known costs: decode 8 ms + 0.3 ms/extra seq + 0.2 us/
-    context token; a prefill adds 0.15 ms/uncached token + 2 us/cached token; 1 us/output token."""
+    context token; a prefill adds 0.15 ms/uncached token + 2 us/cached token; 1 us/output token;
+    0.1 ms of host work between iterations, and before a step that takes in A new or resumed
+    sequences 0.8 ms + 0.3 ms x A more."""
     import random
 
     rng = random.Random(3)
@@ -48,11 +50,13 @@ def _served(n: int = 400) -> list[StepRecord]:
         seqs = rng.randint(1, 12)
         ctx = seqs * rng.randint(100, 1300)
         pre, prectx = (rng.randint(10, 300), rng.randint(0, 4000)) if i % 5 == 0 else (0, 0)
+        adds = min(seqs, rng.randint(1, 4)) if pre else 0
+        t += 1e-4 + (8e-4 + 3e-4 * adds if adds else 0.0)  # host work before this iteration
         dur = 0.008 + 0.0003 * (seqs - 1) + 2e-7 * ctx + (1.5e-4 * pre + 2e-6 * prectx if pre else 0.0)
         out.append(StepRecord(start_s=t, duration_s=dur, post_s=1e-6 * seqs, seqs=seqs, prefill_tokens=pre,
-                              prefill_context_tokens=prectx, context_tokens=ctx, adds=1 if pre else 0,
+                              prefill_context_tokens=prectx, context_tokens=ctx, adds=adds,
                               output_tokens=seqs))
-        t += dur + 1e-6 * seqs + 1e-4  # 0.1 ms of host work between iterations
+        t += dur + 1e-6 * seqs
     return out
 
 
@@ -82,6 +86,7 @@ def test_saved_steps_refit_offline_recovers_the_costs_and_is_reproducible(tmp_pa
     assert prof.decode_s_per_context_token == pytest.approx(2e-7, rel=1e-3)
     assert prof.prefill_s_per_token == pytest.approx(1.5e-4, rel=1e-3)
     assert prof.prefill_s_per_context_token == pytest.approx(2e-6, rel=1e-3)
+    assert prof.add_base_s == pytest.approx(8e-4, rel=1e-3) and prof.add_s_per_seq == pytest.approx(3e-4, rel=1e-3)
     assert (prof.tokenize_s, prof.detokenize_s, prof.kv_capacity_blocks) == (4e-5, 1e-6, 8191)
     assert "mixed_small, WID2" in yaml.safe_load(outs[0])["description"]
 
@@ -139,3 +144,42 @@ def test_sim_fidelity_interleaved_fit_refuses_in_sample_or_incomplete_requests(e
     p = subprocess.run([sys.executable, str(root / "benchmarks" / "sim_fidelity.py"), "--workload", "WID1", *extra],
                        capture_output=True, text=True, cwd=root)
     assert p.returncode == 2 and message in p.stderr
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--calibrate", "WID1"], "is also checked"),
+    (["--calibrate", "mixed_small,WID2"], "name one workload"),
+    (["--calibrate", "no_such_workload"], "--calibrate:"),
+    (["--calibrate", "mixed_small", "--calibrate-duration", "0"], "--calibrate-duration must be > 0"),
+])
+def test_sim_fidelity_calibration_refuses_in_sample_or_bad_probes(extra, message):
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, str(root / "benchmarks" / "sim_fidelity.py"), "--workload", "WID1", *extra],
+                       capture_output=True, text=True, cwd=root)
+    assert p.returncode == 2 and message in p.stderr
+
+
+def test_speed_calibration_brackets_a_workloads_runs_and_scales_the_profile():
+    """The probes before each of a workload's runs and the one after the last give its speed:
+    measured / charged time over exactly those probes; the scaled profile then charges the probes'
+    iterations what they measured, in sum."""
+    from sim_fidelity import bracket_speed
+    from timelyllm_ros.engines.simulated import LatencyProfile
+
+    prof = LatencyProfile(prefill_s_per_token=1e-4, decode_base_s=0.006, kv_block_size=32, kv_capacity_blocks=100,
+                          decode_s_per_extra_seq=2e-4)
+
+    import dataclasses
+
+    base = [StepRecord(0.0, 0.0, 0.0, seqs, pre, 0, 100 * seqs, 1 if pre else 0, seqs)
+            for seqs, pre in ((1, 0), (4, 0), (2, 300))]  # three iterations of each probe
+    probes = [[dataclasses.replace(r, duration_s=s * prof.record_s(r)) for r in base]  # s x what is charged
+              for s in (0.5, 0.5, 0.6, 2.0, 2.0)]
+    first = bracket_speed(probes, prof, 0, 2)  # workload 1 of two, 2 runs each: probes 0, 1, 2
+    assert first.ratio == pytest.approx((0.5 + 0.5 + 0.6) / 3) and first.steps == 9
+    assert bracket_speed(probes, prof, 2, 4).ratio == pytest.approx((0.6 + 2.0 + 2.0) / 3)
+    cal = prof.scaled(first.ratio)
+    recs = [r for p in probes[:3] for r in p]
+    assert sum(cal.record_s(r) for r in recs) == pytest.approx(sum(r.duration_s + r.post_s for r in recs))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -135,6 +136,21 @@ def test_profile_validation(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- latency arithmetic
 
+def test_scaled_profile_multiplies_engine_time_and_keeps_the_rest() -> None:
+    p = LatencyProfile.from_yaml(DEFAULT_PROFILE)
+    p = dataclasses.replace(p, tokenize_s=4e-5, detokenize_s=2e-6, swap_s_per_block=1e-4, network_latency_s=0.008)
+    half = p.scaled(0.5)
+    for kw in ({"seqs": 1}, {"seqs": 7, "context_tokens": 5000}, {"seqs": 3, "prefill_tokens": 400,
+               "prefill_context_tokens": 900, "swap_blocks": 2, "new_requests": 3}):
+        assert half.step_s(**kw) == pytest.approx(0.5 * p.step_s(**kw), rel=1e-12)
+    assert (half.network_latency_s, half.kv_block_size, half.kv_capacity_blocks, half.host_capacity_blocks) == \
+        (p.network_latency_s, p.kv_block_size, p.kv_capacity_blocks, p.host_capacity_blocks)
+    assert p.scaled(1.0) == p
+    for bad in (0, -1.0, float("inf"), float("nan"), True, "2"):
+        with pytest.raises(ProfileError, match="speed factor"):
+            p.scaled(bad)  # type: ignore[arg-type]
+
+
 def test_single_generation_step_times_by_hand() -> None:
     clock, e = make()
     e.set_script("a", "x y")  # 3 tokens, then EOS
@@ -175,6 +191,30 @@ def test_batch_step_time_and_max_tokens() -> None:
     assert fin["a"].finished and fin["a"].finish_reason == "length"
     assert not fin["b"].finished
     assert e.stats().running == 1
+
+
+def test_host_intake_is_charged_for_new_and_resumed_sequences_only() -> None:
+    """add_base_s + add_s_per_seq x A before a step that takes in A sequences (new or resumed),
+    not for decode steps, and not in record_s (a measured step's duration does not hold it)."""
+    clock, e = make(add_base_s=0.5, add_s_per_seq=0.25)
+    for g, start in (("a", 1000), ("b", 2000)):
+        e.set_script(g, DRONE_PLAN)
+        e.add(g, ids(start, 10), max_tokens=30)
+    log: list = []
+    e.step_log = log
+    e.step()
+    assert clock.now() == pytest.approx(0.02 + 0.005 + 0.0001 * 20 + 0.01 + 0.001 * 20 + 0.5 + 0.25 * 2)
+    t = clock.now()
+    e.step()  # decode only: no intake
+    assert clock.now() - t == pytest.approx(0.02 + 0.005 + 0.0001 * 22)
+    e.abort("a", "cache")
+    e.add("a", ids(1000, 10) + [5, 6], max_tokens=30)  # resumed with its generated tokens
+    t = clock.now()
+    e.step()
+    assert log[-1].adds == 1
+    assert clock.now() - t == pytest.approx(log[-1].duration_s)
+    assert log[-1].duration_s - e.profile.record_s(log[-1]) == pytest.approx(0.5 + 0.25)
+    assert log[0].adds == 2 and log[1].adds == 0
 
 
 def test_tokenize_and_detokenize_costs_are_charged_once() -> None:

@@ -8,7 +8,7 @@ one on real serving steps.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -32,6 +32,11 @@ class LatencyProfile:
                    + prefill_s_per_context_token * (cached tokens those prefills attend to)]
                 + swap_s_per_block * (blocks copied host<->GPU for this step)
                 + tokenize_s * (new requests) + detokenize_s * (tokens output)
+                + [add_base_s + add_s_per_seq * A   if A > 0 sequences join the batch in this step]
+    The add terms are host time before the step (the engine's request intake: vLLM's input
+    processing of a new or resumed prompt, and the planner's resume work), measured as the gap
+    between back-to-back iterations; ``record_s`` leaves them out, like tokenising, because a
+    measured StepRecord's duration does not contain them.
     Every sequence in the step yields one token (a prefill yields the first token, as in
     Table 1's "Decoding 0 token").
     """
@@ -48,6 +53,8 @@ class LatencyProfile:
     host_capacity_blocks: int | None = None  # host (CPU) blocks for swapped KV; None = unbounded
     network_latency_s: float = 0.0  # per dispatched segment (used by robots/runner, not here)
     tokenize_s: float = 0.0  # tokenising one new request's prompt (charged once per request)
+    add_base_s: float = 0.0  # host time before a step that takes in new or resumed sequences
+    add_s_per_seq: float = 0.0  # ... and per such sequence (new request or resumed segment)
     detokenize_s: float = 0.0  # per output token
     name: str = ""
     description: str = ""
@@ -97,6 +104,21 @@ class LatencyProfile:
         data = read_yaml_file(path, "latency profile", ProfileError)
         return cls.from_mapping(data, str(path))
 
+    # the terms that are time on the engine's machine (``scaled`` multiplies these; the network
+    # and the KV geometry are not the engine's speed)
+    TIME_TERMS = ("prefill_s_per_token", "decode_base_s", "prefill_base_s", "prefill_s_per_context_token",
+                  "decode_s_per_extra_seq", "decode_s_per_context_token", "swap_s_per_block", "tokenize_s",
+                  "detokenize_s", "add_base_s", "add_s_per_seq")
+
+    def scaled(self, speed: float) -> "LatencyProfile":
+        """This profile on a machine whose iterations take ``speed`` times as long (0.5: twice as
+        fast): every engine time term is multiplied by it; network latency and KV memory stay.
+        Fidelity checks calibrate a fitted profile's speed with it (`report.engine_speed` of a
+        probe served in the same minutes gives ``speed``)."""
+        if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not (math.isfinite(speed) and speed > 0):
+            raise ProfileError(f"profile speed factor must be a finite number > 0, got {speed!r}")
+        return replace(self, **{k: getattr(self, k) * speed for k in self.TIME_TERMS})
+
     # --- cost model -------------------------------------------------------------------------
     def record_s(self, r: StepRecord, *, new_requests: int = 0) -> float:
         """What this profile charges for the iteration a StepRecord describes (profile fitting
@@ -107,7 +129,7 @@ class LatencyProfile:
 
     def step_s(self, *, seqs: int, prefill_tokens: int = 0, context_tokens: int = 0,
                swap_blocks: int = 0, new_requests: int = 0, output_tokens: int | None = None,
-               prefill_context_tokens: int = 0) -> float:
+               prefill_context_tokens: int = 0, adds: int = 0) -> float:
         """Modelled duration of one iteration (see the class docstring)."""
         if seqs <= 0 and prefill_tokens <= 0 and swap_blocks <= 0:
             return 0.0
@@ -120,5 +142,7 @@ class LatencyProfile:
             t += self.prefill_s_per_context_token * prefill_context_tokens
         t += self.swap_s_per_block * swap_blocks
         t += self.tokenize_s * new_requests
+        if adds > 0:
+            t += self.add_base_s + self.add_s_per_seq * adds
         t += self.detokenize_s * (seqs if output_tokens is None else output_tokens)
         return t

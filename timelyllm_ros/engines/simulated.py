@@ -223,13 +223,14 @@ class SimulatedEngine(KVAccounting):
         swap = swap_in + self._pending_swap_out
         context = sum(len(s.tokens) for s in batch)
         new = sum(1 for s in batch if s.new_request)
+        adds = sum(1 for s in batch if s.prefilling and not s.generated)  # first step after add() (as vLLM's log)
         dt = self.profile.step_s(seqs=len(batch), prefill_tokens=prefill, context_tokens=context,
-                                 swap_blocks=swap, new_requests=new, prefill_context_tokens=prefill_ctx)
+                                 swap_blocks=swap, new_requests=new, prefill_context_tokens=prefill_ctx, adds=adds)
         if self.step_log is not None:
             self.step_log.append(StepRecord(
                 start_s=self.clock.now(), duration_s=dt, post_s=0.0, seqs=len(batch),
                 prefill_tokens=prefill, prefill_context_tokens=prefill_ctx, context_tokens=context,
-                adds=sum(1 for s in batch if s.prefilling), output_tokens=len(batch)))
+                adds=adds, output_tokens=len(batch)))
         self.clock.advance(dt)
         self.counters.steps += 1
         self.counters.busy_s += dt
@@ -293,7 +294,8 @@ class SimulatedEngine(KVAccounting):
         return self.profile.step_s(
             seqs=len(batch), prefill_tokens=prefill, context_tokens=sum(len(s.tokens) for s in batch),
             swap_blocks=sum(s.swap_in for s in batch) + (self._pending_swap_out if batch else 0),
-            new_requests=sum(1 for s in batch if s.new_request))
+            new_requests=sum(1 for s in batch if s.new_request),
+            adds=sum(1 for s in batch if s.prefilling and not s.generated))
 
     # --- internals: output --------------------------------------------------------------------
     def _emit(self, s: _Seq) -> EngineOutput:

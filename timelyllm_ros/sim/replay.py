@@ -15,11 +15,12 @@ from typing import Any, Callable, Mapping
 
 from ..core.robots import RobotSpec
 from ..engines.base import StepRecord
+from ..engines.latency_profile import LatencyProfile
 from ..lrtrace import Arrival, Workload
 from .runner import SimResult, run_simulation
 
 
-def replay(workload: Workload | str, plans: Mapping[str, str], *, profile_path: str | Path, tokenizer: Any,
+def replay(workload: Workload | str, plans: Mapping[str, str], *, profile_path: str | Path | LatencyProfile, tokenizer: Any,
            robots: Mapping[str, RobotSpec], policy: str, policy_params: Mapping[str, Any] | None = None,
            catalog: Mapping[str, Any] | None = None, max_batch: int | None = None,
            keep: Callable[[Arrival], bool] = lambda a: True,
