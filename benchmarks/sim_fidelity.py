@@ -399,7 +399,8 @@ def report(name, args, arrivals, plans, runs, differ, loads, records, sim, sim_s
         from timelyllm_ros.report import engine_speed
         own = engine_speed(records, fitted).ratio
         ratios = ", ".join(f"x{r:.2f}" for r in probe_ratios)
-        print(f"speed calibration: probes before/after the runs measured {ratios} the fitted profile's step time (together x{speed.ratio:.3f}, {speed.steps} iterations); the checked "
+        print(f"speed calibration: probes before/after the runs measured {ratios} the fitted profile's step time "
+              f"(together x{speed.ratio:.3f}, {speed.steps} iterations); the checked "
               f"runs' own steps were x{own:.2f} (in sample, not used). Uncalibrated (profile as fitted): all requests "
               f"{100 * uncalibrated['overall_error']:+.1f} %, largest per-task-type error "
               f"{100 * uncalibrated['worst_error']:.1f} % ({uncalibrated['worst_type']})")
