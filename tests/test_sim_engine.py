@@ -212,8 +212,9 @@ def test_host_intake_is_charged_for_new_and_resumed_sequences_only() -> None:
     t = clock.now()
     e.step()
     assert log[-1].adds == 1
-    assert clock.now() - t == pytest.approx(log[-1].duration_s)
-    assert log[-1].duration_s - e.profile.record_s(log[-1]) == pytest.approx(0.5 + 0.25)
+    assert clock.now() - t == pytest.approx(0.5 + 0.25 + log[-1].duration_s)  # intake, then the iteration
+    assert log[-1].start_s == pytest.approx(t + 0.5 + 0.25)
+    assert log[-1].duration_s == pytest.approx(e.profile.record_s(log[-1]))  # as a measured StepRecord
     assert log[0].adds == 2 and log[1].adds == 0
 
 

@@ -172,17 +172,21 @@ def check_demo_inputs(args: argparse.Namespace) -> DemoInputs:
 
 
 def at_profile_speed(inp: DemoInputs, policy: str, plans: Mapping[str, str],
-                     params: Mapping[str, Any] | None = None, *, step_log: list[Any] | None = None) -> Any:
+                     params: Mapping[str, Any] | None = None, *, step_log: list[Any] | None = None,
+                     exclusive_agents: bool = False) -> Any:
     """``policy`` in the simulator with the demo's profile on exactly the demo's arrivals,
     replaying what the model generated in the real run (``plans``: request id -> text) with the
-    model's tokenizer: what the policy gets when the engine runs at the profile's speed."""
+    model's tokenizer: what the policy gets when the engine runs at the profile's speed.
+    ``exclusive_agents``: robots as the run had them (the ROS 2 graph: one executor node per
+    robot, one goal at a time; in-process: one lane per request)."""
     from .prompts import TokenizerFile
     from .sim.replay import replay
 
     ids = {a.request_id for a in inp.arrivals}
     return replay(inp.workload, plans, profile_path=inp.profile, tokenizer=TokenizerFile(inp.engine_config["model"]),
                   robots=inp.robots, catalog=inp.catalog, policy=policy, policy_params=params,
-                  max_batch=inp.max_batch, keep=lambda a: a.request_id in ids, step_log=step_log)
+                  max_batch=inp.max_batch, keep=lambda a: a.request_id in ids, step_log=step_log,
+                  exclusive_agents=exclusive_agents)
 
 
 def report(console: Any, inp: DemoInputs, *, metrics: Mapping[str, Any], plans: Mapping[str, str],
@@ -202,9 +206,14 @@ def report(console: Any, inp: DemoInputs, *, metrics: Mapping[str, Any], plans: 
                 f"{inp.workload.name}, wall {wall_s:.0f} s")
     speed = engine_speed(step_records, LatencyProfile.from_yaml(inp.profile))
     sim_label = f"simulator, fitted profile {speed.profile}, same arrivals and plans"
-    sims = {f"{inp.policy} — {sim_label}": at_profile_speed(inp, inp.policy, plans, inp.params).metrics}
+    exclusive = mode == "ROS 2 graph"  # executor nodes run one goal per robot at a time
+    if exclusive:
+        sim_label += ", one goal per robot at a time"
+    sims = {f"{inp.policy} — {sim_label}": at_profile_speed(inp, inp.policy, plans, inp.params,
+                                                             exclusive_agents=exclusive).metrics}
     if inp.baseline is not None and inp.baseline != inp.policy:
-        sims[f"{inp.baseline} (baseline) — {sim_label}"] = at_profile_speed(inp, inp.baseline, plans).metrics
+        sims[f"{inp.baseline} (baseline) — {sim_label}"] = at_profile_speed(inp, inp.baseline, plans,
+                                                                            exclusive_agents=exclusive).metrics
     console.print(speed_line(speed), soft_wrap=True)
     console.print(deadline_line(metrics, next(iter(sims.values())), speed), soft_wrap=True)
     runs = {f"{inp.policy} — {label} (this run)": metrics, **sims}

@@ -127,6 +127,10 @@ class LatencyProfile:
                            new_requests=new_requests, output_tokens=r.output_tokens,
                            prefill_context_tokens=r.prefill_context_tokens)
 
+    def intake_s(self, adds: int) -> float:
+        """Host time before a step that takes in ``adds`` new or resumed sequences (0 for none)."""
+        return self.add_base_s + self.add_s_per_seq * adds if adds > 0 else 0.0
+
     def step_s(self, *, seqs: int, prefill_tokens: int = 0, context_tokens: int = 0,
                swap_blocks: int = 0, new_requests: int = 0, output_tokens: int | None = None,
                prefill_context_tokens: int = 0, adds: int = 0) -> float:
@@ -142,7 +146,6 @@ class LatencyProfile:
             t += self.prefill_s_per_context_token * prefill_context_tokens
         t += self.swap_s_per_block * swap_blocks
         t += self.tokenize_s * new_requests
-        if adds > 0:
-            t += self.add_base_s + self.add_s_per_seq * adds
+        t += self.intake_s(adds)
         t += self.detokenize_s * (seqs if output_tokens is None else output_tokens)
         return t

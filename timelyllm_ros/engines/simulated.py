@@ -226,9 +226,10 @@ class SimulatedEngine(KVAccounting):
         adds = sum(1 for s in batch if s.prefilling and not s.generated)  # first step after add() (as vLLM's log)
         dt = self.profile.step_s(seqs=len(batch), prefill_tokens=prefill, context_tokens=context,
                                  swap_blocks=swap, new_requests=new, prefill_context_tokens=prefill_ctx, adds=adds)
-        if self.step_log is not None:
+        if self.step_log is not None:  # the intake is host time before the iteration, as vLLM's log has it
+            intake = self.profile.intake_s(adds)
             self.step_log.append(StepRecord(
-                start_s=self.clock.now(), duration_s=dt, post_s=0.0, seqs=len(batch),
+                start_s=self.clock.now() + intake, duration_s=dt - intake, post_s=0.0, seqs=len(batch),
                 prefill_tokens=prefill, prefill_context_tokens=prefill_ctx, context_tokens=context,
                 adds=adds, output_tokens=len(batch)))
         self.clock.advance(dt)

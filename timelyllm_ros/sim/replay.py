@@ -24,11 +24,13 @@ def replay(workload: Workload | str, plans: Mapping[str, str], *, profile_path: 
            robots: Mapping[str, RobotSpec], policy: str, policy_params: Mapping[str, Any] | None = None,
            catalog: Mapping[str, Any] | None = None, max_batch: int | None = None,
            keep: Callable[[Arrival], bool] = lambda a: True,
-           step_log: list[StepRecord] | None = None) -> SimResult:
+           step_log: list[StepRecord] | None = None, exclusive_agents: bool = False) -> SimResult:
     """``policy`` in the simulator on the workload's arrivals that ``keep`` accepts and that have
     a plan in ``plans`` (request id -> the text the real model generated), with the real prompts
     (``tokenizer``: the model's) and the same warm-up as real serving (`serve.warm_up`: fixed
-    prompt prefixes cached before the clock starts).  ``step_log`` receives the simulated steps."""
+    prompt prefixes cached before the clock starts).  ``step_log`` receives the simulated steps;
+    ``exclusive_agents``: each robot runs its goals one at a time (as a ROS 2 graph's executor
+    nodes do) instead of one lane per request (`sim.runner`)."""
     from ..prompts import PromptBuilder
     from ..serve import warm_up
 
@@ -57,7 +59,7 @@ def replay(workload: Workload | str, plans: Mapping[str, str], *, profile_path: 
 
     return run_simulation(workload, policy, profile_path=profile_path, robots=robots, catalog=catalog,
                           policy_params=dict(policy_params or {}), max_batch=max_batch, setup=setup,
-                          tokenizer=tokenizer, prompts=prompts)
+                          tokenizer=tokenizer, prompts=prompts, exclusive_agents=exclusive_agents)
 
 
 __all__ = ["replay"]
