@@ -23,7 +23,10 @@ same draw each time, never a checked workload) is served before every real run a
 last; each checked workload's simulation uses the profile scaled by one number, the measured /
 charged time of the probes that bracket its runs (`LatencyProfile.scaled`). The fitted profile's
 shape (batch, context and prefill terms) stays as fitted; only its speed is measured in the same
-minutes. The uncalibrated figures are printed too.
+minutes. The uncalibrated figures are printed too. Measured on this project's machine
+(docs/vllm.md, "Why a fixed profile misses"): it did not help there — the speed moved faster than
+probes a minute apart follow, and the first steps after an idle spell (a response) run slower than
+the steady ones the probes average.
 
 Each real run prints the load average before and after it (the machine is shared: judge the
 figures by it).
