@@ -309,5 +309,10 @@ def test_demo_report_from_records_without_an_engine(tmp_path, capsys):
         "vllm (baseline) — simulator, fitted profile vllm_cpu_tiny, same arrivals and plans"}
     out = capsys.readouterr().out
     assert "engine speed: " in out and "deadlines: " in out and "T1" in out
+    # a ROS 2 graph run (one executor node per robot): the comparison runs one goal per robot at a time
+    graph = report(console(), inp, metrics=sim.metrics, plans=plans, step_records=log, device="cpu", wall_s=1.0,
+                   mode="ROS 2 graph", exclusive_agents=True)
+    assert all(k.endswith(", one goal per robot at a time") for k in graph["simulated_same_arrivals"])
+    assert len(graph["simulated_same_arrivals"]) == 2
     assert json.loads((inp.out / "results.json").read_text())["policy"] == "timelyllm"
     assert (inp.out / "demo.png").read_bytes()[:4] == b"\x89PNG"

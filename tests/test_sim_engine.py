@@ -138,13 +138,15 @@ def test_profile_validation(tmp_path: Path) -> None:
 
 def test_scaled_profile_multiplies_engine_time_and_keeps_the_rest() -> None:
     p = LatencyProfile.from_yaml(DEFAULT_PROFILE)
-    p = dataclasses.replace(p, tokenize_s=4e-5, detokenize_s=2e-6, swap_s_per_block=1e-4, network_latency_s=0.008)
+    p = dataclasses.replace(p, tokenize_s=4e-5, detokenize_s=2e-6, swap_s_per_block=1e-4, network_latency_s=0.008,
+                            add_base_s=8e-4, add_s_per_seq=3e-4)
     half = p.scaled(0.5)
     for kw in ({"seqs": 1}, {"seqs": 7, "context_tokens": 5000}, {"seqs": 3, "prefill_tokens": 400,
-               "prefill_context_tokens": 900, "swap_blocks": 2, "new_requests": 3}):
+               "prefill_context_tokens": 900, "swap_blocks": 2, "new_requests": 3, "adds": 2}):
         assert half.step_s(**kw) == pytest.approx(0.5 * p.step_s(**kw), rel=1e-12)
     assert (half.network_latency_s, half.kv_block_size, half.kv_capacity_blocks, half.host_capacity_blocks) == \
         (p.network_latency_s, p.kv_block_size, p.kv_capacity_blocks, p.host_capacity_blocks)
+    assert half.intake_s(2) == pytest.approx(0.5 * (8e-4 + 2 * 3e-4), rel=1e-12)
     assert p.scaled(1.0) == p
     for bad in (0, -1.0, float("inf"), float("nan"), True, "2"):
         with pytest.raises(ProfileError, match="speed factor"):

@@ -192,10 +192,12 @@ def at_profile_speed(inp: DemoInputs, policy: str, plans: Mapping[str, str],
 def report(console: Any, inp: DemoInputs, *, metrics: Mapping[str, Any], plans: Mapping[str, str],
            step_records: list[Any], device: str, wall_s: float,
            extra: Mapping[str, Any] | None = None, engine: str = "vllm",
-           timeline: list[dict[str, Any]] | None = None, mode: str = "") -> dict[str, Any]:
+           timeline: list[dict[str, Any]] | None = None, mode: str = "",
+           exclusive_agents: bool = False) -> dict[str, Any]:
     """Table, engine speed, deadline line, results.json and demo.png of a finished demo run, from
     its records (any demo mode: the metrics summary, each request's generated text, the engine's
-    StepRecords)."""
+    StepRecords).  ``exclusive_agents``: the run's robots took one goal at a time (the ROS 2
+    graph's executor nodes), so the simulated comparison runs them so too."""
     from .engines.simulated import LatencyProfile
     from .report import deadline_line, engine_speed, print_table, speed_line
 
@@ -206,14 +208,13 @@ def report(console: Any, inp: DemoInputs, *, metrics: Mapping[str, Any], plans: 
                 f"{inp.workload.name}, wall {wall_s:.0f} s")
     speed = engine_speed(step_records, LatencyProfile.from_yaml(inp.profile))
     sim_label = f"simulator, fitted profile {speed.profile}, same arrivals and plans"
-    exclusive = mode == "ROS 2 graph"  # executor nodes run one goal per robot at a time
-    if exclusive:
+    if exclusive_agents:  # the run's robots took one goal at a time (a ROS 2 graph's executor nodes)
         sim_label += ", one goal per robot at a time"
     sims = {f"{inp.policy} — {sim_label}": at_profile_speed(inp, inp.policy, plans, inp.params,
-                                                             exclusive_agents=exclusive).metrics}
+                                                             exclusive_agents=exclusive_agents).metrics}
     if inp.baseline is not None and inp.baseline != inp.policy:
         sims[f"{inp.baseline} (baseline) — {sim_label}"] = at_profile_speed(inp, inp.baseline, plans,
-                                                                            exclusive_agents=exclusive).metrics
+                                                                            exclusive_agents=exclusive_agents).metrics
     console.print(speed_line(speed), soft_wrap=True)
     console.print(deadline_line(metrics, next(iter(sims.values())), speed), soft_wrap=True)
     runs = {f"{inp.policy} — {label} (this run)": metrics, **sims}
@@ -334,6 +335,7 @@ def run_ros_graph(inp: DemoInputs, opts: Any) -> int:
     report(console, inp, metrics=res.metrics, plans={g.gen_id: g.text for g in res.generations},
            step_records=res.step_records,
            device="cpu", wall_s=res.wall_s, engine=opts.engine, mode="ROS 2 graph", timeline=res.timeline(),
+           exclusive_agents=True,
            extra={"ros_domain_id": res.domain_id, "bag": str(res.bag), "bag_counts": res.bag_counts,
                   "node_exit_codes": res.exit_codes, "node_stop_s": res.stop_s, "tello_drone": res.tello_drone, "notes": res.notes,
                   "total_wall_s": round(time.monotonic() - t_start, 3)})

@@ -48,15 +48,16 @@ class StepRecord:
     output_tokens: int
 
 
+def gaps_before(records: Sequence[StepRecord]) -> list[tuple[float, StepRecord]]:
+    """(time from the end of the previous iteration to its start, the iteration) for every
+    iteration after the first."""
+    return [(b.start_s - (a.start_s + a.duration_s + a.post_s), b) for a, b in zip(records, records[1:])]
+
+
 def host_gaps(records: Sequence[StepRecord], idle_s: float = 0.004) -> list[float]:
     """Time from the end of one iteration to the start of the next when the serving loop did not
     idle in between (it sleeps up to 5 ms when it has nothing to run): the planner's host work."""
-    out = []
-    for a, b in zip(records, records[1:]):
-        g = b.start_s - (a.start_s + a.duration_s + a.post_s)
-        if 0 <= g < idle_s:
-            out.append(g)
-    return out
+    return [g for g, _ in gaps_before(records) if 0 <= g < idle_s]
 
 
 @dataclass(frozen=True, slots=True)

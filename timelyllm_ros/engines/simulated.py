@@ -59,6 +59,12 @@ class EngineCounters:
     readmissions: int = 0  # preempted generations brought back
 
 
+def _intake(batch: list[_Seq]) -> int:
+    """Sequences in their first step after add(), new or resumed (a StepRecord's ``adds``, as
+    vLLM's log counts them; a sequence re-admitted after the engine's own preemption is not one)."""
+    return sum(1 for s in batch if s.prefilling and not s.generated)
+
+
 class SimulatedEngine(KVAccounting):
     """Engine protocol implementation that scripts its text and models its time and memory.
 
@@ -223,7 +229,7 @@ class SimulatedEngine(KVAccounting):
         swap = swap_in + self._pending_swap_out
         context = sum(len(s.tokens) for s in batch)
         new = sum(1 for s in batch if s.new_request)
-        adds = sum(1 for s in batch if s.prefilling and not s.generated)  # first step after add() (as vLLM's log)
+        adds = _intake(batch)
         dt = self.profile.step_s(seqs=len(batch), prefill_tokens=prefill, context_tokens=context,
                                  swap_blocks=swap, new_requests=new, prefill_context_tokens=prefill_ctx, adds=adds)
         if self.step_log is not None:  # the intake is host time before the iteration, as vLLM's log has it
@@ -295,8 +301,7 @@ class SimulatedEngine(KVAccounting):
         return self.profile.step_s(
             seqs=len(batch), prefill_tokens=prefill, context_tokens=sum(len(s.tokens) for s in batch),
             swap_blocks=sum(s.swap_in for s in batch) + (self._pending_swap_out if batch else 0),
-            new_requests=sum(1 for s in batch if s.new_request),
-            adds=sum(1 for s in batch if s.prefilling and not s.generated))
+            new_requests=sum(1 for s in batch if s.new_request), adds=_intake(batch))
 
     # --- internals: output --------------------------------------------------------------------
     def _emit(self, s: _Seq) -> EngineOutput:
