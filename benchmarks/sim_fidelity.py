@@ -58,6 +58,23 @@ def simulate(workload, plans, *, profile, tokenizer, robots, policy, keep):
     return res.metrics, log
 
 
+def resolve_policy(given: str | None, saved: str | None, real: bool) -> str:
+    """The policy to serve and simulate under: `given` (--policy), else `default`.  Re-simulating
+    saved runs (`real`) takes the policy they were served under (`saved`, recorded by --save-real)
+    and refuses another one; a file saved before the policy was recorded needs --policy."""
+    if not real:
+        return given or "default"
+    if saved is None:
+        if given is None:
+            raise ValueError("--real: this file does not record the policy its runs were served under "
+                             "(saved before it was recorded): name it with --policy")
+        return given
+    if given is not None and given != saved:
+        raise ValueError(f"--real: the saved runs were served under --policy {saved}, not {given}: the "
+                         f"simulation must run the same policy")
+    return saved
+
+
 def bracket_speed(probes, profile, first: int, last: int):
     """The speed of the machine around check runs: measured / charged time of probes first..last
     (inclusive; the probe before each run and the one after the last), as one EngineSpeed."""
@@ -139,7 +156,10 @@ def main() -> int:
                          "each followed at once by its simulation (out of sample: WID1,WID3,chat_mixed)")
     ap.add_argument("--duration", type=float, default=60.0, help="only arrivals up to this time")
     ap.add_argument("--runs", type=int, default=3, help="real runs (the reference is their median)")
-    ap.add_argument("--policy", default="timelyllm")
+    ap.add_argument("--policy", default=None,
+                    help="policy of the real runs and the simulation (default: `default`, the product's and the "
+                         "one fit_vllm_profile.py serves its fit under: the host time between steps depends on it; "
+                         "with --real: the policy the saved runs were served under)")
     ap.add_argument("--model", default=str(REPO / "models" / "tiny-planner"))
     ap.add_argument("--profile", default=str(REPO / "profiles" / "vllm_cpu_tiny.yaml"))
     ap.add_argument("--dtype", default=None, help="vLLM dtype (default: what serving uses on this machine)")
@@ -224,8 +244,12 @@ def main() -> int:
         missing = [n for n in names if n not in saved_all["workloads"]]
         if missing:
             ap.error(f"--real {args.real} has no runs of {missing}; it has {sorted(saved_all['workloads'])}")
+    try:
+        args.policy = resolve_policy(args.policy, saved_all.get("policy") if args.real else None, bool(args.real))
+    except ValueError as e:
+        ap.error(str(e))
     engine = tokenizer = None
-    results, to_save, real_side = [], {"model": args.model, "workloads": {}}, {}
+    results, to_save, real_side = [], {"model": args.model, "policy": args.policy, "workloads": {}}, {}
     probes: list[list] = []  # the speed probes' served iterations, in order (--calibrate)
     if args.real and "calibration" in saved_all:
         probes = [[StepRecord(**r) for r in p] for p in saved_all["calibration"]["probes"]]
@@ -342,8 +366,10 @@ def main() -> int:
                 u = r["uncalibrated"]
                 cal = (f"; speed x{r['speed']:.2f} of the profile (probes); uncalibrated worst "
                        f"{100 * u['worst_error']:.1f} %, all {100 * u['overall_error']:+.1f} %")
+            rep = (f"; real runs spread {100 * r['run_spread']:.1f} % (per task type up to "
+                   f"{100 * r['worst_type_spread']:.1f} %)" if r["runs"] > 1 else "")
             print(f"  {r['workload']:12} worst {100 * r['worst_error']:5.1f} % ({r['worst_type']}), all requests "
-                  f"{100 * r['overall_error']:+.1f} %, load average during the real runs {load}{cal}")
+                  f"{100 * r['overall_error']:+.1f} %, load average during the real runs {load}{rep}{cal}")
         print(f"  largest over all: {100 * max(r['worst_error'] for r in results):.1f} %")
     if args.out:
         Path(args.out).write_text(json.dumps(results[0] if len(results) == 1 else {"workloads": results}, indent=1))
@@ -375,7 +401,25 @@ def figures(arrivals, plans, runs, sim) -> dict:
     alls = [y for v in by_type.values() for _, y, _ in v]
     overall = (sum(alls) - sum(allr)) / sum(allr) if allr else 0.0
     return {"rows": rows, "overall_error": overall, "worst_error": worst, "worst_type": worst_type,
-            "compared": len(allr)}
+            "compared": len(allr), **run_spread(rows, [[z[2][i] for v in by_type.values() for z in v]
+                                                        for i in range(len(runs))])}
+
+
+def run_spread(rows: list[dict], per_run: list[list[float]]) -> dict:
+    """How far the real runs of one check differ from each other — the machine's own
+    reproducibility, the floor under any simulator error: each run's mean response time over the
+    compared requests (``per_run``: each run's response times), their spread (max − min) / median,
+    and the largest per-task-type spread of the ``rows``' run means (with its task type)."""
+    means = [statistics.fmean(xs) for xs in per_run if xs]
+    spread = (max(means) - min(means)) / statistics.median(means) if len(means) > 1 and statistics.median(means) else 0.0
+    worst, worst_type = 0.0, ""
+    for row in rows:
+        rs = row["real_runs_s"]
+        if len(rs) > 1 and row["real_s"]:
+            sp = (max(rs) - min(rs)) / row["real_s"]
+            if sp >= worst:
+                worst, worst_type = sp, row["task_type"]
+    return {"run_means_s": means, "run_spread": spread, "worst_type_spread": worst, "worst_spread_type": worst_type}
 
 
 def report(name, args, arrivals, plans, runs, differ, loads, records, sim, sim_steps, profile, *, speed=None,
@@ -397,6 +441,10 @@ def report(name, args, arrivals, plans, runs, differ, loads, records, sim, sim_s
               f"{max(row['real_runs_s']):<7.3f} {row['sim_s']:>12.3f} {100 * row['error']:>+7.1f}%")
     print(f"all requests: {100 * overall:+.1f} %; largest per-task-type error: {100 * worst:.1f} % (goal <= 15 %); "
           f"requests compared: {f['compared']} of {len(arrivals)}; plans that differed between real runs: {differ}")
+    if len(runs) > 1:
+        print(f"real runs against each other (the machine's reproducibility): mean response per run "
+              f"{' / '.join(f'{1e3 * m:.1f}' for m in f['run_means_s'])} ms, spread {100 * f['run_spread']:.1f} %; "
+              f"largest per-task-type spread {100 * f['worst_type_spread']:.1f} % ({f['worst_spread_type']})")
     extra: dict = {}
     if speed is not None:
         from timelyllm_ros.report import engine_speed
@@ -417,7 +465,8 @@ def report(name, args, arrivals, plans, runs, differ, loads, records, sim, sim_s
           f"{sum(r.duration_s + r.post_s for r in records) / len(runs):.2f} s busy/run")
     return {"workload": name, "duration_s": args.duration, "runs": len(runs), "policy": args.policy,
             "profile": str(args.profile), "rows": rows, "overall_error": overall, "worst_error": worst,
-            "worst_type": worst_type, "plans_differed": differ, "loads": loads, **extra}
+            "worst_type": worst_type, "plans_differed": differ, "loads": loads,
+            **{k: f[k] for k in ("run_means_s", "run_spread", "worst_type_spread", "worst_spread_type")}, **extra}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -183,3 +183,37 @@ def test_speed_calibration_brackets_a_workloads_runs_and_scales_the_profile():
     cal = prof.scaled(first.ratio)
     recs = [r for p in probes[:3] for r in p]
     assert sum(cal.record_s(r) for r in recs) == pytest.approx(sum(r.duration_s + r.post_s for r in recs))
+
+
+def test_sim_fidelity_policy_defaults_to_default_and_saved_runs_keep_theirs():
+    """The check serves and simulates `default` (the fit's policy) unless told otherwise; saved
+    runs are re-simulated under the policy they were served under, never another one, and a file
+    that does not say which needs --policy."""
+    from sim_fidelity import resolve_policy
+
+    assert resolve_policy(None, None, False) == "default"
+    assert resolve_policy("timelyllm", None, False) == "timelyllm"
+    assert resolve_policy(None, "timelyllm", True) == "timelyllm"
+    assert resolve_policy("timelyllm", "timelyllm", True) == "timelyllm"
+    assert resolve_policy("timelyllm", None, True) == "timelyllm"  # an older file: the caller says
+    with pytest.raises(ValueError, match="served under --policy default, not timelyllm"):
+        resolve_policy("timelyllm", "default", True)
+    with pytest.raises(ValueError, match="name it with --policy"):
+        resolve_policy(None, None, True)
+
+
+def test_run_spread_is_the_real_runs_distance_from_each_other():
+    """The machine's reproducibility next to the simulator's error: each run's mean over the
+    compared requests, (max - min) / median of those means, and the task type whose run means
+    differ most relative to its real figure."""
+    from sim_fidelity import run_spread
+
+    rows = [{"task_type": "A", "real_s": 0.10, "real_runs_s": [0.09, 0.11]},
+            {"task_type": "B", "real_s": 0.20, "real_runs_s": [0.20, 0.20]},
+            {"task_type": "C", "real_s": 0.05, "real_runs_s": [0.05]}]  # one run: no spread
+    f = run_spread(rows, [[0.1, 0.2, 0.3], [0.2, 0.2, 0.5], [0.3, 0.3, 0.3]])
+    assert f["run_means_s"] == pytest.approx([0.2, 0.3, 0.3])
+    assert f["run_spread"] == pytest.approx((0.3 - 0.2) / 0.3)
+    assert f["worst_type_spread"] == pytest.approx(0.2) and f["worst_spread_type"] == "A"
+    one = run_spread(rows[2:], [[0.05]])
+    assert one["run_spread"] == 0.0 and one["worst_type_spread"] == 0.0 and one["worst_spread_type"] == ""
