@@ -411,7 +411,8 @@ def run_spread(rows: list[dict], per_run: list[list[float]]) -> dict:
     compared requests (``per_run``: each run's response times), their spread (max − min) / median,
     and the largest per-task-type spread of the ``rows``' run means (with its task type)."""
     means = [statistics.fmean(xs) for xs in per_run if xs]
-    spread = (max(means) - min(means)) / statistics.median(means) if len(means) > 1 and statistics.median(means) else 0.0
+    mid = statistics.median(means) if len(means) > 1 else 0.0
+    spread = (max(means) - min(means)) / mid if mid else 0.0
     worst, worst_type = 0.0, ""
     for row in rows:
         rs = row["real_runs_s"]
