@@ -406,7 +406,7 @@ def figures(arrivals, plans, runs, sim) -> dict:
 
 
 def run_spread(rows: list[dict], per_run: list[list[float]]) -> dict:
-    """How far the real runs of one check differ from each other — the machine's own
+    """How far the real runs of one check differ from each other — the real engine's own
     reproducibility, the floor under any simulator error: each run's mean response time over the
     compared requests (``per_run``: each run's response times), their spread (max − min) / median,
     and the largest per-task-type spread of the ``rows``' run means (with its task type)."""
@@ -443,7 +443,7 @@ def report(name, args, arrivals, plans, runs, differ, loads, records, sim, sim_s
     print(f"all requests: {100 * overall:+.1f} %; largest per-task-type error: {100 * worst:.1f} % (goal <= 15 %); "
           f"requests compared: {f['compared']} of {len(arrivals)}; plans that differed between real runs: {differ}")
     if len(runs) > 1:
-        print(f"real runs against each other (the machine's reproducibility): mean response per run "
+        print(f"real runs against each other (the real engine's reproducibility): mean response per run "
               f"{' / '.join(f'{1e3 * m:.1f}' for m in f['run_means_s'])} ms, spread {100 * f['run_spread']:.1f} %; "
               f"largest per-task-type spread {100 * f['worst_type_spread']:.1f} % ({f['worst_spread_type']})")
     extra: dict = {}

@@ -203,7 +203,7 @@ def test_sim_fidelity_policy_defaults_to_default_and_saved_runs_keep_theirs():
 
 
 def test_run_spread_is_the_real_runs_distance_from_each_other():
-    """The machine's reproducibility next to the simulator's error: each run's mean over the
+    """The real engine's reproducibility next to the simulator's error: each run's mean over the
     compared requests, (max - min) / median of those means, and the task type whose run means
     differ most relative to its real figure."""
     from sim_fidelity import run_spread
