@@ -108,10 +108,12 @@ def main() -> None:
     ap.add_argument("--from-serving", action="store_true",
                     help="fit the step terms on real serving iterations (see fit_serving) instead of "
                          "the isolated micro-measurements")
-    ap.add_argument("--fit-workload", default="mixed_small,WID2,chat_burst",
+    ap.add_argument("--fit-workload", default="mixed_small,WID2,chat_burst,chat_poisson",
                     help="comma-separated workloads whose draws are served for --from-serving (a mixture: "
-                         "batch sizes, prompt lengths and prefill/decode mixes of several loads); keep the "
-                         "fidelity check's workloads (WID1, WID3, chat_mixed) out to test out of sample")
+                         "batch sizes, prompt lengths and prefill/decode mixes of several loads; chat_poisson "
+                         "brings steady chat streaming, short contexts in long runs of steps, which the others "
+                         "lack); keep the fidelity check's workloads (WID1, WID3, chat_mixed) out to test out "
+                         "of sample")
     ap.add_argument("--fit-seed", type=int, default=101,
                     help="arrival/robot seed of the first served draw, +1 per further run (the fidelity "
                          "check uses the workload's own seed)")
