@@ -461,9 +461,10 @@ def fit_host(recs, gaps, idle_s: float = 0.004) -> tuple[float, dict[str, float]
     kept running (so the serving loop cannot have idled before them), by least squares >= 0.
     `gaps`: back-to-back gaps of the serving runs (`host_gaps`), the fallback for a plain gap when
     the records hold no plain step."""
+    from timelyllm_ros.core.engine import gaps_before
+
     plain, rows = [], []
-    for a, b in zip(recs, recs[1:]):
-        g = b.start_s - (a.start_s + a.duration_s + a.post_s)
+    for g, b in gaps_before(recs):
         if b.adds == 0 and 0 <= g < idle_s:
             plain.append(g)
         elif 0 < b.adds < b.seqs and 0 <= g < 0.05:  # continuous batching: the loop did not idle

@@ -168,8 +168,9 @@ def main() -> int:
     ap.add_argument("--real", default=None, help="use real runs saved by --save-real instead of serving")
     ap.add_argument("--fit-workload", default=None,
                     help="fit the profile in the same session: serve draws of these workloads (comma-separated; "
-                         "e.g. mixed_small,WID2,chat_burst,chat_poisson, never the checked ones) interleaved with the real "
-                         "runs, so fit and check see the same machine state; fit_vllm_profile.py's serving fit; "
+                         "e.g. mixed_small,WID2,chat_burst,chat_poisson, never the checked ones) interleaved "
+                         "with the real runs, so fit and check see the same machine state; fit_vllm_profile.py's "
+                         "serving fit; "
                          "the profile is written to --fit-out and used for the simulation")
     ap.add_argument("--fit-seed", type=int, default=101, help="seed of the first fit draw, +1 per further draw")
     ap.add_argument("--fit-runs", type=int, default=2, help="draws per fit workload")
