@@ -41,15 +41,19 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 
-def lstsq(rows: list[list[float]], ys: list[float], relative: bool = True) -> list[float]:
+def lstsq(rows: list[list[float]], ys: list[float], relative: bool = True,
+          weights: list[float] | None = None) -> list[float]:
     """Least squares on *relative* error: short prefills (what a resume costs) and long ones (a
     new prompt) weigh the same, instead of the longest point dominating.  `relative=False`:
     ordinary least squares, whose residuals sum to ~0, so sums of predicted steps (a response
-    time) are unbiased -- what the serving fit wants."""
+    time) are unbiased -- what the serving fit wants.  `weights`: each point's weight in the
+    squared error (the serving fit gives every fit workload the same total weight)."""
     import numpy as np
 
     y = np.array(ys, dtype=float)
     w = 1.0 / np.maximum(np.abs(y), 1e-9) if relative else np.ones_like(y)
+    if weights is not None:
+        w = w * np.sqrt(np.asarray(weights, dtype=float))
     coef, *_ = np.linalg.lstsq(np.array(rows, dtype=float) * w[:, None], y * w, rcond=None)
     return [float(c) for c in coef]
 
@@ -226,12 +230,12 @@ def main() -> None:
         tok_t, detok_t, n_tok = host_costs(eng.tokenizer)
         how = "isolated micro-measurements"
         if a.from_serving:
-            recs, gaps, loads = serve_for_fit(eng, a)
+            recs, gaps, loads, served = serve_for_fit(eng, a)
             if a.save_steps:
-                save_steps(Path(a.save_steps), a, recs=recs, gaps=gaps, loads=loads, tokenize_s=tok_t,
+                save_steps(Path(a.save_steps), a, recs=recs, gaps=gaps, loads=loads, draws=served, tokenize_s=tok_t,
                            detokenize_s=detok_t, n_tok=n_tok, which=str(which), dtype=str(eng.dtype),
                            kv_block_size=eng.block_size, kv_capacity_blocks=eng.kv_total_blocks)
-            f = fit_serving(recs, gaps, detokenize_s=detok_t)
+            f = fit_serving(recs, gaps, detokenize_s=detok_t, groups=[w for w, _, n in served for _ in range(n)])
             base, per_seq, per_ctx = f["decode_base_s"], f["decode_s_per_extra_seq"], f["decode_s_per_context_token"]
             pre_base, pre_tok, pre_ctx = f["prefill_base_s"], f["prefill_s_per_token"], f["prefill_s_per_context_token"]
             how = serving_how(f["n"], a.fit_workloads, a.fit_duration, a.fit_seed, a.fit_runs)
@@ -257,12 +261,13 @@ def main() -> None:
 
 
 def nonneg_lstsq(rows: list[list[float]], ys: list[float], names: list[str],
-                 relative: bool = True) -> dict[str, float]:
+                 relative: bool = True, weights: list[float] | None = None) -> dict[str, float]:
     """Least squares (see lstsq) with every coefficient >= 0 (a cost cannot be negative):
-    refit without the most negative term until none is left (small problems, no scipy here)."""
+    refit without the most negative term until none is left (small problems, no scipy here).
+    `weights`: each point's weight in the squared error (default 1)."""
     active = list(range(len(names)))
     while True:
-        coef = lstsq([[r[i] for i in active] for r in rows], ys, relative)
+        coef = lstsq([[r[i] for i in active] for r in rows], ys, relative, weights)
         neg = [k for k, c in enumerate(coef) if c < 0]
         if not neg:
             out = dict.fromkeys(names, 0.0)
@@ -360,7 +365,10 @@ def refit_saved(a) -> None:
         d["tokenize_s"], d["detokenize_s"], d["n_tok"] = host_costs(VllmTokenizer(AutoTokenizer.from_pretrained(model)))
         print(f"host costs measured now: tokenize {d['tokenize_s'] * 1e6:.1f} us/request ({d['n_tok']} tokens), "
               f"detokenize {d['detokenize_s'] * 1e6:.2f} us/token")
-    f = fit_serving(recs, d["gaps"], detokenize_s=d["detokenize_s"])
+    groups = draw_groups(d)
+    if groups is None:
+        print("saved steps without per-draw counts (saved before 2026-11-26): every iteration weighs the same")
+    f = fit_serving(recs, d["gaps"], detokenize_s=d["detokenize_s"], groups=groups)
     how = serving_how(f["n"], d["fit_workloads"], d["fit_duration"], d["fit_seed"], d["fit_runs"])
     prof = make_profile(which=d["which"], dtype=d["dtype"], how=how, cpus=d["cpus"],
                         terms={k: v for k, v in f.items() if k != "n"},
@@ -371,11 +379,12 @@ def refit_saved(a) -> None:
 
 
 def serve_for_fit(eng, a, draws: list[tuple[str, int]] | None = None, *,
-                  label: str = "for the fit") -> tuple[list, list[float], list[list[float]]]:
+                  label: str = "for the fit") -> tuple[list, list[float], list[list[float]], list[list]]:
     """Serve draws of every `--fit-workload` (seeds `--fit-seed`, +1 per run, first
     `--fit-duration` seconds; not the draws the fidelity check uses) in real time and record
     every vLLM iteration (`VllmEngine.step_log`): the engine step plus our detokenising after it.
-    `draws`: only these (workload, seed) pairs (sim_fidelity.py interleaves them with its runs)."""
+    `draws`: only these (workload, seed) pairs (sim_fidelity.py interleaves them with its runs).
+    Returns (iterations, host gaps, load averages, [workload, seed, iterations] per draw)."""
     from timelyllm_ros.core.robots import load_robots
     from timelyllm_ros.engines.base import host_gaps
     from timelyllm_ros.lrtrace import default_catalog, expand, load_workload
@@ -383,7 +392,7 @@ def serve_for_fit(eng, a, draws: list[tuple[str, int]] | None = None, *,
     from timelyllm_ros.serve import serve_arrivals, warm_up
 
     robots = load_robots()
-    recs, gaps, loads = [], [], []
+    recs, gaps, loads, served = [], [], [], []
     eng.ignore_eos = False  # serve real plans (the micro-measurements force fixed lengths)
     if draws is None:
         draws = fit_draws(a.fit_workloads, a.fit_seed, a.fit_runs)
@@ -400,13 +409,38 @@ def serve_for_fit(eng, a, draws: list[tuple[str, int]] | None = None, *,
         recs += run_recs
         gaps += host_gaps(run_recs)
         loads.append([load0, os.getloadavg()[0]])
+        served.append([name, seed, len(run_recs)])
         print(f"serving {name} {label} (seed {seed}, {len(arrivals)} requests): "
               f"{len(run_recs)} iterations, {res.wall_s:.1f} s wall, load average {load0:.2f} before, "
               f"{os.getloadavg()[0]:.2f} after", flush=True)
-    return recs, gaps, loads
+    return recs, gaps, loads, served
 
 
-def fit_serving(recs, gaps, *, detokenize_s: float) -> dict[str, float]:
+def draw_groups(d: dict) -> list[str] | None:
+    """Each saved iteration's fit workload, from the per-draw counts `save_steps` keeps (files
+    saved before 2026-11-26 05:00 UTC have none: None, every iteration weighs the same)."""
+    if "draws" not in d:
+        return None
+    groups = [name for name, _seed, n in d["draws"] for _ in range(n)]
+    if len(groups) != len(d["records"]):
+        raise SystemExit(f"saved steps: the per-draw counts add up to {len(groups)} iterations, "
+                         f"the file holds {len(d['records'])}")
+    return groups
+
+
+def equal_weights(groups: list[str] | None, n: int) -> list[float] | None:
+    """Weights that give every group (fit workload) the same total weight: 1 / its points.
+    None (no groups known): every point weighs the same."""
+    if groups is None:
+        return None
+    count: dict[str, int] = {}
+    for g in groups:
+        count[g] = count.get(g, 0) + 1
+    assert len(groups) == n
+    return [1.0 / count[g] for g in groups]
+
+
+def fit_serving(recs, gaps, *, detokenize_s: float, groups: list[str] | None = None) -> dict[str, float]:
     """Fit the step terms on what serving really costs per iteration (`serve_for_fit`).
 
     Two stages, as the profile charges them: the decode
@@ -414,67 +448,92 @@ def fit_serving(recs, gaps, *, detokenize_s: float) -> dict[str, float]:
     terms (uncached tokens, cached tokens attended to) on what the prefill iterations cost beyond
     their decode part.  Ordinary least squares with coefficients >= 0, so sums of steps -- a
     response time -- are unbiased.  The planner's host work between back-to-back iterations
-    (median gap) is added to decode_base_s: the simulator has no other term for it.  Gaps longer
-    than a few ms are the real-time loop idling, not work, and are not counted."""
+    (`fit_host`: a base and a per-sequence part) is added to decode_base_s and
+    decode_s_per_extra_seq: the simulator has no other term for it.  Gaps longer than a few ms
+    are the real-time loop idling, not work, and are not counted.
+
+    `groups`: each record's fit workload.  Given, every workload weighs the same in each fit
+    (weights 1 / its points): a steady stream of short steps (chat_poisson's ~7,600 of ~10,000
+    iterations) would otherwise set every term alone."""
     from timelyllm_ros.engines.simulated import LatencyProfile
 
     def cost(r) -> float:
         return r.duration_s + r.post_s - detokenize_s * r.output_tokens
 
-    dec = [r for r in recs if r.prefill_tokens == 0]
-    pre = [r for r in recs if r.prefill_tokens > 0]
-    d = nonneg_lstsq([[1.0, r.seqs - 1, r.context_tokens] for r in dec], [cost(r) for r in dec],
-                     ["decode_base_s", "decode_s_per_extra_seq", "decode_s_per_context_token"], relative=False)
+    dec = [i for i, r in enumerate(recs) if r.prefill_tokens == 0]
+    pre = [i for i, r in enumerate(recs) if r.prefill_tokens > 0]
+
+    def sub(idx: list[int]) -> list[float] | None:
+        return equal_weights(None if groups is None else [groups[i] for i in idx], len(idx))
+
+    d = nonneg_lstsq([[1.0, recs[i].seqs - 1, recs[i].context_tokens] for i in dec], [cost(recs[i]) for i in dec],
+                     ["decode_base_s", "decode_s_per_extra_seq", "decode_s_per_context_token"], relative=False,
+                     weights=sub(dec))
     d["decode_base_s"] = max(d["decode_base_s"], 1e-6)  # a step must take time
 
     def profile(**terms: float) -> LatencyProfile:  # only the step terms matter here
         return LatencyProfile(**terms, detokenize_s=detokenize_s, kv_block_size=1, kv_capacity_blocks=1)
 
     decode_only = profile(**d, prefill_s_per_token=0.0)
-    p = nonneg_lstsq([[1.0, r.prefill_tokens, r.prefill_context_tokens] for r in pre],
-                     [r.duration_s + r.post_s - decode_only.record_s(dataclasses.replace(r, prefill_tokens=0))
-                      for r in pre],
-                     ["prefill_base_s", "prefill_s_per_token", "prefill_s_per_context_token"], relative=False)
+    p = nonneg_lstsq([[1.0, recs[i].prefill_tokens, recs[i].prefill_context_tokens] for i in pre],
+                     [recs[i].duration_s + recs[i].post_s
+                      - decode_only.record_s(dataclasses.replace(recs[i], prefill_tokens=0)) for i in pre],
+                     ["prefill_base_s", "prefill_s_per_token", "prefill_s_per_context_token"], relative=False,
+                     weights=sub(pre))
     fitted = profile(**d, **p)
 
-    for name, rs in (("decode-only", dec), ("with prefill", pre)):
-        ys, fs = [r.duration_s + r.post_s for r in rs], [fitted.record_s(r) for r in rs]
+    for name, idx in (("decode-only", dec), ("with prefill", pre)):
+        ys, fs = [recs[i].duration_s + recs[i].post_s for i in idx], [fitted.record_s(recs[i]) for i in idx]
         rel = statistics.median(abs(f - y) / y for f, y in zip(fs, ys))
-        print(f"serving fit, {name} iterations: {len(rs)}, median {1e3 * statistics.median(ys):.2f} ms measured vs "
+        print(f"serving fit, {name} iterations: {len(idx)}, median {1e3 * statistics.median(ys):.2f} ms measured vs "
               f"{1e3 * statistics.median(fs):.2f} ms fitted, sum {100 * (sum(fs) - sum(ys)) / sum(ys):+.1f} %, "
               f"median rel. error {100 * rel:.1f} %")
-    host, add = fit_host(recs, gaps)
+    host, host_per_seq, add = fit_host(recs, gaps, groups=groups)
     f = {**d, **p, **add}
     f["decode_base_s"] += host
-    print(f"host time between back-to-back iterations: median {1e3 * host:.3f} ms without a new or resumed "
-          f"sequence (added to decode_base_s); before a step that takes some in: {1e3 * add['add_base_s']:.3f} ms + "
-          f"{1e3 * add['add_s_per_seq']:.3f} ms per sequence (add_base_s, add_s_per_seq)")
+    f["decode_s_per_extra_seq"] += host_per_seq
+    print(f"host time between back-to-back iterations without a new or resumed sequence: {1e3 * host:.3f} ms + "
+          f"{1e3 * host_per_seq:.3f} ms per extra sequence (added to decode_base_s, decode_s_per_extra_seq); "
+          f"before a step that takes some in: {1e3 * add['add_base_s']:.3f} ms + "
+          f"{1e3 * add['add_s_per_seq']:.3f} ms per sequence (add_base_s, add_s_per_seq)"
+          + ("; every fit workload weighs the same" if groups is not None else ""))
     f["n"] = len(recs)
     return f
 
 
-def fit_host(recs, gaps, idle_s: float = 0.004) -> tuple[float, dict[str, float]]:
-    """The planner's host time between iterations: (median gap before a step that takes in no new
-    or resumed sequence, {add_base_s, add_s_per_seq}).  A step that takes sequences in is preceded
-    by the engine's request intake (vLLM's input processing of each prompt, our resume work); its
-    cost is fitted, beyond the plain gap, on the gaps before such steps in which another sequence
-    kept running (so the serving loop cannot have idled before them), by least squares >= 0.
-    `gaps`: back-to-back gaps of the serving runs (`host_gaps`), the fallback for a plain gap when
-    the records hold no plain step."""
+def fit_host(recs, gaps, idle_s: float = 0.004,
+             groups: list[str] | None = None) -> tuple[float, float, dict[str, float]]:
+    """The planner's host time between iterations: (base, per extra sequence, {add_base_s,
+    add_s_per_seq}).  Base and per-sequence part: least squares >= 0 on the gaps before steps
+    that take in no new or resumed sequence (the planner's work grows with the batch: measured
+    0.23 ms at one sequence, 0.44 at four); least squares, not a median, because a response sums
+    the gaps.  A step that takes sequences in is preceded by the engine's request intake (vLLM's
+    input processing of each prompt, our resume work); its cost is fitted, beyond the plain gap,
+    on the gaps before such steps in which another sequence kept running (so the serving loop
+    cannot have idled before them), by least squares >= 0.  `gaps`: back-to-back gaps of the
+    serving runs (`host_gaps`), the fallback (median) when the records hold no plain step.
+    `groups`: each record's fit workload (see `fit_serving`): every workload weighs the same."""
     from timelyllm_ros.core.engine import gaps_before
 
     plain, rows = [], []
-    for g, b in gaps_before(recs):
+    for k, (g, b) in enumerate(gaps_before(recs)):
+        label = groups[k + 1] if groups is not None else ""
         if b.adds == 0 and 0 <= g < idle_s:
-            plain.append(g)
+            plain.append((g, b.seqs, label))
         elif 0 < b.adds < b.seqs and 0 <= g < 0.05:  # continuous batching: the loop did not idle
-            rows.append((b.adds, g))
-    host = statistics.median(plain) if plain else (statistics.median(gaps) if gaps else 0.0)
+            rows.append((b.adds, g, b.seqs, label))
+    host, per_seq = (statistics.median(gaps) if gaps else 0.0), 0.0
+    if plain:
+        h = nonneg_lstsq([[1.0, s - 1.0] for _, s, _ in plain], [g for g, _, _ in plain], ["base", "per_seq"],
+                         relative=False, weights=equal_weights(None if groups is None else [x[2] for x in plain],
+                                                               len(plain)))
+        host, per_seq = h["base"], h["per_seq"]
     add = {"add_base_s": 0.0, "add_s_per_seq": 0.0}
-    if len({n for n, _ in rows}) >= 2:  # two add counts at least, or the two terms are not told apart
-        add = nonneg_lstsq([[1.0, float(n)] for n, _ in rows], [g - host for _, g in rows],
-                           ["add_base_s", "add_s_per_seq"], relative=False)
-    return host, add
+    if len({n for n, *_ in rows}) >= 2:  # two add counts at least, or the two terms are not told apart
+        add = nonneg_lstsq([[1.0, float(n)] for n, *_ in rows], [g - host - per_seq * (s - 1) for _, g, s, _ in rows],
+                           ["add_base_s", "add_s_per_seq"], relative=False,
+                           weights=equal_weights(None if groups is None else [x[3] for x in rows], len(rows)))
+    return host, per_seq, add
 
 
 def _timed(fn) -> float:

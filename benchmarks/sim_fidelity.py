@@ -266,7 +266,7 @@ def main() -> int:
             from fit_vllm_profile import fit_draws
             fit = types.SimpleNamespace(fit_workloads=[load_workload(n) and n for n in fit_names],
                                         fit_seed=args.fit_seed, fit_runs=args.fit_runs,
-                                        fit_duration=args.fit_duration, recs=[], gaps=[], loads=[])
+                                        fit_duration=args.fit_duration, recs=[], gaps=[], loads=[], served=[])
             fit.draws = fit_draws(fit.fit_workloads, fit.fit_seed, fit.fit_runs)
             fit.checks, fit.done = len(wls) * args.runs, 0
 
@@ -276,7 +276,7 @@ def main() -> int:
 
             from fit_vllm_profile import serve_for_fit
             cal = types.SimpleNamespace(fit_duration=args.calibrate_duration)
-            recs, _, _ = serve_for_fit(engine, cal, [(args.calibrate, args.calibrate_seed)], label="as a speed probe")
+            recs, *_ = serve_for_fit(engine, cal, [(args.calibrate, args.calibrate_seed)], label="as a speed probe")
             probes.append(recs)
 
         def before_run() -> None:
@@ -286,10 +286,11 @@ def main() -> int:
                 from fit_vllm_profile import serve_for_fit
                 j, n, f = fit.done, fit.checks, len(fit.draws)
                 fit.done += 1
-                recs, gaps, loads = serve_for_fit(engine, fit, fit.draws[j * f // n:(j + 1) * f // n])
+                recs, gaps, loads, served = serve_for_fit(engine, fit, fit.draws[j * f // n:(j + 1) * f // n])
                 fit.recs += recs
                 fit.gaps += gaps
                 fit.loads += loads
+                fit.served += served
             if args.calibrate is not None:
                 probe()
 
@@ -325,7 +326,8 @@ def main() -> int:
         if fit is not None:  # the profile, fitted on the interleaved draws (as fit_vllm_profile.py --steps)
             from fit_vllm_profile import host_costs, refit_saved, save_steps
             tok_t, detok_t, n_tok = host_costs(engine.tokenizer)
-            save_steps(Path(args.save_steps), fit, recs=fit.recs, gaps=fit.gaps, loads=fit.loads, tokenize_s=tok_t,
+            save_steps(Path(args.save_steps), fit, recs=fit.recs, gaps=fit.gaps, loads=fit.loads, draws=fit.served,
+                       tokenize_s=tok_t,
                        detokenize_s=detok_t, n_tok=n_tok, which=str(Path(args.model).relative_to(REPO))
                        if Path(args.model).is_relative_to(REPO) else args.model, dtype=str(engine.dtype),
                        kv_block_size=engine.block_size, kv_capacity_blocks=engine.kv_total_blocks)

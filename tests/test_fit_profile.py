@@ -37,22 +37,22 @@ def test_host_gaps_skip_idle_periods():
     assert host_gaps(recs) == pytest.approx([0.001, 0.0005])
 
 
-def _served(n: int = 400) -> list[StepRecord]:
-    """Synthetic serving iterations with known costs: decode 8 ms + 0.3 ms/extra seq + 0.2 us/
+def _served(n: int = 400, base: float = 0.008, host_per_seq: float = 0.0, t: float = 0.0) -> list[StepRecord]:
+    """Synthetic serving iterations with known costs: decode `base` (8 ms) + 0.3 ms/extra seq + 0.2 us/
     context token; a prefill adds 0.15 ms/uncached token + 2 us/cached token; 1 us/output token;
-    0.1 ms of host work between iterations, and before a step that takes in A new or resumed
-    sequences 0.8 ms + 0.3 ms x A more."""
+    0.1 ms (+ `host_per_seq` per extra sequence) of host work between iterations, and before a
+    step that takes in A new or resumed sequences 0.8 ms + 0.3 ms x A more."""
     import random
 
     rng = random.Random(3)
-    out, t = [], 0.0
+    out = []
     for i in range(n):
         seqs = rng.randint(1, 12)
         ctx = seqs * rng.randint(100, 1300)
         pre, prectx = (rng.randint(10, 300), rng.randint(0, 4000)) if i % 5 == 0 else (0, 0)
         adds = min(seqs, rng.randint(1, 4)) if pre else 0
-        t += 1e-4 + (8e-4 + 3e-4 * adds if adds else 0.0)  # host work before this iteration
-        dur = 0.008 + 0.0003 * (seqs - 1) + 2e-7 * ctx + (1.5e-4 * pre + 2e-6 * prectx if pre else 0.0)
+        t += 1e-4 + host_per_seq * (seqs - 1) + (8e-4 + 3e-4 * adds if adds else 0.0)  # host work before it
+        dur = base + 0.0003 * (seqs - 1) + 2e-7 * ctx + (1.5e-4 * pre + 2e-6 * prectx if pre else 0.0)
         out.append(StepRecord(start_s=t, duration_s=dur, post_s=1e-6 * seqs, seqs=seqs, prefill_tokens=pre,
                               prefill_context_tokens=prectx, context_tokens=ctx, adds=adds,
                               output_tokens=seqs))
@@ -89,6 +89,40 @@ def test_saved_steps_refit_offline_recovers_the_costs_and_is_reproducible(tmp_pa
     assert prof.add_base_s == pytest.approx(8e-4, rel=1e-3) and prof.add_s_per_seq == pytest.approx(3e-4, rel=1e-3)
     assert (prof.tokenize_s, prof.detokenize_s, prof.kv_capacity_blocks) == (4e-5, 1e-6, 8191)
     assert "mixed_small, WID2" in yaml.safe_load(outs[0])["description"]
+
+
+def test_every_fit_workload_weighs_the_same_and_host_work_grows_per_sequence(tmp_path, capsys):
+    """A workload with 9x the iterations must not set the terms alone: with the per-draw counts
+    saved, the fit lands midway between two workloads' step costs (8 and 12 ms), not next to the
+    bigger one; a file without them (saved before) weighs every iteration the same.  The host
+    time between steps that grows with the batch goes into decode_s_per_extra_seq."""
+    import argparse
+
+    from fit_vllm_profile import refit_saved, save_steps
+    from timelyllm_ros.engines.latency_profile import LatencyProfile
+
+    many = _served(900, base=0.008, host_per_seq=5e-5)
+    few = _served(100, base=0.012, host_per_seq=5e-5, t=many[-1].start_s + 10.0)  # 10 s later: idle between
+    a = argparse.Namespace(fit_workloads=["chat_poisson", "WID2"], fit_seed=101, fit_runs=1, fit_duration=40.0)
+    meta = dict(gaps=host_gaps(many + few), loads=[[1.0, 1.1]] * 2, tokenize_s=4e-5, detokenize_s=1e-6, n_tok=36,
+                which="models/tiny-planner", dtype="bfloat16", kv_block_size=32, kv_capacity_blocks=8191)
+    fitted = {}
+    for name, draws in (("equal", [["chat_poisson", 101, 900], ["WID2", 101, 100]]), ("old", None)):
+        steps = tmp_path / f"{name}.json"
+        save_steps(steps, a, recs=many + few, **meta, **({"draws": draws} if draws else {}))
+        refit_saved(argparse.Namespace(steps=str(steps), out=str(tmp_path / f"{name}.yaml")))
+        fitted[name] = LatencyProfile.from_yaml(tmp_path / f"{name}.yaml")
+    out = capsys.readouterr().out
+    assert "every fit workload weighs the same" in out and "without per-draw counts" in out
+    assert fitted["equal"].decode_base_s == pytest.approx(0.010 + 1e-4, rel=0.02)  # (8 + 12) / 2 + host
+    assert fitted["old"].decode_base_s == pytest.approx(0.0084 + 1e-4, rel=0.02)  # 0.9 x 8 + 0.1 x 12
+    for prof in fitted.values():
+        assert prof.decode_s_per_extra_seq == pytest.approx(0.0003 + 5e-5, rel=0.02)
+    # counts that do not add up to the saved iterations: a clear error, nothing fitted
+    steps = tmp_path / "bad.json"
+    save_steps(steps, a, recs=many + few, **meta, draws=[["chat_poisson", 101, 900]])
+    with pytest.raises(SystemExit, match="add up to 900 iterations, the file holds 1000"):
+        refit_saved(argparse.Namespace(steps=str(steps), out=str(tmp_path / "bad.yaml")))
 
 
 def test_host_costs_time_the_request_text_not_the_whole_prompt():
