@@ -31,6 +31,7 @@ import random
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -306,10 +307,10 @@ def fit_draws(workloads: list[str], seed: int, runs: int) -> list[tuple[str, int
     return [(w, seed + r) for w in workloads for r in range(runs)]
 
 
-def serving_how(n: int, workloads: list[str], duration: float, seed: int, runs: int) -> str:
+def serving_how(n: int, workloads: list[str], duration: float, seed: int, runs: int, equal: bool = True) -> str:
     return (f"{n} serving iterations of {', '.join(workloads)} (first {duration:g} s of seeds "
-            f"{seed}..{seed + runs - 1} each), two-stage least squares + host gaps (median, and intake of new or "
-            f"resumed sequences)")
+            f"{seed}..{seed + runs - 1} each{', every workload weighing the same' if equal else ''}), two-stage "
+            f"least squares + host gaps (per step and per sequence, and intake of new or resumed sequences)")
 
 
 def make_profile(*, which: str, dtype: str, how: str, cpus: int | None, terms: dict[str, float],
@@ -369,7 +370,8 @@ def refit_saved(a) -> None:
     if groups is None:
         print("saved steps without per-draw counts (saved before 2026-11-26): every iteration weighs the same")
     f = fit_serving(recs, d["gaps"], detokenize_s=d["detokenize_s"], groups=groups)
-    how = serving_how(f["n"], d["fit_workloads"], d["fit_duration"], d["fit_seed"], d["fit_runs"])
+    how = serving_how(f["n"], d["fit_workloads"], d["fit_duration"], d["fit_seed"], d["fit_runs"],
+                      equal=groups is not None)
     prof = make_profile(which=d["which"], dtype=d["dtype"], how=how, cpus=d["cpus"],
                         terms={k: v for k, v in f.items() if k != "n"},
                         kv_block_size=d["kv_block_size"], kv_capacity_blocks=d["kv_capacity_blocks"],
@@ -418,7 +420,7 @@ def serve_for_fit(eng, a, draws: list[tuple[str, int]] | None = None, *,
 
 def draw_groups(d: dict) -> list[str] | None:
     """Each saved iteration's fit workload, from the per-draw counts `save_steps` keeps (files
-    saved before 2026-11-26 05:00 UTC have none: None, every iteration weighs the same)."""
+    saved before c96e7a7 have none: None, every iteration weighs the same)."""
     if "draws" not in d:
         return None
     groups = [name for name, _seed, n in d["draws"] for _ in range(n)]
@@ -428,15 +430,12 @@ def draw_groups(d: dict) -> list[str] | None:
     return groups
 
 
-def equal_weights(groups: list[str] | None, n: int) -> list[float] | None:
+def equal_weights(groups: list[str] | None) -> list[float] | None:
     """Weights that give every group (fit workload) the same total weight: 1 / its points.
     None (no groups known): every point weighs the same."""
     if groups is None:
         return None
-    count: dict[str, int] = {}
-    for g in groups:
-        count[g] = count.get(g, 0) + 1
-    assert len(groups) == n
+    count = Counter(groups)
     return [1.0 / count[g] for g in groups]
 
 
@@ -464,7 +463,7 @@ def fit_serving(recs, gaps, *, detokenize_s: float, groups: list[str] | None = N
     pre = [i for i, r in enumerate(recs) if r.prefill_tokens > 0]
 
     def sub(idx: list[int]) -> list[float] | None:
-        return equal_weights(None if groups is None else [groups[i] for i in idx], len(idx))
+        return equal_weights(None if groups is None else [groups[i] for i in idx])
 
     d = nonneg_lstsq([[1.0, recs[i].seqs - 1, recs[i].context_tokens] for i in dec], [cost(recs[i]) for i in dec],
                      ["decode_base_s", "decode_s_per_extra_seq", "decode_s_per_context_token"], relative=False,
@@ -525,14 +524,13 @@ def fit_host(recs, gaps, idle_s: float = 0.004,
     host, per_seq = (statistics.median(gaps) if gaps else 0.0), 0.0
     if plain:
         h = nonneg_lstsq([[1.0, s - 1.0] for _, s, _ in plain], [g for g, _, _ in plain], ["base", "per_seq"],
-                         relative=False, weights=equal_weights(None if groups is None else [x[2] for x in plain],
-                                                               len(plain)))
+                         relative=False, weights=equal_weights(None if groups is None else [x[2] for x in plain]))
         host, per_seq = h["base"], h["per_seq"]
     add = {"add_base_s": 0.0, "add_s_per_seq": 0.0}
     if len({n for n, *_ in rows}) >= 2:  # two add counts at least, or the two terms are not told apart
         add = nonneg_lstsq([[1.0, float(n)] for n, *_ in rows], [g - host - per_seq * (s - 1) for _, g, s, _ in rows],
                            ["add_base_s", "add_s_per_seq"], relative=False,
-                           weights=equal_weights(None if groups is None else [x[3] for x in rows], len(rows)))
+                           weights=equal_weights(None if groups is None else [x[3] for x in rows]))
     return host, per_seq, add
 
 
