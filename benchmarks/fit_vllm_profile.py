@@ -303,8 +303,10 @@ def host_costs(tokenizer) -> tuple[float, float, int]:
 
 
 def fit_draws(workloads: list[str], seed: int, runs: int) -> list[tuple[str, int]]:
-    """The served draws of a fit: every workload, seeds seed..seed+runs-1."""
-    return [(w, seed + r) for w in workloads for r in range(runs)]
+    """The served draws of a fit: every workload, seeds seed..seed+runs-1, in turn (first draw of
+    each workload, then the second, ...: interleaved with a check, every workload samples the
+    whole session)."""
+    return [(w, seed + r) for r in range(runs) for w in workloads]
 
 
 def serving_how(n: int, workloads: list[str], duration: float, seed: int, runs: int, equal: bool = True) -> str:

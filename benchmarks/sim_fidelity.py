@@ -120,15 +120,27 @@ def open_engine(args):
     return VllmEngine({**DEFAULT_ENGINE, "model": args.model, "dtype": args.dtype})
 
 
-def serve_real(args, engine, arrivals, robots, seed, before_run=lambda: None):
-    """`args.runs` real-time runs on one vLLM engine, each from a cold prefix cache + warm-up
-    (`before_run()` first: the interleaved fit serves its next draws there)."""
+def run_order(names: list[str], runs: int, in_turn: bool) -> list[tuple[int, str]]:
+    """(run index, workload) in serving order: in turn (run 1 of every workload, then run 2, ...),
+    so that every workload samples the whole session's machine state, or grouped (a workload's
+    runs back to back: what the --calibrate probes bracket)."""
+    if in_turn:
+        return [(i, n) for i in range(runs) for n in names]
+    return [(i, n) for n in names for i in range(runs)]
+
+
+def serve_real(args, engine, work: dict, robots, before_run=lambda: None, in_turn: bool = True) -> dict:
+    """`args.runs` real-time runs of every workload of `work` ({name: (arrivals, seed)}) on one
+    vLLM engine, in `run_order`, each from a cold prefix cache + warm-up (`before_run()` first:
+    the interleaved fit serves its next draws there).  {name: (plans, runs, records, differ, loads)}."""
     from timelyllm_ros.prompts import PromptBuilder
     from timelyllm_ros.serve import serve_arrivals, warm_up
 
-    runs, records, plans, differ, loads = [], [], {}, 0, []
+    out = {name: ({}, [], [], 0, []) for name in work}
     prompts = PromptBuilder(robots, engine.tokenizer)
-    for i in range(args.runs):
+    for i, name in run_order(list(work), args.runs, in_turn):
+        arrivals, seed = work[name]
+        plans, runs, records, differ, loads = out[name]
         before_run()
         engine.reset_prefix_cache()  # each run starts cold, like the first (then the warm-up)
         warm_up(engine, prompts, sorted({a.robot_type for a in arrivals}))
@@ -144,16 +156,18 @@ def serve_real(args, engine, arrivals, robots, seed, before_run=lambda: None):
             plans = done
         differ += sum(1 for k, v in done.items() if k in plans and plans[k] != v)
         runs.append({r["request_id"]: r["response_s"] for r in real.metrics["requests"]})
-        print(f"real run {i + 1}/{args.runs}: {len(done)} of {len(arrivals)} finished, "
+        out[name] = (plans, runs, records, differ, loads)
+        print(f"real run {i + 1}/{args.runs} of {name}: {len(done)} of {len(arrivals)} finished, "
               f"{real.wall_s:.1f} s wall, load average {load0:.2f} before, {loads[-1][1]:.2f} after", flush=True)
-    return plans, runs, records, differ, loads
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", default="mixed_small",
-                    help="workload, or a comma-separated list served one after the other on one engine, "
-                         "each followed at once by its simulation (out of sample: WID1,WID3,chat_mixed)")
+                    help="workload, or a comma-separated list served on one engine in turn (run 1 of each, then "
+                         "run 2, ...: each samples the whole session; with --calibrate each one's runs back to back) "
+                         "and then simulated (out of sample: WID1,WID3,chat_mixed)")
     ap.add_argument("--duration", type=float, default=60.0, help="only arrivals up to this time")
     ap.add_argument("--runs", type=int, default=3, help="real runs (the reference is their median)")
     ap.add_argument("--policy", default=None,
@@ -294,11 +308,18 @@ def main() -> int:
             if args.calibrate is not None:
                 probe()
 
-        for name, wl in wls.items():
-            def keep(a, d=args.duration) -> bool:
-                return a.time <= d
+        def keep(a, d=args.duration) -> bool:
+            return a.time <= d
 
-            arrivals = [a for a in expand(wl, default_catalog(robots), robots, seed=wl.seed) if keep(a)]
+        arrivals_of = {name: [a for a in expand(wl, default_catalog(robots), robots, seed=wl.seed) if keep(a)]
+                       for name, wl in wls.items()}
+        if not args.real:
+            engine = open_engine(args)
+            tokenizer = engine.tokenizer
+            served = serve_real(args, engine, {n: (arrivals_of[n], wl.seed) for n, wl in wls.items()}, robots,
+                                before_run, in_turn=args.calibrate is None)
+        for name, wl in wls.items():
+            arrivals = arrivals_of[name]
             if args.real:
                 saved = saved_all["workloads"][name]
                 plans, runs, differ = saved["plans"], saved["runs"], saved["plans_differed"]
@@ -309,10 +330,7 @@ def main() -> int:
 
                     tokenizer = VllmTokenizer(AutoTokenizer.from_pretrained(saved_all["model"]))
             else:
-                if engine is None:
-                    engine = open_engine(args)
-                    tokenizer = engine.tokenizer
-                plans, runs, records, differ, loads = serve_real(args, engine, arrivals, robots, wl.seed, before_run)
+                plans, runs, records, differ, loads = served[name]
                 to_save["workloads"][name] = {"plans": plans, "runs": runs, "plans_differed": differ, "loads": loads,
                                               "steps": [dataclasses.asdict(r) for r in records]}
             real_side[name] = (wl, keep, arrivals, plans, runs, differ, loads, records)

@@ -251,3 +251,16 @@ def test_run_spread_is_the_real_runs_distance_from_each_other():
     assert f["worst_type_spread"] == pytest.approx(0.2) and f["worst_spread_type"] == "A"
     one = run_spread(rows[2:], [[0.05]])
     assert one["run_spread"] == 0.0 and one["worst_type_spread"] == 0.0 and one["worst_spread_type"] == ""
+
+
+def test_checked_runs_and_fit_draws_are_served_in_turn():
+    """Every checked workload and every fit workload samples the whole session (the machine's
+    speed drifts over minutes): run 1 of each, then run 2, ...; grouped only for --calibrate,
+    whose probes bracket one workload's runs."""
+    from fit_vllm_profile import fit_draws
+    from sim_fidelity import run_order
+
+    assert run_order(["WID1", "WID3"], 2, in_turn=True) == [(0, "WID1"), (0, "WID3"), (1, "WID1"), (1, "WID3")]
+    assert run_order(["WID1", "WID3"], 2, in_turn=False) == [(0, "WID1"), (1, "WID1"), (0, "WID3"), (1, "WID3")]
+    assert fit_draws(["mixed_small", "WID2"], 101, 2) == [("mixed_small", 101), ("WID2", 101),
+                                                          ("mixed_small", 102), ("WID2", 102)]
