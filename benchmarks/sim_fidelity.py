@@ -28,6 +28,11 @@ minutes. The uncalibrated figures are printed too. Measured on this project's ma
 probes a minute apart follow, and the first steps after an idle spell (a response) run slower than
 the steady ones the probes average.
 
+`--fit-workload W1,W2,...`: fit the profile in the same session instead (fit_vllm_profile.py's
+serving fit, every fit workload weighing the same), its draws spread between the real runs. Checked
+runs and fit draws are both served in turn (run 1 of each workload, then run 2, ...), so every
+workload and the fit sample the whole session's machine state.
+
 Each real run prints the load average before and after it (the machine is shared: judge the
 figures by it).
 """
