@@ -236,7 +236,7 @@ def main() -> None:
                 save_steps(Path(a.save_steps), a, recs=recs, gaps=gaps, loads=loads, draws=served, tokenize_s=tok_t,
                            detokenize_s=detok_t, n_tok=n_tok, which=str(which), dtype=str(eng.dtype),
                            kv_block_size=eng.block_size, kv_capacity_blocks=eng.kv_total_blocks)
-            f = fit_serving(recs, gaps, detokenize_s=detok_t, groups=[w for w, _, n in served for _ in range(n)])
+            f = fit_serving(recs, gaps, detokenize_s=detok_t, groups=draw_groups(served, len(recs)))
             base, per_seq, per_ctx = f["decode_base_s"], f["decode_s_per_extra_seq"], f["decode_s_per_context_token"]
             pre_base, pre_tok, pre_ctx = f["prefill_base_s"], f["prefill_s_per_token"], f["prefill_s_per_context_token"]
             how = serving_how(f["n"], a.fit_workloads, a.fit_duration, a.fit_seed, a.fit_runs)
@@ -368,7 +368,7 @@ def refit_saved(a) -> None:
         d["tokenize_s"], d["detokenize_s"], d["n_tok"] = host_costs(VllmTokenizer(AutoTokenizer.from_pretrained(model)))
         print(f"host costs measured now: tokenize {d['tokenize_s'] * 1e6:.1f} us/request ({d['n_tok']} tokens), "
               f"detokenize {d['detokenize_s'] * 1e6:.2f} us/token")
-    groups = draw_groups(d)
+    groups = draw_groups(d.get("draws"), len(recs))
     if groups is None:
         print("saved steps without per-draw counts (saved before 2026-11-26): every iteration weighs the same")
     f = fit_serving(recs, d["gaps"], detokenize_s=d["detokenize_s"], groups=groups)
@@ -420,25 +420,27 @@ def serve_for_fit(eng, a, draws: list[tuple[str, int]] | None = None, *,
     return recs, gaps, loads, served
 
 
-def draw_groups(d: dict) -> list[str] | None:
-    """Each saved iteration's fit workload, from the per-draw counts `save_steps` keeps (files
-    saved before c96e7a7 have none: None, every iteration weighs the same)."""
-    if "draws" not in d:
+def draw_groups(draws: list[list] | None, n: int) -> list[str] | None:
+    """Each of the `n` served iterations' fit workload, from the per-draw counts ([workload, seed,
+    iterations], `serve_for_fit`; kept by `save_steps` -- files saved before c96e7a7 have none:
+    None, every iteration weighs the same)."""
+    if draws is None:
         return None
-    groups = [name for name, _seed, n in d["draws"] for _ in range(n)]
-    if len(groups) != len(d["records"]):
+    groups = [name for name, _seed, k in draws for _ in range(k)]
+    if len(groups) != n:
         raise SystemExit(f"saved steps: the per-draw counts add up to {len(groups)} iterations, "
-                         f"the file holds {len(d['records'])}")
+                         f"the file holds {n}")
     return groups
 
 
-def equal_weights(groups: list[str] | None) -> list[float] | None:
-    """Weights that give every group (fit workload) the same total weight: 1 / its points.
-    None (no groups known): every point weighs the same."""
+def equal_weights(groups: list[str] | None, idx: list[int]) -> list[float] | None:
+    """Weights for the points `idx` (indices into `groups`) that give every group (fit workload)
+    the same total weight: 1 / its points among them.  None (no groups known): all weigh the same."""
     if groups is None:
         return None
-    count = Counter(groups)
-    return [1.0 / count[g] for g in groups]
+    sub = [groups[i] for i in idx]
+    count = Counter(sub)
+    return [1.0 / count[g] for g in sub]
 
 
 def fit_serving(recs, gaps, *, detokenize_s: float, groups: list[str] | None = None) -> dict[str, float]:
@@ -464,12 +466,9 @@ def fit_serving(recs, gaps, *, detokenize_s: float, groups: list[str] | None = N
     dec = [i for i, r in enumerate(recs) if r.prefill_tokens == 0]
     pre = [i for i, r in enumerate(recs) if r.prefill_tokens > 0]
 
-    def sub(idx: list[int]) -> list[float] | None:
-        return equal_weights(None if groups is None else [groups[i] for i in idx])
-
     d = nonneg_lstsq([[1.0, recs[i].seqs - 1, recs[i].context_tokens] for i in dec], [cost(recs[i]) for i in dec],
                      ["decode_base_s", "decode_s_per_extra_seq", "decode_s_per_context_token"], relative=False,
-                     weights=sub(dec))
+                     weights=equal_weights(groups, dec))
     d["decode_base_s"] = max(d["decode_base_s"], 1e-6)  # a step must take time
 
     def profile(**terms: float) -> LatencyProfile:  # only the step terms matter here
@@ -480,7 +479,7 @@ def fit_serving(recs, gaps, *, detokenize_s: float, groups: list[str] | None = N
                      [recs[i].duration_s + recs[i].post_s
                       - decode_only.record_s(dataclasses.replace(recs[i], prefill_tokens=0)) for i in pre],
                      ["prefill_base_s", "prefill_s_per_token", "prefill_s_per_context_token"], relative=False,
-                     weights=sub(pre))
+                     weights=equal_weights(groups, pre))
     fitted = profile(**d, **p)
 
     for name, idx in (("decode-only", dec), ("with prefill", pre)):
@@ -518,21 +517,20 @@ def fit_host(recs, gaps, idle_s: float = 0.004,
 
     plain, rows = [], []
     for k, (g, b) in enumerate(gaps_before(recs)):
-        label = groups[k + 1] if groups is not None else ""
         if b.adds == 0 and 0 <= g < idle_s:
-            plain.append((g, b.seqs, label))
+            plain.append((g, b.seqs, k + 1))
         elif 0 < b.adds < b.seqs and 0 <= g < 0.05:  # continuous batching: the loop did not idle
-            rows.append((b.adds, g, b.seqs, label))
+            rows.append((b.adds, g, b.seqs, k + 1))
     host, per_seq = (statistics.median(gaps) if gaps else 0.0), 0.0
     if plain:
         h = nonneg_lstsq([[1.0, s - 1.0] for _, s, _ in plain], [g for g, _, _ in plain], ["base", "per_seq"],
-                         relative=False, weights=equal_weights(None if groups is None else [x[2] for x in plain]))
+                         relative=False, weights=equal_weights(groups, [x[2] for x in plain]))
         host, per_seq = h["base"], h["per_seq"]
     add = {"add_base_s": 0.0, "add_s_per_seq": 0.0}
     if len({n for n, *_ in rows}) >= 2:  # two add counts at least, or the two terms are not told apart
         add = nonneg_lstsq([[1.0, float(n)] for n, *_ in rows], [g - host - per_seq * (s - 1) for _, g, s, _ in rows],
                            ["add_base_s", "add_s_per_seq"], relative=False,
-                           weights=equal_weights(None if groups is None else [x[3] for x in rows]))
+                           weights=equal_weights(groups, [x[3] for x in rows]))
     return host, per_seq, add
 
 
