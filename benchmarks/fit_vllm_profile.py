@@ -309,9 +309,13 @@ def fit_draws(workloads: list[str], seed: int, runs: int) -> list[tuple[str, int
     return [(w, seed + r) for r in range(runs) for w in workloads]
 
 
-def serving_how(n: int, workloads: list[str], duration: float, seed: int, runs: int, equal: bool = True) -> str:
-    return (f"{n} serving iterations of {', '.join(workloads)} (first {duration:g} s of seeds "
-            f"{seed}..{seed + runs - 1} each{', every workload weighing the same' if equal else ''}), two-stage "
+def serving_how(n: int, workloads: list[str], duration: float, seed: int, runs: int | list[int],
+                equal: bool = True) -> str:
+    """`runs`: draws per workload, or a list of them, one per saved session fitted together."""
+    seeds = (f"seeds {seed}..{seed + runs - 1} each" if isinstance(runs, int) else
+             f"seeds {' / '.join(f'{seed}..{seed + r - 1}' for r in runs)} each in {len(runs)} sessions")
+    return (f"{n} serving iterations of {', '.join(workloads)} (first {duration:g} s of "
+            f"{seeds}{', every workload weighing the same' if equal else ''}), two-stage "
             f"least squares + host gaps (per step and per sequence, and intake of new or resumed sequences)")
 
 
@@ -349,13 +353,45 @@ def save_steps(path: Path, a, *, recs, gaps, loads, **meta) -> None:
     print(f"saved {len(recs)} served iterations to {path}")
 
 
+def merge_saved(files: list[dict]) -> dict:
+    """Several sessions' saved iterations (`--steps A,B`) as one: records and per-draw counts
+    concatenated (each later session's clock shifted to start 1 s after the one before ended, so
+    no gap between sessions is taken for host work), fit workloads joined, runs listed per session, tokenize and
+    detokenize costs averaged over the sessions.  Sessions must share the model, dtype and KV
+    geometry, and either all carry per-draw counts or none."""
+    if len(files) == 1:
+        return files[0]
+    keys = ("which", "dtype", "kv_block_size", "kv_capacity_blocks", "fit_duration")
+    for f in files[1:]:
+        if any(f[k] != files[0][k] for k in keys):
+            raise SystemExit(f"--steps: saved sessions differ in {[k for k in keys if f[k] != files[0][k]]}; "
+                             "only sessions of one model, dtype and KV geometry can be fitted together")
+    if len({"draws" in f for f in files}) > 1:
+        raise SystemExit("--steps: some saved sessions carry per-draw counts and some do not; refit them apart")
+    d = dict(files[0])
+    recs, gaps, loads, draws, end = [], [], [], [], 0.0
+    for f in files:
+        shift = end + 1.0 - f["records"][0][0] if recs else 0.0
+        recs += [[r[0] + shift, *r[1:]] for r in f["records"]]
+        end = recs[-1][0] + recs[-1][1] + recs[-1][2]
+        gaps += f["gaps"]
+        loads += f["loads"]
+        draws += f.get("draws") or []
+    d.update(records=recs, gaps=gaps, loads=loads, draws=draws or None,
+             fit_workloads=list(dict.fromkeys(w for f in files for w in f["fit_workloads"])),
+             fit_runs=[f["fit_runs"] for f in files],
+             tokenize_s=statistics.fmean(f["tokenize_s"] for f in files),
+             detokenize_s=statistics.fmean(f["detokenize_s"] for f in files))
+    return d
+
+
 def refit_saved(a) -> None:
     """Refit from iterations saved by --save-steps (no engine): same fit as a live run."""
     import json
 
     from timelyllm_ros.core.engine import StepRecord
 
-    d = json.loads(Path(a.steps).read_text())
+    d = merge_saved([json.loads(Path(f).read_text()) for f in a.steps.split(",")])
     recs = [StepRecord(*r) for r in d["records"]]
     print(f"refit from {a.steps}: {len(recs)} iterations of {', '.join(d['fit_workloads'])}; "
           f"load averages while serving {d['loads']}")

@@ -125,6 +125,38 @@ def test_every_fit_workload_weighs_the_same_and_host_work_grows_per_sequence(tmp
         refit_saved(argparse.Namespace(steps=str(steps), out=str(tmp_path / "bad.yaml")))
 
 
+def test_saved_sessions_fit_together_as_one(tmp_path, capsys):
+    """`--steps A,B`: two sessions' iterations (each on its own clock) fit as one: every workload
+    still weighs the same (a session at 8 ms and one at 12 ms land at 10 ms + host), no gap
+    between the sessions is taken for host work, the description names both sessions' seeds,
+    and sessions of another KV geometry are refused."""
+    import argparse
+    import json
+
+    from fit_vllm_profile import refit_saved, save_steps
+    from timelyllm_ros.engines.latency_profile import LatencyProfile
+
+    meta = dict(loads=[[1.0, 1.1]], tokenize_s=4e-5, detokenize_s=1e-6, n_tok=36,
+                which="models/tiny-planner", dtype="bfloat16", kv_block_size=32, kv_capacity_blocks=8191)
+    files = []
+    for name, base, runs in (("s1", 0.008, 2), ("s2", 0.012, 1)):
+        recs = _served(500, base=base, host_per_seq=5e-5)  # both sessions' clocks start at 0
+        a = argparse.Namespace(fit_workloads=["chat_poisson", "WID2"], fit_seed=101, fit_runs=runs, fit_duration=40.0)
+        save_steps(tmp_path / f"{name}.json", a, recs=recs, gaps=host_gaps(recs), **meta,
+                   draws=[["chat_poisson", 101, 250], ["WID2", 101, 250]])
+        files.append(str(tmp_path / f"{name}.json"))
+    refit_saved(argparse.Namespace(steps=",".join(files), out=str(tmp_path / "both.yaml")))
+    prof = LatencyProfile.from_yaml(tmp_path / "both.yaml")
+    assert prof.decode_base_s == pytest.approx(0.010 + 1e-4, rel=0.02)
+    assert prof.decode_s_per_extra_seq == pytest.approx(0.0003 + 5e-5, rel=0.02)
+    assert "seeds 101..102 / 101..101 each in 2 sessions" in (tmp_path / "both.yaml").read_text()
+    assert "1000 iterations" in capsys.readouterr().out
+    other = json.loads(Path(files[1]).read_text()) | {"kv_block_size": 16}
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="differ in \\['kv_block_size'\\]"):
+        refit_saved(argparse.Namespace(steps=f"{files[0]},{tmp_path / 'other.json'}", out=str(tmp_path / "x.yaml")))
+
+
 def test_host_costs_time_the_request_text_not_the_whole_prompt():
     """The planner tokenises a request's own text; the robot type's prompt prefix once
     (PromptBuilder.prefix_ids).  tokenize_s must be timed on what is tokenised per request."""
