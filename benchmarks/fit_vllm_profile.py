@@ -130,7 +130,8 @@ def main() -> None:
                     help="--from-serving: save the served iterations (StepRecords, host gaps, tokenize/detokenize "
                          "times, KV geometry, load averages) as JSON here, to refit offline with --steps")
     ap.add_argument("--steps", default=None,
-                    help="refit the profile from iterations saved by --save-steps, without an engine (seconds)")
+                    help="refit the profile from iterations saved by --save-steps, without an engine (seconds); "
+                         "A.json,B.json: several saved sessions fitted together as one")
     ap.add_argument("--measure-host", action="store_true",
                     help="with --steps: time tokenising/detokenising now with the model's tokenizer (no engine) "
                          "instead of using the saved figures")
