@@ -151,6 +151,12 @@ def test_saved_sessions_fit_together_as_one(tmp_path, capsys):
     assert prof.decode_s_per_extra_seq == pytest.approx(0.0003 + 5e-5, rel=0.02)
     assert "seeds 101..102 / 101..101 each in 2 sessions" in (tmp_path / "both.yaml").read_text()
     assert "1000 iterations" in capsys.readouterr().out
+    from fit_vllm_profile import merge_saved
+    from timelyllm_ros.core.engine import gaps_before
+
+    merged = [StepRecord(*r) for r in merge_saved([json.loads(Path(f).read_text()) for f in files])["records"]]
+    between = gaps_before(merged)[499][0]  # the first step of session 2 after the last of session 1
+    assert between == pytest.approx(1.0) and all(g > 0 for g, _ in gaps_before(merged))  # an idle second: no host gap
     other = json.loads(Path(files[1]).read_text()) | {"kv_block_size": 16}
     (tmp_path / "other.json").write_text(json.dumps(other))
     with pytest.raises(SystemExit, match="differ in \\['kv_block_size'\\]"):
