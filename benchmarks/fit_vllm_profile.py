@@ -358,15 +358,16 @@ def merge_saved(files: list[dict]) -> dict:
     """Several sessions' saved iterations (`--steps A,B`) as one: records and per-draw counts
     concatenated (each later session's clock shifted to start 1 s after the one before ended, so
     no gap between sessions is taken for host work), fit workloads joined, runs listed per session, tokenize and
-    detokenize costs averaged over the sessions.  Sessions must share the model, dtype and KV
-    geometry, and either all carry per-draw counts or none."""
+    detokenize costs averaged over the sessions.  Sessions must share the model, dtype, KV
+    geometry, first seed and draw duration, and either all carry per-draw counts or none."""
     if len(files) == 1:
         return files[0]
-    keys = ("which", "dtype", "kv_block_size", "kv_capacity_blocks", "fit_duration")
+    keys = ("which", "dtype", "kv_block_size", "kv_capacity_blocks", "fit_seed", "fit_duration")
     for f in files[1:]:
         if any(f[k] != files[0][k] for k in keys):
             raise SystemExit(f"--steps: saved sessions differ in {[k for k in keys if f[k] != files[0][k]]}; "
-                             "only sessions of one model, dtype and KV geometry can be fitted together")
+                             "sessions fitted together must share the model, dtype, KV geometry and the draws' "
+                             "first seed and duration (the profile's description names them once)")
     if len({"draws" in f for f in files}) > 1:
         raise SystemExit("--steps: some saved sessions carry per-draw counts and some do not; refit them apart")
     d = dict(files[0])

@@ -313,8 +313,8 @@ def main() -> int:
             if args.calibrate is not None:
                 probe()
 
-        def keep(a, d=args.duration) -> bool:
-            return a.time <= d
+        def keep(a) -> bool:
+            return a.time <= args.duration
 
         arrivals_of = {name: [a for a in expand(wl, default_catalog(robots), robots, seed=wl.seed) if keep(a)]
                        for name, wl in wls.items()}
@@ -338,7 +338,7 @@ def main() -> int:
                 plans, runs, records, differ, loads = served[name]
                 to_save["workloads"][name] = {"plans": plans, "runs": runs, "plans_differed": differ, "loads": loads,
                                               "steps": [dataclasses.asdict(r) for r in records]}
-            real_side[name] = (wl, keep, arrivals, plans, runs, differ, loads, records)
+            real_side[name] = (wl, arrivals, plans, runs, differ, loads, records)
         if args.calibrate is not None and not args.real:  # the probe after the last run closes the last bracket
             probe()
             to_save["calibration"] = {"workload": args.calibrate, "seed": args.calibrate_seed,
@@ -358,9 +358,9 @@ def main() -> int:
         profile = LatencyProfile.from_yaml(args.profile)
         if probes and len(probes) != len(real_side) * args.runs + 1:
             raise SystemExit(f"calibration: {len(probes)} probes saved, expected {len(real_side) * args.runs + 1} "
-                             f"(one before each of {len(real_side)} x {len(next(iter(real_side.values()))[4])} runs "
+                             f"(one before each of {len(real_side)} x {args.runs} runs "
                              f"and one after the last)")
-        for i, (name, (wl, keep, arrivals, plans, runs, differ, loads, records)) in enumerate(real_side.items()):
+        for i, (name, (wl, arrivals, plans, runs, differ, loads, records)) in enumerate(real_side.items()):
             speed = None
             if probes:
                 n = len(runs)

@@ -161,6 +161,9 @@ def test_saved_sessions_fit_together_as_one(tmp_path, capsys):
     (tmp_path / "other.json").write_text(json.dumps(other))
     with pytest.raises(SystemExit, match="differ in \\['kv_block_size'\\]"):
         refit_saved(argparse.Namespace(steps=f"{files[0]},{tmp_path / 'other.json'}", out=str(tmp_path / "x.yaml")))
+    (tmp_path / "seed.json").write_text(json.dumps(json.loads(Path(files[1]).read_text()) | {"fit_seed": 201}))
+    with pytest.raises(SystemExit, match="differ in \\['fit_seed'\\]"):
+        refit_saved(argparse.Namespace(steps=f"{files[0]},{tmp_path / 'seed.json'}", out=str(tmp_path / "x.yaml")))
 
 
 def test_host_costs_time_the_request_text_not_the_whole_prompt():
