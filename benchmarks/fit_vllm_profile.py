@@ -149,6 +149,9 @@ def main() -> None:
         ap.error("--fit-workload: name at least one workload")
 
     if a.steps:
+        missing = [f for f in a.steps.split(",") if not Path(f).is_file()]
+        if missing:
+            ap.error(f"--steps: no such file {', '.join(missing)} (write one with --from-serving --save-steps)")
         return refit_saved(a)
 
     from vllm_fixtures import model_for_tests
@@ -393,7 +396,18 @@ def refit_saved(a) -> None:
 
     from timelyllm_ros.core.engine import StepRecord
 
-    d = merge_saved([json.loads(Path(f).read_text()) for f in a.steps.split(",")])
+    files = []
+    for f in a.steps.split(","):
+        try:
+            files.append(json.loads(Path(f).read_text()))
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"--steps {f}: not a file written by --save-steps ({e})") from None
+        missing = {"records", "gaps", "loads", "which", "dtype", "kv_block_size", "kv_capacity_blocks", "fit_workloads",
+                   "fit_seed", "fit_runs", "fit_duration", "tokenize_s", "detokenize_s", "n_tok", "cpus"} - set(files[-1])
+        if missing or not files[-1]["records"]:
+            raise SystemExit(f"--steps {f}: not a file written by --save-steps "
+                             f"({'lacks ' + ', '.join(sorted(missing)) if missing else 'no served iterations'})")
+    d = merge_saved(files)
     recs = [StepRecord(*r) for r in d["records"]]
     print(f"refit from {a.steps}: {len(recs)} iterations of {', '.join(d['fit_workloads'])}; "
           f"load averages while serving {d['loads']}")

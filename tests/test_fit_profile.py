@@ -164,6 +164,13 @@ def test_saved_sessions_fit_together_as_one(tmp_path, capsys):
     (tmp_path / "seed.json").write_text(json.dumps(json.loads(Path(files[1]).read_text()) | {"fit_seed": 201}))
     with pytest.raises(SystemExit, match="differ in \\['fit_seed'\\]"):
         refit_saved(argparse.Namespace(steps=f"{files[0]},{tmp_path / 'seed.json'}", out=str(tmp_path / "x.yaml")))
+    # not a saved-steps file: a clear error naming it, nothing written
+    (tmp_path / "broken.json").write_text("{bad")
+    (tmp_path / "other_kind.json").write_text('{"records": []}')
+    for bad, why in (("broken.json", "Expecting property name"), ("other_kind.json", "lacks cpus")):
+        with pytest.raises(SystemExit, match=f"--steps .*{bad}: not a file written by --save-steps \\({why}"):
+            refit_saved(argparse.Namespace(steps=f"{files[0]},{tmp_path / bad}", out=str(tmp_path / "x.yaml")))
+    assert not (tmp_path / "x.yaml").exists()
 
 
 def test_host_costs_time_the_request_text_not_the_whole_prompt():
