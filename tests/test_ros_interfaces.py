@@ -62,6 +62,20 @@ def test_split_action_rejects_wrong_section_count():
         c.split_action("int32 a\n---\nint32 b\n")
 
 
+def test_every_srv_file_has_request_response_and_is_registered():
+    files = sorted((ROOT / "srv").glob("*.srv"))
+    assert {f.stem for f in files} == set(c.SRV_FILES)
+    ts = c.typestore()
+    for f in files:
+        for suffix in ("Request", "Response"):
+            assert f"timelyllm/srv/{f.stem}_{suffix}" in ts.types
+    # nested messages resolve to the package's own, as rosidl resolves them
+    _, fields = ts.fielddefs[c.GET_GOAL_STATES + "_Response"]
+    assert dict(fields)["goals"][1][0][1] == c.GOAL_STATE
+    with pytest.raises(c.MessageError, match="a service needs exactly 2 sections"):
+        c.split_service("int32 a\n")
+
+
 def test_request_status_states_match_core_states():
     ts = c.typestore()
     consts = {value for _, _, value in ts.fielddefs[c.REQUEST_STATUS][0]}

@@ -44,11 +44,17 @@ EXECUTE_SEGMENT = f"{PACKAGE}/action/ExecuteSegment"
 EXECUTE_SEGMENT_GOAL = EXECUTE_SEGMENT + "_Goal"
 EXECUTE_SEGMENT_RESULT = EXECUTE_SEGMENT + "_Result"
 EXECUTE_SEGMENT_FEEDBACK = EXECUTE_SEGMENT + "_Feedback"
+PLAN_TASK = f"{PACKAGE}/action/PlanTask"
+GOAL_STATE = f"{PACKAGE}/msg/GoalState"
+GET_GOAL_STATES = f"{PACKAGE}/srv/GetGoalStates"
+GET_REQUEST_STATE = f"{PACKAGE}/srv/GetRequestState"
 DIAGNOSTIC_ARRAY = "diagnostic_msgs/msg/DiagnosticArray"
 MARKER_ARRAY = "visualization_msgs/msg/MarkerArray"
 
-MSG_FILES = ("SkillCall", "PlanRequest", "Segment", "RequestStatus", "PlannerStatus", "SegmentStatus")
-ACTION_FILES = ("ExecuteSegment",)
+MSG_FILES = ("SkillCall", "PlanRequest", "Segment", "RequestStatus", "PlannerStatus", "SegmentStatus",
+             "GoalState")
+ACTION_FILES = ("ExecuteSegment", "PlanTask")
+SRV_FILES = ("GetGoalStates", "GetRequestState")
 
 VALUE_TYPES = ("none", "bool", "int", "float", "str")
 MAX_ARGS = 16
@@ -454,18 +460,29 @@ def interface_dir() -> Path:
         raise FileNotFoundError(f"cannot find the {PACKAGE} msg/ and action/ directories") from e
 
 
-def split_action(text: str) -> tuple[str, str, str]:
-    """An .action file is goal, result and feedback message sections separated by `---` lines."""
+def _sections(text: str, count: int, kind: str) -> tuple[str, ...]:
+    """Message sections of an interface file, separated by `---` lines."""
     parts: list[list[str]] = [[]]
     for line in text.splitlines():
         if line.strip() == "---":
             parts.append([])
         else:
             parts[-1].append(line)
-    if len(parts) != 3:
-        raise MessageError(f"an action needs exactly 3 sections separated by '---', got {len(parts)}")
-    goal, result, feedback = ("\n".join(p) + "\n" for p in parts)
+    if len(parts) != count:
+        raise MessageError(f"{kind} needs exactly {count} sections separated by '---', got {len(parts)}")
+    return tuple("\n".join(p) + "\n" for p in parts)
+
+
+def split_action(text: str) -> tuple[str, str, str]:
+    """An .action file is goal, result and feedback message sections separated by `---` lines."""
+    goal, result, feedback = _sections(text, 3, "an action")
     return goal, result, feedback
+
+
+def split_service(text: str) -> tuple[str, str]:
+    """A .srv file is request and response message sections separated by a `---` line."""
+    request, response = _sections(text, 2, "a service")
+    return request, response
 
 
 def interface_types(root: Path | None = None) -> dict[str, Any]:
@@ -483,6 +500,12 @@ def interface_types(root: Path | None = None) -> dict[str, Any]:
             # messages, as rosidl resolves them; then filed under the action's own name.
             parsed = get_types_from_msg(text, f"{PACKAGE}/msg/{name}_{suffix}")
             types[f"{PACKAGE}/action/{name}_{suffix}"] = parsed.pop(f"{PACKAGE}/msg/{name}_{suffix}")
+            types.update(parsed)
+    for name in SRV_FILES:
+        sections = split_service((root / "srv" / f"{name}.srv").read_text())
+        for suffix, text in zip(("Request", "Response"), sections):
+            parsed = get_types_from_msg(text, f"{PACKAGE}/msg/{name}_{suffix}")
+            types[f"{PACKAGE}/srv/{name}_{suffix}"] = parsed.pop(f"{PACKAGE}/msg/{name}_{suffix}")
             types.update(parsed)
     return types
 
