@@ -262,6 +262,58 @@ def test_engine_speed_against_the_profile_and_the_deadline_line():
     assert "too slow" not in deadline_line(sim, sim, s)
 
 
+def test_engine_speed_tells_stalls_from_steady_steps():
+    """A run slower than the profile says where: stalled steps (>= STALL_S and STALL_FACTOR x their
+    charge) apart from the steady ones, whose ratio is what the simulator is scaled by."""
+    from timelyllm_ros.engines.base import StepRecord
+    from timelyllm_ros.engines.simulated import LatencyProfile
+    from timelyllm_ros.report import engine_speed, slow_note, speed_line
+
+    prof = LatencyProfile.from_yaml(REPO / "profiles" / "vllm_cpu_tiny.yaml")
+    shape = dict(seqs=2, prefill_tokens=0, prefill_context_tokens=0, context_tokens=800, adds=0, output_tokens=2)
+    charged = prof.record_s(StepRecord(start_s=0, duration_s=0, post_s=0, **shape))
+    steady = [StepRecord(start_s=i, duration_s=1.5 * charged, post_s=0.0, **shape) for i in range(200)]
+    stalls = [StepRecord(start_s=300, duration_s=4.0, post_s=0.0, **shape),
+              StepRecord(start_s=301, duration_s=6.9, post_s=0.1, **shape)]
+    s = engine_speed(steady[:100] + stalls + steady[100:], prof)
+    assert s.stalls_s == (7.0, 4.0) and s.steps == 202
+    assert s.steady_ratio == pytest.approx(1.5) and s.ratio > 10
+    assert s.median_step_s == pytest.approx(1.5 * charged) and s.median_profile_s == pytest.approx(charged)
+    note = slow_note(s)
+    assert note.startswith(f"engine {s.ratio:.2f}x slower than profile vllm_cpu_tiny: 2 stalls of 7.0 s and 4.0 s")
+    assert f"median step {1e3 * 1.5 * charged:.1f} ms vs {1e3 * charged:.1f} ms (steady steps 1.50x)" in note
+    assert note in speed_line(s) and s.as_dict()["stalls_s"] == [7.0, 4.0]
+    slow = engine_speed(steady, prof)  # slower, no stall
+    assert slow.stalls_s == () and "1.50x slower than profile vllm_cpu_tiny: no stalls" in slow_note(slow)
+    at_speed = [StepRecord(start_s=0, duration_s=charged, post_s=0.0, **shape)]
+    assert slow_note(engine_speed(at_speed, prof)) is None  # at the profile's speed: nothing to explain
+
+
+def test_demo_compares_policies_at_the_runs_own_engine_speed(tmp_path):
+    """The demo's simulated comparison runs at the engine speed the run measured: a run served at
+    twice the profile's step time (here: the simulator itself at 2x) is reproduced by the report's
+    'simulator at this run's engine speed', and the figure's title says the run was slower."""
+    from timelyllm_ros.cli import build_parser
+    from timelyllm_ros.demo import at_profile_speed, check_demo_inputs, report
+    from timelyllm_ros.report import console
+
+    args = build_parser().parse_args(["demo", "--duration", "26", "--out", str(tmp_path / "d")])
+    inp = check_demo_inputs(args)
+    assert inp.workload.name == "mixed_burst" and inp.max_batch == 4
+    plans = {a.request_id: a.reference_plan for a in inp.arrivals}
+    log: list = []
+    run = at_profile_speed(inp, inp.policy, plans, step_log=log, exclusive_agents=True, speed=2.0)
+    doc = report(console(), inp, metrics=run.metrics, plans=plans, step_records=log, device="cpu", wall_s=1.0,
+                 mode="ROS 2 graph", exclusive_agents=True)
+    assert doc["simulated_speed_ratio"] == pytest.approx(2.0, rel=0.02)
+    sims = doc["simulated_same_arrivals"]
+    mine = next(m for k, m in sims.items() if k.startswith(f"{inp.policy} — simulator at this run's engine speed (2.0"))
+    assert mine["overall"]["utility_pct_of_max"] == pytest.approx(run.metrics["overall"]["utility_pct_of_max"], abs=0.5)
+    # the burst: FCFS (the vllm baseline) keeps the urgent drones waiting behind the chat replies
+    base = next(m for k, m in sims.items() if k.startswith("vllm (baseline)"))
+    assert base["by_category"]["urgent"]["utility_pct_of_max"] < mine["by_category"]["urgent"]["utility_pct_of_max"]
+
+
 def test_drain_eta_runs_pending_segments_back_to_back():
     from timelyllm_ros.core.tuf import TUF
     from timelyllm_ros.core.types import Generation, PlanRequest, Segment
@@ -305,10 +357,15 @@ def test_demo_report_from_records_without_an_engine(tmp_path, capsys):
     speed = doc["engine_speed"]
     assert speed["steps"] == len(log) > 0 and speed["ratio"] == pytest.approx(1.0, rel=0.05)
     assert set(doc["simulated_same_arrivals"]) == {
-        "timelyllm — simulator, fitted profile vllm_cpu_tiny, same arrivals and plans",
-        "vllm (baseline) — simulator, fitted profile vllm_cpu_tiny, same arrivals and plans"}
+        "timelyllm — simulator at this run's engine speed (1.00x profile vllm_cpu_tiny, steady steps), same arrivals "
+        "and plans",
+        "vllm (baseline) — simulator at this run's engine speed (1.00x profile vllm_cpu_tiny, steady steps), same "
+        "arrivals and plans"}
+    assert list(doc["simulated_at_profile_speed"]) == [
+        "timelyllm — simulator, fitted profile vllm_cpu_tiny, same arrivals and plans"]
     out = capsys.readouterr().out
     assert "engine speed: " in out and "deadlines: " in out and "T1" in out
+    assert "slower than profile" not in out  # a run at the profile's speed needs no note
     # a ROS 2 graph run (one executor node per robot): the comparison runs one goal per robot at a time
     graph = report(console(), inp, metrics=sim.metrics, plans=plans, step_records=log, device="cpu", wall_s=1.0,
                    mode="ROS 2 graph", exclusive_agents=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import warnings
@@ -37,6 +38,8 @@ from .core.policies import DEFAULT_POLICY
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = REPO / "models" / "tiny-planner"
 DEFAULT_PROFILE = REPO / "profiles" / "vllm_cpu_tiny.yaml"
+DEMO_WORKLOAD = "mixed_burst"  # workloads/mixed_burst.yaml
+DEMO_MAX_BATCH = 4  # the burst of mixed_burst fills it: where the scheduler's order shows
 ROBOT_KIND = {"tello": "drone"}  # how the picture names a robot type (others: their own name)
 
 
@@ -47,8 +50,9 @@ def add_parser(sub: Any) -> None:
     policies = ", ".join(_policy_names())
     p = sub.add_parser("demo", help="serve a mixed workload on real vLLM with the bundled model",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workload", default="mixed_small",
-                   help=f"bundled name ({', '.join(list_workloads())}) or a workload YAML path (default mixed_small)")
+    p.add_argument("--workload", default=DEMO_WORKLOAD,
+                   help=f"bundled name ({', '.join(list_workloads())}) or a workload YAML path (default {DEMO_WORKLOAD}: "
+                        "mixed_small plus a chat burst ahead of urgent drones)")
     p.add_argument("--policy", default=DEFAULT_POLICY,
                    help=f"scheduling policy: {policies} (default {DEFAULT_POLICY})")
     p.add_argument("--param", action="append", type=_param, default=[], metavar="NAME=VALUE",
@@ -64,8 +68,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--robots-dir", action="append", default=[], metavar="DIR",
                    help="more robot YAMLs (custom robots) beside the bundled robots/ (repeatable)")
     p.add_argument("--seed", type=int, default=1, help="seed of the simulated robots' execution times (default 1)")
-    p.add_argument("--max-batch", type=_positive_int, default=None,
-                   help="fixed batch cap (default: the policy's own batching, Policy.batching)")
+    p.add_argument("--max-batch", type=_positive_int, default=DEMO_MAX_BATCH,
+                   help=f"fixed batch cap of the planner, the real run and the simulator alike (default "
+                        f"{DEMO_MAX_BATCH}: a small engine's budget, which the demo workload's burst fills; 32: "
+                        "vLLM's max_num_seqs here)")
     p.add_argument("--duration", type=_positive_float, default=None,
                    help="only serve arrivals in the first N seconds of the workload")
     p.add_argument("--out", default=None, help="output folder for results.json and demo.png "
@@ -173,17 +179,21 @@ def check_demo_inputs(args: argparse.Namespace) -> DemoInputs:
 
 def at_profile_speed(inp: DemoInputs, policy: str, plans: Mapping[str, str],
                      params: Mapping[str, Any] | None = None, *, step_log: list[Any] | None = None,
-                     exclusive_agents: bool = False) -> Any:
+                     exclusive_agents: bool = False, speed: float = 1.0) -> Any:
     """``policy`` in the simulator with the demo's profile on exactly the demo's arrivals,
     replaying what the model generated in the real run (``plans``: request id -> text) with the
-    model's tokenizer: what the policy gets when the engine runs at the profile's speed.
+    model's tokenizer: what the policy gets when the engine runs at the profile's speed, or at
+    ``speed`` times its step time (`LatencyProfile.scaled`: a run's own measured speed).
     ``exclusive_agents``: robots as the run had them (the ROS 2 graph: one executor node per
     robot, one goal at a time; in-process: one lane per request)."""
     from .prompts import TokenizerFile
     from .sim.replay import replay
 
+    from .engines.simulated import LatencyProfile
+
     ids = {a.request_id for a in inp.arrivals}
-    return replay(inp.workload, plans, profile_path=inp.profile, tokenizer=TokenizerFile(inp.engine_config["model"]),
+    profile = LatencyProfile.from_yaml(inp.profile)
+    return replay(inp.workload, plans, profile_path=profile if speed == 1.0 else profile.scaled(speed), tokenizer=TokenizerFile(inp.engine_config["model"]),
                   robots=inp.robots, catalog=inp.catalog, policy=policy, policy_params=params,
                   max_batch=inp.max_batch, keep=lambda a: a.request_id in ids, step_log=step_log,
                   exclusive_agents=exclusive_agents)
@@ -199,7 +209,7 @@ def report(console: Any, inp: DemoInputs, *, metrics: Mapping[str, Any], plans: 
     StepRecords).  ``exclusive_agents``: the run's robots took one goal at a time (the ROS 2
     graph's executor nodes), so the simulated comparison runs them so too."""
     from .engines.simulated import LatencyProfile
-    from .report import deadline_line, engine_speed, print_table, speed_line
+    from .report import deadline_line, engine_speed, print_table, slow_note, speed_line
 
     model = Path(str(inp.engine_config["model"])).name
     label = f"real vLLM ({device})" if engine == "vllm" else f"{engine} engine"
@@ -207,29 +217,42 @@ def report(console: Any, inp: DemoInputs, *, metrics: Mapping[str, Any], plans: 
     print_table(console, metrics, title=f"per task type — {inp.policy}, {label}, model {model}, "
                 f"{inp.workload.name}, wall {wall_s:.0f} s")
     speed = engine_speed(step_records, LatencyProfile.from_yaml(inp.profile))
-    sim_label = f"simulator, fitted profile {speed.profile}, same arrivals and plans"
-    if exclusive_agents:  # the run's robots took one goal at a time (a ROS 2 graph's executor nodes)
-        sim_label += ", one goal per robot at a time"
-    sims = {f"{inp.policy} — {sim_label}": at_profile_speed(inp, inp.policy, plans, inp.params,
+    same = "same arrivals and plans" + (", one goal per robot at a time" if exclusive_agents else "")
+    # the deadline line: the policy at the fitted profile's speed (what the machine's speed explains)
+    at_profile = at_profile_speed(inp, inp.policy, plans, inp.params, exclusive_agents=exclusive_agents).metrics
+    # the figure: the policy and the baseline at this run's own engine speed (its steady steps; the
+    # machine's speed drifts 2-3x within hours, so the fitted profile's speed is not this run's)
+    run_speed = speed.steady_ratio if speed.steps and math.isfinite(speed.steady_ratio) else 1.0
+    sim_label = (f"simulator at this run's engine speed ({run_speed:.2f}x profile {speed.profile}, steady steps), "
+                 f"{same}" if speed.steps else f"simulator, fitted profile {speed.profile}, {same}")
+    sims = {f"{inp.policy} — {sim_label}": at_profile_speed(inp, inp.policy, plans, inp.params, speed=run_speed,
                                                              exclusive_agents=exclusive_agents).metrics}
     if inp.baseline is not None and inp.baseline != inp.policy:
-        sims[f"{inp.baseline} (baseline) — {sim_label}"] = at_profile_speed(inp, inp.baseline, plans,
+        sims[f"{inp.baseline} (baseline) — {sim_label}"] = at_profile_speed(inp, inp.baseline, plans, speed=run_speed,
                                                                             exclusive_agents=exclusive_agents).metrics
     console.print(speed_line(speed), soft_wrap=True)
-    console.print(deadline_line(metrics, next(iter(sims.values())), speed), soft_wrap=True)
+    console.print(deadline_line(metrics, at_profile, speed), soft_wrap=True)
+    for name, m in sims.items():
+        console.print(f"{name}: {m['overall']['utility_pct_of_max']:.1f} % of max"
+                      + "".join(f", {c} {a['utility_pct_of_max']:.1f} %" for c, a in sorted(m.get("by_category", {}).items())),
+                      soft_wrap=True)
     runs = {f"{inp.policy} — {label} (this run)": metrics, **sims}
     doc = {"engine": engine, "mode": mode or "in-process", "device": device,
            "model": str(inp.engine_config["model"]), "policy": inp.policy, "policy_params": inp.params, "workload": inp.workload.name, "seed": inp.seed, "wall_s": round(wall_s, 3),
            "engine_speed": speed.as_dict(), "metrics": metrics,
-           "simulated_same_arrivals": {k: v for k, v in sims.items()}, **dict(extra or {}),
+           "simulated_same_arrivals": dict(sims), "simulated_speed_ratio": run_speed,
+           "simulated_at_profile_speed": {f"{inp.policy} — simulator, fitted profile {speed.profile}, {same}": at_profile},
+           **dict(extra or {}),
            **({"timeline": timeline} if timeline else {})}
     (inp.out / "results.json").write_text(json.dumps(doc, indent=1, sort_keys=True, default=str))
     try:
         from .plots import plot_pct_of_max
 
+        cap = f", batch cap {inp.max_batch}" if inp.max_batch else ""
         plot_pct_of_max(runs, inp.out / "demo.png", task_labels=inp.task_labels(),
-                        title=f"timelyllm demo, {inp.workload.name}: {len(inp.arrivals)} requests, same arrivals in "
-                              f"every run")
+                        title=f"timelyllm demo, {inp.workload.name}: {len(inp.arrivals)} requests{cap}, same arrivals "
+                              f"in every run",
+                        notes=[n for n in (slow_note(speed),) if n])
         wrote = [inp.out / "results.json", inp.out / "demo.png"]
         if timeline:
             from .plots import plot_robot_timeline

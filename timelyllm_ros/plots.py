@@ -189,13 +189,19 @@ def plot_robot_timeline(records: Sequence[Mapping[str, Any]], path: str | Path, 
     return out
 
 
+PCT_FLOOR = -150.0  # % of max: the utility panel's lower edge; a bar below it is cut there, its value written
+
+
 def plot_pct_of_max(runs: Mapping[str, Mapping[str, Any]], path: str | Path, *, title: str = "",
-                    task_labels: Mapping[str, str] | None = None) -> Path:
+                    task_labels: Mapping[str, str] | None = None, notes: Sequence[str] = ()) -> Path:
     """What a scheduler buys, readable: per task type, then per [category] and overall, the time
     utility as % of its maximum (urgent TUFs have beta 2, normal 1, so absolute utility does not
     compare) and the mean response time, one bar per run (``runs``: label -> metrics summary, e.g.
     the demo's policy on the real engine beside a baseline on the same arrivals).  ``task_labels``
-    name what each task type is (robot kind, category).  The legend sits below the panels."""
+    name what each task type is (robot kind, category).  The legend sits below the panels; ``notes``
+    (e.g. why the real run was slower than the profile: ``report.slow_note``) under the title.
+    Utility below ``PCT_FLOOR`` % (a request answered seconds late) is cut at the panel's edge with
+    its value written on the bar, so one late request does not flatten every other bar."""
     labels = list(runs)
     types = sorted({t for m in runs.values() for t in m.get("by_task_type", {})}, key=task_sort_key)
     cats = sorted({c for m in runs.values() for c in m.get("by_category", {})})
@@ -217,6 +223,11 @@ def plot_pct_of_max(runs: Mapping[str, Mapping[str, Any]], path: str | Path, *, 
                 a = agg(runs[lab], kind, key)
                 ys.append(_value(a, field) if a is not None else float("nan"))
             xs = [j + (i - (len(labels) - 1) / 2) * width for j in range(len(groups))]
+            if field == "utility_pct_of_max":
+                cut = [(x, y) for x, y in zip(xs, ys) if y < PCT_FLOOR]
+                ys = [max(y, PCT_FLOOR) if y == y else y for y in ys]
+                for x, y in cut:
+                    ax.text(x, PCT_FLOOR * 0.97, f"{y:.0f}", rotation=90, ha="center", va="bottom", fontsize=6)
             ax.bar(xs, ys, width=width, label=lab, color=cmap(i % 10))
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", alpha=0.3)
@@ -228,9 +239,11 @@ def plot_pct_of_max(runs: Mapping[str, Mapping[str, Any]], path: str | Path, *, 
     axes[-1].set_xticks(range(len(groups)))
     axes[-1].set_xticklabels(ticks, fontsize=7)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=1, fontsize=8, frameon=False)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0.03 + 0.03 * len(labels), 1, 1))
+    top = 1.0
+    if title or notes:
+        fig.suptitle("\n".join([title, *notes]) if title else "\n".join(notes), fontsize=9 if notes else 10)
+        top = 1.0 - 0.03 * len(notes)
+    fig.tight_layout(rect=(0, 0.03 + 0.03 * len(labels), 1, top))
     out = Path(path)
     fig.savefig(out, dpi=110)
     plt.close(fig)
