@@ -222,9 +222,10 @@ def report(console: Any, inp: DemoInputs, *, metrics: Mapping[str, Any], plans: 
     at_profile = at_profile_speed(inp, inp.policy, plans, inp.params, exclusive_agents=exclusive_agents).metrics
     # the figure: the policy and the baseline at this run's own engine speed (its steady steps; the
     # machine's speed drifts 2-3x within hours, so the fitted profile's speed is not this run's)
-    run_speed = speed.steady_ratio if speed.steps and math.isfinite(speed.steady_ratio) else 1.0
+    measured = speed.steps > 0 and math.isfinite(speed.steady_ratio) and speed.steady_ratio > 0
+    run_speed = speed.steady_ratio if measured else 1.0
     sim_label = (f"simulator at this run's engine speed ({run_speed:.2f}x profile {speed.profile}, steady steps), "
-                 f"{same}" if speed.steps else f"simulator, fitted profile {speed.profile}, {same}")
+                 f"{same}" if measured else f"simulator, fitted profile {speed.profile}, {same}")
     sims = {f"{inp.policy} — {sim_label}": at_profile_speed(inp, inp.policy, plans, inp.params, speed=run_speed,
                                                              exclusive_agents=exclusive_agents).metrics}
     if inp.baseline is not None and inp.baseline != inp.policy:
