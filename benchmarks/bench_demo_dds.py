@@ -41,7 +41,7 @@ def loadavg() -> str:
 
 def run_demo(mode: str, args: argparse.Namespace, out: Path) -> dict:
     argv = [sys.executable, "-m", "timelyllm_ros.cli", "demo", "--workload", args.workload, "--policy", args.policy,
-            "--seed", str(args.seed), "--out", str(out), "--baseline", "none"]
+            "--seed", str(args.seed), "--out", str(out), "--baseline", "none", "--max-batch", args.max_batch]
     if args.duration:
         argv += ["--duration", str(args.duration)]
     if mode == "inprocess":
@@ -93,6 +93,8 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=None, help="only arrivals in the first N seconds")
     ap.add_argument("--policy", default="timelyllm")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--max-batch", default="none",
+                    help="the demo's --max-batch (default none: the policy's own batching, as in docs/ros.md's table)")
     ap.add_argument("--order", default="ros,inprocess", help="run order (default ros,inprocess)")
     ap.add_argument("--out", default="out/bench_demo_dds")
     ap.add_argument("--report-only", action="store_true", help="print the figures of the runs already in --out")

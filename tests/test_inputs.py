@@ -300,6 +300,8 @@ def test_demo_compares_policies_at_the_runs_own_engine_speed(tmp_path):
     args = build_parser().parse_args(["demo", "--duration", "26", "--out", str(tmp_path / "d")])
     inp = check_demo_inputs(args)
     assert inp.workload.name == "mixed_burst" and inp.max_batch == 4
+    assert check_demo_inputs(build_parser().parse_args(["demo", "--max-batch", "none", "--out", str(tmp_path / "n")])
+                             ).max_batch is None  # the policy's own batching
     plans = {a.request_id: a.reference_plan for a in inp.arrivals}
     log: list = []
     run = at_profile_speed(inp, inp.policy, plans, step_log=log, exclusive_agents=True, speed=2.0)

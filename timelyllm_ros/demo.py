@@ -68,10 +68,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--robots-dir", action="append", default=[], metavar="DIR",
                    help="more robot YAMLs (custom robots) beside the bundled robots/ (repeatable)")
     p.add_argument("--seed", type=int, default=1, help="seed of the simulated robots' execution times (default 1)")
-    p.add_argument("--max-batch", type=_positive_int, default=DEMO_MAX_BATCH,
+    def cap(s: str) -> int | None:
+        return None if s == "none" else _positive_int(s)
+
+    p.add_argument("--max-batch", type=cap, default=DEMO_MAX_BATCH, metavar="N|none",
                    help=f"fixed batch cap of the planner, the real run and the simulator alike (default "
-                        f"{DEMO_MAX_BATCH}: a small engine's budget, which the demo workload's burst fills; 32: "
-                        "vLLM's max_num_seqs here)")
+                        f"{DEMO_MAX_BATCH}: a small engine's budget, which the demo workload's burst fills; none: "
+                        "the policy's own batching, up to vLLM's max_num_seqs)")
     p.add_argument("--duration", type=_positive_float, default=None,
                    help="only serve arrivals in the first N seconds of the workload")
     p.add_argument("--out", default=None, help="output folder for results.json and demo.png "
