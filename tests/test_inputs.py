@@ -316,6 +316,32 @@ def test_demo_compares_policies_at_the_runs_own_engine_speed(tmp_path):
     assert base["by_category"]["urgent"]["utility_pct_of_max"] < mine["by_category"]["urgent"]["utility_pct_of_max"]
 
 
+def test_demo_figure_says_why_and_cuts_far_negative_bars(tmp_path, monkeypatch):
+    """demo.png carries the slow-run note under its title, and a bar far below zero (a request
+    answered seconds late: -700 %) is cut at PCT_FLOOR with its value written, the others kept."""
+    from timelyllm_ros import plots
+
+    figs = []
+    monkeypatch.setattr(plots.plt, "close", figs.append)  # keep the figure to look at it
+
+    def summary(pct):
+        agg = {"utility_pct_of_max": pct, "response_s": {"mean": 0.1}}
+        return {"by_task_type": {"T6": agg, "T9": dict(agg, utility_pct_of_max=-700.0 if pct < 100 else 90.0)},
+                "by_category": {"urgent": agg}, "overall": agg}
+
+    note = "engine 10.65x slower than profile vllm_cpu_tiny: 2 stalls of 7.0 s and 4.0 s (11.0 s in all)"
+    out = plots.plot_pct_of_max({"this run": summary(50.0), "simulator": summary(100.0)}, tmp_path / "d.png",
+                                title="demo", notes=[note])
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    fig = figs[0]
+    assert fig.get_suptitle() == f"demo\n{note}"
+    util = fig.axes[0]
+    assert util.get_ylim()[0] >= plots.PCT_FLOOR - 20
+    heights = sorted(round(b.get_height(), 1) for b in util.patches)
+    assert heights[0] == plots.PCT_FLOOR and 90.0 in heights and 50.0 in heights
+    assert [t.get_text() for t in util.texts] == ["-700"]
+
+
 def test_drain_eta_runs_pending_segments_back_to_back():
     from timelyllm_ros.core.tuf import TUF
     from timelyllm_ros.core.types import Generation, PlanRequest, Segment
