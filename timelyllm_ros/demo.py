@@ -68,6 +68,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--robots-dir", action="append", default=[], metavar="DIR",
                    help="more robot YAMLs (custom robots) beside the bundled robots/ (repeatable)")
     p.add_argument("--seed", type=int, default=1, help="seed of the simulated robots' execution times (default 1)")
+
     def cap(s: str) -> int | None:
         return None if s == "none" else _positive_int(s)
 
@@ -189,14 +190,14 @@ def at_profile_speed(inp: DemoInputs, policy: str, plans: Mapping[str, str],
     ``speed`` times its step time (`LatencyProfile.scaled`: a run's own measured speed).
     ``exclusive_agents``: robots as the run had them (the ROS 2 graph: one executor node per
     robot, one goal at a time; in-process: one lane per request)."""
+    from .engines.simulated import LatencyProfile
     from .prompts import TokenizerFile
     from .sim.replay import replay
 
-    from .engines.simulated import LatencyProfile
-
     ids = {a.request_id for a in inp.arrivals}
     profile = LatencyProfile.from_yaml(inp.profile)
-    return replay(inp.workload, plans, profile_path=profile if speed == 1.0 else profile.scaled(speed), tokenizer=TokenizerFile(inp.engine_config["model"]),
+    return replay(inp.workload, plans, profile_path=profile if speed == 1.0 else profile.scaled(speed),
+                  tokenizer=TokenizerFile(inp.engine_config["model"]),
                   robots=inp.robots, catalog=inp.catalog, policy=policy, policy_params=params,
                   max_batch=inp.max_batch, keep=lambda a: a.request_id in ids, step_log=step_log,
                   exclusive_agents=exclusive_agents)
