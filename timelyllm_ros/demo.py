@@ -10,8 +10,10 @@ with --inprocess in this one process — and ends with:
     (--profile, default profiles/vllm_cpu_tiny.yaml), and one line on deadline misses that says
     when the machine was too slow for the workload's deadlines,
   - OUT/results.json and OUT/demo.png: % of max per task type for the policy on the real engine,
-    beside the same policy and a baseline policy (--baseline) in the simulator with the fitted
-    profile on the same arrivals; OUT/timeline.png: generation vs execution per robot (Fig. 6
+    beside the same policy and a baseline policy (--baseline) in the simulator at this run's own
+    engine speed (the fitted profile scaled by the run's steady-step ratio) on the same arrivals,
+    and, when the run was slower than the profile, where the time went (stalls vs steady steps);
+    OUT/timeline.png: generation vs execution per robot (Fig. 6
     style); ROS graph: OUT/bag/ (rosbag2 MCAP) and OUT/logs/.
 Every input is checked before vLLM starts; a bad one is one line on stderr, exit 2.
 vLLM's own warnings are hidden (VLLM_LOGGING_LEVEL=ERROR unless set; WARNING shows them).
