@@ -63,12 +63,49 @@ def add_parser(sub: Any) -> None:
                    help="seconds to wait for the planner node to be discovered (default 15)")
     r.set_defaults(func=run_request)
 
+    q = sub.add_parser("request-state", help="ask the planner node for a request's state and plan (late joiners)",
+                       description="Call <planner-ns>/get_request_state: print the request's latest status "
+                                   "and the segments it dispatched, also after it ended.")
+    q.add_argument("request_id")
+    q.add_argument("--planner-ns", default="/", help="the planner node's namespace (default /)")
+    q.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for the planner (default 15)")
+    q.set_defaults(func=run_request_state)
+
 
 def run_node(args: argparse.Namespace) -> int:
     from .wiring import main_executor, main_planner
 
     main = main_planner if args.node == "planner" else main_executor
     return main([f"timelyllm ros {args.node}", *args.ros_args])
+
+
+def run_request_state(args: argparse.Namespace) -> int:
+    from timelyllm_ros.cli import CliError
+    from timelyllm_ros.transport.rclpy_transport import RclpyTransport, RclpyUnavailable
+
+    from .agent import request_state, status_line
+
+    try:
+        t = RclpyTransport(f"request_state_{uuid.uuid4().hex[:8]}", args=["timelyllm-request-state"])
+    except RclpyUnavailable as e:
+        raise CliError(str(e)) from None
+    try:
+        t0 = time.monotonic()
+        ans = request_state(t, args.planner_ns, args.request_id, args.timeout)
+        if ans is None:
+            print(f"timelyllm request-state: error: no planner answered on {args.planner_ns.rstrip('/')}"
+                  f"/get_request_state within {args.timeout:g} s", file=sys.stderr)
+            return EXIT_TIMEOUT
+        if not ans["found"]:
+            print(f"timelyllm request-state: {args.request_id}: not known to the planner (never sent, or "
+                  f"older than the states it keeps)", file=sys.stderr)
+            return EXIT_NOT_FINISHED
+        _print(status_line(ans["status"], t0))
+        for i, seg in enumerate(ans["segments"]):
+            _print(f"  segment {i}: {seg}")
+        return EXIT_NOT_FINISHED if ans["status"]["state"] in ("rejected", "failed", "cancelled") else 0
+    finally:
+        t.close()
 
 
 def run_request(args: argparse.Namespace) -> int:

@@ -59,7 +59,6 @@ from timelyllm_ros.transport.base import (
 log = logging.getLogger(__name__)
 
 STRING = "std_msgs/msg/String"
-GET_REQUEST_STATE = "timelyllm/srv/GetRequestState"
 # ROS 2 names: tokens of letters, digits and underscores, not starting with a digit
 _ROS_NAME = re.compile(r"^/?[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$")
 DIAG_OK, DIAG_WARN, DIAG_ERROR = b"\x00", b"\x01", b"\x02"
@@ -363,7 +362,7 @@ class PlannerNode:
         self._subs = [
             transport.subscribe(cfg.request_topic, convert.PLAN_REQUEST, self._on_request, qos=QOS_RELIABLE_DEEP),
             transport.subscribe(cfg.cancel_topic, STRING, self._on_cancel, qos=QOS_RELIABLE_DEEP),
-            transport.service(cfg.state_service, GET_REQUEST_STATE, self._on_get_state),
+            transport.service(cfg.state_service, convert.GET_REQUEST_STATE, self._on_get_state),
         ]
         self._timer = transport.timer(cfg.status_period_s, self._publish_periodic)
         self._thread = threading.Thread(target=self._loop, name="planner-loop", daemon=True)

@@ -127,6 +127,10 @@ class Transport(Protocol):
         """Serve `name`: `handler(request fields)` returns the response's fields."""
         ...
 
+    def call_service(self, name: str, srv_type: str, request: Fields, timeout_s: float = 5.0) -> Fields | None:
+        """Call a service: the response's fields, or None if no server answered in time."""
+        ...
+
     def action_server(self, name: str, action_type: str, execute: ExecuteCallback, *,
                       goal_callback: GoalCallback | None = None,
                       cancel_callback: CancelCallback | None = None) -> Handle: ...

@@ -409,13 +409,11 @@ class InProcessTransport:
 
         return self._track(Closer(close))
 
-    def call_service(self, name: str, request: Fields) -> Fields:
-        """Call a service on the bus (the handler runs on the caller's thread)."""
+    def call_service(self, name: str, srv_type: str, request: Fields, timeout_s: float = 5.0) -> Fields | None:
+        """Call a service on the bus (the handler runs on the caller's thread); None if none serves it."""
         with self.bus.lock:
             handler = self.bus.services.get(self.resolve(name))
-        if handler is None:
-            raise TransportError(f"no service {self.resolve(name)}")
-        return handler(dict(request))
+        return None if handler is None else handler(dict(request))
 
     def timer(self, period_s: float, callback: Callable[[], None]) -> Closer:
         if not period_s > 0:

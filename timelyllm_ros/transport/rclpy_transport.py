@@ -115,6 +115,21 @@ def _managed_node_class() -> Any:
             self.handlers: dict[str, Callable[[], None]] = {}
             self.error = ""
             super().__init__(*args, **kwargs)
+            # rclpy raises out of change_state for a transition the current state does not have,
+            # so the caller never gets an answer: answer success=False instead (as rclcpp does)
+            srv = self._service_change_state
+            change = srv.callback
+
+            def change_state(request: Any, response: Any) -> Any:
+                try:
+                    return change(request, response)
+                except Exception as e:  # noqa: BLE001 - RCLError: no such transition from here
+                    log.warning("%s: change_state %d refused: %s", self.get_fully_qualified_name(),
+                                request.transition.id, str(e).splitlines()[0] if str(e) else type(e).__name__)
+                    response.success = False
+                    return response
+
+            srv.callback = change_state
 
         @property
         def state(self) -> str:
@@ -370,6 +385,23 @@ class RclpyTransport:
         h = Closer(lambda: self.node.destroy_service(srv))
         self._handles.append(h)
         return h
+
+    def call_service(self, name: str, srv_type: str, request: Fields, timeout_s: float = 5.0) -> Fields | None:
+        """Call a service; the response's fields, or None if no server answered within timeout_s."""
+        import time
+
+        cls = message_class(srv_type)
+        client = self.node.create_client(cls, name, callback_group=self.group)
+        try:
+            end = time.monotonic() + timeout_s
+            if not client.wait_for_service(timeout_sec=timeout_s):
+                return None
+            fut = client.call_async(to_msg(cls.Request, request))
+            while not fut.done() and time.monotonic() < end:
+                time.sleep(0.01)
+            return from_msg(fut.result()) if fut.done() and fut.result() is not None else None
+        finally:
+            self.node.destroy_client(client)
 
     # -- topics ------------------------------------------------------------------------------
     def publisher(self, topic: str, msg_type: str, *, qos: str = QOS_DEFAULT) -> Any:
