@@ -246,3 +246,32 @@ def test_a_client_that_joins_after_the_end_gets_the_terminal_state_and_the_plan(
         assert wait_for(lambda: any(m["request_id"] == rid and m["terminal"] for m in got.snapshot()), 15)
     finally:
         sub.close()
+
+
+def test_the_installed_executable_starts_a_node(nodes, tmp_path):
+    """lib/timelyllm/executor_node of the ament layout (scripts/install_ros_layout.py, here in a
+    temporary prefix) is what launch_ros runs: it starts an active executor node."""
+    import os
+    import signal
+
+    from timelyllm_ros.ros.convert import REPO_ROOT
+
+    t, _ = nodes
+    prefix = tmp_path / "prefix"
+    prefix.mkdir()
+    subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "install_ros_layout.py"), "--prefix", str(prefix),
+                    "--python", sys.executable, "--quiet"], check=True, timeout=120)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    log = tmp_path / "installed.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([str(prefix / "lib" / "timelyllm" / "executor_node"), "--ros-args", "-r",
+                                 "__ns:=/drone_inst"], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+    try:
+        assert wait_for(lambda: " serving " in log.read_text() or proc.poll() is not None, 60), log.read_text()
+        assert state(t, "/drone_inst/executor") == "active"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
