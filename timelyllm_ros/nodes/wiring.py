@@ -332,10 +332,12 @@ def _run_node(node_name: str, argv: list[str] | None, specs: Any, summary: str,
         t.on_transitions(configure=lambda: life.configure(P.current(t.node, specs)), activate=life.activate,
                          deactivate=life.deactivate, cleanup=life.cleanup)
         if values["autostart"]:
+            t.node.log_failures = False  # the one-line error below says it
             for step in ("configure", "activate"):
                 if not t.transition(step):
                     print(f"error: {t.transition_error or step + ' failed'}", file=sys.stderr)
                     return 2
+            t.node.log_failures = True
         else:
             log.info("%s is unconfigured: waiting for lifecycle transitions (autostart false)",
                      t.node.get_fully_qualified_name())

@@ -114,6 +114,7 @@ def _managed_node_class() -> Any:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             self.handlers: dict[str, Callable[[], None]] = {}
             self.error = ""
+            self.log_failures = True  # False: the caller reports `error` itself (autostart)
             super().__init__(*args, **kwargs)
             # rclpy raises out of change_state for a transition the current state does not have,
             # so the caller never gets an answer: answer success=False instead (as rclcpp does)
@@ -146,7 +147,8 @@ def _managed_node_class() -> Any:
                     self.error = str(e).splitlines()[0] if str(e) else type(e).__name__
                     if not isinstance(e, ValueError):  # InputError/ConfigError: the line says it all
                         log.exception("%s failed", name)
-                    log.error("%s: %s failed: %s", self.get_fully_qualified_name(), name, self.error)
+                    elif self.log_failures:
+                        log.error("%s: %s failed: %s", self.get_fully_qualified_name(), name, self.error)
                     return TransitionCallbackReturn.FAILURE
             self.error = ""
             return TransitionCallbackReturn.SUCCESS
