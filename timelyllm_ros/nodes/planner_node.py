@@ -434,8 +434,9 @@ class PlannerNode:
             time.sleep(0.02)
         for rid, reason in rep.failed:
             log.warning("recovered request %s failed: %s", rid, reason)
-            self._pub_status.publish(convert.rejected_status_fields(rid, rep.robots.get(rid, ""), reason,
-                                                                    state=GenState.FAILED.value))
+            st = convert.rejected_status_fields(rid, rep.robots.get(rid, ""), reason, state=GenState.FAILED.value)
+            self._remember(rid, st, ended=True)  # get_request_state answers for it too
+            self._pub_status.publish(st)
 
     def _loop(self) -> None:
         self._report_recovery()  # before any step: the resubmitted requests' states are seen too
@@ -599,7 +600,8 @@ class PlannerNode:
         elif st.deadline_misses:
             level, msg = DIAG_WARN, f"{st.deadline_misses} first segments after their ERT"
         values = {"policy": self.planner.policy.name, "batching": _batching_label(self.planner.batcher),
-                  "accepting": self._accepting, "queued": waiting, "batch_size": st.batch_size, "kv_usage": f"{st.kv_usage:.3f}",
+                  "accepting": self._accepting, "queued": waiting, "batch_size": st.batch_size,
+                  "kv_usage": f"{st.kv_usage:.3f}",
                   "tokens_per_s": f"{st.tokens_per_s:.1f}", "accrued_utility": f"{st.accrued_utility:.3f}",
                   "submitted": st.submitted, "rejected": st.rejected + self.rejected_total,
                   "deadline_misses": st.deadline_misses}
