@@ -401,7 +401,10 @@ class RclpyTransport:
             fut = client.call_async(to_msg(cls.Request, request))
             while not fut.done() and time.monotonic() < end:
                 time.sleep(0.01)
-            return from_msg(fut.result()) if fut.done() and fut.result() is not None else None
+            if not fut.done():
+                fut.cancel()  # no answer in time: nobody waits for it any more
+                return None
+            return from_msg(fut.result()) if fut.exception() is None and fut.result() is not None else None
         finally:
             self.node.destroy_client(client)
 
