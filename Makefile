@@ -38,6 +38,16 @@ $(VENV)/.ros-interfaces: $(VENV)/.ready $(ROS_IFACE_SRCS)
 
 env: $(VENV)/.ready $(VENV)/.ros-interfaces
 
+# The ament install of the ROS package `timelyllm` in the venv prefix: lib/timelyllm/<node
+# executables>, share/timelyllm/{package.xml,config,robots,launch,...}, the ament index entry and
+# AMENT_PREFIX_PATH for the venv's interpreters (scripts/install_ros_layout.py; colcon: CMakeLists.txt).
+$(VENV)/.ros-layout: $(VENV)/.ros-interfaces scripts/install_ros_layout.py package.xml $(wildcard scripts/ros/*)
+	$(VPY) scripts/install_ros_layout.py --quiet
+	$(VPY) -c "from ament_index_python.packages import get_package_share_directory as g; import os; assert os.path.isdir(g('timelyllm') + '/robots')"
+	touch $@
+
+env: $(VENV)/.ros-layout
+
 demo: env
 	$(VENV)/bin/timelyllm demo
 

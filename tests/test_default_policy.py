@@ -273,7 +273,7 @@ def test_demo_ros_node_and_config_default_to_default():
     from pathlib import Path
 
     cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "planner.yaml").read_text())
-    assert cfg["/timelyllm/planner"]["ros__parameters"]["policy"] == DEFAULT_POLICY
+    assert cfg["/**/planner"]["ros__parameters"]["policy"] == DEFAULT_POLICY
 
 
 

@@ -252,3 +252,77 @@ def test_path_points_follow_turns():
     assert pts[1] == pytest.approx({"x": 1.0, "y": 0.5, "z": 0.8})
     assert pts[2] == pytest.approx({"x": 1.2, "y": 0.5, "z": 0.8})  # right of +y heading is +x
     assert len(pts) == 3
+
+
+def test_live_parameters_take_effect_at_the_next_scheduling_point(world):
+    """A policy swap with plans live: they all finish; the new policy and batching schedule the
+    rest; admission limits apply to the next request."""
+    w = world()
+    for i in range(4):
+        w.request(f"p{i}", "drone1", "tello", "mf(50);tc(90);mf(50);")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and len(w.planner_node.planner.generations) < 4:
+        time.sleep(0.01)
+    assert not any(m["terminal"] for i in range(4) for m in w.status.get(f"p{i}", []))  # live at the swap
+    w.planner_node.apply_parameters({"policy": make_policy("fcfs"), "max_batch": 2, "max_per_agent": 1,
+                                     "status_period_s": 0.1, "goal_timeout_margin_s": 20.0})
+    assert all(w.final(f"p{i}")["state"] == "finished" for i in range(4))
+    p = w.planner_node.planner
+    assert p.policy.name == "fcfs" and p.batcher.max_batch == 2 and p.config.max_per_agent == 1
+    assert w.planner_node.dispatcher.config.timeout_margin_s == 20.0
+    time.sleep(0.3)
+    values = {kv["key"]: kv["value"] for s in w.topics["diag"][-1]["status"] if s["name"] == "timelyllm: planner"
+              for kv in s["values"]}
+    assert values["policy"] == "fcfs" and values["batching"] == "fixed(2)"
+    w.request("q1", "drone1", "tello", "mf(400);")
+    w.request("q2", "drone1", "tello", "mf(50);")
+    q2 = w.final("q2")
+    assert q2["state"] == "rejected" and "1 unfinished requests" in q2["reason"]
+    w.planner_node.apply_parameters({"max_batch": 0})  # back to the policy's own batching
+    assert w.final("q1")["state"] == "finished"
+    p = w.planner_node.planner  # the policy's own batching again
+    assert type(p.batcher).__name__ == ("LatencyGuidedBatch" if p.policy.batching() == "latency-guided"
+                                        else "FixedBatch") and p.batcher.max_batch == 256
+
+
+def test_not_accepting_rejects_new_requests_while_admitted_plans_finish(world):
+    w = world()
+    w.request("run", "drone1", "tello", "mf(50);tc(90);")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and "run" not in w.planner_node.planner.generations:
+        time.sleep(0.01)
+    w.planner_node.set_accepting(False, "planner inactive (test)")
+    w.request("new", "drone1", "tello", "mf(50);")
+    assert w.final("new")["state"] == "rejected" and w.final("new")["reason"] == "planner inactive (test)"
+    assert w.final("run")["state"] == "finished"
+
+
+def test_get_request_state_answers_late_joiners_and_is_bounded(world):
+    w = world(ended_status_kept=2)
+    w.request("s1", "drone1", "tello", "mf(50);tc(90);")
+    w.request("bad", "drone1", "submarine", "mf(50);")
+    assert w.final("s1")["state"] == "finished"
+    ans = w.client.call_service("/timelyllm/get_request_state", c.GET_REQUEST_STATE, {"request_id": "s1"})
+    assert ans["found"] and ans["status"]["state"] == "finished" and ans["segments"] == ["mf(50);", "tc(90);"]
+    bad = w.client.call_service("/timelyllm/get_request_state", c.GET_REQUEST_STATE, {"request_id": "bad"})
+    assert bad["found"] and bad["status"]["state"] == "rejected" and "submarine" in bad["status"]["reason"]
+    assert not w.client.call_service("/timelyllm/get_request_state", c.GET_REQUEST_STATE,
+                                     {"request_id": "never"})["found"]
+    for i in range(3):  # only the 2 newest ended requests are kept
+        w.request(f"n{i}", "drone1", "tello", "mf(20);")
+        w.final(f"n{i}")
+    assert not w.client.call_service("/timelyllm/get_request_state", c.GET_REQUEST_STATE,
+                                     {"request_id": "s1"})["found"]
+    assert len(w.planner_node._state) <= 2
+
+
+def test_action_clients_of_unknown_robots_are_not_kept(world):
+    w = world(executors=())
+    for i in range(5):
+        w.request(f"u{i}", f"ghost{i}", "tello", "mf(50);")
+    for i in range(5):
+        assert "no executor" in w.final(f"u{i}")["reason"]
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and w.planner_node.dispatcher.robots():
+        time.sleep(0.02)
+    assert w.planner_node.dispatcher.robots() == []

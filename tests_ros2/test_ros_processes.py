@@ -304,7 +304,7 @@ def test_an_idle_node_exits_cleanly_on_sigint_and_sigterm(tmp_path, sig):
 @pytest.mark.parametrize("args,message", [
     (["-p", "seed:=1.5"], "parameter 'seed' must be an integer, got 1.5"),
     (["-p", "time_scale:=fast"], "parameter 'time_scale' must be a number, got 'fast'"),
-    (["-p", "robot_typ:=arm"], "unknown executor parameters ['robot_typ']"),
+    (["-p", "robot_typ:=arm"], "unknown parameters ['robot_typ']"),
     (["-p", "robot_type:=submarine"], "robot_type 'submarine' is not one of"),
 ])
 def test_bad_parameters_end_in_one_line_not_a_traceback(tmp_path, args, message):

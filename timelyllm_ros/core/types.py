@@ -56,7 +56,7 @@ class PlanRequest:
         for key in ("request_id", "robot_id", "robot_type", "task", "tuf"):
             if key not in m or m[key] in (None, ""):
                 raise RequestError(f"request is missing {key!r}")
-        for key in ("request_id", "robot_id"):
+        for key in ("robot_id", "request_id"):  # the robot first: a default id is made from it
             if not isinstance(m[key], str) or not _ID_RE.match(m[key]):
                 raise RequestError(f"{key} must match {_ID_RE.pattern}, got {m[key]!r}")
         if robot_types is not None and m["robot_type"] not in robot_types:

@@ -95,6 +95,15 @@ class RequestClient:
             fn(m)
 
 
+def request_state(transport: Transport, planner_ns: str, request_id: str,
+                  timeout_s: float = 10.0) -> Fields | None:
+    """Ask the planner for a request's latest state (`<planner_ns>/get_request_state`): None if no
+    planner answered; else {found, status (RequestStatus fields), segments (the plan's dispatched
+    segment texts)} -- for a client that joined after the request ended."""
+    return transport.call_service(join_name(planner_ns, "get_request_state"), convert.GET_REQUEST_STATE,
+                                  {"request_id": request_id}, timeout_s)
+
+
 def plan_request_fields(*, request_id: str, robot_id: str, robot_type: str, task: str, scene: str = "",
                         plan: str = "", category: str = "normal", task_type: str = "",
                         tuf: Any = None) -> Fields:

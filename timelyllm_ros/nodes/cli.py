@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 import time
 import uuid
@@ -16,13 +18,24 @@ from typing import Any
 
 EXIT_NOT_FINISHED = 1  # the request ended rejected / failed / cancelled
 EXIT_TIMEOUT = 124  # no planner, or no terminal state within --timeout
+_ROBOT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _print(line: str) -> None:
+    """A status line; a reader that went away (`| head -3`) ends the printing, not the request."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit must not fail either
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("ros", help="run a ROS 2 node: the planner or a robot's executor",
-                       description="Run a ROS 2 node over rclpy (Fast DDS). Everything after the node "
-                                   "name goes to ROS, as with `ros2 run`: --ros-args -r __ns:=/drone1 "
-                                   "-p name:=value --params-file FILE.")
+                       description="Run a ROS 2 managed (lifecycle) node over rclpy (Fast DDS). Everything "
+                                   "after the node name goes to ROS, as with `ros2 run`: --ros-args -r "
+                                   "__ns:=/drone1 -p name:=value --params-file FILE; anything else is an "
+                                   "error. `timelyllm ros planner --help` lists the node's parameters.")
     p.add_argument("node", choices=("planner", "executor"))
     p.add_argument("ros_args", nargs=argparse.REMAINDER, metavar="--ros-args ...")
     p.set_defaults(func=run_node)
@@ -41,19 +54,58 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--ert", type=float, help="TUF expected response time, s (overrides the preset)")
     r.add_argument("--alpha", type=float, help="TUF decay per second, <= 0 (overrides the preset)")
     r.add_argument("--beta", type=float, help="TUF maximum utility, > 0 (overrides the preset)")
-    r.add_argument("--planner-ns", default="/", help="the planner node's namespace (default /)")
+    r.add_argument("--planner-ns", default="/",
+                   help="the planner node's namespace (default /, where a bare `timelyllm ros planner` "
+                        "serves; the launch file's planner: /timelyllm)")
     r.add_argument("--wait", action="store_true", help="print every state until a terminal one")
     r.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the end (default 300)")
     r.add_argument("--discovery-timeout", type=float, default=15.0,
                    help="seconds to wait for the planner node to be discovered (default 15)")
     r.set_defaults(func=run_request)
 
+    q = sub.add_parser("request-state", help="ask the planner node for a request's state and plan (late joiners)",
+                       description="Call <planner-ns>/get_request_state: print the request's latest status "
+                                   "and the segments it dispatched, also after it ended.")
+    q.add_argument("request_id")
+    q.add_argument("--planner-ns", default="/", help="the planner node's namespace (default /)")
+    q.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for the planner (default 15)")
+    q.set_defaults(func=run_request_state)
+
 
 def run_node(args: argparse.Namespace) -> int:
     from .wiring import main_executor, main_planner
 
     main = main_planner if args.node == "planner" else main_executor
-    return main([f"timelyllm-{args.node}", *args.ros_args])
+    return main([f"timelyllm ros {args.node}", *args.ros_args])
+
+
+def run_request_state(args: argparse.Namespace) -> int:
+    from timelyllm_ros.cli import CliError
+    from timelyllm_ros.transport.rclpy_transport import RclpyTransport, RclpyUnavailable
+
+    from .agent import request_state, status_line
+
+    try:
+        t = RclpyTransport(f"request_state_{uuid.uuid4().hex[:8]}", args=["timelyllm-request-state"])
+    except RclpyUnavailable as e:
+        raise CliError(str(e)) from None
+    try:
+        t0 = time.monotonic()
+        ans = request_state(t, args.planner_ns, args.request_id, args.timeout)
+        if ans is None:
+            print(f"timelyllm request-state: error: no planner answered on {args.planner_ns.rstrip('/')}"
+                  f"/get_request_state within {args.timeout:g} s", file=sys.stderr)
+            return EXIT_TIMEOUT
+        if not ans["found"]:
+            print(f"timelyllm request-state: {args.request_id}: not known to the planner (never sent, or "
+                  f"older than the states it keeps)", file=sys.stderr)
+            return EXIT_NOT_FINISHED
+        _print(status_line(ans["status"], t0))
+        for i, seg in enumerate(ans["segments"]):
+            _print(f"  segment {i}: {seg}")
+        return EXIT_NOT_FINISHED if ans["status"]["state"] in ("rejected", "failed", "cancelled") else 0
+    finally:
+        t.close()
 
 
 def run_request(args: argparse.Namespace) -> int:
@@ -64,6 +116,9 @@ def run_request(args: argparse.Namespace) -> int:
     from .agent import RequestClient, plan_request_fields, status_line
 
     preset = URGENT if args.category == "urgent" else NORMAL
+    if not _ROBOT_NAME.match(args.robot):  # it names the executor's namespace (and the default id)
+        raise CliError(f"--robot {args.robot!r}: must be a ROS name (letters, digits, _; not starting with "
+                       f"a digit), the robot's executor namespace")
     rid = args.request_id or f"{args.robot}-{uuid.uuid4().hex[:8]}"
     try:
         tuf = TUF(ert=preset.ert if args.ert is None else args.ert,
@@ -82,7 +137,7 @@ def run_request(args: argparse.Namespace) -> int:
     try:
         client = RequestClient(t, args.planner_ns)
         t0 = time.monotonic()
-        client.on_status(lambda m: print(status_line(m, t0), flush=True))
+        client.on_status(lambda m: _print(status_line(m, t0)))
         if not client.wait_for_planner(args.discovery_timeout):
             print(f"timelyllm request: error: no planner node on {client.planner_ns} within "
                   f"{args.discovery_timeout:g} s (is `timelyllm ros planner` running, same ROS_DOMAIN_ID?)",

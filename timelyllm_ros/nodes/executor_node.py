@@ -68,6 +68,7 @@ class ExecutorNode:
         self.executor = executor
         self.robot_id = robot_id
         self._turns = _Turns()
+        self.accepting = True  # False (lifecycle inactive): new goals are rejected, accepted ones run
         self._tickets: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
         # (request, segment, report) of the last segments run, newest last (introspection)
@@ -81,6 +82,9 @@ class ExecutorNode:
 
     def _on_goal(self, request: Fields) -> bool:
         """Accept well-formed goals for this robot; the ticket fixes the execution order."""
+        if not self.accepting:
+            log.warning("%s: rejecting goal: executor inactive (lifecycle)", self.robot_id)
+            return False
         try:
             goal = convert.segment_goal_from_fields(request)
         except convert.MessageError as e:

@@ -6,8 +6,14 @@
 * `ActionDispatcher` sends each segment as an ExecuteSegment goal to `/<robot_id>/execute_segment`
   and posts a SegmentResult back for every goal, whatever happens (no executor, goal rejected,
   aborted, cancelled, no result within the watchdog time);
-* publishes RequestStatus on every change, PlannerStatus and /diagnostics at a fixed rate, and a
-  MarkerArray with each drone's planned path (from its move/turn skills).
+* publishes RequestStatus on every change (TRANSIENT_LOCAL, the last `STATUS_HISTORY` kept for
+  late joiners), PlannerStatus and /diagnostics at a fixed rate, and a MarkerArray with each
+  drone's planned path (from its move/turn skills);
+* serves `get_request_state` (timelyllm/GetRequestState): a request's latest status and its plan
+  (the dispatched segments) for a client that joined late or missed the terminal status;
+* `set_accepting(False, reason)` (lifecycle deactivate) rejects new requests with the reason while
+  admitted plans run on; `apply_parameters` takes live parameter changes (policy, batching,
+  admission limits, status period, watchdog) at the next scheduling point.
 
 One loop thread owns the planner (submit + step); transport threads only enqueue.  With the
 simulated engine (virtual clock) the loop paces virtual time to the wall clock, so the simulated
@@ -40,6 +46,7 @@ from timelyllm_ros.core.types import (
 )
 from timelyllm_ros.ros import convert
 from timelyllm_ros.transport.base import (
+    QOS_HISTORY,
     QOS_LATCHED,
     QOS_RELIABLE_DEEP,
     ActionClient,
@@ -91,6 +98,7 @@ class ActionDispatcher:
         self._lock = threading.Lock()
         self._clients: dict[str, ActionClient] = {}
         self._senders: dict[str, queue.SimpleQueue] = {}
+        self.pinned: set[str] = set()  # robots whose clients stay (PlannerNodeConfig.executors)
         self._inflight: dict[tuple[str, int], _InFlight] = {}
         self._closed = threading.Event()
         self._watchdog = threading.Thread(target=self._watch, name="dispatch-watchdog", daemon=True)
@@ -169,12 +177,30 @@ class ActionDispatcher:
             if not client.server_is_ready():
                 self._post(rec, ResultCode.REJECTED, f"no executor: action server {self.action_name(robot_id)} "
                                                      f"not available")
+                if self._forget(robot_id):
+                    return
                 continue
             try:
                 rec.handle = client.send_goal(convert.segment_goal_to_fields(rec.goal),
                                               on_result=lambda o, rec=rec: self._on_outcome(rec, o))
             except Exception as e:  # a goal that cannot be sent still gets a result
                 self._post(rec, ResultCode.REJECTED, f"cannot send goal: {e}")
+
+    def _forget(self, robot_id: str) -> bool:
+        """A robot without an executor and with nothing in flight: drop its action client and
+        sender (the next goal for it makes new ones), so ids that were only ever asked about,
+        typos included, are not kept for the planner's lifetime.  True if dropped."""
+        with self._lock:
+            if robot_id in self.pinned or any(f.goal.robot_id == robot_id for f in self._inflight.values()):
+                return False
+            client = self._clients.pop(robot_id, None)
+            self._senders.pop(robot_id, None)
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 - already gone with the transport
+                pass
+        return True
 
     def _on_outcome(self, rec: _InFlight, o: GoalOutcome) -> None:
         if rec.timed_out:
@@ -224,6 +250,11 @@ class ActionDispatcher:
                 log.warning("segment %s/%d timed out (%.1f s)", r.goal.request_id, r.goal.segment_index, waited)
 
 
+def _batching_label(batcher: Any) -> str:
+    cap = getattr(batcher, "max_batch", "?")
+    return f"fixed({cap})" if type(batcher).__name__ == "FixedBatch" else f"latency-guided({cap})"
+
+
 # ============================================================================ planned paths
 
 
@@ -270,8 +301,10 @@ class PlannerNodeConfig:
     segment_status_topic: str = "segment_status"
     planner_status_topic: str = "planner_status"
     markers_topic: str = "planned_paths"
+    state_service: str = "get_request_state"
     diagnostics_topic: str = "/diagnostics"
     status_period_s: float = 0.5
+    max_batch: int = 0  # the batching the planner was built with (0: the policy's own); live
     frame_id: str = "map"
     idle_wait_s: float = 0.005  # loop sleep when the engine has nothing to do
     # after a restart on a journal: how long to wait for a status subscriber before reporting
@@ -306,14 +339,19 @@ class PlannerNode:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.dispatcher = ActionDispatcher(transport, clock, self._post_result, cfg.dispatcher)
-        self.rejected: list[tuple[str, str]] = []  # (request id, reason), never admitted
+        self.rejected: list[tuple[str, str]] = []  # (request id, reason), never admitted: the newest
+        self.rejected_total = 0
         self._last_status: dict[str, tuple] = {}  # last published status key: live + recently ended
+        self._state: dict[str, tuple[dict, list[str]]] = {}  # id -> (last status, segment texts): same ids
+        self._state_lock = threading.Lock()  # _state is read by the get_request_state service
+        self._accepting = True
+        self._not_accepting_reason = ""
         self._ended: collections.deque[str] = collections.deque()  # ended ids in _last_status, oldest first
         self._poses: dict[str, _Pose] = {}
         self._paths: dict[str, list[dict[str, float]]] = {}
         self._path_request: dict[str, str] = {}
         self._markers_dirty = False
-        self._pub_status = transport.publisher(cfg.status_topic, convert.REQUEST_STATUS, qos=QOS_RELIABLE_DEEP)
+        self._pub_status = transport.publisher(cfg.status_topic, convert.REQUEST_STATUS, qos=QOS_HISTORY)
         self._pub_segments = transport.publisher(cfg.segment_status_topic, convert.SEGMENT_STATUS,
                                                  qos=QOS_RELIABLE_DEEP)
         self._pub_planner = transport.publisher(cfg.planner_status_topic, convert.PLANNER_STATUS, qos=QOS_LATCHED)
@@ -324,9 +362,11 @@ class PlannerNode:
         self._subs = [
             transport.subscribe(cfg.request_topic, convert.PLAN_REQUEST, self._on_request, qos=QOS_RELIABLE_DEEP),
             transport.subscribe(cfg.cancel_topic, STRING, self._on_cancel, qos=QOS_RELIABLE_DEEP),
+            transport.service(cfg.state_service, convert.GET_REQUEST_STATE, self._on_get_state),
         ]
         self._timer = transport.timer(cfg.status_period_s, self._publish_periodic)
         self._thread = threading.Thread(target=self._loop, name="planner-loop", daemon=True)
+        self.dispatcher.pinned = set(cfg.executors)
         for robot in cfg.executors:
             self.dispatcher.client(robot)
 
@@ -335,7 +375,27 @@ class PlannerNode:
         self._thread.start()
         return self
 
-    def close(self) -> None:
+    def set_accepting(self, accepting: bool, reason: str = "") -> None:
+        """False: every new request is rejected with `reason` (admitted ones run to their end)."""
+        self._not_accepting_reason = reason or "planner is not accepting requests"
+        self._accepting = accepting
+
+    def apply_parameters(self, changes: dict[str, Any]) -> None:
+        """Live parameter changes (checked by the caller; `policy` is a Policy object), applied
+        by the loop at its next scheduling point and logged there."""
+        self._inbox.put(("params", dict(changes), self.clock.now()))
+        self._wake.set()
+
+    def close(self, cancel_reason: str = "", wait_s: float = 5.0) -> None:
+        """Stop serving.  With `cancel_reason` the requests still live are cancelled first (their
+        robots' goals too) and their terminal statuses published (waits up to `wait_s`)."""
+        if cancel_reason and self._thread.is_alive():
+            self.set_accepting(False, cancel_reason)
+            self._inbox.put(("cancel_all", cancel_reason, self.clock.now()))
+            self._wake.set()
+            end = time.monotonic() + wait_s
+            while time.monotonic() < end and (self.planner.busy() or not self._inbox.empty()):
+                time.sleep(0.02)
         self._stop.set()
         self._wake.set()
         if self._thread.is_alive():
@@ -374,8 +434,9 @@ class PlannerNode:
             time.sleep(0.02)
         for rid, reason in rep.failed:
             log.warning("recovered request %s failed: %s", rid, reason)
-            self._pub_status.publish(convert.rejected_status_fields(rid, rep.robots.get(rid, ""), reason,
-                                                                    state=GenState.FAILED.value))
+            st = convert.rejected_status_fields(rid, rep.robots.get(rid, ""), reason, state=GenState.FAILED.value)
+            self._remember(rid, st, ended=True)  # get_request_state answers for it too
+            self._pub_status.publish(st)
 
     def _loop(self) -> None:
         self._report_recovery()  # before any step: the resubmitted requests' states are seen too
@@ -408,10 +469,40 @@ class PlannerNode:
                 return
             if kind == "request":
                 self._submit(fields, t_recv)
+            elif kind == "params":
+                self._apply(fields)
+            elif kind == "cancel_all":
+                for g in self.planner.live():
+                    self.planner.cancel(g.request.request_id, fields)
+
+    def _apply(self, changes: dict[str, Any]) -> None:
+        """Live parameters, at a scheduling point (nothing is mid-step)."""
+        p, d = self.planner, self.dispatcher.config
+        if "policy" in changes:
+            p.policy = changes["policy"]
+        if "policy" in changes or "max_batch" in changes:  # the new policy's own batching, or the cap
+            self.config.max_batch = int(changes.get("max_batch", self.config.max_batch))
+            p.use_batching(self.config.max_batch or None)
+        for k in ("max_tokens", "max_live", "max_queued", "max_per_agent", "agent_rate_per_s", "agent_burst"):
+            if k in changes:
+                setattr(p.config, k, changes[k])
+        for k, attr in (("goal_timeout_factor", "timeout_factor"), ("goal_timeout_margin_s", "timeout_margin_s"),
+                        ("server_wait_s", "server_wait_s")):
+            if k in changes:
+                setattr(d, attr, float(changes[k]))
+        if "status_period_s" in changes:
+            self.config.status_period_s = float(changes["status_period_s"])
+            old, self._timer = self._timer, self.transport.timer(self.config.status_period_s, self._publish_periodic)
+            old.close()
+        shown = {k: (v.name if k == "policy" else v) for k, v in changes.items()}
+        log.info("parameters applied at scheduling point %d: %s", p.iteration, shown)
 
     def _submit(self, fields: dict, t_recv: float) -> None:
         rid = fields.get("request_id", "") if isinstance(fields, dict) else ""
         robot = fields.get("robot_id", "") if isinstance(fields, dict) else ""
+        if not self._accepting:
+            self._reject(str(rid), str(robot), self._not_accepting_reason)
+            return
         try:
             m = convert.plan_request_mapping(fields)
             req = PlanRequest.from_mapping(m, arrival=t_recv, robot_types=set(self.planner.robots))
@@ -424,8 +515,37 @@ class PlannerNode:
 
     def _reject(self, rid: str, robot: str, reason: str) -> None:
         self.rejected.append((rid, reason))
+        self.rejected_total += 1
+        del self.rejected[:-self.config.ended_status_kept or len(self.rejected)]  # the newest kept
         log.warning("rejected request %r: %s", rid, reason)
-        self._pub_status.publish(convert.rejected_status_fields(rid, robot, reason))
+        st = convert.rejected_status_fields(rid, robot, reason)
+        if rid and rid not in self._state and rid not in self.planner.generations:  # not a duplicate's id
+            self._remember(rid, st, ended=True)
+        self._pub_status.publish(st)
+
+    def _remember(self, rid: str, st: dict, *, ended: bool, segment: str | None = None) -> None:
+        with self._state_lock:
+            old = self._state.get(rid)
+            plan = old[1] if old else []
+            if segment is not None:
+                plan.append(segment)
+            self._state[rid] = (st if st else old[0], plan)
+        if ended:  # remembered while it is among the `ended_status_kept` newest
+            self._ended.append(rid)
+            while len(self._ended) > self.config.ended_status_kept:
+                gone = self._ended.popleft()
+                self._last_status.pop(gone, None)
+                with self._state_lock:
+                    self._state.pop(gone, None)
+
+    # -- get_request_state (service thread) ------------------------------------------------------
+    def _on_get_state(self, request: dict) -> dict:
+        rid = str(request.get("request_id", ""))
+        with self._state_lock:
+            rec = self._state.get(rid)
+            if rec is None:
+                return {"found": False}
+            return {"found": True, "status": dict(rec[0]), "segments": list(rec[1])}
 
     # -- PlannerListener -----------------------------------------------------------------------
     def on_request_update(self, gen: Generation) -> None:
@@ -437,6 +557,8 @@ class PlannerNode:
 
     def on_segment_dispatched(self, gen: Generation, seg: Segment) -> None:
         self._pub_segments.publish(convert.segment_status_fields(gen, seg, now=self.clock.now()))
+        if gen.gen_id in self._state:
+            self._remember(gen.gen_id, {}, ended=False, segment=seg.text)
         robot = gen.request.robot_id
         if not any(c.name in _MOVES or c.name in _TURNS for c in seg.calls):
             return
@@ -459,10 +581,7 @@ class PlannerNode:
         if last == key:
             return
         self._last_status[gen.gen_id] = key
-        if key[0]:  # terminal: remembered while it is among the `ended_status_kept` newest
-            self._ended.append(gen.gen_id)
-            while len(self._ended) > self.config.ended_status_kept:
-                self._last_status.pop(self._ended.popleft(), None)
+        self._remember(gen.gen_id, st, ended=key[0])  # terminal: kept while among the newest ended
         self._pub_status.publish(st)
 
     # -- periodic ------------------------------------------------------------------------------
@@ -480,9 +599,11 @@ class PlannerNode:
             level, msg = DIAG_ERROR, "engine unavailable"
         elif st.deadline_misses:
             level, msg = DIAG_WARN, f"{st.deadline_misses} first segments after their ERT"
-        values = {"queued": waiting, "batch_size": st.batch_size, "kv_usage": f"{st.kv_usage:.3f}",
+        values = {"policy": self.planner.policy.name, "batching": _batching_label(self.planner.batcher),
+                  "accepting": self._accepting, "queued": waiting, "batch_size": st.batch_size,
+                  "kv_usage": f"{st.kv_usage:.3f}",
                   "tokens_per_s": f"{st.tokens_per_s:.1f}", "accrued_utility": f"{st.accrued_utility:.3f}",
-                  "submitted": st.submitted, "rejected": st.rejected + len(self.rejected),
+                  "submitted": st.submitted, "rejected": st.rejected + self.rejected_total,
                   "deadline_misses": st.deadline_misses}
         values.update({f"state_{k}": v for k, v in st.counts.items()})
         status = [{"level": level, "name": "timelyllm: planner", "message": msg, "hardware_id": "timelyllm",

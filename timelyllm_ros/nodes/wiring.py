@@ -13,93 +13,23 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from timelyllm_ros.core.policies import DEFAULT_POLICY
 from timelyllm_ros.core.robots import ROBOTS_DIR, RobotSpec, RobotSpecError, load_robots
 from timelyllm_ros.inputs import InputError
 from timelyllm_ros.transport.base import join_name
+
+from .params import EXECUTOR_PARAMS, PLANNER_PARAMS, defaults
 
 log = logging.getLogger(__name__)
 
 PACKAGE = "timelyllm"
 
-EXECUTOR_DEFAULTS: dict[str, Any] = {
-    "robot_id": "",  # default: the node's namespace (drone1 for /drone1/executor)
-    "robot_type": "tello",
-    "robots_dir": "",  # default: robots/ of the source tree or share/timelyllm/robots
-    "backend": "simulated",  # simulated | tello
-    "time_scale": 1.0,  # simulated: wall seconds per robot second
-    "seed": 0,
-    "visible_objects": "",  # simulated perception: comma-separated object names
-    "timeout_s": 120.0,
-    "timeout_factor": 0.0,
-    "timeout_min_s": 5.0,
-    "tello_host": "192.168.10.1",
-    "tello_port": 8889,
-    "takeoff_on_first_goal": True,
-    "land_on_close": True,
-    "keepalive_s": 5.0,
-    "response_timeout_s": 7,
-    "retry_count": 3,
-    "move_settle_s": 0.5,
-    "turn_settle_s": 2.5,
-}
-
-PLANNER_DEFAULTS: dict[str, Any] = {
-    "engine": "simulated",  # simulated | vllm
-    "model": "",  # vllm: model directory (default: the bundled tiny planner model)
-    "engine_config": "",  # vllm: YAML mapping of engine settings (see engines/vllm_engine.py)
-    # vllm: several engines behind this planner, a YAML list (inline or a .yaml path) such as
-    # "[{kind: vllm, model: models/tiny-planner}, {kind: openai, url: http://gpu1:8000/v1}]"
-    # (see engines/fleet_config.py); "" = one in-process engine from model/engine_config
-    "engines": "",
-    "profile": "",  # simulated: latency profile YAML (default: profiles/rtx4090_llama3_8b.yaml)
-    "policy": DEFAULT_POLICY,  # core/policies/default.py
-    "robots_dir": "",
-    "max_batch": 0,  # 0: the policy's own batching (Policy.batching: latency-guided or continuous, 256)
-    "max_tokens": 256,
-    "status_period_s": 0.5,
-    "frame_id": "map",
-    "goal_timeout_factor": 3.0,
-    "goal_timeout_margin_s": 10.0,
-    "server_wait_s": 2.0,
-    "journal_path": "",  # SQLite request journal ("" = off); unfinished requests recovered at start
-    "journal_retention_s": 604800.0,  # terminal requests kept in the journal (7 days)
-    "executors": "",  # comma-separated robot ids whose action servers are discovered at start
-    "step_log_path": "",  # write the engine's serving steps (StepRecords, JSON lines) here at shutdown
-    "warm_up": False,  # prefill each robot type's prompt prefix (vLLM: and compile) before serving
-}
+# every parameter, its type, range and meaning: nodes/params.py (declared and read there only)
+EXECUTOR_DEFAULTS: dict[str, Any] = defaults(EXECUTOR_PARAMS)
+PLANNER_DEFAULTS: dict[str, Any] = defaults(PLANNER_PARAMS)
 
 
 class ConfigError(InputError):
     """A node parameter is invalid; the message (one line) names it."""
-
-
-def coerce_parameters(defaults: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
-    """Parameter values as given (`-p name:=value` is YAML-typed: `1` is an int, `1.5` a float)
-    -> values of the defaults' types.  An int for a float parameter is that float
-    (`-p time_scale:=1`); anything else of the wrong type is a ConfigError naming it.  Names
-    that are not in `defaults` pass through: the builders refuse them."""
-    out: dict[str, Any] = {}
-    for name, default in defaults.items():
-        v = values.get(name, default)
-        if isinstance(default, bool):
-            ok = isinstance(v, bool)
-            want = "true or false"
-        elif isinstance(default, int):
-            ok = isinstance(v, int) and not isinstance(v, bool)
-            want = "an integer"
-        elif isinstance(default, float):
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-            v = float(v) if ok else v
-            want = "a number"
-        else:
-            ok = isinstance(v, str)
-            want = "a string"
-        if not ok:
-            raise ConfigError(f"parameter {name!r} must be {want}, got {v!r}")
-        out[name] = v
-    out.update({k: v for k, v in values.items() if k not in defaults})
-    return out
 
 
 def share_dir(sub: str) -> Path:
@@ -172,119 +102,161 @@ def build_executor(params: dict[str, Any], *, namespace: str = "") -> tuple[Any,
     return SegmentExecutor(robot, backend, cfg), robot_id
 
 
-def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[[], None]]:
-    """(make_planner(dispatcher, listeners), clock, node config, shutdown) from planner parameters."""
-    from timelyllm_ros.core.exec_time import ExecTimeEstimator
-    from timelyllm_ros.core.planner import Planner, PlannerConfig
+def planner_policy(name: str) -> Any:
+    """The policy `name` (a registered one, with its model when it needs one) or a ConfigError."""
     from timelyllm_ros.core.policies import make_policy
-
-    from .planner_node import DispatcherConfig, PlannerNodeConfig
-
-    p = {**PLANNER_DEFAULTS, **params}
-    unknown = set(params) - set(PLANNER_DEFAULTS)
-    if unknown:
-        raise ConfigError(f"unknown planner parameters {sorted(unknown)}")
-    robots = robots_from(p)
     from timelyllm_ros.inputs import check_policies, check_policy_params
 
-    _checked("policy", lambda: check_policies([str(p["policy"])], arg="policy"))
-    extra = {"model_dir": str(share_dir("models") / "length-predictor")} if p["policy"] == "trail" else {}
-    _checked("policy", lambda: check_policy_params(str(p["policy"]), extra, arg="policy"))
-    policy = make_policy(str(p["policy"]), **extra)  # installed: models/ lives in share/timelyllm
-    if isinstance(p["max_batch"], bool) or not isinstance(p["max_batch"], int) or p["max_batch"] < 0:
-        raise ConfigError(f"max_batch: must be an integer >= 0 (0: latency-guided), got {p['max_batch']!r}")
-    if p["engines"] and p["engine"] != "vllm":
-        raise ConfigError(f"engines is for engine: vllm (real engines), not engine: {p['engine']}")
-    if p["engine"] == "simulated":
-        from timelyllm_ros.core.clock import VirtualClock
-        from timelyllm_ros.engines.simulated import LatencyProfile, SimulatedEngine
-        from timelyllm_ros.sim.prompts import SimPromptSource
+    _checked("policy", lambda: check_policies([name], arg="policy"))
+    extra = {"model_dir": str(share_dir("models") / "length-predictor")} if name == "trail" else {}
+    _checked("policy", lambda: check_policy_params(name, extra, arg="policy"))
+    return make_policy(name, **extra)  # installed: models/ lives in share/timelyllm
 
-        restart_engine = None  # the simulated engine does not die
-        clock: Any = VirtualClock()
-        profile = Path(p["profile"]) if p["profile"] else share_dir("profiles") / "rtx4090_llama3_8b.yaml"
-        try:
-            latency = LatencyProfile.from_yaml(profile)
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"profile: {e}") from None
-        engine: Any = SimulatedEngine(clock, latency)
-        prompts: Any = SimPromptSource(engine, robots=robots)
-    elif p["engine"] == "vllm":
-        from timelyllm_ros.core.clock import WallClock
-        from timelyllm_ros.engines.fleet_config import build_engine, parse_engines
-        from timelyllm_ros.inputs import vllm_config
-        from timelyllm_ros.prompts import PromptBuilder
 
-        cfg = _checked("", lambda: vllm_config(  # its messages name engine_config or model
-            p["engine_config"] or None, p["model"] or None, default_model=share_dir("models") / "tiny-planner",
-            config_arg="engine_config", model_arg="model"))
-        try:
-            entries = parse_engines(p["engines"]) if p["engines"] else [{"kind": "vllm", **cfg}]
-        except ValueError as e:
-            raise ConfigError(str(e)) from e
-        clock = WallClock()
-        engine = build_engine(entries, vllm_defaults=cfg)
+class PlannerSetup:
+    """A planner node's configuration, checked (lifecycle `configure`): robots, policy, engine
+    settings, profile, journal.  `start()` (lifecycle `activate`) builds the engine."""
 
-        def restart_engine(old: Any) -> Any:
-            """Supervisor: rebuild a dead engine from the same settings (running generations are
-            re-queued by the planner and resume from their token ids)."""
+    def __init__(self, params: dict[str, Any]) -> None:
+        p = {**PLANNER_DEFAULTS, **params}
+        unknown = set(params) - set(PLANNER_DEFAULTS)
+        if unknown:
+            raise ConfigError(f"unknown planner parameters {sorted(unknown)}")
+        self.params = p
+        self.robots = robots_from(p)
+        self.policy = planner_policy(str(p["policy"]))
+        if isinstance(p["max_batch"], bool) or not isinstance(p["max_batch"], int) or p["max_batch"] < 0:
+            raise ConfigError(f"max_batch: must be an integer >= 0 (0: latency-guided), got {p['max_batch']!r}")
+        if p["engines"] and p["engine"] != "vllm":
+            raise ConfigError(f"engines is for engine: vllm (real engines), not engine: {p['engine']}")
+        self.latency: Any = None
+        self.entries: list = []
+        self.vllm_cfg: dict = {}
+        if p["engine"] == "simulated":
+            from timelyllm_ros.engines.simulated import LatencyProfile
+
+            profile = Path(p["profile"]) if p["profile"] else share_dir("profiles") / "rtx4090_llama3_8b.yaml"
             try:
-                old.shutdown()
-            except Exception:  # noqa: BLE001 - it is dead already
-                pass
-            new = build_engine(entries, vllm_defaults=cfg)
-            if hasattr(new, "step_log"):
-                new.step_log = old.step_log  # the serving steps go on in one log
-            return new
-        prompts = PromptBuilder(robots, engine.tokenizer)
-    else:
-        raise ConfigError(f"engine must be simulated or vllm, got {p['engine']!r}")
-    if p["warm_up"]:  # as the in-process demo: no request pays for a robot type's first prefill
-        from timelyllm_ros.serve import warm_up
+                self.latency = LatencyProfile.from_yaml(profile)
+            except (OSError, ValueError) as e:
+                raise ConfigError(f"profile: {e}") from None
+        elif p["engine"] == "vllm":
+            from timelyllm_ros.engines.fleet_config import parse_engines
+            from timelyllm_ros.inputs import vllm_config
 
-        warm_up(engine, prompts, sorted(robots))
-    step_log: list | None = [] if p["step_log_path"] else None
-    engine.step_log = step_log  # serving steps only (not the warm-up)
+            self.vllm_cfg = _checked("", lambda: vllm_config(  # its messages name engine_config or model
+                p["engine_config"] or None, p["model"] or None, default_model=share_dir("models") / "tiny-planner",
+                config_arg="engine_config", model_arg="model"))
+            try:
+                self.entries = parse_engines(p["engines"]) if p["engines"] else [{"kind": "vllm", **self.vllm_cfg}]
+            except ValueError as e:
+                raise ConfigError(str(e)) from e
+        else:
+            raise ConfigError(f"engine must be simulated or vllm, got {p['engine']!r}")
+        self.journal: Any = None
+        if p["journal_path"]:
+            from timelyllm_ros.journal import Journal, JournalError
 
-    journal = None
-    if p["journal_path"]:
-        from timelyllm_ros.journal import Journal, JournalError
+            try:
+                self.journal = Journal(str(p["journal_path"]), retention_s=float(p["journal_retention_s"]))
+            except JournalError as e:
+                raise ConfigError(f"journal_path: {e}") from e
 
-        try:
-            journal = Journal(str(p["journal_path"]), retention_s=float(p["journal_retention_s"]))
-        except JournalError as e:
-            raise ConfigError(f"journal_path: {e}") from e
+    def update(self, changes: dict[str, Any]) -> None:
+        """Live parameters changed while configured but not serving: the next start uses them."""
+        if "policy" in changes:
+            self.policy = changes["policy"]
+        self.params.update({k: (v.name if k == "policy" else v) for k, v in changes.items()})
 
-    def make_planner(dispatcher: Any, listeners: list) -> Planner:
-        planner = Planner(clock=clock, engine=engine, dispatcher=dispatcher, robots=robots, policy=policy,
-                          estimator=ExecTimeEstimator(robots), prompts=prompts,
-                          config=PlannerConfig(max_tokens=int(p["max_tokens"])),
-                          listeners=list(listeners) + ([journal] if journal else []),
-                          engine_restart=restart_engine)
-        if journal is not None:
-            from timelyllm_ros.journal import recover
+    def close(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
+            self.journal = None
 
-            journal.prune()
-            report = recover(journal, planner)  # resubmit what dispatched nothing, fail the rest
-            for listener in listeners:  # the node reports the failed ones on its status topic
-                getattr(listener, "on_recovery", lambda _r: None)(report)
-        planner.use_batching(int(p["max_batch"]) if int(p["max_batch"]) > 0 else None)
-        return planner
+    def start(self) -> tuple[Callable, Any, Any, Callable[[], None]]:
+        """(make_planner(dispatcher, listeners), clock, node config, shutdown): the engine runs."""
+        from timelyllm_ros.core.exec_time import ExecTimeEstimator
+        from timelyllm_ros.core.planner import Planner, PlannerConfig
 
-    node_cfg = PlannerNodeConfig(
-        status_period_s=float(p["status_period_s"]), frame_id=str(p["frame_id"]),
-        executors=tuple(r.strip() for r in str(p["executors"]).split(",") if r.strip()),
-        dispatcher=DispatcherConfig(timeout_factor=float(p["goal_timeout_factor"]),
-                                    timeout_margin_s=float(p["goal_timeout_margin_s"]),
-                                    server_wait_s=float(p["server_wait_s"])))
-    def shutdown() -> None:
-        if step_log is not None:
-            from timelyllm_ros.engines.base import save_step_log
+        from .planner_node import DispatcherConfig, PlannerNodeConfig
 
-            save_step_log(str(p["step_log_path"]), step_log)
-        engine.shutdown()
+        p, robots, policy, journal = self.params, self.robots, self.policy, self.journal
+        if p["engine"] == "simulated":
+            from timelyllm_ros.core.clock import VirtualClock
+            from timelyllm_ros.engines.simulated import SimulatedEngine
+            from timelyllm_ros.sim.prompts import SimPromptSource
 
-    return make_planner, clock, node_cfg, shutdown
+            restart_engine = None  # the simulated engine does not die
+            clock: Any = VirtualClock()
+            engine: Any = SimulatedEngine(clock, self.latency)
+            prompts: Any = SimPromptSource(engine, robots=robots)
+        else:
+            from timelyllm_ros.core.clock import WallClock
+            from timelyllm_ros.engines.fleet_config import build_engine
+            from timelyllm_ros.prompts import PromptBuilder
+
+            entries, cfg = self.entries, self.vllm_cfg
+            clock = WallClock()
+            engine = build_engine(entries, vllm_defaults=cfg)
+
+            def restart_engine(old: Any) -> Any:
+                """Supervisor: rebuild a dead engine from the same settings (running generations are
+                re-queued by the planner and resume from their token ids)."""
+                try:
+                    old.shutdown()
+                except Exception:  # noqa: BLE001 - it is dead already
+                    pass
+                new = build_engine(entries, vllm_defaults=cfg)
+                if hasattr(new, "step_log"):
+                    new.step_log = old.step_log  # the serving steps go on in one log
+                return new
+            prompts = PromptBuilder(robots, engine.tokenizer)
+        if p["warm_up"]:  # as the in-process demo: no request pays for a robot type's first prefill
+            from timelyllm_ros.serve import warm_up
+
+            warm_up(engine, prompts, sorted(robots))
+        step_log: list | None = [] if p["step_log_path"] else None
+        engine.step_log = step_log  # serving steps only (not the warm-up)
+
+        def make_planner(dispatcher: Any, listeners: list) -> Planner:
+            planner = Planner(clock=clock, engine=engine, dispatcher=dispatcher, robots=robots, policy=policy,
+                              estimator=ExecTimeEstimator(robots), prompts=prompts,
+                              config=PlannerConfig(
+                                  max_tokens=int(p["max_tokens"]), max_live=int(p["max_live"]),
+                                  max_queued=int(p["max_queued"]), max_per_agent=int(p["max_per_agent"]),
+                                  agent_rate_per_s=float(p["agent_rate_per_s"]), agent_burst=int(p["agent_burst"])),
+                              listeners=list(listeners) + ([journal] if journal else []),
+                              engine_restart=restart_engine)
+            if journal is not None:
+                from timelyllm_ros.journal import recover
+
+                journal.prune()
+                report = recover(journal, planner)  # resubmit what dispatched nothing, fail the rest
+                for listener in listeners:  # the node reports the failed ones on its status topic
+                    getattr(listener, "on_recovery", lambda _r: None)(report)
+            planner.use_batching(int(p["max_batch"]) if int(p["max_batch"]) > 0 else None)
+            return planner
+
+        node_cfg = PlannerNodeConfig(
+            status_period_s=float(p["status_period_s"]), frame_id=str(p["frame_id"]), max_batch=int(p["max_batch"]),
+            executors=tuple(r.strip() for r in str(p["executors"]).split(",") if r.strip()),
+            dispatcher=DispatcherConfig(timeout_factor=float(p["goal_timeout_factor"]),
+                                        timeout_margin_s=float(p["goal_timeout_margin_s"]),
+                                        server_wait_s=float(p["server_wait_s"])))
+
+        def shutdown() -> None:
+            if step_log is not None:
+                from timelyllm_ros.engines.base import save_step_log
+
+                save_step_log(str(p["step_log_path"]), step_log)
+            engine.shutdown()
+
+        return make_planner, clock, node_cfg, shutdown
+
+
+def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[[], None]]:
+    """(make_planner(dispatcher, listeners), clock, node config, shutdown) from planner parameters."""
+    return PlannerSetup(params).start()
 
 
 def _spin_until_signal() -> None:
@@ -297,20 +269,51 @@ def _spin_until_signal() -> None:
         pass
 
 
-def _node_params(t: Any, defaults: dict[str, Any]) -> dict[str, Any]:
-    return coerce_parameters(defaults, t.parameters(defaults))
+def _stray_args(args: list[str]) -> list[str]:
+    """Arguments that are not ROS arguments: before `--ros-args`, or after its closing `--`."""
+    rest = args[1:]
+    if "--ros-args" not in rest:
+        return rest
+    i = rest.index("--ros-args")
+    stray = rest[:i]
+    if "--" in rest[i:]:
+        stray += rest[i + rest[i:].index("--") + 1:]
+    return stray
 
 
-def _run_node(node_name: str, argv: list[str] | None, serve: Callable[[Any], Callable[[], None]]) -> int:
-    """Create the rclpy transport from `argv` (`--ros-args ...`), let `serve(transport)` build
-    the node (it returns the node's close), spin until SIGINT/SIGTERM, close in order.  A bad
-    parameter or argument ends in one line on stderr and exit code 2, never a traceback."""
+class _Lifecycle:
+    """What a node does on each lifecycle transition; `apply` takes live parameter changes."""
+
+    def configure(self, params: dict[str, Any]) -> None: ...
+    def activate(self) -> None: ...
+    def deactivate(self) -> None: ...
+    def cleanup(self) -> None: ...
+    def apply(self, changes: dict[str, Any]) -> str: ...
+
+
+def _run_node(node_name: str, argv: list[str] | None, specs: Any, summary: str,
+              make: Callable[[Any], _Lifecycle]) -> int:
+    """A managed (lifecycle) node from `argv` (`--ros-args ...`): parameters declared
+    (nodes/params.py), transitions wired to `make(transport)`'s methods; with `autostart` it
+    configures and activates itself.  Spins until SIGINT/SIGTERM, then shuts down in order.  A bad
+    parameter or argument ends in one line on stderr and exit code 2, never a traceback;
+    `--help` prints the parameters and starts nothing."""
+    from . import params as P
+
+    args = list(sys.argv if argv is None else argv)
+    prog = args[0] if args else node_name
+    stray = _stray_args(args)
+    if "-h" in stray or "--help" in stray:
+        return P.print_help(prog, specs, summary)
+    if stray:
+        print(f"error: unexpected arguments {stray}: node parameters go after --ros-args, e.g. "
+              f"`{prog} --ros-args -p engine:=vllm` (--help lists them)", file=sys.stderr)
+        return 2
     from timelyllm_ros.transport.rclpy_transport import RclpyTransport, RclpyUnavailable
 
     logging.basicConfig(level=logging.INFO, format="[%(levelname)s] [%(name)s]: %(message)s")
-    args = list(sys.argv if argv is None else argv)
     try:
-        t = RclpyTransport(node_name, args=args)
+        t = RclpyTransport(node_name, args=args, managed=True)
     except RclpyUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -318,62 +321,166 @@ def _run_node(node_name: str, argv: list[str] | None, serve: Callable[[Any], Cal
         print(f"error: cannot start the ROS node: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
               file=sys.stderr)
         return 2
-    close: Callable[[], None] = lambda: None  # noqa: E731
     try:
-        close = serve(t)
+        try:
+            values = P.declare(t.node, specs)
+        except InputError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        life = make(t)
+        P.LiveParameters(t.node, specs, life.apply)
+        t.on_transitions(configure=lambda: life.configure(P.current(t.node, specs)), activate=life.activate,
+                         deactivate=life.deactivate, cleanup=life.cleanup)
+        if values["autostart"]:
+            t.node.log_failures = False  # the one-line error below says it
+            for step in ("configure", "activate"):
+                if not t.transition(step):
+                    print(f"error: {t.transition_error or step + ' failed'}", file=sys.stderr)
+                    return 2
+            t.node.log_failures = True
+        else:
+            log.info("%s is unconfigured: waiting for lifecycle transitions (autostart false)",
+                     t.node.get_fully_qualified_name())
         _spin_until_signal()
-    except InputError as e:  # ConfigError and the checks of timelyllm_ros.inputs
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     finally:
         try:
-            close()
+            t.transition("shutdown")  # deactivate + cleanup from whatever state it is in
         finally:
             t.close()
     return 0
 
 
+class _ExecutorLifecycle(_Lifecycle):
+    """configure: the robot and its backend (not connected); activate: the action server, connect
+    to the robot; deactivate: new goals are rejected, queued and running ones finish; cleanup: the
+    action server goes, the backend closes (a Tello lands)."""
+
+    def __init__(self, t: Any) -> None:
+        self.t = t
+        self.executor: Any = None
+        self.robot_id = ""
+        self.node: Any = None
+
+    def configure(self, params: dict[str, Any]) -> None:
+        self.executor, self.robot_id = build_executor(params, namespace=self.t.node.get_namespace())
+
+    def activate(self) -> None:
+        from timelyllm_ros.executors.base import ExecError
+
+        from .executor_node import ExecutorNode
+
+        if self.node is None:
+            self.node = ExecutorNode(self.t, self.executor, robot_id=self.robot_id)
+            try:
+                self.executor.start()  # connect now (Tello: `command`); on failure, each goal retries
+            except ExecError as e:
+                log.error("%s: robot not reachable yet (%s); goals will retry the connection", self.robot_id, e)
+        self.node.accepting = True
+        log.info("executor for %s (%s) serving %s", self.robot_id, self.executor.robot.robot_type,
+                 join_name(self.t.node.get_namespace(), "execute_segment"))
+
+    def deactivate(self) -> None:
+        if self.node is not None:
+            self.node.accepting = False
+            log.info("%s: inactive: new goals are rejected, queued and running goals finish", self.robot_id)
+
+    def cleanup(self) -> None:
+        node, self.node = self.node, None
+        if node is not None:
+            node.close()
+        elif self.executor is not None:
+            self.executor.close()
+        self.executor = None
+
+    def apply(self, changes: dict[str, Any]) -> str:
+        if self.executor is not None:  # goals accepted from now on
+            for k, v in changes.items():
+                setattr(self.executor.config, k, v)
+            log.info("%s: parameters set: %s", self.robot_id, changes)
+        return ""
+
+
+class _PlannerLifecycle(_Lifecycle):
+    """configure: robots, profile, engine settings, policy, journal checked (no engine yet);
+    activate: the engine starts, then the node serves; deactivate: new requests are rejected with
+    a reason while admitted plans run to their end (generation, dispatch, results); cleanup: what
+    is still running is cancelled (its robot's goal too: it stops where it is), the engine is freed."""
+
+    def __init__(self, t: Any) -> None:
+        self.t = t
+        self.setup: PlannerSetup | None = None
+        self.node: Any = None
+        self.shutdown: Callable[[], None] = lambda: None
+
+    def configure(self, params: dict[str, Any]) -> None:
+        self.setup = PlannerSetup(params)
+
+    def activate(self) -> None:
+        from .planner_node import PlannerNode
+
+        assert self.setup is not None
+        if self.node is None:
+            make_planner, clock, cfg, shutdown = self.setup.start()
+            try:
+                self.node = PlannerNode(self.t, make_planner, clock=clock, config=cfg).start()
+            except BaseException:
+                shutdown()
+                raise
+            self.shutdown = shutdown
+        self.node.set_accepting(True)
+        log.info("planner (%s engine, policy %s) serving %s", self.setup.params["engine"],
+                 self.node.planner.policy.name, join_name(self.t.node.get_namespace(), self.node.config.request_topic))
+
+    def deactivate(self) -> None:
+        if self.node is not None:
+            self.node.set_accepting(False, "planner inactive (lifecycle deactivate): not accepting requests")
+            log.info("planner inactive: new requests are rejected, admitted plans run to their end")
+
+    def cleanup(self) -> None:
+        node, self.node = self.node, None
+        try:
+            if node is not None:
+                node.close(cancel_reason="planner cleaned up (lifecycle cleanup)")
+        finally:
+            shutdown, self.shutdown = self.shutdown, lambda: None
+            try:
+                shutdown()
+            finally:
+                if self.setup is not None:
+                    self.setup.close()
+                self.setup = None
+
+    def apply(self, changes: dict[str, Any]) -> str:
+        changes = dict(changes)
+        if "policy" in changes:
+            try:
+                changes["policy"] = planner_policy(str(changes["policy"]))
+            except ConfigError as e:
+                return str(e)
+        if self.node is not None:
+            self.node.apply_parameters(changes)  # at its next scheduling point
+        elif self.setup is not None:
+            self.setup.update(changes)
+        return ""
+
+
+PLANNER_SUMMARY = ("The TimelyLLM planner as a managed ROS 2 node (lifecycle: configure loads and checks robots, "
+                   "profile, engine settings and policy; activate starts the engine and serving; deactivate "
+                   "rejects new requests while admitted plans finish; cleanup frees the engine). Topics in its "
+                   "namespace: plan_requests, cancel_requests, request_status, segment_status, planner_status; "
+                   "service get_request_state; /diagnostics.")
+EXECUTOR_SUMMARY = ("A robot's executor as a managed ROS 2 node: the <namespace>/execute_segment action server "
+                    "(lifecycle: configure builds the backend, activate serves and connects, deactivate rejects "
+                    "new goals while queued and running ones finish, cleanup closes the backend).")
+
+
 def main_executor(argv: list[str] | None = None) -> int:
     """`timelyllm ros executor --ros-args -r __ns:=/drone1 -p robot_type:=tello`
     (= `ros2 run timelyllm executor_node ...` on a ROS install)."""
-    from timelyllm_ros.executors.base import ExecError
-
-    from .executor_node import ExecutorNode
-
-    def serve(t: Any) -> Callable[[], None]:
-        executor, robot_id = build_executor(_node_params(t, EXECUTOR_DEFAULTS), namespace=t.node.get_namespace())
-        node = ExecutorNode(t, executor, robot_id=robot_id)
-        log.info("executor for %s (%s) serving %s", robot_id, executor.robot.robot_type,
-                 join_name(t.node.get_namespace(), "execute_segment"))
-        try:
-            executor.start()  # connect now (Tello: `command`); on failure, each goal retries
-        except ExecError as e:
-            log.error("%s: robot not reachable yet (%s); goals will retry the connection", robot_id, e)
-        return node.close
-
-    return _run_node("executor", argv, serve)
+    return _run_node("executor", argv, EXECUTOR_PARAMS, EXECUTOR_SUMMARY, _ExecutorLifecycle)
 
 
 def main_planner(argv: list[str] | None = None) -> int:
     """`timelyllm ros planner --ros-args -r __ns:=/timelyllm -p engine:=vllm`
     (= `ros2 run timelyllm planner_node ...` on a ROS install)."""
-    from .planner_node import PlannerNode
-
-    def serve(t: Any) -> Callable[[], None]:
-        make_planner, clock, cfg, shutdown = build_planner(_node_params(t, PLANNER_DEFAULTS))
-        try:
-            node = PlannerNode(t, make_planner, clock=clock, config=cfg).start()
-        except BaseException:
-            shutdown()
-            raise
-        log.info("planner (%s engine) serving %s", t.node.get_parameter("engine").value,
-                 join_name(t.node.get_namespace(), node.config.request_topic))
-
-        def close() -> None:
-            try:
-                node.close()
-            finally:
-                shutdown()
-        return close
-
-    return _run_node("planner", argv, serve)
+    return _run_node("planner", argv, PLANNER_PARAMS, PLANNER_SUMMARY, _PlannerLifecycle)

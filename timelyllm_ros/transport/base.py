@@ -23,7 +23,12 @@ QOS_DEFAULT = "default"  # reliable, keep last 10
 QOS_RELIABLE_DEEP = "reliable_deep"  # reliable, keep last 1000: requests/results must not be dropped
 QOS_LATCHED = "latched"  # reliable, transient local, keep last 1: late joiners get the last value
 QOS_SENSOR = "sensor"  # best effort, keep last 5
-QOS_NAMES = (QOS_DEFAULT, QOS_RELIABLE_DEEP, QOS_LATCHED, QOS_SENSOR)
+# reliable, transient local, keep last STATUS_HISTORY: a late subscriber that asks for transient
+# local gets the recent messages (request_status); volatile subscribers are served as with
+# reliable_deep.  In-process: as reliable_deep (no replay).
+QOS_HISTORY = "history"
+STATUS_HISTORY = 1000
+QOS_NAMES = (QOS_DEFAULT, QOS_RELIABLE_DEEP, QOS_LATCHED, QOS_SENSOR, QOS_HISTORY)
 
 
 class GoalStatus(enum.Enum):
@@ -84,6 +89,10 @@ class ActionClient(Protocol):
         transport failures included)."""
         ...
 
+    def close(self) -> None:
+        """Drop the client (idempotent; the transport closes the ones still open)."""
+        ...
+
 
 class Handle(Protocol):
     def close(self) -> None: ...
@@ -113,6 +122,14 @@ class Transport(Protocol):
                   qos: str = QOS_DEFAULT) -> Subscription: ...
 
     def action_client(self, name: str, action_type: str) -> ActionClient: ...
+
+    def service(self, name: str, srv_type: str, handler: Callable[[Fields], Fields]) -> Handle:
+        """Serve `name`: `handler(request fields)` returns the response's fields."""
+        ...
+
+    def call_service(self, name: str, srv_type: str, request: Fields, timeout_s: float = 5.0) -> Fields | None:
+        """Call a service: the response's fields, or None if no server answered in time."""
+        ...
 
     def action_server(self, name: str, action_type: str, execute: ExecuteCallback, *,
                       goal_callback: GoalCallback | None = None,

@@ -78,6 +78,7 @@ class InProcessBus:
         self.subs: dict[str, list["_Subscription"]] = {}
         self.latched: dict[str, Fields] = {}
         self.servers: dict[str, "_ActionServer"] = {}
+        self.services: dict[str, Callable[[Fields], Fields]] = {}
         self.published: dict[str, int] = {}  # topic -> messages published (introspection)
         self.publishers: dict[str, int] = {}  # topic -> publishers created
 
@@ -393,6 +394,26 @@ class InProcessTransport:
                     del self.bus.servers[name]
 
         return self._track(Closer(close))
+
+    def service(self, name: str, srv_type: str, handler: Callable[[Fields], Fields]) -> Closer:
+        name = self.resolve(name)
+        with self.bus.lock:
+            if name in self.bus.services:
+                raise TransportError(f"service {name} already exists")
+            self.bus.services[name] = handler
+
+        def close() -> None:
+            with self.bus.lock:
+                if self.bus.services.get(name) is handler:
+                    del self.bus.services[name]
+
+        return self._track(Closer(close))
+
+    def call_service(self, name: str, srv_type: str, request: Fields, timeout_s: float = 5.0) -> Fields | None:
+        """Call a service on the bus (the handler runs on the caller's thread); None if none serves it."""
+        with self.bus.lock:
+            handler = self.bus.services.get(self.resolve(name))
+        return None if handler is None else handler(dict(request))
 
     def timer(self, period_s: float, callback: Callable[[], None]) -> Closer:
         if not period_s > 0:

@@ -27,10 +27,12 @@ from timelyllm_ros.ros.message_fields import from_msg, message_class, to_msg
 
 from .base import (
     QOS_DEFAULT,
+    QOS_HISTORY,
     QOS_LATCHED,
     QOS_NAMES,
     QOS_RELIABLE_DEEP,
     QOS_SENSOR,
+    STATUS_HISTORY,
     CancelCallback,
     Closer,
     SubscriptionCloser,
@@ -96,9 +98,83 @@ def qos_profile(name: str) -> Any:
     if name == QOS_LATCHED:
         return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
                           durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    if name == QOS_HISTORY:
+        return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=STATUS_HISTORY,
+                          reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
     if name == QOS_SENSOR:
         return qos_profile_sensor_data
     raise ValueError(f"unknown QoS {name!r}; known: {QOS_NAMES}")
+
+
+def _managed_node_class() -> Any:
+    """A LifecycleNode whose transitions run the handlers given to RclpyTransport.on_transitions."""
+    from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
+
+    class ManagedNode(LifecycleNode):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self.handlers: dict[str, Callable[[], None]] = {}
+            self.error = ""
+            self.log_failures = True  # False: the caller reports `error` itself (autostart)
+            super().__init__(*args, **kwargs)
+            # rclpy raises out of change_state for a transition the current state does not have,
+            # so the caller never gets an answer: answer success=False instead (as rclcpp does)
+            srv = self._service_change_state
+            change = srv.callback
+
+            def change_state(request: Any, response: Any) -> Any:
+                try:
+                    return change(request, response)
+                except Exception as e:  # noqa: BLE001 - RCLError: no such transition from here
+                    log.warning("%s: change_state %d refused: %s", self.get_fully_qualified_name(),
+                                request.transition.id, str(e).splitlines()[0] if str(e) else type(e).__name__)
+                    response.success = False
+                    return response
+
+            srv.callback = change_state
+
+        @property
+        def state(self) -> str:
+            return str(self._state_machine.current_state[1])
+
+        def _run(self, *names: str) -> Any:
+            for name in names:
+                fn = self.handlers.get(name)
+                if fn is None:
+                    continue
+                try:
+                    fn()
+                except Exception as e:  # noqa: BLE001 - the transition fails, the node lives on
+                    self.error = str(e).splitlines()[0] if str(e) else type(e).__name__
+                    if not isinstance(e, ValueError):  # InputError/ConfigError: the line says it all
+                        log.exception("%s failed", name)
+                    elif self.log_failures:
+                        log.error("%s: %s failed: %s", self.get_fully_qualified_name(), name, self.error)
+                    return TransitionCallbackReturn.FAILURE
+            self.error = ""
+            return TransitionCallbackReturn.SUCCESS
+
+        def on_configure(self, state: Any) -> Any:
+            return self._run("configure")
+
+        def on_activate(self, state: Any) -> Any:
+            return self._run("activate")
+
+        def on_deactivate(self, state: Any) -> Any:
+            return self._run("deactivate")
+
+        def on_cleanup(self, state: Any) -> Any:
+            return self._run("cleanup")
+
+        def on_shutdown(self, state: Any) -> Any:
+            # from active: stop serving first; from unconfigured nothing was built
+            steps = {"active": ("deactivate", "cleanup"), "inactive": ("cleanup",)}.get(state.label, ())
+            return self._run(*steps)
+
+        def on_error(self, state: Any) -> Any:
+            self._run("cleanup")
+            return TransitionCallbackReturn.SUCCESS  # back to unconfigured
+
+    return ManagedNode
 
 
 _STATUS = {4: GoalStatus.SUCCEEDED, 5: GoalStatus.CANCELED, 6: GoalStatus.ABORTED}  # action_msgs/GoalStatus
@@ -176,7 +252,7 @@ class _ActionClient:
         self._node = t.node
 
     def server_is_ready(self) -> bool:
-        return bool(self._client.server_is_ready())
+        return self._client is not None and bool(self._client.server_is_ready())
 
     def send_goal(self, goal: Fields, *, on_result: Callable[[GoalOutcome], None],
                   on_feedback: Callable[[Fields], None] | None = None,
@@ -215,16 +291,18 @@ class _ActionClient:
         self._client.send_goal_async(msg, feedback_callback=fb_cb).add_done_callback(on_response)
         return cg
 
-    def close(self) -> None:
-        self._client.destroy()
+    def close(self) -> None:  # idempotent: the planner may drop a client before the transport closes
+        if self._client is not None:
+            client, self._client = self._client, None
+            client.destroy()
 
 
 class RclpyTransport:
-    """One ROS 2 node.  `parameters()` reads ROS parameters with defaults (entry scripts use it
-    to build the node's config; the node code itself never sees rclpy)."""
+    """One ROS 2 node (a lifecycle node with `managed=True`).  The entry scripts declare its
+    parameters on `.node` (nodes/params.py); the node code itself never sees rclpy."""
 
     def __init__(self, node_name: str, namespace: str = "", *, args: list[str] | None = None,
-                 num_threads: int | None = None) -> None:
+                 num_threads: int | None = None, managed: bool = False) -> None:
         rclpy = _rclpy()
         from rclpy.callback_groups import ReentrantCallbackGroup
         from rclpy.executors import MultiThreadedExecutor
@@ -236,7 +314,8 @@ class RclpyTransport:
             # the node scripts handle SIGINT/SIGTERM themselves (orderly close, exit code 0)
             rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
             self._owns_context = True
-        self.node = Node(node_name, namespace=namespace or None)
+        # managed: an rclpy LifecycleNode (get_state / change_state services; `on_transitions`)
+        self.node = (_managed_node_class() if managed else Node)(node_name, namespace=namespace or None)
         self.group = ReentrantCallbackGroup()
         # Execute callbacks block for a whole segment (and queued goals wait for their turn), so
         # the pool must be larger than the goals a robot may have queued, or cancel requests and
@@ -265,26 +344,69 @@ class RclpyTransport:
                     return
                 log.exception("a callback of node %s failed; the node keeps serving", self.node.get_name())
 
-    # -- parameters (not part of the port) -------------------------------------------------
-    def parameters(self, defaults: dict[str, Any]) -> dict[str, Any]:
-        """The node's parameters named in `defaults`, as given (`-p name:=value`, params files),
-        else the default, plus any other parameter it was given (`-p typo:=...`, a YAML key) so
-        the builder can refuse it instead of ignoring it.  Types are not enforced here (dynamic
-        typing): `-p time_scale:=1` for a float parameter must not end in rclpy's
-        InvalidParameterTypeException; the caller checks and converts
-        (nodes.wiring.coerce_parameters)."""
-        from rcl_interfaces.msg import ParameterDescriptor
+    # -- lifecycle (not part of the port) -----------------------------------------------------
+    def on_transitions(self, **handlers: Callable[[], None]) -> None:
+        """What a managed node (`managed=True`) runs on each lifecycle transition: configure,
+        activate, deactivate, cleanup.  A handler that raises fails the transition (the node stays
+        in its state; the one-line reason is logged and kept in `transition_error`)."""
+        self.node.handlers.update(handlers)
 
-        out = {}
-        for name, default in defaults.items():
-            if not self.node.has_parameter(name):
-                self.node.declare_parameter(name, default, ParameterDescriptor(dynamic_typing=True))
-            out[name] = self.node.get_parameter(name).value
-        given = getattr(self.node, "_parameter_overrides", {})  # rclpy keeps --ros-args/-p/YAML here
-        for name, param in given.items():
-            if name not in out and name != "use_sim_time":
-                out[name] = getattr(param, "value", param)
-        return out
+    def transition(self, name: str) -> bool:
+        """Trigger a transition from this process (autostart, orderly shutdown): configure,
+        activate, deactivate, cleanup or shutdown (from any state).  True if it succeeded."""
+        from rclpy.lifecycle import TransitionCallbackReturn
+
+        if name == "shutdown" and self.node.state in ("finalized", ""):
+            return True
+        try:
+            return getattr(self.node, f"trigger_{name}")() == TransitionCallbackReturn.SUCCESS
+        except Exception as e:  # a transition not possible from this state
+            self.transition_error = f"{name}: {e}"
+            return False
+
+    @property
+    def transition_error(self) -> str:
+        return self.node.error
+
+    @transition_error.setter
+    def transition_error(self, why: str) -> None:
+        self.node.error = why
+
+    # -- services (a handler gets the request's fields and returns the response's) --------------
+    def service(self, name: str, srv_type: str, handler: Callable[[Fields], Fields]) -> Closer:
+        cls = message_class(srv_type)
+
+        def on_request(request: Any, response: Any) -> Any:
+            try:
+                return to_msg(cls.Response, handler(from_msg(request)))
+            except Exception:
+                log.exception("service %s failed", name)
+                return response
+
+        srv = self.node.create_service(cls, name, on_request, callback_group=self.group)
+        h = Closer(lambda: self.node.destroy_service(srv))
+        self._handles.append(h)
+        return h
+
+    def call_service(self, name: str, srv_type: str, request: Fields, timeout_s: float = 5.0) -> Fields | None:
+        """Call a service; the response's fields, or None if no server answered within timeout_s."""
+        import time
+
+        cls = message_class(srv_type)
+        client = self.node.create_client(cls, name, callback_group=self.group)
+        try:
+            end = time.monotonic() + timeout_s
+            if not client.wait_for_service(timeout_sec=timeout_s):
+                return None
+            fut = client.call_async(to_msg(cls.Request, request))
+            while not fut.done() and time.monotonic() < end:
+                time.sleep(0.01)
+            if not fut.done():
+                fut.cancel()  # no answer in time: nobody waits for it any more
+                return None
+            return from_msg(fut.result()) if fut.exception() is None and fut.result() is not None else None
+        finally:
+            self.node.destroy_client(client)
 
     # -- topics ------------------------------------------------------------------------------
     def publisher(self, topic: str, msg_type: str, *, qos: str = QOS_DEFAULT) -> Any:
