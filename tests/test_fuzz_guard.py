@@ -361,3 +361,69 @@ def test_chat_segmenter_agrees_with_guard():
                 assert c.calls == (SkillCall("say", "say", (c.text,)),)
 
     run_counted(prop, "chat segmenter: random sentences")
+
+
+def test_deep_nesting_and_long_chains_are_rejected_with_a_reason_never_crash():
+    """Issue 26: operator chains up to 1,500 long and nesting up to 500 deep (parentheses, unary
+    minus, value calls, blocks) go through segmenter (random token splits), guard and executor:
+    nothing raises (a RecursionError would), what passes a size limit is rejected naming it, what
+    is accepted is safe."""
+    from timelyllm_ros.core.minispec import MAX_DEPTH, MAX_EXPR_DEPTH, MAX_OPERATORS
+    from timelyllm_ros.core.types import SegmentGoal
+    from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor, SimulatedPerception
+    from timelyllm_ros.executors.simulated import SimulatedBackend
+
+    backend = SimulatedBackend(TELLO, time_scale=0.0, perception=SimulatedPerception(("cat",), seed=5))
+    ex = SegmentExecutor(TELLO, backend, ExecutorConfig(timeout_s=5.0))
+    sizes = st.sampled_from([1, 2, 15, 16, 17, 30, 63, 64, 65, 100, 500, 999, 1000, 1500])
+    leaf = st.sampled_from(["1", "2", "_1", "iv('cat')", "ox('cat')", "True"])
+
+    @st.composite
+    def deep(draw):
+        n = draw(sizes)
+        kind = draw(st.sampled_from(["chain", "cond", "parens", "neg", "calls", "blocks"]))
+        if kind in ("chain", "cond"):
+            op = draw(st.sampled_from("&|+-*/<"))
+            ops = [op if op != "<" else draw(st.sampled_from("&|+")) for _ in range(n)]
+            body = draw(leaf) + "".join(o + draw(leaf) for o in ops)
+            text = f"mf({body})" if kind == "chain" else f"?{body}{{tp}}"
+            return text, n > MAX_OPERATORS
+        if kind == "parens":
+            return "_1=" + "(" * n + "1+1" + ")" * n, n >= MAX_EXPR_DEPTH
+        if kind == "neg":
+            return "->" + "-" * n + "_1", n > MAX_EXPR_DEPTH
+        if kind == "calls":
+            return "_2=" + "ox(" * n + "'cat'" + ")" * n, n > MAX_EXPR_DEPTH
+        return "1{" * n + "tp" + "}" * n, n > MAX_DEPTH
+
+    @PROFILE
+    @given(deep(), st.lists(st.integers(0, 4000), max_size=12))
+    def prop(count, item, splits):
+        text, over = item
+        count[0] += 1
+        seg = Segmenter(TELLO)
+        cuts, last = [], 0
+        for i in sorted(set(min(s, len(text)) for s in splits)) + [len(text)]:
+            cuts.extend(seg.feed(text[last:i]))
+            last = i
+        cuts.extend(seg.finish())
+        c = cuts[0]
+        if over:  # a statement cut for its length leaves its tail as a second (failed) cut
+            assert not any(x.ok for x in cuts)
+            assert any(w in c.error for w in ("operators (limit", "nested deeper", "longer than")), c
+            return
+        assert len(cuts) == 1
+        if not c.ok:
+            return  # e.g. a type error (a str where a number goes): rejected for that, with a reason
+        v = check_segment(TELLO, c.text, c.calls)
+        assert not v.reason.startswith("internal guard error"), v.reason
+        if v.ok:
+            rep = ex.execute(SegmentGoal(f"d{count[0]}", "d", "tello", 0, c.text, c.calls, 1.0, c.blocking))
+            assert not rep.error.startswith("executor error"), rep.error
+            ex.forget(f"d{count[0]}")
+            for call, _ in backend.calls:
+                assert oracle_problem(TELLO, call, resolved=True) is None, call
+            backend.calls.clear()
+            count[1] += 1
+
+    run_counted(prop, "deep nesting / long operator chains")

@@ -452,3 +452,100 @@ def test_engine_refusing_an_add_for_pinned_kv_releases_it_and_retries():
     b = planner.generations["b"]
     assert b.state is not GenState.FAILED, b.reason
     assert planner.kv_released == 1 and planner.generations["a"].extra["kv_released"] == 1
+
+
+# ---------------------------------------------------------------- isolation per request (issue 26)
+
+INNOCENT = "mf(50);tc(90);tp;"
+
+
+def _serve(planner, disp, clock, done, limit=20_000):
+    """Step, acknowledging every dispatched goal OK, until done()."""
+    acked = 0
+    for _ in range(limit):
+        if done():
+            return
+        while acked < len(disp.goals):
+            ok(planner, disp.goals[acked], clock, dur=0.01)
+            acked += 1
+        planner.step()
+    raise AssertionError("condition not reached")
+
+
+@pytest.mark.parametrize("guilty_plan, reason", [
+    ("?" + "&".join(["1"] * 1000) + "{tp;}", "more than 64 operators"),  # a 1,000-long & chain
+    ("?" + "(" * 400 + "1" + ")" * 400 + "{tp;}", "nested deeper than 16"),  # deep nesting
+    ("1{" * 40 + "tp" + "}" * 40, "blocks nested deeper than 8"),
+])
+def test_hostile_output_fails_only_its_request_beside_ten_concurrent_ones(guilty_plan, reason):
+    """A plan the front end cannot take fails its own request with the true reason; ten requests
+    generating in the same engine steps (stream mode: no suspension) all finish their plans."""
+    planner, disp, clock = make("vllm-stream", max_tokens=4096)
+    assert planner.submit(req("guilty", guilty_plan, robot="evil")).accepted
+    guilty = planner.generations["guilty"]
+    # the innocents arrive just before the guilty statement closes: their tokens share its steps
+    run_until(planner, lambda: len(guilty.text) >= len(guilty_plan) - 12)
+    for i in range(10):
+        assert planner.submit(req(f"ok{i}", INNOCENT, robot=f"d{i}")).accepted
+    planner.step()
+    assert guilty.state is GenState.RUNNING and all(planner.generations[f"ok{i}"].output_ids for i in range(10))
+    _serve(planner, disp, clock, lambda: all(g.state.terminal for g in planner.generations.values()))
+    assert guilty.state is GenState.FAILED and reason in guilty.reason, guilty.reason
+    assert not [x for x in disp.goals if x.request_id == "guilty"]  # nothing of it reached a robot
+    for i in range(10):
+        g = planner.generations[f"ok{i}"]
+        assert g.state is GenState.FINISHED, (g.gen_id, g.reason)
+        assert [s.text for s in g.segments] == ["mf(50);", "tc(90);", "tp;"]
+    assert planner.request_faults == 0  # rejected by the front end, not by an exception
+
+
+def test_a_fault_on_one_output_loses_no_token_of_the_others_in_the_same_step():
+    """An unexpected exception while handling one generation's output (here: its segmenter)
+    fails that request with the exception as its reason; the other outputs of the same engine
+    step are still recorded, so their plans come out whole."""
+    planner, disp, clock = make("vllm-stream")
+    for i in range(4):
+        assert planner.submit(req(f"r{i}", INNOCENT, robot=f"d{i}")).accepted
+    planner.step()
+    planner.step()
+    live = planner._live["r1"]
+
+    class Exploding:
+        def feed(self, text):
+            raise RecursionError("injected")
+
+        def finish(self):
+            raise RecursionError("injected")
+
+    live.segmenter = Exploding()
+    before = {i: len(planner.generations[f"r{i}"].output_ids) for i in range(4)}
+    planner.step()  # every generation got a token in this step; r1's raises
+    for i in (0, 2, 3):
+        assert len(planner.generations[f"r{i}"].output_ids) == before[i] + 1
+    bad = planner.generations["r1"]
+    assert bad.state is GenState.FAILED
+    assert bad.reason == "planner fault while handling its LLM output: RecursionError: injected"
+    assert planner.request_faults == 1
+    _serve(planner, disp, clock, lambda: all(g.state.terminal for g in planner.generations.values()))
+    for i in (0, 2, 3):
+        g = planner.generations[f"r{i}"]
+        assert g.state is GenState.FINISHED and g.text == INNOCENT, (g.reason, g.text)
+
+
+def test_a_fault_while_handling_a_result_fails_only_that_request():
+    planner, disp, clock = make("vllm-stream")
+
+    class Flaky:
+        def on_segment_result(self, gen, seg):
+            if gen.gen_id == "bad":
+                raise ValueError("listener broke")
+
+    planner.listeners.append(Flaky())
+    for rid in ("bad", "good"):
+        planner.submit(req(rid, INNOCENT, robot=rid))
+    _serve(planner, disp, clock, lambda: all(g.state.terminal for g in planner.generations.values()))
+    assert planner.generations["good"].state is GenState.FINISHED
+    bad = planner.generations["bad"]
+    assert bad.state is GenState.FAILED and bad.reason == (
+        "planner fault while handling segment 0's result: ValueError: listener broke")
+    assert "good" not in disp.cancelled

@@ -49,7 +49,10 @@ from .types import SkillCall, Value
 
 MAX_LOOP = 100  # largest loop bound a plan may use (keeps robots safe)
 MAX_DEPTH = 8  # nesting of blocks
-MAX_EXPR_DEPTH = 16  # nesting of parentheses / unary minus in one expression
+MAX_EXPR_DEPTH = 16  # nesting of parentheses / unary minus / calls in one expression
+MAX_OPERATORS = 64  # binary operators in one expression (nested parts and call arguments included):
+#                     with MAX_EXPR_DEPTH it bounds the depth of every expression tree, so no walker
+#                     of the AST (checks, envelope, interpreter) recurses as deep as the input says
 MAX_CALLS = 32  # skill calls written in one statement
 MAX_TEXT = 4096  # characters in one statement
 MAX_NUMBER_CHARS = 24  # longer numeric literals are rejected before int()/float()
@@ -260,6 +263,7 @@ class _Parser:
         self.calls: list[SkillCall] = []
         self.depth = 0
         self.edepth = 0
+        self.eops = 0  # binary operators in the current top-level expression
 
     # token helpers
     def peek(self, k: int = 0) -> _Tok:
@@ -367,7 +371,18 @@ class _Parser:
 
     # expressions (precedence climbing, lowest first)
     def expr(self) -> Expr:
+        if self.edepth == 0:  # a top-level expression (not inside parentheses or a value call)
+            self.eops = 0
         return self.binary(0)
+
+    def operator(self) -> _Tok:
+        """Consume a binary operator, counting it against MAX_OPERATORS."""
+        t = self.next()
+        self.eops += 1
+        if self.eops > MAX_OPERATORS:
+            raise MiniSpecError(f"expression has more than {MAX_OPERATORS} operators (limit; "
+                                f"a longer chain or sum is refused, not evaluated)", t.pos)
+        return t
 
     _LEVELS: tuple[tuple[str, ...], ...] = (("|",), ("&",), CMP_OPS, ("+", "-"), ("*", "/"))
 
@@ -378,11 +393,11 @@ class _Parser:
         left = self.binary(level + 1)
         if ops is CMP_OPS:  # one comparison: `a < b < c` is an error, not a chain
             if self.at_any(ops):
-                t = self.next()
+                t = self.operator()
                 left = BinOp(t.text, left, self.binary(level + 1), t.pos)
             return left
         while self.at_any(ops):
-            t = self.next()
+            t = self.operator()
             left = BinOp(t.text, left, self.binary(level + 1), t.pos)
         return left
 
@@ -599,7 +614,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "ARITH_OPS", "BOOL_OPS", "CMP_OPS", "COND_CHAIN", "MAX_CALLS", "MAX_DEPTH", "MAX_LOOP", "MAX_LOOP_PRODUCT",
-    "MAX_STEPS", "MAX_TEXT", "RETURNED", "RETURN_VALUE", "ArgumentError", "Assign", "BinOp", "Call", "CallStmt",
+    "MAX_OPERATORS", "MAX_STEPS", "MAX_TEXT", "RETURNED", "RETURN_VALUE", "ArgumentError", "Assign", "BinOp", "Call", "CallStmt",
     "Cond", "Else", "Expr", "Lit", "Loop", "MiniSpecError", "MiniSpecRuntimeError", "Neg", "Parsed", "Return",
     "Stmt", "Var", "arg_problem", "check_call_args", "max_loop_product", "parse_program", "parse_statement",
     "run_program", "run_statement", "statement_calls", "string_problem", "text_problem",

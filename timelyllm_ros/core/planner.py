@@ -153,6 +153,7 @@ class Planner:
         self._terminal: collections.deque[str] = collections.deque()
         self._pinned: dict[str, None] = {}  # suspended generations whose KV we asked to preserve
         self.kv_released = 0  # pinned KV released to break a memory deadlock (`_release_pinned`)
+        self.request_faults = 0  # requests failed by a fault while handling their output / result
 
     # ------------------------------------------------------------------ construction helpers
     def max_segment_tokens(self, g: Generation) -> int:
@@ -310,8 +311,13 @@ class Planner:
             now = self.clock.now()
             self._stepped, self._stepped_sorted = running, False
             try:
-                for out in outs:
-                    self._on_output(out, now)
+                for out in outs:  # each output on its own: a fault fails its request, no other
+                    try:
+                        self._on_output(out, now)
+                    except EngineError:
+                        raise  # the engine failed (an abort raised): the engine's supervisor path
+                    except Exception as e:  # noqa: BLE001 - isolated to this request, reported on it
+                        self._request_fault(out.gen_id, "its LLM output", e)
             finally:
                 self._stepped = None
             on_step = self.policy.on_step
@@ -628,7 +634,12 @@ class Planner:
             except queue.Empty:
                 return
             if kind == "result":
-                self._on_result(item)
+                try:
+                    self._on_result(item)
+                except EngineError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - isolated to the result's request
+                    self._request_fault(item.request_id, f"segment {item.segment_index}'s result", e)
             elif kind == "cancel":
                 rid, reason = item
                 g = self.generations.get(rid)
@@ -668,6 +679,22 @@ class Planner:
             self._notify(g)
         self._maybe_finished(g, now)
 
+    def _request_fault(self, gen_id: str, what: str, e: Exception) -> None:
+        """An unexpected exception while handling one request's output or result: that request
+        alone fails, with the exception as its reason; the other requests of the step go on."""
+        self.request_faults += 1
+        g = self.generations.get(gen_id)
+        if g is None or g.state.terminal:
+            return
+        reason = f"planner fault while handling {what}: {type(e).__name__}: {e}"
+        try:
+            self._fail(g, reason)
+        except EngineError:
+            raise
+        except Exception:  # noqa: BLE001 - a listener / dispatcher failing again: end it anyway
+            if not g.state.terminal:
+                self._set_terminal(g, GenState.FAILED, reason)
+
     def _maybe_finished(self, g: Generation, now: float) -> None:
         if g.state is GenState.DRAINING and all(s.ok for s in g.segments):
             self._end(g, GenState.FINISHED, "plan executed")
@@ -684,6 +711,14 @@ class Planner:
                 pass  # the engine is failing; _engine_failed deals with it at the next step
         if cancel_robot and any(s.ok is None for s in g.segments):
             self.dispatcher.cancel(g.gen_id)
+        self._set_terminal(g, state, reason)
+        self._notify(g)
+        self._terminal.append(g.gen_id)
+        while len(self._terminal) > self.config.keep_terminal:  # bounded memory
+            self.generations.pop(self._terminal.popleft(), None)
+
+    def _set_terminal(self, g: Generation, state: GenState, reason: str) -> None:
+        """Record g's end and release its live bookkeeping (admission counts, pinned KV)."""
         g.state, g.reason, g.finished_at = state, reason, self.clock.now()
         self._pinned.pop(g.gen_id, None)
         if self._live.pop(g.gen_id, None) is not None:
@@ -692,10 +727,6 @@ class Planner:
                 self._per_agent[g.request.robot_id] = n
             else:
                 self._per_agent.pop(g.request.robot_id, None)
-        self._notify(g)
-        self._terminal.append(g.gen_id)
-        while len(self._terminal) > self.config.keep_terminal:  # bounded memory
-            self.generations.pop(self._terminal.popleft(), None)
 
     def _queued_count(self) -> int:
         return list(map(_STATE, map(self.generations.__getitem__, self._live))).count(GenState.QUEUED)
