@@ -389,6 +389,7 @@ class ExecPath:
         if self.kind == "simulated":
             self.backend.perception = SimulatedPerception(self.rng.sample(OBJECTS[:3], self.rng.randint(0, 3)),
                                                           seed=self.rng.randrange(10**6))
+        self.ex.new_flight()  # one emulated drone flies every plan: each plan counts as its own flight
         for g in goals:
             rep = self.ex.execute(g)
             st["exec_goals"] += 1

@@ -20,6 +20,7 @@ djitellopy = pytest.importorskip("djitellopy")
 djitellopy.Tello.LOGGER.setLevel(logging.WARNING)
 
 from netns import own_udp_ports  # noqa: E402
+from timelyllm_ros.core.minispec import MiniSpecError, parse_program  # noqa: E402
 from timelyllm_ros.core.robots import load_robots, parse_robot  # noqa: E402
 from timelyllm_ros.core.types import ResultCode, SegmentGoal  # noqa: E402
 from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor, SimulatedPerception  # noqa: E402
@@ -41,8 +42,16 @@ def wait_for(pred, timeout=2.0):
     return pred()
 
 
+def _calls(text):
+    """The calls written in the text (what the planner's goals carry; executors refuse others)."""
+    try:
+        return parse_program(text, TELLO, check=False)[1]
+    except MiniSpecError:
+        return ()
+
+
 def goal(text, idx=0, est=1.0):
-    return SegmentGoal("r1", "drone1", "tello", idx, text, (), est, False)
+    return SegmentGoal("r1", "drone1", "tello", idx, text, _calls(text), est, False)
 
 
 class Rig:

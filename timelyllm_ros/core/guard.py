@@ -117,7 +117,7 @@ def _check(robot: RobotSpec, text: Any, calls: Any, plan: PlanState) -> str | Pl
         if type(c) is not SkillCall:
             return f"calls must be SkillCall objects, got {type(c).__name__}"
     if robot.language == "sentence":
-        return _check_chat(robot, text, tuple(calls)) or plan
+        return chat_problem(robot, text, tuple(calls)) or plan
     if robot.language != "minispec":
         return f"unknown robot language {robot.language!r}"
     if len(text) > MAX_SEGMENT_CHARS:
@@ -126,8 +126,8 @@ def _check(robot: RobotSpec, text: Any, calls: Any, plan: PlanState) -> str | Pl
         stmt, parsed = parse_statement(text, robot, check=False)
     except MiniSpecError as e:
         return f"invalid statement: {e}"
-    if not _same_calls(parsed, tuple(calls)):
-        return f"goal calls {_fmt(calls)} differ from the calls in the text {_fmt(parsed)}"
+    if not same_calls(parsed, tuple(calls)):
+        return calls_mismatch(tuple(calls), parsed)
     for node in iter_calls((stmt,)):
         reason = _check_call(robot, node)
         if reason:
@@ -148,7 +148,8 @@ def _check(robot: RobotSpec, text: Any, calls: Any, plan: PlanState) -> str | Pl
     return PlanState(var_types, travel)
 
 
-def _check_chat(robot: RobotSpec, text: str, calls: tuple[SkillCall, ...]) -> str | None:
+def chat_problem(robot: RobotSpec, text: str, calls: tuple[SkillCall, ...]) -> str | None:
+    """Why a chat segment (text + its one say() call) is not acceptable, or None."""
     say = robot.skill("say")
     if say is None or len(say.args) != 1:
         return f"chat robot {robot.robot_type!r} has no say(text) skill"
@@ -180,8 +181,14 @@ def _fmt(calls: Any, limit: int = 200) -> str:
     return "[" + (out if len(out) <= limit else out[:limit] + "...") + "]"
 
 
-def _same_calls(a: tuple[SkillCall, ...], b: tuple[SkillCall, ...]) -> bool:
-    """Equality that does not let 1 stand for True or 50.0 for 50."""
+def calls_mismatch(calls: tuple[SkillCall, ...], parsed: tuple[SkillCall, ...]) -> str:
+    """The rejection of a goal whose call list is not the calls written in its text."""
+    return f"goal calls {_fmt(calls)} differ from the calls in the text {_fmt(parsed)}"
+
+
+def same_calls(a: tuple[SkillCall, ...], b: tuple[SkillCall, ...]) -> bool:
+    """Equality that does not let 1 stand for True or 50.0 for 50 (the goal's calls must be
+    exactly its text's: used by the guard and again by every executor)."""
     if len(a) != len(b):
         return False
     for x, y in zip(a, b):
