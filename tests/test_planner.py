@@ -549,3 +549,43 @@ def test_a_fault_while_handling_a_result_fails_only_that_request():
     assert bad.state is GenState.FAILED and bad.reason == (
         "planner fault while handling segment 0's result: ValueError: listener broke")
     assert "good" not in disp.cancelled
+
+
+@pytest.mark.parametrize("policy", ["timelyllm", "vllm", "vllm-stream"])
+def test_a_plan_cut_by_max_tokens_ends_failed_saying_it_was_truncated(policy):
+    """Issue 26: a plan cut by max_tokens used to end FINISHED "plan executed".  What was generated
+    before the cut runs (each statement is complete and guarded), then the request ends FAILED with
+    a reason saying the plan was truncated; the text at the cut is never dispatched."""
+    planner, disp, clock = make(policy, max_tokens=11)
+    planner.submit(req("t", "mf(50);tc(90);tp;l('done');"))  # ~20 tokens
+    _serve(planner, disp, clock, lambda: planner.generations["t"].state.terminal)
+    g = planner.generations["t"]
+    assert [x.text for x in disp.goals] == ["mf(50);", "tc(90);"]
+    assert g.state is GenState.FAILED
+    assert g.reason.startswith("plan truncated at max_tokens (11 tokens): 2 complete statement(s) before the cut, "
+                               "the rest ('tp") and g.reason.endswith("-- not the whole plan; the 2 executed")
+    # the same plan with room to finish is FINISHED; one cut before its first statement fails at once
+    planner, disp, clock = make(policy, max_tokens=64)
+    planner.submit(req("t", "mf(50);tc(90);tp;l('done');"))
+    _serve(planner, disp, clock, lambda: planner.generations["t"].state.terminal)
+    assert planner.generations["t"].state is GenState.FINISHED
+    planner, disp, clock = make(policy, max_tokens=3)
+    planner.submit(req("t", "mf(50);tc(90);"))
+    _serve(planner, disp, clock, lambda: planner.generations["t"].state.terminal)
+    g = planner.generations["t"]
+    assert g.state is GenState.FAILED and g.reason.startswith("plan truncated at max_tokens (3 tokens): 0 complete")
+    assert not disp.goals
+
+
+def test_a_trailing_statement_cut_by_max_tokens_is_never_dispatched():
+    """`tp` at the cut may be the start of `tpx(...)`: only a real end of generation completes a
+    statement without ';'."""
+    planner, disp, clock = make("vllm-stream", max_tokens=6)
+    planner.submit(req("t", "mf(50);tp"))  # 'mf', '(', '50', ')', ';', 'tp': the 6th token is the cut
+    _serve(planner, disp, clock, lambda: planner.generations["t"].state.terminal)
+    assert [x.text for x in disp.goals] == ["mf(50);"]
+    assert planner.generations["t"].state is GenState.FAILED
+    planner, disp, clock = make("vllm-stream", max_tokens=64)  # ended by the model: `tp` is a statement
+    planner.submit(req("t", "mf(50);tp"))
+    _serve(planner, disp, clock, lambda: planner.generations["t"].state.terminal)
+    assert [x.text for x in disp.goals] == ["mf(50);", "tp"] and planner.generations["t"].state is GenState.FINISHED

@@ -109,6 +109,7 @@ class _Live:
     pending: list[Segment] = field(default_factory=list)  # WHOLE mode: cut, not yet dispatched
     guard_plan: PlanState | None = None  # what the dispatch guard knows of the plan's accepted segments
     order: int = 0  # position in Planner._live (submission order)
+    cut_end: int = 0  # offset in Generation.text just past the last complete statement
 
 
 class Planner:
@@ -517,7 +518,9 @@ class Planner:
         else:  # the base hook does nothing: skip building a context, keep its stats snapshot
             self._engine_stats()
         cuts = live.segmenter.feed(out.text) if out.text else []
-        if out.finished:
+        if out.finished and out.finish_reason != "length":
+            # the end of the generation completes a trailing statement without ';' -- but not when
+            # max_tokens cut it: that text may be the beginning of something else (`tp` of `tpx`)
             cuts = list(cuts) + list(live.segmenter.finish())
         for cut in cuts:
             if not self._on_cut(g, live, cut, now, final=out.finished):
@@ -543,6 +546,7 @@ class Planner:
         live.guard_plan = verdict.plan
         mode = self.policy.mode
         abs_end = live.text_base + cut.end
+        live.cut_end = abs_end
         seg_tokens = g.seg_tokens
         gen_start = g.seg_start if g.seg_start is not None else now
         seg = Segment(index=g.k, text=cut.text, calls=tuple(cut.calls), blocking=bool(cut.blocking),
@@ -604,11 +608,19 @@ class Planner:
         g.engine_finished = True
         if g.state is GenState.RUNNING:
             self.engine.abort(g.gen_id, "discard")
+        if reason == "length":  # cut by max_tokens: whatever was generated, the plan is not complete
+            tail = g.text[live.cut_end:].strip()
+            g.extra["truncated"] = (
+                f"plan truncated at max_tokens ({self.config.max_tokens} tokens): "
+                f"{len(g.segments)} complete statement(s) before the cut"
+                + (f", the rest ({tail[:40]!r}{'...' if len(tail) > 40 else ''}) never completed" if tail else "")
+                + " -- not the whole plan")
         for seg in live.pending:
             self._dispatch(g, seg, now)
         live.pending.clear()
         if not g.segments:
-            self._fail(g, f"the LLM produced no executable statement (finish: {reason or 'eos'})")
+            self._fail(g, g.extra.get("truncated") or
+                       f"the LLM produced no executable statement (finish: {reason or 'eos'})")
             return
         g.state = GenState.DRAINING
         self._maybe_finished(g, now)
@@ -697,7 +709,11 @@ class Planner:
 
     def _maybe_finished(self, g: Generation, now: float) -> None:
         if g.state is GenState.DRAINING and all(s.ok for s in g.segments):
-            self._end(g, GenState.FINISHED, "plan executed")
+            truncated = g.extra.get("truncated")
+            if truncated:  # what was generated ran; the plan did not end: the task is not known done
+                self._end(g, GenState.FAILED, f"{truncated}; the {len(g.segments)} executed")
+            else:
+                self._end(g, GenState.FINISHED, "plan executed")
 
     def _fail(self, g: Generation, reason: str) -> None:
         self._end(g, GenState.FAILED, reason, cancel_robot=True)
