@@ -127,7 +127,8 @@ def parse_travel(d: Any, where: str, arg_names: dict[str, str]) -> tuple[tuple[s
     if not isinstance(d, Mapping):
         raise EnvelopeError(f"{where}: travel must be a mapping of {list(TRAVEL_AXES)}")
     out = []
-    for axis, v in d.items():
+    items = [(axis, x) for axis, v in d.items() for x in (v if isinstance(v, list) and v else [v])]
+    for axis, v in items:  # an axis may list several terms: `distance_cm: [dx, dy]` (|dx| + |dy|)
         if axis not in TRAVEL_AXES:
             raise EnvelopeError(f"{where}: travel has unknown axis {axis!r} (allowed: {list(TRAVEL_AXES)})")
         if isinstance(v, bool):
@@ -199,6 +200,8 @@ def static_travel(stmts: Iterable[Any], robot: RobotSpec) -> Travel:
             return out.then(call_travel(spec, values))
         if isinstance(e, m.Neg):
             return expr(e.operand)
+        if isinstance(e, m.SetVar):
+            return expr(e.value)
         if isinstance(e, m.BinOp):
             return expr(e.left).then(expr(e.right))
         return ZERO

@@ -45,20 +45,25 @@ MAX_STRING_CHARS = 2000  # any string argument, whatever the schema says
 
 _TELLO_MOVE = ((20, 500),)  # djitellopy move_*: int cm in [20, 500]
 _TELLO_TURN = ((1, 360),)  # rotate_(counter_)clockwise: int degrees in [1, 360]
-# robot_type -> skill name -> (lo, hi) per numeric argument (None: not numeric / no hard limit)
+_TELLO_SIGNED = (-500, 500)  # TypeFly's signed move / lift: one SDK move per nonzero component
+# platform -> skill name -> (lo, hi) per numeric argument (None: not numeric / no hard limit)
 HARD_LIMITS: dict[str, dict[str, tuple[tuple[float, float] | None, ...]]] = {
     "tello": {
         "move_forward": _TELLO_MOVE, "move_backward": _TELLO_MOVE, "move_left": _TELLO_MOVE,
         "move_right": _TELLO_MOVE, "move_up": _TELLO_MOVE, "move_down": _TELLO_MOVE,
         "turn_cw": _TELLO_TURN, "turn_ccw": _TELLO_TURN, "delay": ((0, 10000),),
+        # TypeFly's current skill names (robots/tello_typefly.yaml); `min_abs` / `nonzero` in the
+        # YAML keep each SDK command within 20..500 cm / 1..360 degrees (the backend checks again)
+        "move": (_TELLO_SIGNED, _TELLO_SIGNED), "lift": (_TELLO_SIGNED,), "rotate": ((-360, 360),),
     },
     "arm": {
         "move_to": ((-80, 80), (-80, 80), (0, 90)),
         "rotate_wrist": ((-180, 180),),
     },
 }
-# Skills whose numeric arguments must be ints on the real robot whatever the YAML says.
-INT_ONLY = {"tello": set(HARD_LIMITS["tello"]), "arm": {"move_to", "rotate_wrist"}}
+# Skills whose numeric arguments must be ints on the real robot whatever the YAML says (delay is
+# not a motion: milliseconds are an int in robots/tello.yaml, seconds a float in TypeFly's).
+INT_ONLY = {"tello": set(HARD_LIMITS["tello"]) - {"delay"}, "arm": {"move_to", "rotate_wrist"}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,8 +216,8 @@ def _check_call(robot: RobotSpec, node: Call) -> str | None:
         return f"{c.abbr!r} is not a name of skill {spec.name!r}"
     if len(c.args) != len(spec.args) or len(node.args) != len(spec.args):
         return f"{c.abbr}: takes {len(spec.args)} argument(s), got {len(c.args)}"
-    hard = HARD_LIMITS.get(robot.robot_type, {}).get(spec.name, ())
-    int_only = spec.name in INT_ONLY.get(robot.robot_type, ())
+    hard = HARD_LIMITS.get(robot.hardware, {}).get(spec.name, ())
+    int_only = spec.name in INT_ONLY.get(robot.hardware, ())
     for i, (a, v, e) in enumerate(zip(spec.args, c.args, node.args)):
         where = f"{c.abbr}: argument {a.name!r}"
         if not isinstance(e, Lit):
