@@ -1,7 +1,9 @@
 """Large fuzz run of the segmenter -> guard -> executor path (tests/test_fuzz_guard.py runs 2000
 examples per property with Hypothesis; this runs a seeded random generator for many more).
 
-Each input is a random or mutated MiniSpec program (drone or arm) or chat reply, with injection-
+Each input is a random or mutated MiniSpec program (drone with TypeFly's paper-era skills
+(robots/tello.yaml) or its current ones (robots/tello_typefly.yaml: conditions may start with an
+assignment, `&&` / `||`), or arm) or chat reply, with injection-
 like strings ('; rm -rf /, nested and escaped quotes, unicode, bidi controls, huge numbers, NaN,
 negative values, newlines), variables bound to perception results and literals, and expressions
 (arithmetic, parentheses, unary minus, value skills) as skill arguments; one input in ten also holds a
@@ -150,9 +152,11 @@ class Gen:
 
     def test(self, robot: RobotSpec) -> str:
         parts = []
+        if self.r.random() < 0.25:  # TypeFly: an assignment as the first operand, ?_1=sd('x'){g(_1)}
+            parts.append(self.r.choice(VARS) + "=")
         for i in range(self.r.randint(1, 3)):
             if i:
-                parts.append(self.r.choice("&|"))
+                parts.append(self.r.choice(["&", "|", "&", "|", "&&", "||"]))
             parts.append(self.operand(robot))
             if self.r.random() < 0.7:
                 parts += [self.r.choice(["==", "!=", "<", ">", "<=", ">="]), self.operand(robot)]
@@ -317,7 +321,15 @@ def oracle_problem(robot: RobotSpec, c: SkillCall, *, resolved: bool = False) ->
                 ok = v.isprintable()
             if not ok or len(v) > a.max_len:
                 return "bad string"
-    if robot.robot_type == "tello" and c.args and (resolved or c.args[0] is not None):
+    if robot.hardware == "tello" and c.name in ("move", "lift", "rotate"):  # TypeFly's signed skills
+        least, zero_ok = {"move": (20, True), "lift": (20, False), "rotate": (1, False)}[c.name]
+        most = 360 if c.name == "rotate" else 500
+        for v in c.args:
+            if v is None and not resolved:
+                continue
+            if type(v) is not int or not (least <= abs(v) <= most or (zero_ok and v == 0)):
+                return f"tello {c.name} amount"
+    if robot.hardware == "tello" and c.args and (resolved or c.args[0] is not None):
         v = c.args[0]
         if c.name.startswith("move_") and not (type(v) is int and 20 <= v <= 500):
             return "tello move range"
@@ -331,6 +343,7 @@ def tamper(rng: random.Random, robot: RobotSpec, calls: list[SkillCall]) -> list
     how = rng.randint(0, 4)
     if how == 0 or not calls:
         calls.append(SkillCall("move_forward", "mf", (500,)) if robot.robot_type == "tello"
+                     else SkillCall("move", "m", (500, 0)) if robot.robot_type == "tello_typefly"
                      else SkillCall("home", "hm", ()))
     elif how == 1:
         calls.pop(rng.randrange(len(calls)))
@@ -532,7 +545,7 @@ def main() -> int:
     rng = random.Random(args.seed)
     gen = Gen(rng)
     robots = load_robots()
-    minispec = [robots["tello"], robots["arm"]]
+    minispec = [robots["tello"], robots["arm"], robots["tello_typefly"]]
     chat = robots["chat"]
     st = dict(inputs=0, cuts=0, valid_cuts=0, dispatched=0, invalid_dispatched=0, guard_rejected_valid_cut=0,
               guard_rejected_with_plan_state=0, split_mismatch=0, tamper_tries=0, tamper_accepted=0, raw_statements=0, raw_accepted=0,
@@ -543,15 +556,16 @@ def main() -> int:
     if args.exec == "tello":
         fleet = TelloFleet(robots["tello"], args.tello_drones, args.seed, args.progress_every, st)
     elif args.exec == "simulated":
-        execp = ExecPath(robots["tello"], args.exec, random.Random(args.seed + 1))
+        execp = {rt: ExecPath(robots[rt], args.exec, random.Random(args.seed + 1 + i))
+                 for i, rt in enumerate(("tello", "tello_typefly"))}
     t0 = time.perf_counter()
     exec_s = 0.0
     for n in range(args.inputs):
         st["inputs"] += 1
-        robot = chat if n % 5 == 4 else minispec[n % 2]
+        robot = chat if n % 5 == 4 else minispec[n % 5 % 3]
         if robot is chat:
             text = gen.chat()
-        elif robot.robot_type == "tello" and rng.random() < 0.5:
+        elif robot.hardware == "tello" and rng.random() < 0.5:
             text = gen.var_plan(robot)
         else:
             text = gen.program(robot)
@@ -602,10 +616,10 @@ def main() -> int:
             if fleet is not None and robot.robot_type == "tello" and goals and st["exec_inputs"] < args.tello_inputs:
                 st["exec_inputs"] += 1
                 fleet.submit(n, goals, text)
-            elif execp is not None and robot.robot_type == "tello" and goals:
+            elif execp is not None and robot.hardware == "tello" and goals:
                 st["exec_inputs"] += 1
                 e0 = time.perf_counter()
-                execp.run(f"p{n}", goals, st, first_failures)
+                execp[robot.robot_type].run(f"p{n}", goals, st, first_failures)
                 exec_s += time.perf_counter() - e0
             if robot is not chat:  # the guard alone on a raw (maybe invalid) statement
                 stmt = gen.mutate(gen.statement(robot))
@@ -627,8 +641,10 @@ def main() -> int:
     st["deep_statements"] = gen.deep_statements
     reasons: dict[str, int] = {}
     if execp is not None:
-        execp.close(st, first_failures)
-        reasons = execp.reasons
+        for p in execp.values():
+            p.close(st, first_failures)
+            for k, v in p.reasons.items():
+                reasons[k] = reasons.get(k, 0) + v
     if fleet is not None:
         reasons = fleet.finish(st, first_failures)
         exec_s = fleet.busy_s
