@@ -26,6 +26,7 @@ from fuzz_guard import oracle_problem  # noqa: E402  (one independent oracle for
 
 ROBOTS = load_robots()
 TELLO, ARM, CHAT = ROBOTS["tello"], ROBOTS["arm"], ROBOTS["chat"]
+TYPEFLY = ROBOTS["tello_typefly"]  # TypeFly's current skill names (issue 27)
 N = int(os.environ.get("TIMELYLLM_FUZZ_EXAMPLES", "2000"))
 PROFILE = settings(max_examples=N, derandomize=True, deadline=None, database=None, print_blob=True,
                    suppress_health_check=list(HealthCheck))
@@ -107,10 +108,10 @@ def call_text(draw, robot: RobotSpec) -> str:
 
 @st.composite
 def cond_text(draw, operand) -> str:
-    parts = []
+    parts = [draw(st.sampled_from(["", "", "", "_1=", "_2="]))]  # TypeFly: ?_1=sd('x'){g(_1)}
     for k in range(draw(st.integers(1, 3))):
         if k:
-            parts.append(draw(st.sampled_from("&|")))
+            parts.append(draw(st.sampled_from(["&", "|", "&&", "||"])))
         if draw(st.booleans()):
             parts.append(draw(operand))
         else:
@@ -166,7 +167,7 @@ def program(draw, stmt) -> str:
 
 def per_robot(make):
     """(robot, text) strategy; strategies are built once per robot, not per example."""
-    return st.one_of(*[st.tuples(st.just(r), make(r)) for r in (TELLO, ARM)])
+    return st.one_of(*[st.tuples(st.just(r), make(r)) for r in (TELLO, ARM, TYPEFLY)])
 
 
 STATEMENT = per_robot(statements)
@@ -175,7 +176,7 @@ STATEMENT_OR_MUTANT = per_robot(lambda r: st.one_of(statements(r), statements(r)
 RANDOM_CALLS = {r.robot_type: st.lists(st.builds(
     SkillCall, st.sampled_from(list(r.skills)), st.sampled_from(["mf", "pk", "l", "tp", "g"]),
     st.lists(st.one_of(numbers, strings, st.booleans(), st.sampled_from([10**5000, -10**5000, float("nan")])),
-             max_size=3).map(tuple)), max_size=3) for r in (TELLO, ARM)}
+             max_size=3).map(tuple)), max_size=3) for r in (TELLO, ARM, TYPEFLY)}
 PROGRAM = per_robot(lambda r: st.one_of(program(statements(r)), mutated(program(statements(r)))))
 
 
@@ -231,7 +232,8 @@ def test_guard_rejects_smuggled_call_lists():
             return
         how = data.draw(st.integers(0, 4))
         if how == 0 or not calls:  # add a call
-            calls.append(SkillCall("move_forward", "mf", (500,)) if robot is TELLO else SkillCall("home", "hm", ()))
+            calls.append(SkillCall("move_forward", "mf", (500,)) if robot is TELLO
+                         else SkillCall("move", "m", (500, 0)) if robot is TYPEFLY else SkillCall("home", "hm", ()))
         elif how == 1:  # drop one
             calls.pop(data.draw(st.integers(0, len(calls) - 1)))
         elif how == 2:  # change an argument (same value, other type; or other value)
