@@ -24,6 +24,7 @@ Axes: `distance_cm` (path length of moves, up/down included), `turn_deg` (total 
 
 from __future__ import annotations
 
+import collections
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
@@ -303,25 +304,31 @@ class FlightAccount:
             raise ValueError(f"flight window must be >= 0 seconds (0: since takeoff), got {window_s!r}")
         self.robot = robot
         self.window_s = float(window_s)
-        self._charges: list[tuple[float, Travel]] = []  # (time, travel of one call), in order
+        self._charges: collections.deque[tuple[float, Travel]] = collections.deque()  # window: (time, travel)
+        self._total = ZERO  # since takeoff (window_s == 0): the running sum
 
     def reset(self) -> None:
         """The robot landed: the next takeoff starts a new flight."""
         self._charges.clear()
+        self._total = ZERO
 
     def used(self, now: float) -> Travel:
         """Travel commanded in the window (since takeoff when window_s is 0)."""
-        if self.window_s > 0:
-            cutoff = now - self.window_s
-            while self._charges and self._charges[0][0] < cutoff:
-                self._charges.pop(0)
+        if self.window_s == 0:
+            return self._total
+        cutoff = now - self.window_s
+        while self._charges and self._charges[0][0] < cutoff:
+            self._charges.popleft()
         out = ZERO
         for _, t in self._charges:
             out = out.then(t)
         return out
 
     def add(self, t: Travel, now: float) -> None:
-        self._charges.append((now, t))
+        if self.window_s == 0:
+            self._total = self._total.then(t)
+        else:
+            self._charges.append((now, t))
 
     def scope(self) -> str:
         return f"the last {self.window_s:g} s of flight" if self.window_s > 0 else "this flight (since takeoff)"
