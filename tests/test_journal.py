@@ -144,3 +144,15 @@ def test_journal_path_under_a_file_or_in_a_missing_folder_is_a_one_line_error(tm
     assert check_journal_path(typo, arg="--journal") == typo
     with pytest.raises(InputError, match="is a directory"):
         check_journal_path(tmp_path)
+
+
+def test_ros_planner_journal_path_in_a_missing_folder_is_a_one_line_config_error(tmp_path):
+    from timelyllm_ros.nodes.wiring import ConfigError, build_planner
+
+    f = tmp_path / "file"
+    f.write_text("x")
+    for bad, words in ((tmp_path / "jornal" / "j.db", "does not exist"), (f / "j.db", "is a file, not a folder")):
+        with pytest.raises(ConfigError, match=words) as ei:
+            build_planner({"journal_path": str(bad)})
+        assert "\n" not in str(ei.value)
+    assert not (tmp_path / "jornal").exists()
