@@ -1,10 +1,15 @@
 """Large fuzz run of the segmenter -> guard -> executor path (tests/test_fuzz_guard.py runs 2000
 examples per property with Hypothesis; this runs a seeded random generator for many more).
 
-Each input is a random or mutated MiniSpec program (drone or arm) or chat reply, with injection-
+Each input is a random or mutated MiniSpec program (drone with TypeFly's paper-era skills
+(robots/tello.yaml) or its current ones (robots/tello_typefly.yaml: conditions may start with an
+assignment, `&&` / `||`), or arm) or chat reply, with injection-
 like strings ('; rm -rf /, nested and escaped quotes, unicode, bidi controls, huge numbers, NaN,
 negative values, newlines), variables bound to perception results and literals, and expressions
-(arithmetic, parentheses, unary minus, value skills) as skill arguments.  It is fed to the
+(arithmetic, parentheses, unary minus, value skills) as skill arguments; one input in ten also holds a
+*deep* statement (issue 26): operator chains of up to 1,500 operators, parentheses / unary minus /
+value calls nested up to 500 deep, blocks nested up to 60 deep -- the front end must reject what
+passes its limits with a reason, never crash (a RecursionError counts as a crash).  It is fed to the
 segmenter in random token pieces; every valid cut goes through the guard as the planner would do
 before dispatch (with the plan's state), every literal call is checked by an independent oracle
 (schema + Tello SDK ranges), and valid statements are also sent with tampered call lists.
@@ -53,6 +58,7 @@ INJECTIONS = ["'; rm -rf /", "\\'; mf(500); '", "');mf(500);l('", "}{", "?", ":{
 SPECIALS = ";{}()'\\?:_=-<>&|,. \n0123456789\u202e\x00\u00e9\U0001f408"
 NUMBERS = [0, -1, 1, 19, 20, 21, 50, 90, 499, 500, 501, 359, 360, 361, -80, 80, 81, 90, 91, -181, 180, 10**25,
            -10**40, 2**63]
+LIMIT_WORDS = ("operators (limit", "nested deeper than", "longer than")  # the front end's size limits
 CHAT_WORDS = ["Hi", "Dr.", "e.g.", "3.5", "U.S.", "1.", "ok", "\n", "\n\n", "?!", "\"", "...", "A.", "I.", "etc.",
               "\x07", "\u202e", "\U0001f408", "  ", "The", "drone", "is", "here.", "Why?", "Yes!"]
 
@@ -60,6 +66,7 @@ CHAT_WORDS = ["Hi", "Dr.", "e.g.", "3.5", "U.S.", "1.", "ok", "\n", "\n\n", "?!"
 class Gen:
     def __init__(self, rng: random.Random) -> None:
         self.r = rng
+        self.deep_statements = 0  # deep statements generated (`deep`)
 
     def string(self) -> str:
         r = self.r
@@ -145,9 +152,11 @@ class Gen:
 
     def test(self, robot: RobotSpec) -> str:
         parts = []
+        if self.r.random() < 0.25:  # TypeFly: an assignment as the first operand, ?_1=sd('x'){g(_1)}
+            parts.append(self.r.choice(VARS) + "=")
         for i in range(self.r.randint(1, 3)):
             if i:
-                parts.append(self.r.choice("&|"))
+                parts.append(self.r.choice(["&", "|", "&", "|", "&&", "||"]))
             parts.append(self.operand(robot))
             if self.r.random() < 0.7:
                 parts += [self.r.choice(["==", "!=", "<", ">", "<=", ">="]), self.operand(robot)]
@@ -172,6 +181,51 @@ class Gen:
         if r.random() < 0.4:
             s += ":{" + ";".join(self.statement(robot, depth + 1) for _ in range(r.randint(0, 2))) + "}"
         return s
+
+    DEEP_SIZES = (1, 2, 8, 15, 16, 17, 30, 63, 64, 65, 100, 500, 900, 1000, 1000, 1000, 1020, 1500)
+
+    def deep(self, robot: RobotSpec) -> str:
+        """A statement with a long operator chain or deep nesting (in or past the parser's limits)."""
+        r = self.r
+        n = r.choice(self.DEEP_SIZES)
+        k = r.randint(0, 7)
+        self.deep_statements += k != 7
+
+        short = r.random() < 0.6  # short operands: a 1,000-long chain still fits one statement
+
+        def operand() -> str:
+            if short:
+                return r.choice("12")
+            return r.choice(["1", "2", "_1", "True", "0.5", self.value_call(robot), "(1+1)", "-_2"])
+
+        def chain(ops: str, m: int) -> str:  # one operator throughout (the deepest tree) or mixed
+            if r.random() < 0.5:
+                ops = r.choice(ops)
+            return operand() + "".join(r.choice(ops) + operand() for _ in range(m))
+
+        if k == 0:  # a long condition
+            return f"?{chain('&|', n)}{{{self.call(robot) if not short else 'tp'}}}"
+        if k == 1:  # a long sum / product as an argument
+            spec = r.choice([s for s in robot.skills.values() if s.args and s.args[0].type in ("int", "float")]
+                            or list(robot.skills.values()))
+            return f"{spec.abbr}({chain('+-*/', n)})"
+        if k == 2:  # deep parentheses
+            return f"{r.choice(VARS)}=" + "(" * n + chain("+*&", r.randint(0, 3)) + ")" * n
+        if k == 3:  # deep unary minus (with and without parentheses)
+            return "->" + r.choice(["-" * n + "_1", "-(" * n + "1" + ")" * n])
+        if k == 4:  # deep blocks: loops and conditionals
+            opener = r.choice(["1{", "?True{", "2{", "?_1>0{"])
+            return opener * n + self.call(robot) + "}" * n
+        if k == 5:  # nested value calls
+            specs = [s for s in robot.skills.values() if s.returns != "none" and s.args]
+            if not specs:
+                return self.call(robot)
+            spec = r.choice(specs)
+            return f"{r.choice(VARS)}=" + f"{spec.abbr}(" * n + "'cat'" + ")" * n
+        if k == 6:  # a chain of comparisons joined by & / | (the 1,000-long & chain of issue 26)
+            return "?" + "&".join(f"{operand()}{r.choice(['<', '>', '==', '!='])}{operand()}"
+                                  for _ in range(n // 2 + 1)) + "{tp}"
+        return self.mutate(self.deep(robot))
 
     def var_plan(self, robot: RobotSpec) -> str:
         """A plausible drone plan whose skill arguments come from variables bound to perception
@@ -219,7 +273,10 @@ class Gen:
 
     def program(self, robot: RobotSpec) -> str:
         sep = self.r.choice([";", ";\n", "; ", ""])
-        p = sep.join(self.statement(robot) for _ in range(self.r.randint(1, 5)))
+        stmts = [self.statement(robot) for _ in range(self.r.randint(1, 5))]
+        if self.r.random() < 0.2:  # with the tello var_plan half: ~1 input in 10 holds a deep statement
+            stmts.insert(self.r.randint(0, len(stmts)), self.deep(robot))
+        p = sep.join(stmts)
         if self.r.random() < 0.5:
             p += ";"
         return self.mutate(p) if self.r.random() < 0.5 else p
@@ -264,7 +321,15 @@ def oracle_problem(robot: RobotSpec, c: SkillCall, *, resolved: bool = False) ->
                 ok = v.isprintable()
             if not ok or len(v) > a.max_len:
                 return "bad string"
-    if robot.robot_type == "tello" and c.args and (resolved or c.args[0] is not None):
+    if robot.hardware == "tello" and c.name in ("move", "lift", "rotate"):  # TypeFly's signed skills
+        least, zero_ok = {"move": (20, True), "lift": (20, False), "rotate": (1, False)}[c.name]
+        most = 360 if c.name == "rotate" else 500
+        for v in c.args:
+            if v is None and not resolved:
+                continue
+            if type(v) is not int or not (least <= abs(v) <= most or (zero_ok and v == 0)):
+                return f"tello {c.name} amount"
+    if robot.hardware == "tello" and c.args and (resolved or c.args[0] is not None):
         v = c.args[0]
         if c.name.startswith("move_") and not (type(v) is int and 20 <= v <= 500):
             return "tello move range"
@@ -278,6 +343,7 @@ def tamper(rng: random.Random, robot: RobotSpec, calls: list[SkillCall]) -> list
     how = rng.randint(0, 4)
     if how == 0 or not calls:
         calls.append(SkillCall("move_forward", "mf", (500,)) if robot.robot_type == "tello"
+                     else SkillCall("move", "m", (500, 0)) if robot.robot_type == "tello_typefly"
                      else SkillCall("home", "hm", ()))
     elif how == 1:
         calls.pop(rng.randrange(len(calls)))
@@ -336,6 +402,7 @@ class ExecPath:
         if self.kind == "simulated":
             self.backend.perception = SimulatedPerception(self.rng.sample(OBJECTS[:3], self.rng.randint(0, 3)),
                                                           seed=self.rng.randrange(10**6))
+        self.ex.new_flight()  # one emulated drone flies every plan: each plan counts as its own flight
         for g in goals:
             rep = self.ex.execute(g)
             st["exec_goals"] += 1
@@ -478,26 +545,27 @@ def main() -> int:
     rng = random.Random(args.seed)
     gen = Gen(rng)
     robots = load_robots()
-    minispec = [robots["tello"], robots["arm"]]
+    minispec = [robots["tello"], robots["arm"], robots["tello_typefly"]]
     chat = robots["chat"]
     st = dict(inputs=0, cuts=0, valid_cuts=0, dispatched=0, invalid_dispatched=0, guard_rejected_valid_cut=0,
               guard_rejected_with_plan_state=0, split_mismatch=0, tamper_tries=0, tamper_accepted=0, raw_statements=0, raw_accepted=0,
-              computed_args_dispatched=0, exec_inputs=0, exec_goals=0, exec_ok=0, exec_refused_or_failed=0,
+              computed_args_dispatched=0, deep_statements=0, limit_rejected_cuts=0, exec_inputs=0, exec_goals=0, exec_ok=0, exec_refused_or_failed=0,
               exec_runtime_refusals=0, backend_calls=0, emulator_commands=0, invalid_commands=0, crashes=0)
     first_failures: list[str] = []
     execp = fleet = None
     if args.exec == "tello":
         fleet = TelloFleet(robots["tello"], args.tello_drones, args.seed, args.progress_every, st)
     elif args.exec == "simulated":
-        execp = ExecPath(robots["tello"], args.exec, random.Random(args.seed + 1))
+        execp = {rt: ExecPath(robots[rt], args.exec, random.Random(args.seed + 1 + i))
+                 for i, rt in enumerate(("tello", "tello_typefly"))}
     t0 = time.perf_counter()
     exec_s = 0.0
     for n in range(args.inputs):
         st["inputs"] += 1
-        robot = chat if n % 5 == 4 else minispec[n % 2]
+        robot = chat if n % 5 == 4 else minispec[n % 5 % 3]
         if robot is chat:
             text = gen.chat()
-        elif robot.robot_type == "tello" and rng.random() < 0.5:
+        elif robot.hardware == "tello" and rng.random() < 0.5:
             text = gen.var_plan(robot)
         else:
             text = gen.program(robot)
@@ -517,6 +585,7 @@ def main() -> int:
             for c in cuts:
                 st["cuts"] += 1
                 if not c.ok:
+                    st["limit_rejected_cuts"] += any(w in c.error for w in LIMIT_WORDS)
                     break  # the planner fails the generation at its first invalid statement
                 st["valid_cuts"] += 1
                 v = check_segment(robot, c.text, c.calls, plan)  # what the planner does before dispatch
@@ -547,10 +616,10 @@ def main() -> int:
             if fleet is not None and robot.robot_type == "tello" and goals and st["exec_inputs"] < args.tello_inputs:
                 st["exec_inputs"] += 1
                 fleet.submit(n, goals, text)
-            elif execp is not None and robot.robot_type == "tello" and goals:
+            elif execp is not None and robot.hardware == "tello" and goals:
                 st["exec_inputs"] += 1
                 e0 = time.perf_counter()
-                execp.run(f"p{n}", goals, st, first_failures)
+                execp[robot.robot_type].run(f"p{n}", goals, st, first_failures)
                 exec_s += time.perf_counter() - e0
             if robot is not chat:  # the guard alone on a raw (maybe invalid) statement
                 stmt = gen.mutate(gen.statement(robot))
@@ -569,10 +638,13 @@ def main() -> int:
         except Exception:  # noqa: BLE001 - counting crashes is the point
             st["crashes"] += 1
             first_failures.append(f"CRASH on {text!r}:\n{traceback.format_exc()}")
+    st["deep_statements"] = gen.deep_statements
     reasons: dict[str, int] = {}
     if execp is not None:
-        execp.close(st, first_failures)
-        reasons = execp.reasons
+        for p in execp.values():
+            p.close(st, first_failures)
+            for k, v in p.reasons.items():
+                reasons[k] = reasons.get(k, 0) + v
     if fleet is not None:
         reasons = fleet.finish(st, first_failures)
         exec_s = fleet.busy_s

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""The MiniSpec corpus (tests/data/minispec_corpus.txt) through segmenter -> guard -> executor.
+"""The MiniSpec corpora through segmenter -> guard -> executor: tests/data/minispec_corpus.txt on
+robots/tello.yaml (TypeFly's paper-era skills) and tests/data/minispec_corpus_typefly.txt on
+robots/tello_typefly.yaml (TypeFly's current skill names, assignments in conditions, && / ||).
 
 For every plan: segmentation streamed one character at a time must equal whole-text segmentation;
 the plan is *dispatchable* when every segment is valid and the dispatch guard accepts it (with the
@@ -27,6 +29,8 @@ from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor, Simula
 from timelyllm_ros.executors.simulated import SimulatedBackend  # noqa: E402
 
 CORPUS = ROOT / "tests" / "data" / "minispec_corpus.txt"
+TYPEFLY_CORPUS = ROOT / "tests" / "data" / "minispec_corpus_typefly.txt"
+CORPORA = ((CORPUS, "tello"), (TYPEFLY_CORPUS, "tello_typefly"))  # (file, robot type)
 
 
 @dataclass
@@ -87,15 +91,19 @@ def check(entry: Entry, robot: RobotSpec, *, run: bool = True) -> Outcome:
 
 
 def main() -> int:
-    robot = load_robots()["tello"]
-    outcomes = [check(e, robot) for e in load_corpus()]
+    robots = load_robots()
+    return max(report(path, robots[rtype]) for path, rtype in CORPORA)
+
+
+def report(path: Path, robot: RobotSpec) -> int:
+    outcomes = [check(e, robot) for e in load_corpus(path)]
     expected_ok = [o for o in outcomes if not o.entry.refusal]
     expected_refused = [o for o in outcomes if o.entry.refusal]
-    print(f"corpus: {len(outcomes)} plans ({CORPUS.relative_to(ROOT)}), "
+    print(f"corpus: {len(outcomes)} plans ({path.relative_to(ROOT)}, robot {robot.robot_type}), "
           f"{sum(o.segments for o in outcomes)} segments")
     print(f"streamed 1 char at a time == whole text: {sum(o.stream_equal for o in outcomes)}/{len(outcomes)}")
-    print(f"dispatchable: {sum(o.dispatchable for o in expected_ok)}/{len(expected_ok)} plans the Tello schema "
-          f"allows; ran on the simulated executor: "
+    print(f"dispatchable: {sum(o.dispatchable for o in expected_ok)}/{len(expected_ok)} plans the {robot.robot_type} "
+          f"schema allows; ran on the simulated executor: "
           f"{sum(all(c == ResultCode.OK.name for c in o.run_codes) for o in expected_ok)} with every segment OK")
     print(f"refused as expected: {sum(not o.dispatchable and o.entry.refusal in o.reason for o in expected_refused)}"
           f"/{len(expected_refused)} plans TypeFly's grammar accepts but the Tello schema / envelope does not:")

@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from timelyllm_ros.core.minispec import parse_program  # noqa: E402
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
 from timelyllm_ros.core.types import ResultCode, SegmentGoal  # noqa: E402
 from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor, SimulatedPerception  # noqa: E402
@@ -60,7 +61,11 @@ def main() -> int:
     t_start = time.perf_counter()
     for i in range(a.goals):
         t0 = time.monotonic()
-        rep = ex.execute(SegmentGoal(f"plan{i // 3}", "d1", "tello", i % 3, rng.choice(PLANS), (), 1.0, False))
+        if i % 3 == 0:
+            ex.new_flight()  # one emulated drone flies every plan: each plan counts as its own flight
+        text = rng.choice(PLANS)
+        calls = parse_program(text, tello, check=False)[1]  # a goal carries the calls of its text
+        rep = ex.execute(SegmentGoal(f"plan{i // 3}", "d1", "tello", i % 3, text, calls, 1.0, False))
         took = time.monotonic() - t0
         longest = max(longest, took)
         late += took > a.timeout + 0.5

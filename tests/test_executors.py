@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from timelyllm_ros.core.minispec import MiniSpecError, parse_program
 from timelyllm_ros.core.robots import load_robots
 from timelyllm_ros.core.types import ResultCode, SegmentGoal, SkillCall
 from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor, SimulatedPerception
@@ -17,7 +18,13 @@ ROBOTS = load_robots()
 SCALE = 0.002  # robot seconds -> test seconds
 
 
-def goal(text, idx=0, rid="r1", robot="tello", calls=(), est=1.0):
+def goal(text, idx=0, rid="r1", robot="tello", calls=None, est=1.0):
+    """A goal as the planner sends it: its calls are the ones written in its text."""
+    if calls is None:
+        try:
+            calls = parse_program(text, ROBOTS[robot], check=False)[1]
+        except MiniSpecError:
+            calls = ()
     return SegmentGoal(rid, "drone1", robot, idx, text, tuple(calls), est, False)
 
 
@@ -116,10 +123,10 @@ def test_feedback_reports_each_call():
 
 def test_flat_calls_fallback_and_chat_reading_time():
     ex, be = make(config=ExecutorConfig(use_interpreter=False))
-    rep = ex.execute(goal("ignored", calls=[SkillCall("move_forward", "mf", (50,)),
-                                            SkillCall("turn_cw", "tc", (30,))]))
+    rep = ex.execute(goal("mf(50);tc(30);", calls=[SkillCall("move_forward", "mf", (50,)),
+                                                   SkillCall("turn_cw", "tc", (30,))]))
     assert rep.code == ResultCode.OK and [c.abbr for c, _ in be.calls] == ["mf", "tc"]
-    bad = ex.execute(goal("ignored", 1, calls=[SkillCall("move_forward", "mf", (5,))]))
+    bad = ex.execute(goal("mf(5);", 1, calls=[SkillCall("move_forward", "mf", (5,))]))
     assert bad.code == ResultCode.REJECTED
     chat, cbe = make("chat")
     sentence = "The cat is on the red chair by the window."
@@ -209,3 +216,59 @@ def test_node_rejects_bad_goals_and_reports_failures(graph):
     assert "below minimum" in o.result["error_message"] and be.calls == []
     r = c.segment_result_from_fields(o.result, request_id="r1", segment_index=1, received_at=0.0)
     assert r.code == ResultCode.REJECTED
+
+
+# ---------------------------------------------------------------- flight envelope (issue 26)
+
+class FlyingSim(SimulatedBackend):
+    """A simulated drone that reports whether it is airborne (as the Tello backend does)."""
+
+    flying = False
+
+    def begin_goal(self, goal, ctx):
+        self.flying = True  # takes off on its first goal
+
+
+MF = lambda n: goal(f"mf({n});", rid=f"x{time.monotonic_ns()}")  # noqa: E731 - a fresh request id each
+
+
+def test_flight_envelope_counts_every_goal_since_takeoff_and_restarts_after_landing():
+    be = FlyingSim(ROBOTS["tello"], time_scale=0.0)
+    ex = SegmentExecutor(ROBOTS["tello"], be, ExecutorConfig(timeout_s=30))
+    assert [ex.execute(MF(500)).code for _ in range(11)] == [ResultCode.OK] * 10 + [ResultCode.REJECTED]
+    be.flying = False  # landed: the next goal's takeoff starts a new flight
+    assert ex.execute(MF(500)).code is ResultCode.OK
+
+
+def test_flight_window_slides_and_a_simulated_robot_without_a_window_has_no_flight_account():
+    now = [0.0]
+    ex = SegmentExecutor(ROBOTS["tello"], SimulatedBackend(ROBOTS["tello"], time_scale=0.0),
+                         ExecutorConfig(timeout_s=30, flight_window_s=1000.0), clock=lambda: now[0])
+    codes = []
+    for _ in range(12):
+        codes.append(ex.execute(MF(500)).code)
+        now[0] += 10.0
+    assert codes == [ResultCode.OK] * 10 + [ResultCode.REJECTED] * 2  # 5,000 cm in the last 1,000 s
+    assert "the last 1000 s of flight would command distance_cm 5500" in ex.execute(MF(500)).error
+    now[0] = 1005.0  # the first goal (t = 0) left the window, the second (t = 10) not yet
+    assert ex.execute(MF(500)).code is ResultCode.OK
+    assert ex.execute(MF(500)).code is ResultCode.REJECTED
+    plain = SegmentExecutor(ROBOTS["tello"], SimulatedBackend(ROBOTS["tello"], time_scale=0.0))
+    assert plain.flight is None and all(plain.execute(MF(500)).code is ResultCode.OK for _ in range(20))
+    with pytest.raises(ValueError, match="flight window"):
+        SegmentExecutor(ROBOTS["tello"], SimulatedBackend(ROBOTS["tello"]), ExecutorConfig(flight_window_s=-1))
+
+
+def test_flight_limits_from_the_robot_yaml():
+    import yaml
+
+    from timelyllm_ros.core.robots import parse_robot
+
+    data = yaml.safe_load(open(ROBOTS["tello"].source))
+    data["envelope"]["flight"] = {"distance_cm": 1200}
+    robot = parse_robot(data, "t.yaml")
+    be = FlyingSim(robot, time_scale=0.0)
+    ex = SegmentExecutor(robot, be, ExecutorConfig(timeout_s=30))
+    reps = [ex.execute(goal(f"mf(500);", rid=f"y{i}")) for i in range(3)]
+    assert [r.code for r in reps] == [ResultCode.OK, ResultCode.OK, ResultCode.REJECTED]
+    assert "this flight (since takeoff) would command distance_cm 1500 (envelope 1200)" in reps[2].error

@@ -26,6 +26,7 @@ from fuzz_guard import oracle_problem  # noqa: E402  (one independent oracle for
 
 ROBOTS = load_robots()
 TELLO, ARM, CHAT = ROBOTS["tello"], ROBOTS["arm"], ROBOTS["chat"]
+TYPEFLY = ROBOTS["tello_typefly"]  # TypeFly's current skill names (issue 27)
 N = int(os.environ.get("TIMELYLLM_FUZZ_EXAMPLES", "2000"))
 PROFILE = settings(max_examples=N, derandomize=True, deadline=None, database=None, print_blob=True,
                    suppress_health_check=list(HealthCheck))
@@ -107,10 +108,10 @@ def call_text(draw, robot: RobotSpec) -> str:
 
 @st.composite
 def cond_text(draw, operand) -> str:
-    parts = []
+    parts = [draw(st.sampled_from(["", "", "", "_1=", "_2="]))]  # TypeFly: ?_1=sd('x'){g(_1)}
     for k in range(draw(st.integers(1, 3))):
         if k:
-            parts.append(draw(st.sampled_from("&|")))
+            parts.append(draw(st.sampled_from(["&", "|", "&&", "||"])))
         if draw(st.booleans()):
             parts.append(draw(operand))
         else:
@@ -166,7 +167,7 @@ def program(draw, stmt) -> str:
 
 def per_robot(make):
     """(robot, text) strategy; strategies are built once per robot, not per example."""
-    return st.one_of(*[st.tuples(st.just(r), make(r)) for r in (TELLO, ARM)])
+    return st.one_of(*[st.tuples(st.just(r), make(r)) for r in (TELLO, ARM, TYPEFLY)])
 
 
 STATEMENT = per_robot(statements)
@@ -175,7 +176,7 @@ STATEMENT_OR_MUTANT = per_robot(lambda r: st.one_of(statements(r), statements(r)
 RANDOM_CALLS = {r.robot_type: st.lists(st.builds(
     SkillCall, st.sampled_from(list(r.skills)), st.sampled_from(["mf", "pk", "l", "tp", "g"]),
     st.lists(st.one_of(numbers, strings, st.booleans(), st.sampled_from([10**5000, -10**5000, float("nan")])),
-             max_size=3).map(tuple)), max_size=3) for r in (TELLO, ARM)}
+             max_size=3).map(tuple)), max_size=3) for r in (TELLO, ARM, TYPEFLY)}
 PROGRAM = per_robot(lambda r: st.one_of(program(statements(r)), mutated(program(statements(r)))))
 
 
@@ -231,7 +232,8 @@ def test_guard_rejects_smuggled_call_lists():
             return
         how = data.draw(st.integers(0, 4))
         if how == 0 or not calls:  # add a call
-            calls.append(SkillCall("move_forward", "mf", (500,)) if robot is TELLO else SkillCall("home", "hm", ()))
+            calls.append(SkillCall("move_forward", "mf", (500,)) if robot is TELLO
+                         else SkillCall("move", "m", (500, 0)) if robot is TYPEFLY else SkillCall("home", "hm", ()))
         elif how == 1:  # drop one
             calls.pop(data.draw(st.integers(0, len(calls) - 1)))
         elif how == 2:  # change an argument (same value, other type; or other value)
@@ -361,3 +363,69 @@ def test_chat_segmenter_agrees_with_guard():
                 assert c.calls == (SkillCall("say", "say", (c.text,)),)
 
     run_counted(prop, "chat segmenter: random sentences")
+
+
+def test_deep_nesting_and_long_chains_are_rejected_with_a_reason_never_crash():
+    """Issue 26: operator chains up to 1,500 long and nesting up to 500 deep (parentheses, unary
+    minus, value calls, blocks) go through segmenter (random token splits), guard and executor:
+    nothing raises (a RecursionError would), what passes a size limit is rejected naming it, what
+    is accepted is safe."""
+    from timelyllm_ros.core.minispec import MAX_DEPTH, MAX_EXPR_DEPTH, MAX_OPERATORS
+    from timelyllm_ros.core.types import SegmentGoal
+    from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor, SimulatedPerception
+    from timelyllm_ros.executors.simulated import SimulatedBackend
+
+    backend = SimulatedBackend(TELLO, time_scale=0.0, perception=SimulatedPerception(("cat",), seed=5))
+    ex = SegmentExecutor(TELLO, backend, ExecutorConfig(timeout_s=5.0))
+    sizes = st.sampled_from([1, 2, 15, 16, 17, 30, 63, 64, 65, 100, 500, 999, 1000, 1500])
+    leaf = st.sampled_from(["1", "2", "_1", "iv('cat')", "ox('cat')", "True"])
+
+    @st.composite
+    def deep(draw):
+        n = draw(sizes)
+        kind = draw(st.sampled_from(["chain", "cond", "parens", "neg", "calls", "blocks"]))
+        if kind in ("chain", "cond"):
+            op = draw(st.sampled_from("&|+-*/<"))
+            ops = [op if op != "<" else draw(st.sampled_from("&|+")) for _ in range(n)]
+            body = draw(leaf) + "".join(o + draw(leaf) for o in ops)
+            text = f"mf({body})" if kind == "chain" else f"?{body}{{tp}}"
+            return text, n > MAX_OPERATORS
+        if kind == "parens":
+            return "_1=" + "(" * n + "1+1" + ")" * n, n >= MAX_EXPR_DEPTH
+        if kind == "neg":
+            return "->" + "-" * n + "_1", n > MAX_EXPR_DEPTH
+        if kind == "calls":
+            return "_2=" + "ox(" * n + "'cat'" + ")" * n, n > MAX_EXPR_DEPTH
+        return "1{" * n + "tp" + "}" * n, n > MAX_DEPTH
+
+    @PROFILE
+    @given(deep(), st.lists(st.integers(0, 4000), max_size=12))
+    def prop(count, item, splits):
+        text, over = item
+        count[0] += 1
+        seg = Segmenter(TELLO)
+        cuts, last = [], 0
+        for i in sorted(set(min(s, len(text)) for s in splits)) + [len(text)]:
+            cuts.extend(seg.feed(text[last:i]))
+            last = i
+        cuts.extend(seg.finish())
+        c = cuts[0]
+        if over:  # a statement cut for its length leaves its tail as a second (failed) cut
+            assert not any(x.ok for x in cuts)
+            assert any(w in c.error for w in ("operators (limit", "nested deeper", "longer than")), c
+            return
+        assert len(cuts) == 1
+        if not c.ok:
+            return  # e.g. a type error (a str where a number goes): rejected for that, with a reason
+        v = check_segment(TELLO, c.text, c.calls)
+        assert not v.reason.startswith("internal guard error"), v.reason
+        if v.ok:
+            rep = ex.execute(SegmentGoal(f"d{count[0]}", "d", "tello", 0, c.text, c.calls, 1.0, c.blocking))
+            assert not rep.error.startswith("executor error"), rep.error
+            ex.forget(f"d{count[0]}")
+            for call, _ in backend.calls:
+                assert oracle_problem(TELLO, call, resolved=True) is None, call
+            backend.calls.clear()
+            count[1] += 1
+
+    run_counted(prop, "deep nesting / long operator chains")

@@ -117,3 +117,42 @@ def test_ros_planner_wiring_recovers_from_its_journal(tmp_path):
         shutdown()
     with pytest.raises(ConfigError, match="journal_path"):
         build_planner({"journal_path": str(tmp_path)})  # a directory: clear error at start
+
+
+def test_journal_path_under_a_file_or_in_a_missing_folder_is_a_one_line_error(tmp_path):
+    """Issue 26: a path under a file was a traceback (mkdir's NotADirectoryError); a mistyped
+    folder was created silently, and the empty journal in it recovered nothing."""
+    from timelyllm_ros.inputs import InputError, check_journal_path
+
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(InputError) as ei:
+        check_journal_path(f / "j.db")
+    assert str(ei.value) == f"journal_path '{f / 'j.db'}': '{f}' is a file, not a folder"
+    with pytest.raises(JournalError, match="is a file, not a folder"):
+        Journal(f / "j.db")
+    typo = tmp_path / "jornals" / "j.db"
+    with pytest.raises(InputError, match=r"folder '.*jornals' does not exist \(a mistyped path"):
+        check_journal_path(typo)
+    with pytest.raises(JournalError, match="does not exist"):
+        Journal(typo)
+    assert not typo.parent.exists()  # nothing created
+    j = Journal(typo, create_dir=True)  # explicitly asked for
+    assert j.created and typo.exists()
+    j.close()
+    assert not Journal(typo).created  # reopened: the journal it had
+    assert check_journal_path(typo, arg="--journal") == typo
+    with pytest.raises(InputError, match="is a directory"):
+        check_journal_path(tmp_path)
+
+
+def test_ros_planner_journal_path_in_a_missing_folder_is_a_one_line_config_error(tmp_path):
+    from timelyllm_ros.nodes.wiring import ConfigError, build_planner
+
+    f = tmp_path / "file"
+    f.write_text("x")
+    for bad, words in ((tmp_path / "jornal" / "j.db", "does not exist"), (f / "j.db", "is a file, not a folder")):
+        with pytest.raises(ConfigError, match=words) as ei:
+            build_planner({"journal_path": str(bad)})
+        assert "\n" not in str(ei.value)
+    assert not (tmp_path / "jornal").exists()

@@ -122,6 +122,9 @@ def test_program_with_else_attached():
     ("True", "expected a statement", 0),
     ("{{{{{{{{{tp}}}}}}}}}", "expected a statement", 0),
     ("1{" * 9 + "tp" + "}" * 9, "nested deeper", 17),
+    ("?" + "&".join(["1"] * 1000) + "{tp}", "more than 64 operators", 130),  # issue 26: RecursionError before
+    ("mf(" + "+".join(["1"] * 66) + ")", "more than 64 operators", 132),
+    ("mf(ox(" + "+".join(["1"] * 40) + ")*(" + "+".join(["1"] * 30) + "))", "more than 64 operators", 137),
 ])
 def test_errors_have_message_and_position(text, fragment, pos):
     with pytest.raises(MiniSpecError) as ei:

@@ -195,3 +195,36 @@ def test_planner_guard_keeps_plan_state_across_segments():
     assert sent == ["_1=p('How far?');"]
     g, sent = run("2{mf(500)};2{mf(500)};2{mf(500)};2{mf(500)};2{mf(500)};mf(20);")
     assert g.state is GenState.FAILED and "plan would command distance_cm 5020" in g.reason and len(sent) == 5
+
+
+def test_largest_accepted_expressions_need_a_bounded_stack():
+    """The front end has no recursion whose depth the input controls (issue 26): the largest
+    expression the parser accepts (MAX_OPERATORS operators under MAX_EXPR_DEPTH - 1 parentheses,
+    in a statement nested MAX_DEPTH blocks deep) goes through parser, static checks, guard,
+    envelope and interpreter with at most 400 frames of stack to spare."""
+    import sys
+
+    from timelyllm_ros.core.minispec import MAX_DEPTH, MAX_EXPR_DEPTH, MAX_OPERATORS
+
+    chain = "(" * (MAX_EXPR_DEPTH - 2) + "+".join(["1"] * (MAX_OPERATORS + 1)) + ")" * (MAX_EXPR_DEPTH - 2)
+    conj = "&".join(["iv('a')"] * 16 + ["1<2"] * 16) + "|" + "|".join(["True"] * (MAX_OPERATORS - 48))
+    texts = ["1{" * (MAX_DEPTH - 1) + f"?{conj}{{mf({chain})}}" + "}" * (MAX_DEPTH - 1),
+             f"_9={conj}", f"->{chain}"]
+    frames = 0
+    f = sys._getframe()
+    while f is not None:
+        frames, f = frames + 1, f.f_back
+    old = sys.getrecursionlimit()
+    sent = []
+    try:
+        sys.setrecursionlimit(frames + 400)
+        for text in texts:
+            parsed = parse_statement(text + " ", TELLO)  # a fresh text: not served from the parse cache
+            verdict = check_segment(TELLO, text, parsed.calls)
+            assert verdict.ok, verdict.reason
+            env: dict = {}
+            run_statement(parsed.stmt, TELLO, lambda c: sent.append(c) or (True if c.abbr == "iv" else None), env)
+            hash(parsed.stmt), repr(parsed.stmt)
+    finally:
+        sys.setrecursionlimit(old)
+    assert [str(c) for c in sent if c.abbr == "mf"] == ["mf(65)"]

@@ -452,3 +452,140 @@ def test_engine_refusing_an_add_for_pinned_kv_releases_it_and_retries():
     b = planner.generations["b"]
     assert b.state is not GenState.FAILED, b.reason
     assert planner.kv_released == 1 and planner.generations["a"].extra["kv_released"] == 1
+
+
+# ---------------------------------------------------------------- isolation per request (issue 26)
+
+INNOCENT = "mf(50);tc(90);tp;"
+
+
+def _serve(planner, disp, clock, done, limit=20_000):
+    """Step, acknowledging every dispatched goal OK, until done()."""
+    acked = 0
+    for _ in range(limit):
+        if done():
+            return
+        while acked < len(disp.goals):
+            ok(planner, disp.goals[acked], clock, dur=0.01)
+            acked += 1
+        planner.step()
+    raise AssertionError("condition not reached")
+
+
+@pytest.mark.parametrize("guilty_plan, reason", [
+    ("?" + "&".join(["1"] * 1000) + "{tp;}", "more than 64 operators"),  # a 1,000-long & chain
+    ("?" + "(" * 400 + "1" + ")" * 400 + "{tp;}", "nested deeper than 16"),  # deep nesting
+    ("1{" * 40 + "tp" + "}" * 40, "blocks nested deeper than 8"),
+])
+def test_hostile_output_fails_only_its_request_beside_ten_concurrent_ones(guilty_plan, reason):
+    """A plan the front end cannot take fails its own request with the true reason; ten requests
+    generating in the same engine steps (stream mode: no suspension) all finish their plans."""
+    planner, disp, clock = make("vllm-stream", max_tokens=4096)
+    assert planner.submit(req("guilty", guilty_plan, robot="evil")).accepted
+    guilty = planner.generations["guilty"]
+    # the innocents arrive just before the guilty statement closes: their tokens share its steps
+    run_until(planner, lambda: len(guilty.text) >= len(guilty_plan) - 12)
+    for i in range(10):
+        assert planner.submit(req(f"ok{i}", INNOCENT, robot=f"d{i}")).accepted
+    planner.step()
+    assert guilty.state is GenState.RUNNING and all(planner.generations[f"ok{i}"].output_ids for i in range(10))
+    _serve(planner, disp, clock, lambda: all(g.state.terminal for g in planner.generations.values()))
+    assert guilty.state is GenState.FAILED and reason in guilty.reason, guilty.reason
+    assert not [x for x in disp.goals if x.request_id == "guilty"]  # nothing of it reached a robot
+    for i in range(10):
+        g = planner.generations[f"ok{i}"]
+        assert g.state is GenState.FINISHED, (g.gen_id, g.reason)
+        assert [s.text for s in g.segments] == ["mf(50);", "tc(90);", "tp;"]
+    assert planner.request_faults == 0  # rejected by the front end, not by an exception
+
+
+def test_a_fault_on_one_output_loses_no_token_of_the_others_in_the_same_step():
+    """An unexpected exception while handling one generation's output (here: its segmenter)
+    fails that request with the exception as its reason; the other outputs of the same engine
+    step are still recorded, so their plans come out whole."""
+    planner, disp, clock = make("vllm-stream")
+    for i in range(4):
+        assert planner.submit(req(f"r{i}", INNOCENT, robot=f"d{i}")).accepted
+    planner.step()
+    planner.step()
+    live = planner._live["r1"]
+
+    class Exploding:
+        def feed(self, text):
+            raise RecursionError("injected")
+
+        def finish(self):
+            raise RecursionError("injected")
+
+    live.segmenter = Exploding()
+    before = {i: len(planner.generations[f"r{i}"].output_ids) for i in range(4)}
+    planner.step()  # every generation got a token in this step; r1's raises
+    for i in (0, 2, 3):
+        assert len(planner.generations[f"r{i}"].output_ids) == before[i] + 1
+    bad = planner.generations["r1"]
+    assert bad.state is GenState.FAILED
+    assert bad.reason == "planner fault while handling its LLM output: RecursionError: injected"
+    assert planner.request_faults == 1
+    _serve(planner, disp, clock, lambda: all(g.state.terminal for g in planner.generations.values()))
+    for i in (0, 2, 3):
+        g = planner.generations[f"r{i}"]
+        assert g.state is GenState.FINISHED and g.text == INNOCENT, (g.reason, g.text)
+
+
+def test_a_fault_while_handling_a_result_fails_only_that_request():
+    planner, disp, clock = make("vllm-stream")
+
+    class Flaky:
+        def on_segment_result(self, gen, seg):
+            if gen.gen_id == "bad":
+                raise ValueError("listener broke")
+
+    planner.listeners.append(Flaky())
+    for rid in ("bad", "good"):
+        planner.submit(req(rid, INNOCENT, robot=rid))
+    _serve(planner, disp, clock, lambda: all(g.state.terminal for g in planner.generations.values()))
+    assert planner.generations["good"].state is GenState.FINISHED
+    bad = planner.generations["bad"]
+    assert bad.state is GenState.FAILED and bad.reason == (
+        "planner fault while handling segment 0's result: ValueError: listener broke")
+    assert "good" not in disp.cancelled
+
+
+@pytest.mark.parametrize("policy", ["timelyllm", "vllm", "vllm-stream"])
+def test_a_plan_cut_by_max_tokens_ends_failed_saying_it_was_truncated(policy):
+    """Issue 26: a plan cut by max_tokens used to end FINISHED "plan executed".  What was generated
+    before the cut runs (each statement is complete and guarded), then the request ends FAILED with
+    a reason saying the plan was truncated; the text at the cut is never dispatched."""
+    planner, disp, clock = make(policy, max_tokens=11)
+    planner.submit(req("t", "mf(50);tc(90);tp;l('done');"))  # ~20 tokens
+    _serve(planner, disp, clock, lambda: planner.generations["t"].state.terminal)
+    g = planner.generations["t"]
+    assert [x.text for x in disp.goals] == ["mf(50);", "tc(90);"]
+    assert g.state is GenState.FAILED
+    assert g.reason.startswith("plan truncated at max_tokens (11 tokens): 2 complete statement(s) before the cut, "
+                               "the rest ('tp") and g.reason.endswith("-- not the whole plan; the 2 executed")
+    # the same plan with room to finish is FINISHED; one cut before its first statement fails at once
+    planner, disp, clock = make(policy, max_tokens=64)
+    planner.submit(req("t", "mf(50);tc(90);tp;l('done');"))
+    _serve(planner, disp, clock, lambda: planner.generations["t"].state.terminal)
+    assert planner.generations["t"].state is GenState.FINISHED
+    planner, disp, clock = make(policy, max_tokens=3)
+    planner.submit(req("t", "mf(50);tc(90);"))
+    _serve(planner, disp, clock, lambda: planner.generations["t"].state.terminal)
+    g = planner.generations["t"]
+    assert g.state is GenState.FAILED and g.reason.startswith("plan truncated at max_tokens (3 tokens): 0 complete")
+    assert not disp.goals
+
+
+def test_a_trailing_statement_cut_by_max_tokens_is_never_dispatched():
+    """`tp` at the cut may be the start of `tpx(...)`: only a real end of generation completes a
+    statement without ';'."""
+    planner, disp, clock = make("vllm-stream", max_tokens=6)
+    planner.submit(req("t", "mf(50);tp"))  # 'mf', '(', '50', ')', ';', 'tp': the 6th token is the cut
+    _serve(planner, disp, clock, lambda: planner.generations["t"].state.terminal)
+    assert [x.text for x in disp.goals] == ["mf(50);"]
+    assert planner.generations["t"].state is GenState.FAILED
+    planner, disp, clock = make("vllm-stream", max_tokens=64)  # ended by the model: `tp` is a statement
+    planner.submit(req("t", "mf(50);tp"))
+    _serve(planner, disp, clock, lambda: planner.generations["t"].state.terminal)
+    assert [x.text for x in disp.goals] == ["mf(50);", "tp"] and planner.generations["t"].state is GenState.FINISHED

@@ -247,3 +247,17 @@ def test_rclpy_transport_imports_without_ros_and_says_what_to_run(tmp_path):
                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(c.REPO_ROOT)})
     assert out.returncode == 0, out.stderr
     assert "run `make env`" in out.stdout and "setup.bash" not in out.stdout
+
+
+def test_a_plan_with_a_nul_is_refused_before_it_is_sent():
+    """Issue 26: `timelyllm request --plan` (and any agent) gets a one-line error instead of a plan
+    that DDS would cut at the NUL."""
+    from timelyllm_ros.nodes.agent import plan_request_fields
+
+    with pytest.raises(c.MessageError, match="field 'reference_plan' contains a NUL character"):
+        plan_request_fields(request_id="r1", robot_id="d1", robot_type="tello", task="t", plan="mf(50);\x00tc(90);")
+    with pytest.raises(c.MessageError, match="field 'task' contains a NUL"):
+        plan_request_fields(request_id="r1", robot_id="d1", robot_type="tello", task="find\x00 the cat")
+    g = SegmentGoal("r", "d", "tello", 0, "l('a\x00');", (), 1.0, False)
+    with pytest.raises(c.MessageError, match="field 'text' contains a NUL"):
+        c.segment_goal_to_fields(g)

@@ -20,6 +20,7 @@ djitellopy = pytest.importorskip("djitellopy")
 djitellopy.Tello.LOGGER.setLevel(logging.WARNING)
 
 from netns import own_udp_ports  # noqa: E402
+from timelyllm_ros.core.minispec import MiniSpecError, parse_program  # noqa: E402
 from timelyllm_ros.core.robots import load_robots, parse_robot  # noqa: E402
 from timelyllm_ros.core.types import ResultCode, SegmentGoal  # noqa: E402
 from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor, SimulatedPerception  # noqa: E402
@@ -41,8 +42,16 @@ def wait_for(pred, timeout=2.0):
     return pred()
 
 
+def _calls(text):
+    """The calls written in the text (what the planner's goals carry; executors refuse others)."""
+    try:
+        return parse_program(text, TELLO, check=False)[1]
+    except MiniSpecError:
+        return ()
+
+
 def goal(text, idx=0, est=1.0):
-    return SegmentGoal("r1", "drone1", "tello", idx, text, (), est, False)
+    return SegmentGoal("r1", "drone1", "tello", idx, text, _calls(text), est, False)
 
 
 class Rig:
@@ -227,3 +236,44 @@ def test_emulator_speaks_the_protocol_to_a_plain_socket():
         assert ask("land") == "ok"
         assert emu.commands()[:3] == ["takeoff", "command", "battery?"]
         s.close()
+
+
+# ---------------------------------------------------------------- TypeFly's current skill names (issue 27)
+
+TYPEFLY = load_robots()["tello_typefly"]
+
+
+def tf_goal(text, idx=0):
+    return SegmentGoal("tf", "drone1", "tello_typefly", idx, text, parse_program(text, TYPEFLY, check=False)[1],
+                       1.0, False)
+
+
+def test_typefly_skills_become_these_sdk_commands(rig_factory):
+    """robots/tello_typefly.yaml on djitellopy + the emulator: signed move / rotate / lift become
+    one SDK command per nonzero amount (TypeFly's signs: +forward/+left, +left turn, +up)."""
+    rig = rig_factory(robot=TYPEFLY, visible=("cup",))
+    rep = rig.ex.execute(tf_goal("m(80,-30);r(-45);r(90);li(40);li(-20);m(0,25);m(-20,0);d(0.05);tp()"))
+    assert rep.code == ResultCode.OK, rep.error
+    assert rig.emu.commands() == ["command", "takeoff", "forward 80", "right 30", "cw 45", "ccw 90", "up 40",
+                                  "down 20", "left 25", "back 20"]
+    rep = rig.ex.execute(tf_goal("?_1=sd('Which object is on the table?'){l(_1)}", 1))  # served by perception
+    assert rep.code == ResultCode.OK and rig.backend.log_lines[-1] == "cup"
+    before = rig.emu.commands()
+    for bad in ("m(10,0)", "r(0)", "li(0)", "m(600,0)", "r(45.5)"):
+        assert rig.ex.execute(tf_goal(bad, 2)).code == ResultCode.REJECTED, bad
+    assert rig.emu.commands() == before  # nothing sent
+
+
+def test_the_backend_refuses_typefly_amounts_the_sdk_must_never_see_whoever_calls(rig_factory):
+    from timelyllm_ros.core.types import SkillCall
+
+    rig = rig_factory(robot=TYPEFLY)
+    for name, args in (("move", (10, 0)), ("move", (0, 501)), ("move", (50.0, 0)), ("move", (True, 0)),
+                       ("rotate", (0,)), ("rotate", (361,)), ("rotate", (-90.5,)), ("lift", (0,)),
+                       ("lift", (-19,)), ("delay", (11,)), ("delay", (True,))):
+        spec = TYPEFLY.skills[name]
+        assert rig.backend.validate(SkillCall(name, spec.abbr, args), spec), (name, args)
+    for name, args in (("move", (0, 0)), ("move", (-500, 20)), ("rotate", (-360,)), ("lift", (20,)),
+                       ("delay", (0.5,))):
+        spec = TYPEFLY.skills[name]
+        assert rig.backend.validate(SkillCall(name, spec.abbr, args), spec) is None, (name, args)

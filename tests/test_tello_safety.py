@@ -21,6 +21,7 @@ djitellopy = pytest.importorskip("djitellopy")
 djitellopy.Tello.LOGGER.setLevel(logging.ERROR)
 
 from netns import own_udp_ports  # noqa: E402
+from timelyllm_ros.core.minispec import MiniSpecError, parse_program  # noqa: E402
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
 from timelyllm_ros.core.types import ResultCode, SegmentGoal, SkillCall  # noqa: E402
 from timelyllm_ros.executors.base import (CallContext, ExecutorConfig, SegmentExecutor,  # noqa: E402
@@ -32,8 +33,16 @@ TELLO = load_robots()["tello"]
 _hosts = iter(range(10, 250))
 
 
+def _calls(text):
+    """The calls written in the text (what the planner's goals carry; executors refuse others)."""
+    try:
+        return parse_program(text, TELLO, check=False)[1]
+    except MiniSpecError:
+        return ()
+
+
 def goal(text, idx=0, rid="r1"):
-    return SegmentGoal(rid, "drone1", "tello", idx, text, (), 1.0, False)
+    return SegmentGoal(rid, "drone1", "tello", idx, text, _calls(text), 1.0, False)
 
 
 class Rig:
@@ -132,7 +141,9 @@ def test_busy_udp_port_is_disconnected_with_a_reason():
         "t = load_robots()['tello']\n"
         "ex = SegmentExecutor(t, TelloBackend(t, TelloConfig(host='127.0.1.253', control_port=9889, "
         "response_timeout_s=1, keepalive_s=0)), ExecutorConfig(timeout_s=5))\n"
-        "rep = ex.execute(SegmentGoal('r', 'd', 'tello', 0, 'mf(50);', (), 1.0, False))\n"
+        "from timelyllm_ros.core.types import SkillCall\n"
+        "rep = ex.execute(SegmentGoal('r', 'd', 'tello', 0, 'mf(50);', (SkillCall('move_forward', 'mf', (50,)),), "
+        "1.0, False))\n"
         "print(rep.code.name, '|', rep.error)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -212,3 +223,46 @@ def test_emulator_log_file_records_every_command_and_dropped_reply(tmp_path, rig
     assert [(e["cmd"], e["dropped"]) for e in lines if e["cmd"] != "command"] == [
         ("takeoff", False), ("forward 30", False), ("cw 45", True), ("stop", False)]
     assert r.motion_sent() == ["takeoff", "forward 30", "cw 45"]  # cw 45 once; the last mf never sent
+
+
+# ---------------------------------------------------------------- the executor defends the robot (issue 26)
+
+MF500 = (SkillCall("move_forward", "mf", (500,)),)
+
+
+def test_thirty_foreign_goals_fly_at_most_the_flight_envelope(rig):
+    """30 `mf(500)` goals, each under a fresh request id (no planner: what a foreign node on the
+    domain can send): the executor flies what the flight envelope allows since takeoff (5,000 cm:
+    10 goals) and refuses the rest with the reason, before any command."""
+    r = rig()
+    reps = [r.ex.execute(SegmentGoal(f"foreign-{i}", "drone1", "tello", 0, "mf(500);", MF500, 1.0, False))
+            for i in range(30)]
+    assert [x.code for x in reps[:10]] == [ResultCode.OK] * 10
+    for x in reps[10:]:
+        assert x.code is ResultCode.REJECTED
+        assert x.error == ("outside the flight envelope: this flight (since takeoff) would command distance_cm "
+                           "5500 (envelope 5000) (already flown: 5000 cm, 0 deg); nothing sent"), x.error
+    assert [c for c in r.motion_sent() if c != "takeoff"] == ["forward 500"] * 10
+
+
+def test_a_multi_call_goal_is_checked_as_a_whole_before_its_first_command(rig):
+    r = rig()
+    rep = r.ex.execute(goal("mf(500);mf(500);mf(500);"))  # two used to fly before the third was refused
+    assert rep.code is ResultCode.REJECTED
+    assert "goal would command distance_cm 1500 (envelope 1000); nothing sent" in rep.error, rep.error
+    assert r.motion_sent() == []  # not even the takeoff
+    for i in range(9):
+        assert r.ex.execute(goal("mf(500);", rid=f"f{i}")).code is ResultCode.OK
+    rep = r.ex.execute(goal("mf(300);mf(300);", rid="last"))  # 600 > the 500 cm left in this flight
+    assert rep.code is ResultCode.REJECTED and "would command distance_cm 5100 (envelope 5000)" in rep.error
+    assert r.motion_sent().count("forward 300") == 0
+
+
+def test_goal_text_and_calls_must_agree(rig):
+    r = rig()
+    rep = r.ex.execute(SegmentGoal("r1", "drone1", "tello", 0, "tc(90);", MF500, 1.0, False))
+    assert rep.code is ResultCode.REJECTED
+    assert rep.error == "goal calls [mf(500)] differ from the calls in the text [tc(90)]; nothing sent"
+    rep = r.ex.execute(SegmentGoal("r1", "drone1", "tello", 0, "tc(90);", (), 1.0, False))
+    assert rep.code is ResultCode.REJECTED and "goal calls [] differ" in rep.error
+    assert r.motion_sent() == []

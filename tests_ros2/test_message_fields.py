@@ -148,3 +148,17 @@ def test_action_part_type_names():
     assert mf.message_class(c.EXECUTE_SEGMENT_GOAL) is ExecuteSegment.Goal
     with pytest.raises(ValueError, match="pkg/kind/Name"):
         mf.message_class("timelyllm/PlanRequest")
+
+
+def test_a_nul_in_a_string_field_is_refused_not_cut_off():
+    """Issue 26: rclpy cuts a string at its first NUL (a plan 'mf(50);\\x00tc(90);' arrived as
+    'mf(50);', the rest silently dropped); every string field with a NUL is refused, naming it."""
+    cls = mf.message_class(c.PLAN_REQUEST)
+    with pytest.raises(c.MessageError, match=r"field 'reference_plan' contains a NUL character \(U\+0000\) at "
+                                             r"position 7: .* the 7 character\(s\) after it would be lost"):
+        mf.to_msg(cls, {"request_id": "a", "reference_plan": "mf(50);\x00tc(90);"})
+    goal = mf.message_class(c.EXECUTE_SEGMENT_GOAL)
+    with pytest.raises(c.MessageError, match=r"field 'calls\[0\].args\[0\]' contains a NUL"):
+        mf.to_msg(goal, {"calls": [{"name": "log", "abbr": "l", "args": ["a\x00b"], "arg_types": ["str"]}]})
+    ok = mf.to_msg(cls, {"request_id": "a", "reference_plan": "mf(50);\ntc(90);"})  # other text is kept whole
+    assert deserialize_message(serialize_message(ok), cls).reference_plan == "mf(50);\ntc(90);"

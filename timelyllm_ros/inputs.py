@@ -181,6 +181,18 @@ def check_out_dir(path: str | Path, *, arg: str = "--out") -> Path:
     return d
 
 
+def check_journal_path(path: str | Path, *, arg: str = "journal_path", create_dir: bool = False) -> Path:
+    """A request journal's path: not a folder, not under a file, and in a folder that exists
+    (a mistyped folder is not created: an empty journal would recover nothing) unless
+    `create_dir`.  The rule itself is `journal.journal_path_problem` (the Journal applies it too)."""
+    from .journal import journal_path_problem
+
+    problem = journal_path_problem(path, create_dir=create_dir)
+    if problem:
+        raise InputError(f"{arg} {str(path)!r}: {problem}")
+    return Path(path)
+
+
 def check_out_file(path: str | Path, *, arg: str = "--out") -> Path:
     """An output file whose folder exists (created now) and takes files."""
     f = Path(path)
@@ -190,6 +202,6 @@ def check_out_file(path: str | Path, *, arg: str = "--out") -> Path:
     return f
 
 
-__all__ = ["InputError", "catalog_for", "check_out_dir", "check_out_file", "check_policies",
+__all__ = ["InputError", "catalog_for", "check_journal_path", "check_out_dir", "check_out_file", "check_policies",
            "check_policy_params", "one_line", "policy_param_names", "robots_from_dirs",
            "vllm_config", "workload_arrivals"]

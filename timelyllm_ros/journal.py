@@ -39,6 +39,24 @@ class JournalError(RuntimeError):
     """The journal cannot be opened or is corrupt; the message says which file and what to do."""
 
 
+def journal_path_problem(path: str | Path, *, create_dir: bool = False) -> str | None:
+    """Why a journal cannot be kept at `path` (None if it can).  Its folder must exist: a
+    mistyped folder is an error, never silently created (an empty journal recovers nothing),
+    unless `create_dir`; a path under a file or a folder as the path are errors too."""
+    p = Path(path)
+    if not str(path).strip():
+        return "empty journal path"
+    if p.is_dir():
+        return f"{str(p)!r} is a directory; give a file path for the journal"
+    blocker = next((a for a in p.parents if a.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        return f"{str(blocker)!r} is a file, not a folder"
+    if not p.parent.is_dir() and not create_dir:
+        return (f"folder {str(p.parent)!r} does not exist (a mistyped path would start an empty journal that "
+                f"recovers nothing); create it first")
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Unfinished:
     request: dict[str, Any]
@@ -64,17 +82,21 @@ def request_body(r: PlanRequest) -> dict[str, Any]:
 class Journal:
     """Planner listener that journals requests and segments (thread-safe, one connection)."""
 
-    def __init__(self, path: str | Path, *, retention_s: float = 7 * 24 * 3600.0, wall=None) -> None:
+    def __init__(self, path: str | Path, *, retention_s: float = 7 * 24 * 3600.0, wall=None,
+                 create_dir: bool = False) -> None:
         import time
 
         self.path = Path(path)
         self.retention_s = float(retention_s)
         self._wall = wall or time.time
         self._lock = threading.Lock()
-        if self.path.exists() and self.path.is_dir():
-            raise JournalError(f"journal path {self.path} is a directory; give a file path")
+        problem = journal_path_problem(self.path, create_dir=create_dir)
+        if problem:
+            raise JournalError(f"journal {str(self.path)!r}: {problem}")
+        self.created = not self.path.exists()  # a new, empty journal (nothing to recover)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if create_dir:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
@@ -93,6 +115,8 @@ class Journal:
             self._db.execute("INSERT OR REPLACE INTO meta VALUES ('incarnation', ?)", (str(self.incarnation),))
         except sqlite3.DatabaseError as e:
             raise JournalError(f"journal {self.path} is unreadable ({e}); move it aside to start fresh") from e
+        except OSError as e:  # permissions, a read-only folder, ...
+            raise JournalError(f"journal {self.path}: cannot open it: {e.strerror or e}") from e
 
     # -- planner listener hooks -----------------------------------------------------------
     def on_request_update(self, g: Generation) -> None:

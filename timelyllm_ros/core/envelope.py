@@ -11,6 +11,12 @@ is 5 km of valid calls.  The envelope bounds the sum, in two places:
 * run time (executor, `EnvelopeTracker.charge`): each resolved call is charged before it is sent;
   the first call that would leave the segment's or the plan's envelope is refused, nothing is sent.
 
+The executor also keeps a *flight* account (`FlightAccount`): everything the robot flew since
+takeoff (or within a sliding time window), whoever sent the goals and whatever their request ids,
+bounded by `envelope.flight` (default: the plan's limits) -- so goals sent straight to an executor
+under fresh request ids cannot add up past the envelope -- and it checks each goal as a whole
+(`EnvelopeTracker.precheck`, worst path) before its first command.
+
 Axes: `distance_cm` (path length of moves, up/down included), `turn_deg` (total rotation),
 `climb_cm` (highest point above where the segment / plan started: net up minus down), and
 `duration_s` (the robot's exec-time model: nominal for parametric skills, max_s for variable ones).
@@ -18,6 +24,7 @@ Axes: `distance_cm` (path length of moves, up/down included), `turn_deg` (total 
 
 from __future__ import annotations
 
+import collections
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
@@ -82,6 +89,11 @@ class Limits:
 class Envelope:
     segment: Limits = field(default_factory=Limits)
     plan: Limits = field(default_factory=Limits)
+    flight: Limits | None = None  # what one robot flies since takeoff / in a window (None: the plan's)
+
+    @property
+    def flight_limits(self) -> Limits:
+        return self.flight if self.flight is not None else self.plan
 
 
 class EnvelopeError(ValueError):
@@ -90,12 +102,12 @@ class EnvelopeError(ValueError):
 
 def parse_envelope(d: Any, where: str) -> Envelope:
     if not isinstance(d, Mapping):
-        raise EnvelopeError(f"{where}: envelope must be a mapping with 'segment' and/or 'plan'")
-    extra = set(d) - {"segment", "plan"}
+        raise EnvelopeError(f"{where}: envelope must be a mapping with 'segment', 'plan' and/or 'flight'")
+    extra = set(d) - {"segment", "plan", "flight"}
     if extra:
-        raise EnvelopeError(f"{where}: envelope has unknown keys {sorted(extra)} (allowed: segment, plan)")
-    return Envelope(**{scope: _limits(d[scope], f"{where}: envelope.{scope}") for scope in ("segment", "plan")
-                       if scope in d})
+        raise EnvelopeError(f"{where}: envelope has unknown keys {sorted(extra)} (allowed: segment, plan, flight)")
+    return Envelope(**{scope: _limits(d[scope], f"{where}: envelope.{scope}")
+                       for scope in ("segment", "plan", "flight") if scope in d})
 
 
 def _limits(d: Any, where: str) -> Limits:
@@ -116,7 +128,8 @@ def parse_travel(d: Any, where: str, arg_names: dict[str, str]) -> tuple[tuple[s
     if not isinstance(d, Mapping):
         raise EnvelopeError(f"{where}: travel must be a mapping of {list(TRAVEL_AXES)}")
     out = []
-    for axis, v in d.items():
+    items = [(axis, x) for axis, v in d.items() for x in (v if isinstance(v, list) and v else [v])]
+    for axis, v in items:  # an axis may list several terms: `distance_cm: [dx, dy]` (|dx| + |dy|)
         if axis not in TRAVEL_AXES:
             raise EnvelopeError(f"{where}: travel has unknown axis {axis!r} (allowed: {list(TRAVEL_AXES)})")
         if isinstance(v, bool):
@@ -188,6 +201,8 @@ def static_travel(stmts: Iterable[Any], robot: RobotSpec) -> Travel:
             return out.then(call_travel(spec, values))
         if isinstance(e, m.Neg):
             return expr(e.operand)
+        if isinstance(e, m.SetVar):
+            return expr(e.value)
         if isinstance(e, m.BinOp):
             return expr(e.left).then(expr(e.right))
         return ZERO
@@ -280,25 +295,86 @@ def segment_problem(robot: RobotSpec, stmt: Any) -> str | None:
 # ---------------------------------------------------------------- run time
 
 
-class EnvelopeTracker:
-    """What one plan has commanded so far (executor side); `charge` before each call is sent."""
+class FlightAccount:
+    """What one robot has been commanded since takeoff, or within the last `window_s` seconds
+    (executor side; one per executor, shared by every goal whatever its request id)."""
 
-    def __init__(self, robot: RobotSpec) -> None:
+    def __init__(self, robot: RobotSpec, *, window_s: float = 0.0) -> None:
+        if not (isinstance(window_s, (int, float)) and math.isfinite(window_s) and window_s >= 0):
+            raise ValueError(f"flight window must be >= 0 seconds (0: since takeoff), got {window_s!r}")
+        self.robot = robot
+        self.window_s = float(window_s)
+        self._charges: collections.deque[tuple[float, Travel]] = collections.deque()  # window: (time, travel)
+        self._total = ZERO  # since takeoff (window_s == 0): the running sum
+
+    def reset(self) -> None:
+        """The robot landed: the next takeoff starts a new flight."""
+        self._charges.clear()
+        self._total = ZERO
+
+    def used(self, now: float) -> Travel:
+        """Travel commanded in the window (since takeoff when window_s is 0)."""
+        if self.window_s == 0:
+            return self._total
+        cutoff = now - self.window_s
+        while self._charges and self._charges[0][0] < cutoff:
+            self._charges.popleft()
+        out = ZERO
+        for _, t in self._charges:
+            out = out.then(t)
+        return out
+
+    def add(self, t: Travel, now: float) -> None:
+        if self.window_s == 0:
+            self._total = self._total.then(t)
+        else:
+            self._charges.append((now, t))
+
+    def scope(self) -> str:
+        return f"the last {self.window_s:g} s of flight" if self.window_s > 0 else "this flight (since takeoff)"
+
+
+class EnvelopeTracker:
+    """What one plan has commanded so far (executor side); `charge` before each call is sent.
+    With a `FlightAccount`, the robot's flight envelope is charged and checked as well."""
+
+    def __init__(self, robot: RobotSpec, flight: FlightAccount | None = None) -> None:
         self.robot = robot
         self.plan = ZERO
         self.segment = ZERO
+        self.flight = flight
 
     def begin_segment(self) -> None:
         self.segment = ZERO
 
-    def charge(self, call: SkillCall, spec: SkillSpec) -> str | None:
+    def precheck(self, seg: Travel, now: float = 0.0) -> str | None:
+        """Why a goal commanding `seg` as a whole (its worst path: `static_travel`) would leave the
+        segment's, the plan's or the flight's envelope -- before anything is sent (None if not)."""
+        env = self.robot.envelope
+        if env is None:
+            return None
+        reason = env.segment.exceeded(seg, "goal") or env.plan.exceeded(self.plan.then(seg), "plan")
+        return reason or self._flight_reason(seg, now)
+
+    def _flight_reason(self, t: Travel, now: float) -> str | None:
+        env = self.robot.envelope
+        if env is None or self.flight is None:
+            return None
+        used = self.flight.used(now)
+        reason = env.flight_limits.exceeded(used.then(t), self.flight.scope())
+        return f"{reason} (already flown: {used.distance_cm:g} cm, {used.turn_deg:g} deg)" if reason else None
+
+    def charge(self, call: SkillCall, spec: SkillSpec, now: float = 0.0) -> str | None:
         """Add the resolved call's travel if it stays within the envelope; else say why (nothing added)."""
         env = self.robot.envelope
         t = call_travel(spec, call.args)
         seg, plan = self.segment.then(t), self.plan.then(t)
         if env is not None:
-            reason = env.segment.exceeded(seg, "segment") or env.plan.exceeded(plan, "plan")
+            reason = (env.segment.exceeded(seg, "segment") or env.plan.exceeded(plan, "plan")
+                      or self._flight_reason(t, now))
             if reason:
                 return f"{call}: {reason}; not sent"
         self.segment, self.plan = seg, plan
+        if self.flight is not None:
+            self.flight.add(t, now)
         return None

@@ -45,20 +45,25 @@ MAX_STRING_CHARS = 2000  # any string argument, whatever the schema says
 
 _TELLO_MOVE = ((20, 500),)  # djitellopy move_*: int cm in [20, 500]
 _TELLO_TURN = ((1, 360),)  # rotate_(counter_)clockwise: int degrees in [1, 360]
-# robot_type -> skill name -> (lo, hi) per numeric argument (None: not numeric / no hard limit)
+_TELLO_SIGNED = (-500, 500)  # TypeFly's signed move / lift: one SDK move per nonzero component
+# platform -> skill name -> (lo, hi) per numeric argument (None: not numeric / no hard limit)
 HARD_LIMITS: dict[str, dict[str, tuple[tuple[float, float] | None, ...]]] = {
     "tello": {
         "move_forward": _TELLO_MOVE, "move_backward": _TELLO_MOVE, "move_left": _TELLO_MOVE,
         "move_right": _TELLO_MOVE, "move_up": _TELLO_MOVE, "move_down": _TELLO_MOVE,
         "turn_cw": _TELLO_TURN, "turn_ccw": _TELLO_TURN, "delay": ((0, 10000),),
+        # TypeFly's current skill names (robots/tello_typefly.yaml); `min_abs` / `nonzero` in the
+        # YAML keep each SDK command within 20..500 cm / 1..360 degrees (the backend checks again)
+        "move": (_TELLO_SIGNED, _TELLO_SIGNED), "lift": (_TELLO_SIGNED,), "rotate": ((-360, 360),),
     },
     "arm": {
         "move_to": ((-80, 80), (-80, 80), (0, 90)),
         "rotate_wrist": ((-180, 180),),
     },
 }
-# Skills whose numeric arguments must be ints on the real robot whatever the YAML says.
-INT_ONLY = {"tello": set(HARD_LIMITS["tello"]), "arm": {"move_to", "rotate_wrist"}}
+# Skills whose numeric arguments must be ints on the real robot whatever the YAML says (delay is
+# not a motion: milliseconds are an int in robots/tello.yaml, seconds a float in TypeFly's).
+INT_ONLY = {"tello": set(HARD_LIMITS["tello"]) - {"delay"}, "arm": {"move_to", "rotate_wrist"}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +122,7 @@ def _check(robot: RobotSpec, text: Any, calls: Any, plan: PlanState) -> str | Pl
         if type(c) is not SkillCall:
             return f"calls must be SkillCall objects, got {type(c).__name__}"
     if robot.language == "sentence":
-        return _check_chat(robot, text, tuple(calls)) or plan
+        return chat_problem(robot, text, tuple(calls)) or plan
     if robot.language != "minispec":
         return f"unknown robot language {robot.language!r}"
     if len(text) > MAX_SEGMENT_CHARS:
@@ -126,8 +131,8 @@ def _check(robot: RobotSpec, text: Any, calls: Any, plan: PlanState) -> str | Pl
         stmt, parsed = parse_statement(text, robot, check=False)
     except MiniSpecError as e:
         return f"invalid statement: {e}"
-    if not _same_calls(parsed, tuple(calls)):
-        return f"goal calls {_fmt(calls)} differ from the calls in the text {_fmt(parsed)}"
+    if not same_calls(parsed, tuple(calls)):
+        return calls_mismatch(tuple(calls), parsed)
     for node in iter_calls((stmt,)):
         reason = _check_call(robot, node)
         if reason:
@@ -148,7 +153,8 @@ def _check(robot: RobotSpec, text: Any, calls: Any, plan: PlanState) -> str | Pl
     return PlanState(var_types, travel)
 
 
-def _check_chat(robot: RobotSpec, text: str, calls: tuple[SkillCall, ...]) -> str | None:
+def chat_problem(robot: RobotSpec, text: str, calls: tuple[SkillCall, ...]) -> str | None:
+    """Why a chat segment (text + its one say() call) is not acceptable, or None."""
     say = robot.skill("say")
     if say is None or len(say.args) != 1:
         return f"chat robot {robot.robot_type!r} has no say(text) skill"
@@ -180,8 +186,14 @@ def _fmt(calls: Any, limit: int = 200) -> str:
     return "[" + (out if len(out) <= limit else out[:limit] + "...") + "]"
 
 
-def _same_calls(a: tuple[SkillCall, ...], b: tuple[SkillCall, ...]) -> bool:
-    """Equality that does not let 1 stand for True or 50.0 for 50."""
+def calls_mismatch(calls: tuple[SkillCall, ...], parsed: tuple[SkillCall, ...]) -> str:
+    """The rejection of a goal whose call list is not the calls written in its text."""
+    return f"goal calls {_fmt(calls)} differ from the calls in the text {_fmt(parsed)}"
+
+
+def same_calls(a: tuple[SkillCall, ...], b: tuple[SkillCall, ...]) -> bool:
+    """Equality that does not let 1 stand for True or 50.0 for 50 (the goal's calls must be
+    exactly its text's: used by the guard and again by every executor)."""
     if len(a) != len(b):
         return False
     for x, y in zip(a, b):
@@ -204,8 +216,8 @@ def _check_call(robot: RobotSpec, node: Call) -> str | None:
         return f"{c.abbr!r} is not a name of skill {spec.name!r}"
     if len(c.args) != len(spec.args) or len(node.args) != len(spec.args):
         return f"{c.abbr}: takes {len(spec.args)} argument(s), got {len(c.args)}"
-    hard = HARD_LIMITS.get(robot.robot_type, {}).get(spec.name, ())
-    int_only = spec.name in INT_ONLY.get(robot.robot_type, ())
+    hard = HARD_LIMITS.get(robot.hardware, {}).get(spec.name, ())
+    int_only = spec.name in INT_ONLY.get(robot.hardware, ())
     for i, (a, v, e) in enumerate(zip(spec.args, c.args, node.args)):
         where = f"{c.abbr}: argument {a.name!r}"
         if not isinstance(e, Lit):

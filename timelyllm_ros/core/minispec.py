@@ -6,7 +6,8 @@ Grammar (one *statement* is the unit the segmenter cuts and a robot executes)::
     call      := NAME [ '(' [ expr (',' expr)* ] ')' ]               # `tp` == `tp()`
     assign    := VAR '=' expr                                        # VAR := _1, _x ...
     loop      := INT '{' block '}'                                   # 1 <= INT <= MAX_LOOP
-    cond      := '?' expr '{' block '}'
+    cond      := '?' test '{' block '}'
+    test      := expr, whose first operand may be VAR '=' sum      # TypeFly: ?_1=sd('x'){g(_1)}
     else      := ':' ( '{' block '}' | cond )                        # else / else-if of the
                                                                      # preceding conditional
     return    := '->' [ expr ]
@@ -17,9 +18,12 @@ Grammar (one *statement* is the unit the segmenter cuts and a robot executes)::
     unary     := '-' unary | atom
     atom      := call | VAR | literal | '(' expr ')'
     literal   := INT | FLOAT | 'string' | "string" | True | False  # escapes: \\' \\" \\\\
+    ('&&' and '||' are spellings of '&' and '|', as TypeFly's current interpreter writes them)
 
 This is TypeFly's grammar (values, variables and value skills such as `ox('x')` or `time()` wherever
-a value may stand, `&`/`|` conditions) plus arithmetic and an explicit else.  An else is its own
+a value may stand, `&`/`|` conditions, an assignment as a condition's first operand:
+`?_1=sd('edible?'){g(_1)}` assigns `_1` and tests it, `?_1=ox('ball')>0.6{tc(15)}` assigns `_1`
+and compares it, as TypeFly's interpreter evaluates them) plus arithmetic and an explicit else.  An else is its own
 statement so that a conditional can be dispatched the moment its `}` arrives (TypeFly stream
 semantics); the interpreter links it to the preceding conditional through the executor's per-plan
 `env`.
@@ -49,7 +53,10 @@ from .types import SkillCall, Value
 
 MAX_LOOP = 100  # largest loop bound a plan may use (keeps robots safe)
 MAX_DEPTH = 8  # nesting of blocks
-MAX_EXPR_DEPTH = 16  # nesting of parentheses / unary minus in one expression
+MAX_EXPR_DEPTH = 16  # nesting of parentheses / unary minus / calls in one expression
+MAX_OPERATORS = 64  # binary operators in one expression (nested parts and call arguments included):
+#                     with MAX_EXPR_DEPTH it bounds the depth of every expression tree, so no walker
+#                     of the AST (checks, envelope, interpreter) recurses as deep as the input says
 MAX_CALLS = 32  # skill calls written in one statement
 MAX_TEXT = 4096  # characters in one statement
 MAX_NUMBER_CHARS = 24  # longer numeric literals are rejected before int()/float()
@@ -106,6 +113,15 @@ class Call:
 
 
 @dataclass(frozen=True, slots=True)
+class SetVar:
+    """`VAR=value` as a condition's first operand: assigns, and stands for the value."""
+
+    var: str
+    value: "Expr"
+    pos: int
+
+
+@dataclass(frozen=True, slots=True)
 class Neg:
     operand: "Expr"
     pos: int
@@ -119,7 +135,7 @@ class BinOp:
     pos: int
 
 
-Expr = Union[Lit, Var, Call, Neg, BinOp]
+Expr = Union[Lit, Var, Call, Neg, BinOp, SetVar]
 Operand = Expr  # older names for an expression
 Test = Expr
 
@@ -180,10 +196,13 @@ _TOKEN_RE = re.compile(
       |(?P<num>[0-9]+(?:\.[0-9]+)?)
       |(?P<var>_[A-Za-z0-9_]*)
       |(?P<name>[A-Za-z][A-Za-z0-9_]*)
-      |(?P<op>->|==|!=|<=|>=|[-+*/<>&|=?:;{}(),])""",
+      |(?P<op>->|==|!=|<=|>=|&&|\|\||[-+*/<>&|=?:;{}(),])""",
     re.VERBOSE | re.ASCII | re.DOTALL,
 )
 _ESCAPE_RE = re.compile(r"\\(.)", re.DOTALL)
+
+
+_OP_ALIAS = {"&&": "&", "||": "|"}  # TypeFly's current interpreter writes && and ||
 
 
 class _Tok(NamedTuple):
@@ -205,7 +224,8 @@ def _lex(text: str) -> list[_Tok]:
             raise MiniSpecError(f"unexpected character {c!r}", i)
         kind = m.lastgroup or ""
         if kind != "ws":
-            toks.append(_Tok(kind, m.group(), i))
+            text_ = m.group()
+            toks.append(_Tok(kind, _OP_ALIAS.get(text_, text_) if kind == "op" else text_, i))
         i = m.end()
     toks.append(_Tok("end", "", n))
     return toks
@@ -260,6 +280,8 @@ class _Parser:
         self.calls: list[SkillCall] = []
         self.depth = 0
         self.edepth = 0
+        self.eops = 0  # binary operators in the current top-level expression
+        self.set_ok = False  # the next atom may be `VAR=value` (a condition's first operand)
 
     # token helpers
     def peek(self, k: int = 0) -> _Tok:
@@ -323,7 +345,11 @@ class _Parser:
 
     def cond(self) -> Cond:
         t = self.expect("?")
-        test = self.expr()
+        self.set_ok = True  # TypeFly: `?_1=sd('x'){g(_1)}`, `?_1=ox('a')>0.6{...}`
+        try:
+            test = self.expr()
+        finally:
+            self.set_ok = False
         return Cond(test, self.block(), t.pos)
 
     def block(self) -> tuple[Stmt, ...]:
@@ -367,9 +393,21 @@ class _Parser:
 
     # expressions (precedence climbing, lowest first)
     def expr(self) -> Expr:
+        if self.edepth == 0:  # a top-level expression (not inside parentheses or a value call)
+            self.eops = 0
         return self.binary(0)
 
+    def operator(self) -> _Tok:
+        """Consume a binary operator, counting it against MAX_OPERATORS."""
+        t = self.next()
+        self.eops += 1
+        if self.eops > MAX_OPERATORS:
+            raise MiniSpecError(f"expression has more than {MAX_OPERATORS} operators (limit; "
+                                f"a longer chain or sum is refused, not evaluated)", t.pos)
+        return t
+
     _LEVELS: tuple[tuple[str, ...], ...] = (("|",), ("&",), CMP_OPS, ("+", "-"), ("*", "/"))
+    _SUM_LEVEL = 3  # an assignment in a test takes a sum: `_1=ox('a')*2>0.6` assigns ox('a')*2
 
     def binary(self, level: int) -> Expr:
         if level == len(self._LEVELS):
@@ -378,16 +416,18 @@ class _Parser:
         left = self.binary(level + 1)
         if ops is CMP_OPS:  # one comparison: `a < b < c` is an error, not a chain
             if self.at_any(ops):
-                t = self.next()
+                t = self.operator()
                 left = BinOp(t.text, left, self.binary(level + 1), t.pos)
             return left
         while self.at_any(ops):
-            t = self.next()
+            t = self.operator()
             left = BinOp(t.text, left, self.binary(level + 1), t.pos)
         return left
 
     def unary(self) -> Expr:
         t = self.peek()
+        if t.kind != "var":
+            self.set_ok = False  # `?-_1=...`, `?(_1=...)`: an assignment is the test's first token only
         self.edepth += 1
         if self.edepth > MAX_EXPR_DEPTH:
             raise MiniSpecError(f"expression nested deeper than {MAX_EXPR_DEPTH}", t.pos)
@@ -410,8 +450,13 @@ class _Parser:
 
     def atom(self) -> Expr:
         t = self.peek()
+        set_ok, self.set_ok = self.set_ok, False  # only the test's very first operand
         if t.kind == "var":
             self.next()
+            nt = self.peek()
+            if set_ok and nt.kind == "op" and nt.text == "=":
+                self.next()
+                return SetVar(t.text, self.binary(self._SUM_LEVEL), t.pos)  # binds to its operand
             return Var(t.text, t.pos)
         if t.kind == "name" and t.text not in ("True", "False"):
             c = self.call()
@@ -599,8 +644,8 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "ARITH_OPS", "BOOL_OPS", "CMP_OPS", "COND_CHAIN", "MAX_CALLS", "MAX_DEPTH", "MAX_LOOP", "MAX_LOOP_PRODUCT",
-    "MAX_STEPS", "MAX_TEXT", "RETURNED", "RETURN_VALUE", "ArgumentError", "Assign", "BinOp", "Call", "CallStmt",
+    "MAX_OPERATORS", "MAX_STEPS", "MAX_TEXT", "RETURNED", "RETURN_VALUE", "ArgumentError", "Assign", "BinOp", "Call", "CallStmt",
     "Cond", "Else", "Expr", "Lit", "Loop", "MiniSpecError", "MiniSpecRuntimeError", "Neg", "Parsed", "Return",
-    "Stmt", "Var", "arg_problem", "check_call_args", "max_loop_product", "parse_program", "parse_statement",
+    "SetVar", "Stmt", "Var", "arg_problem", "check_call_args", "max_loop_product", "parse_program", "parse_statement",
     "run_program", "run_statement", "statement_calls", "string_problem", "text_problem",
 ]

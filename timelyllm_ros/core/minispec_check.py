@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Iterable, Iterator, Mapping
 
 from .minispec import (ARITH_OPS, MAX_LOOP, MAX_LOOP_PRODUCT, MAX_STEPS, Assign, BinOp, Call, CallStmt, Cond, Else,
-                       Expr, Lit, Loop, MiniSpecError, Neg, Return, Stmt, Var)
+                       Expr, Lit, Loop, MiniSpecError, Neg, Return, SetVar, Stmt, Var)
 from .robots import RobotSpec
 
 Types = frozenset[str]
@@ -53,6 +53,10 @@ class _Typer:
         if isinstance(e, Call):
             self.call(e)
             return _RETURNS.get(e.returns, ANY)
+        if isinstance(e, SetVar):  # `?_1=sd('x'){...}`: the test always runs, so _1 is assigned
+            t = self.expr(e.value)
+            self.vars[e.var] = t
+            return t
         if isinstance(e, Neg):
             t = self.expr(e.operand)
             if not t & NUM:
@@ -114,7 +118,7 @@ class _Typer:
             self.optional(s.body)
         elif isinstance(s, Else):
             if s.cond is not None:
-                self.stmt(s.cond)
+                self.optional((s.cond,))  # an else-if's test may not run (its assignment neither)
             else:
                 self.optional(s.body)
 
@@ -172,6 +176,8 @@ def expr_calls(e: Expr | None) -> int:
         return 1 + sum(expr_calls(a) for a in e.args)
     if isinstance(e, Neg):
         return expr_calls(e.operand)
+    if isinstance(e, SetVar):
+        return expr_calls(e.value)
     assert isinstance(e, BinOp)
     return expr_calls(e.left) + expr_calls(e.right)
 
@@ -232,6 +238,8 @@ def _expr_call_nodes(e: Expr) -> Iterator[Call]:
         yield e
     elif isinstance(e, Neg):
         yield from _expr_call_nodes(e.operand)
+    elif isinstance(e, SetVar):
+        yield from _expr_call_nodes(e.value)
     elif isinstance(e, BinOp):
         yield from _expr_call_nodes(e.left)
         yield from _expr_call_nodes(e.right)

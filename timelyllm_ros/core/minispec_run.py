@@ -18,7 +18,7 @@ import math
 from typing import Callable, MutableMapping
 
 from .minispec import (COND_CHAIN, MAX_LOOP, MAX_STEPS, RETURN_VALUE, RETURNED, ArgumentError, Assign, BinOp, Call,
-                       CallStmt, Cond, Else, Expr, Lit, Loop, MiniSpecRuntimeError, Neg, Return, Stmt, Var,
+                       CallStmt, Cond, Else, Expr, Lit, Loop, MiniSpecRuntimeError, Neg, Return, SetVar, Stmt, Var,
                        check_call_args, parse_program, parse_statement)
 from .robots import ArgSpec, RobotSpec
 from .types import SkillCall, Value
@@ -109,6 +109,10 @@ class _Runner:
             return self.env[e.name]
         if isinstance(e, Call):
             return self.call(e)
+        if isinstance(e, SetVar):  # TypeFly's `?_1=sd('x'){g(_1)}`: assign, then stand for the value
+            v = self.eval(e.value)
+            self.env[e.var] = v
+            return v
         if isinstance(e, Neg):
             v = self.eval(e.operand)
             if not _is_num(v):

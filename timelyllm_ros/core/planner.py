@@ -109,6 +109,7 @@ class _Live:
     pending: list[Segment] = field(default_factory=list)  # WHOLE mode: cut, not yet dispatched
     guard_plan: PlanState | None = None  # what the dispatch guard knows of the plan's accepted segments
     order: int = 0  # position in Planner._live (submission order)
+    cut_end: int = 0  # offset in Generation.text just past the last complete statement
 
 
 class Planner:
@@ -153,6 +154,7 @@ class Planner:
         self._terminal: collections.deque[str] = collections.deque()
         self._pinned: dict[str, None] = {}  # suspended generations whose KV we asked to preserve
         self.kv_released = 0  # pinned KV released to break a memory deadlock (`_release_pinned`)
+        self.request_faults = 0  # requests failed by a fault while handling their output / result
 
     # ------------------------------------------------------------------ construction helpers
     def max_segment_tokens(self, g: Generation) -> int:
@@ -310,8 +312,13 @@ class Planner:
             now = self.clock.now()
             self._stepped, self._stepped_sorted = running, False
             try:
-                for out in outs:
-                    self._on_output(out, now)
+                for out in outs:  # each output on its own: a fault fails its request, no other
+                    try:
+                        self._on_output(out, now)
+                    except EngineError:
+                        raise  # the engine failed (an abort raised): the engine's supervisor path
+                    except Exception as e:  # noqa: BLE001 - isolated to this request, reported on it
+                        self._request_fault(out.gen_id, "its LLM output", e)
             finally:
                 self._stepped = None
             on_step = self.policy.on_step
@@ -511,7 +518,9 @@ class Planner:
         else:  # the base hook does nothing: skip building a context, keep its stats snapshot
             self._engine_stats()
         cuts = live.segmenter.feed(out.text) if out.text else []
-        if out.finished:
+        if out.finished and out.finish_reason != "length":
+            # the end of the generation completes a trailing statement without ';' -- but not when
+            # max_tokens cut it: that text may be the beginning of something else (`tp` of `tpx`)
             cuts = list(cuts) + list(live.segmenter.finish())
         for cut in cuts:
             if not self._on_cut(g, live, cut, now, final=out.finished):
@@ -537,6 +546,7 @@ class Planner:
         live.guard_plan = verdict.plan
         mode = self.policy.mode
         abs_end = live.text_base + cut.end
+        live.cut_end = abs_end
         seg_tokens = g.seg_tokens
         gen_start = g.seg_start if g.seg_start is not None else now
         seg = Segment(index=g.k, text=cut.text, calls=tuple(cut.calls), blocking=bool(cut.blocking),
@@ -598,11 +608,19 @@ class Planner:
         g.engine_finished = True
         if g.state is GenState.RUNNING:
             self.engine.abort(g.gen_id, "discard")
+        if reason == "length":  # cut by max_tokens: whatever was generated, the plan is not complete
+            tail = g.text[live.cut_end:].strip()
+            g.extra["truncated"] = (
+                f"plan truncated at max_tokens ({self.config.max_tokens} tokens): "
+                f"{len(g.segments)} complete statement(s) before the cut"
+                + (f", the rest ({tail[:40]!r}{'...' if len(tail) > 40 else ''}) never completed" if tail else "")
+                + " -- not the whole plan")
         for seg in live.pending:
             self._dispatch(g, seg, now)
         live.pending.clear()
         if not g.segments:
-            self._fail(g, f"the LLM produced no executable statement (finish: {reason or 'eos'})")
+            self._fail(g, g.extra.get("truncated") or
+                       f"the LLM produced no executable statement (finish: {reason or 'eos'})")
             return
         g.state = GenState.DRAINING
         self._maybe_finished(g, now)
@@ -628,7 +646,12 @@ class Planner:
             except queue.Empty:
                 return
             if kind == "result":
-                self._on_result(item)
+                try:
+                    self._on_result(item)
+                except EngineError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - isolated to the result's request
+                    self._request_fault(item.request_id, f"segment {item.segment_index}'s result", e)
             elif kind == "cancel":
                 rid, reason = item
                 g = self.generations.get(rid)
@@ -668,9 +691,29 @@ class Planner:
             self._notify(g)
         self._maybe_finished(g, now)
 
+    def _request_fault(self, gen_id: str, what: str, e: Exception) -> None:
+        """An unexpected exception while handling one request's output or result: that request
+        alone fails, with the exception as its reason; the other requests of the step go on."""
+        self.request_faults += 1
+        g = self.generations.get(gen_id)
+        if g is None or g.state.terminal:
+            return
+        reason = f"planner fault while handling {what}: {type(e).__name__}: {e}"
+        try:
+            self._fail(g, reason)
+        except EngineError:
+            raise
+        except Exception:  # noqa: BLE001 - a listener / dispatcher failing again: end it anyway
+            if not g.state.terminal:
+                self._set_terminal(g, GenState.FAILED, reason)
+
     def _maybe_finished(self, g: Generation, now: float) -> None:
         if g.state is GenState.DRAINING and all(s.ok for s in g.segments):
-            self._end(g, GenState.FINISHED, "plan executed")
+            truncated = g.extra.get("truncated")
+            if truncated:  # what was generated ran; the plan did not end: the task is not known done
+                self._end(g, GenState.FAILED, f"{truncated}; the {len(g.segments)} executed")
+            else:
+                self._end(g, GenState.FINISHED, "plan executed")
 
     def _fail(self, g: Generation, reason: str) -> None:
         self._end(g, GenState.FAILED, reason, cancel_robot=True)
@@ -684,6 +727,14 @@ class Planner:
                 pass  # the engine is failing; _engine_failed deals with it at the next step
         if cancel_robot and any(s.ok is None for s in g.segments):
             self.dispatcher.cancel(g.gen_id)
+        self._set_terminal(g, state, reason)
+        self._notify(g)
+        self._terminal.append(g.gen_id)
+        while len(self._terminal) > self.config.keep_terminal:  # bounded memory
+            self.generations.pop(self._terminal.popleft(), None)
+
+    def _set_terminal(self, g: Generation, state: GenState, reason: str) -> None:
+        """Record g's end and release its live bookkeeping (admission counts, pinned KV)."""
         g.state, g.reason, g.finished_at = state, reason, self.clock.now()
         self._pinned.pop(g.gen_id, None)
         if self._live.pop(g.gen_id, None) is not None:
@@ -692,10 +743,6 @@ class Planner:
                 self._per_agent[g.request.robot_id] = n
             else:
                 self._per_agent.pop(g.request.robot_id, None)
-        self._notify(g)
-        self._terminal.append(g.gen_id)
-        while len(self._terminal) > self.config.keep_terminal:  # bounded memory
-            self.generations.pop(self._terminal.popleft(), None)
 
     def _queued_count(self) -> int:
         return list(map(_STATE, map(self.generations.__getitem__, self._live))).count(GenState.QUEUED)

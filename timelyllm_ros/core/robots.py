@@ -35,6 +35,8 @@ class ArgSpec:
     max_len: int = 64
     unit: str = ""
     choices: tuple[str, ...] = ()
+    min_abs: float | None = None  # a nonzero amount must be at least this large (0 stays allowed)
+    nonzero: bool = False  # 0 is not a value of this argument (e.g. a signed rotation)
 
     def check(self, value: Any) -> str | None:
         """None if value is allowed for this argument, else the reason it is not."""
@@ -56,6 +58,11 @@ class ArgSpec:
             return f"argument {self.name!r}={value} below minimum {self.min:g}{self.unit}"
         if self.max is not None and value > self.max:
             return f"argument {self.name!r}={value} above maximum {self.max:g}{self.unit}"
+        if self.nonzero and value == 0:
+            return f"argument {self.name!r} must not be 0"
+        if self.min_abs is not None and value != 0 and abs(value) < self.min_abs:
+            return (f"argument {self.name!r}={value}: a nonzero amount must be at least {self.min_abs:g}{self.unit} "
+                    f"in size (0 for none)")
         return None
 
 
@@ -127,6 +134,12 @@ class RobotSpec:
     words_per_minute: float = 300.0  # sentence language: "execution" = reading time
     source: str = ""
     envelope: Envelope | None = None  # travel bounds per segment / plan (core.envelope)
+    platform: str = ""  # the hardware this skill set runs on (`platform:`, default robot_type): hard limits, backends
+
+    @property
+    def hardware(self) -> str:
+        """The platform whose hard limits and backends apply (the robot type unless the YAML says)."""
+        return self.platform or self.robot_type
 
     def skill(self, name_or_abbr: str) -> SkillSpec | None:
         return self.by_abbr.get(name_or_abbr) or self.skills.get(name_or_abbr)
@@ -171,15 +184,18 @@ def _arg(d: Any, where: str) -> ArgSpec:
         raise RobotSpecError(f"{where}: each arg needs name and type")
     if d["type"] not in ARG_TYPES:
         raise RobotSpecError(f"{where}: arg type must be one of {ARG_TYPES}, got {d['type']!r}")
-    extra = set(d) - {"name", "type", "min", "max", "max_len", "unit", "choices"}
+    extra = set(d) - {"name", "type", "min", "max", "max_len", "unit", "choices", "min_abs", "nonzero"}
     if extra:
         raise RobotSpecError(f"{where}: arg {d['name']!r} has unknown keys {sorted(extra)}")
     lo, hi = d.get("min"), d.get("max")
     if lo is not None and hi is not None and lo > hi:
         raise RobotSpecError(f"{where}: arg {d['name']!r} has min > max")
+    if not isinstance(d.get("nonzero", False), bool):
+        raise RobotSpecError(f"{where}: arg {d['name']!r}: nonzero must be true or false")
     return ArgSpec(
         name=str(d["name"]), type=d["type"], min=lo, max=hi, max_len=int(d.get("max_len", 64)),
         unit=str(d.get("unit", "")), choices=tuple(d.get("choices", ()) or ()),
+        min_abs=_num(d, "min_abs", f"{where}: arg {d['name']!r}"), nonzero=bool(d.get("nonzero", False)),
     )
 
 
@@ -233,8 +249,15 @@ def parse_robot(data: Any, source: str = "<robot>") -> RobotSpec:
         robot_type=str(data["robot_type"]), language=data["language"],
         description=str(data.get("description", "")), max_segment_tokens=mst, skills=skills,
         by_abbr=by_abbr, words_per_minute=float(data.get("words_per_minute", 300.0)), source=source,
-        envelope=envelope,
+        envelope=envelope, platform=_platform(data, source),
     )
+
+
+def _platform(data: Mapping, source: str) -> str:
+    p = data.get("platform", data["robot_type"])
+    if not isinstance(p, str) or not p:
+        raise RobotSpecError(f"{source}: platform must be a non-empty string (the robot it runs on), got {p!r}")
+    return p
 
 
 def yaml_error_line(e: Exception, what: str = "not valid YAML") -> str:

@@ -20,7 +20,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
-from timelyllm_ros.core.envelope import EnvelopeTracker
+from timelyllm_ros.core import guard as _guard
+from timelyllm_ros.core.envelope import ZERO, EnvelopeTracker, FlightAccount, call_travel, static_travel
 from timelyllm_ros.core.robots import RobotSpec, SkillSpec
 from timelyllm_ros.core.types import ResultCode, SegmentGoal, SkillCall, Value
 
@@ -120,6 +121,9 @@ class SkillBackend(Protocol):
         """Run one call; raise an ExecError subclass on failure."""
         ...
 
+    # Optional: `flying: bool` -- a backend that knows whether its robot is airborne (Tello) gets
+    # the executor's flight envelope since takeoff (`ExecutorConfig.flight_window_s`).
+
     def halt(self, reason: str) -> str | None:
         """Make the robot safe after a cancel/timeout/failure (e.g. Tello `stop`: hover); return
         where it was left ("drone hovering (stop sent)", "drone landed"), None if nothing to say."""
@@ -147,6 +151,11 @@ class ExecutorConfig:
     timeout_min_s: float = 5.0
     use_interpreter: bool = True  # run goal.text with MiniSpec; False: run goal.calls in order
     max_plans: int = 64  # per-plan interpreter environments kept (LRU)
+    # The robot's own flight envelope (`envelope.flight`, default the plan's limits) over every goal
+    # it runs, whoever sent it: 0 = since takeoff, for backends that report `flying` (Tello; a
+    # simulated robot never lands, so it has no flight account unless a window is set); > 0 = a
+    # sliding window of that many seconds, for any backend.
+    flight_window_s: float = 0.0
 
     def limit_for(self, est_exec_s: float) -> float:
         if self.timeout_factor > 0:
@@ -177,6 +186,12 @@ class SegmentExecutor:
         self.clock = clock
         self._envs: OrderedDict[str, dict[str, Value]] = OrderedDict()
         self._travel: dict[str, EnvelopeTracker] = {}  # per plan, evicted with its env
+        window = self.config.flight_window_s
+        if isinstance(window, bool) or not isinstance(window, (int, float)) or not 0 <= window < float("inf"):
+            raise ValueError(f"flight window must be >= 0 seconds (0: since takeoff), got {window!r}")
+        self.flight: FlightAccount | None = None  # what the robot flew since takeoff / in the window
+        if robot.envelope is not None and (window > 0 or hasattr(backend, "flying")):
+            self.flight = FlightAccount(robot, window_s=window)
         self._started = False
         self._lock = threading.Lock()
 
@@ -212,20 +227,29 @@ class SegmentExecutor:
             raise SkillRejected(f"{call}: {problem}")
 
     def _plan(self, goal: SegmentGoal) -> tuple[Any, tuple[SkillCall, ...]]:
-        """Parse and check the whole segment before anything moves: (statements or None, calls)."""
+        """Parse and check the whole segment before anything moves: (statements or None, calls).
+        The goal's call list must be exactly the calls written in its text (whoever sent it)."""
         if goal.robot_type and goal.robot_type != self.robot.robot_type:
             raise SkillRejected(f"goal is for robot type {goal.robot_type!r}, this executor runs "
                                 f"{self.robot.robot_type!r}")
         body = None
-        calls: tuple[SkillCall, ...] = goal.calls
-        if self.config.use_interpreter and _minispec is not None and self.robot.language == "minispec":
+        calls: tuple[SkillCall, ...] = tuple(goal.calls)
+        if _minispec is not None and self.robot.language == "minispec":
             try:
-                body, calls = _minispec.parse_program(goal.text, self.robot)
+                parsed_body, parsed = _minispec.parse_program(goal.text, self.robot)
             except _minispec.MiniSpecError as e:
                 raise SkillRejected(f"segment {goal.text!r}: {e}") from None
-            if not body:
+            if not parsed_body:
                 raise SkillRejected(f"segment {goal.text!r} has no statement")
-        elif not calls:
+            if not _guard.same_calls(parsed, calls):
+                raise SkillRejected(f"{_guard.calls_mismatch(calls, parsed)}; nothing sent")
+            if self.config.use_interpreter:
+                body = parsed_body
+        elif self.robot.language == "sentence":
+            problem = _guard.chat_problem(self.robot, goal.text, calls)
+            if problem:
+                raise SkillRejected(f"{problem}; nothing sent")
+        if body is None and not calls:
             raise SkillRejected("segment has no skill calls to run")
         for c in calls:
             if body is None or None not in c.args:  # None = computed: checked once resolved (_call)
@@ -242,6 +266,12 @@ class SegmentExecutor:
             self._travel.pop(old, None)
         return env
 
+    def new_flight(self) -> None:
+        """The robot landed (or was replaced): the flight envelope starts again.  Backends that
+        report `flying` need no call: a goal that finds the robot on the ground starts a new flight."""
+        if self.flight is not None:
+            self.flight.reset()
+
     def forget(self, request_id: str) -> None:
         """Drop a finished plan's interpreter state."""
         self._envs.pop(request_id, None)
@@ -252,7 +282,7 @@ class SegmentExecutor:
         spec = self._spec(call)
         self._check_call(call)  # the resolved call: computed arguments are checked here, before sending
         if run.travel is not None:
-            outside = run.travel.charge(call, spec)
+            outside = run.travel.charge(call, spec, self.clock())
             if outside:
                 raise SkillRejected(f"outside the flight envelope: {outside}")
         if run.feedback is not None:
@@ -273,12 +303,11 @@ class SegmentExecutor:
         try:
             run.ctx.check()
             body, calls = self._plan(goal)
+            if self.robot.envelope is not None:  # the goal as a whole, before its first command
+                run.travel = self._envelope_check(goal, body, calls)
             self.start()
             begun = True
             self.backend.begin_goal(goal, run.ctx)
-            if self.robot.envelope is not None:
-                run.travel = self._travel.setdefault(goal.request_id, EnvelopeTracker(self.robot))
-                run.travel.begin_segment()
             if body is not None:
                 env = self._env(goal.request_id)
                 for stmt in body:
@@ -307,6 +336,28 @@ class SegmentExecutor:
             if where:
                 msg = f"{msg}; {where}"
         return ExecReport(code, msg, tuple(run.durations), len(run.durations), None, self.clock() - started)
+
+    def _envelope_check(self, goal: SegmentGoal, body: Any, calls: tuple[SkillCall, ...]) -> EnvelopeTracker:
+        """The plan's envelope account, after checking the whole goal (its worst path) against the
+        segment's, the plan's and the robot's flight envelope; SkillRejected before anything moves."""
+        if self.flight is not None and self.flight.window_s == 0 and getattr(self.backend, "flying", None) is False:
+            self.flight.reset()  # on the ground: this goal's takeoff starts a new flight
+        tracker = self._travel.get(goal.request_id)
+        if tracker is None:
+            tracker = self._travel[goal.request_id] = EnvelopeTracker(self.robot, self.flight)
+            while len(self._travel) > self.config.max_plans:  # bounded, like the plans' envs
+                self._travel.pop(next(iter(self._travel)))
+        if body is not None:
+            seg = static_travel(body, self.robot)
+        else:
+            seg = ZERO
+            for c in calls:
+                seg = seg.then(call_travel(self._spec(c), c.args))
+        outside = tracker.precheck(seg, self.clock())
+        if outside:
+            raise SkillRejected(f"outside the flight envelope: {outside}; nothing sent")
+        tracker.begin_segment()
+        return tracker
 
     def _halt(self, reason: str) -> str | None:
         try:

@@ -70,9 +70,12 @@ MOTION = {
     "turn_ccw": ("rotate_counter_clockwise", 1, 360),
 }
 TURNS = ("turn_cw", "turn_ccw")
+# TypeFly's current signed skills (robots/tello_typefly.yaml) -> (least, largest |amount| of one SDK
+# command, whether 0 is allowed): each nonzero component becomes one of the commands above
+SIGNED = {"move": (20, 500, True), "lift": (20, 500, False), "rotate": (1, 360, False)}
 PERCEPTION = {"is_visible", "object_x", "object_y", "object_width", "object_height", "probe"}
 LOCAL = {"log", "delay", "take_picture", "re_plan"}
-MACROS = {"scan", "scan_abstract", "orienting", "approach", "goto"}
+MACROS = {"scan", "scan_abstract", "scan_description", "orienting", "approach", "goto"}
 
 
 @dataclass
@@ -301,6 +304,11 @@ class TelloBackend:
         numbers (the Tello SDK's limits, whatever the YAML says), non-string object names."""
         if len(call.args) != len(spec.args):
             return f"Tello {spec.name} takes {len(spec.args)} argument(s), got {len(call.args)}"
+        if spec.name == "delay" and spec.args and spec.args[0].unit == "s":  # TypeFly: seconds
+            v = call.args[0]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 10:
+                return f"Tello delay needs a number of seconds within 0..10, got {v!r}"
+            return None
         if spec.name in MOTION or spec.name == "delay":
             _, lo, hi = MOTION.get(spec.name, ("", 0, 10000))
             v = call.args[0]
@@ -308,6 +316,15 @@ class TelloBackend:
                 return f"Tello {spec.name} needs an int, got {v!r}"
             if not lo <= v <= hi:
                 return f"Tello {spec.name} must be within {lo}..{hi}, got {v}"
+            return None
+        if spec.name in SIGNED:
+            least, most, zero_ok = SIGNED[spec.name]
+            for v in call.args:
+                if type(v) is not int:
+                    return f"Tello {spec.name} needs ints, got {v!r}"
+                if not (least <= abs(v) <= most or (zero_ok and v == 0)):
+                    return (f"Tello {spec.name}: each amount must be {'0 or ' if zero_ok else ''}"
+                            f"{least}..{most} either way, got {v}")
             return None
         if spec.name in PERCEPTION | LOCAL | MACROS:
             for a, v in zip(spec.args, call.args):
@@ -359,10 +376,13 @@ class TelloBackend:
         problem = self.validate(call, spec)
         if problem:
             raise SkillRejected(f"{call}: {problem}; nothing sent")
-        if name in MOTION:
+        if name in MOTION or name in SIGNED:
             if not self.flying:
                 raise SkillFailed(f"{call}: the Tello is not flying (takeoff_on_first_goal is off)")
-            self._motion(name, call.args[0], ctx)  # type: ignore[arg-type]
+            if name in MOTION:
+                self._motion(name, call.args[0], ctx)  # type: ignore[arg-type]
+            else:
+                self._signed(name, call.args, ctx)
             return None
         if name in PERCEPTION:
             return self.perception.query(call, spec)
@@ -371,7 +391,8 @@ class TelloBackend:
             log.info("plan log: %s", call.args[0])
             return None
         if name == "delay":
-            ctx.sleep(call.args[0] / 1000.0)  # type: ignore[operator]
+            seconds = bool(spec.args) and spec.args[0].unit == "s"  # TypeFly: seconds; ours: ms
+            ctx.sleep(call.args[0] if seconds else call.args[0] / 1000.0)  # type: ignore[operator]
             return None
         if name == "take_picture":
             self.pictures += 1
@@ -379,6 +400,21 @@ class TelloBackend:
         if name == "re_plan":
             return None
         return self._macro(name, call, spec, ctx)
+
+    def _signed(self, name: str, args: tuple[Value, ...], ctx: CallContext) -> None:
+        """TypeFly's move(dx, dy) / rotate(deg) / lift(dist): one SDK command per nonzero amount."""
+        if name == "move":  # dx +forward/-backward, then dy +left/-right (TypeFly's order)
+            dx, dy = args
+            if dx:
+                self._motion("move_forward" if dx > 0 else "move_backward", abs(dx), ctx)  # type: ignore[arg-type]
+            if dy:
+                self._motion("move_left" if dy > 0 else "move_right", abs(dy), ctx)  # type: ignore[arg-type]
+        elif name == "rotate":  # +left (counter-clockwise) / -right
+            deg = args[0]
+            self._motion("turn_ccw" if deg > 0 else "turn_cw", abs(deg), ctx)  # type: ignore[operator, arg-type]
+        else:  # lift: +up / -down
+            dist = args[0]
+            self._motion("move_up" if dist > 0 else "move_down", abs(dist), ctx)  # type: ignore[operator, arg-type]
 
     def _macro(self, name: str, call: SkillCall, spec: SkillSpec, ctx: CallContext) -> Value:
         """TypeFly's high-level skills, through the SDK and the perception source."""
@@ -389,7 +425,7 @@ class TelloBackend:
                     return True
                 self._motion("turn_cw", 45, ctx)
             return False
-        if name == "scan_abstract":  # like scan, answering a question about the view
+        if name in ("scan_abstract", "scan_description"):  # like scan, answering a question about the view
             for _ in range(8):
                 answer = self.perception.query(call, spec)
                 if answer:

@@ -308,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--move-s-per-cm", type=float, default=0.02, help="motion time per cm (default 0.02)")
     ap.add_argument("--turn-s-per-deg", type=float, default=0.011, help="turn time per degree (default 0.011)")
     ap.add_argument("--takeoff-s", type=float, default=1.0, help="takeoff time (default 1.0)")
+    ap.add_argument("--log", default=None, help="append every command as a JSON line to this file")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     done = threading.Event()
@@ -315,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: done.set())
     try:
         emu = TelloEmulator(args.host, args.port, state_port=args.state_port, move_s_per_cm=args.move_s_per_cm,
-                            turn_s_per_deg=args.turn_s_per_deg, takeoff_s=args.takeoff_s)
+                            turn_s_per_deg=args.turn_s_per_deg, takeoff_s=args.takeoff_s, log_path=args.log)
     except OSError as e:
         print(f"tello emulator: cannot bind {args.host}:{args.port}: {e}", file=sys.stderr)
         return 2

@@ -85,8 +85,8 @@ def build_executor(params: dict[str, Any], *, namespace: str = "") -> tuple[Any,
         backend: Any = SimulatedBackend(robot, seed=int(p["seed"]), time_scale=float(p["time_scale"]),
                                         perception=perception)
     elif p["backend"] == "tello":
-        if robot.robot_type != "tello":
-            raise ConfigError(f"backend tello needs robot_type tello, got {robot.robot_type!r}")
+        if robot.hardware != "tello":  # tello, or a skill set on it (robots/tello_typefly.yaml: platform tello)
+            raise ConfigError(f"backend tello needs a tello robot type, got {robot.robot_type!r}")
         from timelyllm_ros.executors.tello import TelloBackend, TelloConfig
 
         backend = TelloBackend(robot, TelloConfig(

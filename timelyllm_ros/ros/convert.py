@@ -65,6 +65,25 @@ class MessageError(ValueError):
     """A message's fields do not describe a valid core object; the text says which and why."""
 
 
+def nul_problem(path: str, v: str) -> str | None:
+    """Why a string cannot go into a ROS message as it is: a ROS string is a C string and ends
+    at its first NUL, so everything after it would be dropped silently (None if it can)."""
+    i = v.find("\x00")
+    if i < 0:
+        return None
+    return (f"field {path!r} contains a NUL character (U+0000) at position {i}: a ROS string ends there "
+            f"and the {len(v) - i - 1} character(s) after it would be lost; remove it")
+
+
+def _check_nul(fields: dict[str, Any]) -> dict[str, Any]:
+    for k, v in fields.items():
+        if isinstance(v, str):
+            problem = nul_problem(k, v)
+            if problem:
+                raise MessageError(problem)
+    return fields
+
+
 # ----------------------------------------------------------------------------- primitives
 
 
@@ -181,7 +200,7 @@ def skill_call_from_fields(d: Mapping[str, Any]) -> SkillCall:
 
 
 def plan_request_to_fields(r: PlanRequest, stamp: float | None = None) -> dict[str, Any]:
-    return {
+    return _check_nul({
         "stamp": time_fields(stamp),
         "request_id": r.request_id,
         "robot_id": r.robot_id,
@@ -195,7 +214,7 @@ def plan_request_to_fields(r: PlanRequest, stamp: float | None = None) -> dict[s
         "tuf_beta": float(r.tuf.beta),
         "consume_rate": float(r.consume_rate or 0.0),
         "reference_plan": r.reference_plan or "",
-    }
+    })
 
 
 def plan_request_mapping(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -241,7 +260,7 @@ def segment_to_fields(request_id: str, s: Segment) -> dict[str, Any]:
 
 
 def segment_goal_to_fields(g: SegmentGoal) -> dict[str, Any]:
-    return {
+    return _check_nul({
         "request_id": g.request_id,
         "robot_id": g.robot_id,
         "robot_type": g.robot_type,
@@ -250,7 +269,7 @@ def segment_goal_to_fields(g: SegmentGoal) -> dict[str, Any]:
         "calls": [skill_call_to_fields(c) for c in g.calls],
         "est_exec_s": float(g.est_exec_s),
         "blocking": bool(g.blocking),
-    }
+    })
 
 
 def segment_goal_from_fields(d: Mapping[str, Any]) -> SegmentGoal:

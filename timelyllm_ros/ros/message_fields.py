@@ -10,7 +10,8 @@ This module walks that description:
 - `to_msg(cls, fields)` builds a *new* message; the input dict (and every list or dict inside
   it) is only read, never changed or stored, so one dict can be sent any number of times.
   Missing fields keep the message's defaults; unknown fields, wrong types, out-of-range
-  integers, over-long bounded strings and sequences raise `MessageError` naming the field path.
+  integers, over-long bounded strings and sequences, strings holding a NUL (a ROS string ends at
+  its first NUL: the rest would be dropped silently) raise `MessageError` naming the field path.
 - `from_msg(msg)` gives the field dict: nested messages as dicts, sequences and arrays as
   lists of Python values, `byte` (octet) as 1-byte `bytes` -- the shapes `convert` and the
   rosbags CDR checks use.
@@ -26,7 +27,7 @@ import math
 from functools import lru_cache
 from typing import Any, Mapping
 
-from timelyllm_ros.ros.convert import MessageError
+from timelyllm_ros.ros.convert import MessageError, nul_problem
 
 Fields = dict[str, Any]
 
@@ -103,6 +104,9 @@ def _value_in(t: Any, v: Any, path: str) -> Any:
         limit = getattr(t, "maximum_size", None)
         if limit is not None and len(v) > limit:
             raise MessageError(f"field {path!r} is longer than its bound of {limit} characters")
+        problem = nul_problem(path, v)  # rclpy would cut the string at its first NUL, silently
+        if problem:
+            raise MessageError(problem)
         return v
     if kind == "BasicType":
         return _basic_in(t.typename, v, path)
