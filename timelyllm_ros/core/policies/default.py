@@ -131,10 +131,11 @@ class Default(Policy):
 
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
                  preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True,
-                 pace: bool = True, pace_min_free: float = 0.25, pace_max_error: float = 0.5,
+                 pace: bool = False, pace_min_free: float = 0.25, pace_max_error: float = 0.5,
                  pace_kv: str = "preserve", step_ratio: float = 3.0, memory_full: bool = False,
-                 atc_k: float = 2.0, drain_after_s: float = 5.0) -> None:
+                 atc_k: float = 2.0, drain_after_s: float = 5.0, speculate: bool = True) -> None:
         self.kv_budget = kv_budget
+        self.speculate = bool(speculate)
         if isinstance(drain_after_s, bool) or not isinstance(drain_after_s, (int, float)) or not drain_after_s > 0:
             raise ValueError(f"drain_after_s must be a number > 0 (inf: the step-time cap always applies), "
                              f"got {drain_after_s!r}")
@@ -263,21 +264,16 @@ class Default(Policy):
             s = due - now - (left if left > 1.0 else 1.0) * token_s - enter
             if s <= lead:
                 critical.append(g)
-                if segs:
-                    conts.append(g)
-                else:
+                if not segs:
                     firsts.append(g)
-                    alphas.append(req.tuf.alpha)
-                    ps.append((left if left > 1.0 else 1.0) * token_s + enter)
-                    slacks.append(s)
+                alphas.append(req.tuf.alpha)
+                ps.append((left if left > 1.0 else 1.0) * token_s + enter)
+                slacks.append(s)
             else:
                 g.priority = -1.0 - s
                 deferrable.append(g)
-        if conts:
-            G, floor = self._eq4._g_floor(ctx)
-            set_priorities(conts, eq4(conts, now, G, floor, self._eq4.rescue_late))
-        if firsts:
-            set_priorities(firsts, atc_priorities(alphas, ps, slacks, self.atc_k).tolist())
+        if critical:
+            set_priorities(critical, atc_priorities(alphas, ps, slacks, self.atc_k).tolist())
         return critical, deferrable, bool(firsts)
 
     def _select_reference(self, ready: Sequence[Generation], running: Sequence[Generation],
@@ -291,7 +287,6 @@ class Default(Policy):
         run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
         protect = protect or run_first  # a critical first segment is running or waiting
         order = priority_order(critical)  # ATC / Eq. 4 (> 0), best first
-        order = [g for g in order if not g.segments] + [g for g in order if g.segments]  # first actions first
         if not protect:
             order += priority_order(deferrable)
         sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now,
@@ -372,13 +367,13 @@ class Default(Policy):
             slack = np.where(1e-6 > slack, 1e-6, slack)
             pri = np.where(crit, num / (G * slack), -1.0 - s)
         fc = first & crit
-        if fc.any():  # critical first segments: ATC, as `_classify`
-            pri[fc] = atc_priorities(alpha[fc], p[fc] + token_s, s[fc], self.atc_k)
+        if crit.any():  # critical segments: ATC, as `_classify`
+            pri[crit] = atc_priorities(alpha[crit], p[crit] + token_s, s[crit], self.atc_k)
         set_priorities(ready, pri.tolist())
         ci = np.flatnonzero(crit)
         gen = a["gen"][sl]
         critical = gen[ci].tolist()
-        idx = ci[ascending_perm(critical, -pri[ci], first=first[ci], arrival=arrival[ci])]
+        idx = ci[ascending_perm(critical, -pri[ci], arrival=arrival[ci])]
         protect = bool(run_first or fc.any())  # a critical first segment runs or waits
         if not protect:
             di = np.flatnonzero(~crit)
@@ -575,6 +570,12 @@ class Default(Policy):
         self.observe(g, seg)
         return self._full and self.slack(g, ctx, now, running=False) > self.lead(ctx)
 
+    def speculates(self, g: Generation, seg: Segment, ctx: PolicyContext) -> bool:
+        """Rule 7: after a blocking statement, generate the next one under the predicted result
+        (held until the robot answers: core/speculation.py) — the robot then waits only for the
+        network after a call whose result was predicted, as long as without it otherwise."""
+        return self.speculate
+
     def batching(self) -> str:
         return "continuous"  # vLLM-style; the admission gate above does the latency control
 
@@ -583,7 +584,7 @@ class Default(Policy):
                 "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight, "pace": self.pace,
                 "pace_min_free": self.pace_min_free, "pace_max_error": self.pace_max_error, "pace_kv": self.pace_kv,
                 "step_ratio": self.step_ratio, "memory_full": self.memory_full, "atc_k": self.atc_k,
-                "drain_after_s": self.drain_after_s}
+                "drain_after_s": self.drain_after_s, "speculate": self.speculate}
 
 
 register("default", Default)
