@@ -100,7 +100,6 @@ from .base import (DispatchMode, Policy, PolicyContext, Selection, ascending_per
                    priority_order, set_priorities)
 from .slots import SlotTable
 from .step_time import StepTimeModel
-from .timelyllm import TimelyLLM, eq4
 
 _OUTPUT_IDS = operator.attrgetter("output_ids")
 _ROBOT_TYPE = operator.attrgetter("request.robot_type")
@@ -130,7 +129,7 @@ class Default(Policy):
     fast_min = 64  # ready generations from which `select` takes the numpy path
 
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
-                 preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True,
+                 preempt_ratio: float = 2.5, len_weight: float = 0.1, kv_budget: bool = True,
                  pace: bool = False, pace_min_free: float = 0.25, pace_max_error: float = 0.5,
                  pace_kv: str = "preserve", step_ratio: float = 3.0, memory_full: bool = False,
                  atc_k: float = 2.0, drain_after_s: float = 5.0, speculate: bool = True) -> None:
@@ -177,7 +176,6 @@ class Default(Policy):
         self.preempt = bool(preempt)
         self.preempt_ratio = float(preempt_ratio)
         self.len_weight = float(len_weight)
-        self._eq4 = TimelyLLM()
         self._seg_len: dict[tuple[str, bool], float] = {}  # (robot type, first segment?) -> mean tokens
         self._full = False  # the batch-size controller refused a ready generation at the last point
         # (not the step-time cap: suspending there trades a re-prefill per statement for a slot
@@ -354,18 +352,7 @@ class Default(Policy):
         p = np.where(left > 1.0, left, 1.0) * token_s
         s = due - now - p - token_s
         crit = s <= lead
-        # Eq. 4 (timelyllm.eq4's arithmetic, element by element)
-        G, floor = self._eq4._g_floor(ctx)
-        now_g = now + G
-        with np.errstate(all="ignore"):
-            t = now_g - due
-            u = np.where(has, alpha * np.where(0.0 > t, 0.0, t) + beta, alpha * ((now_g - arrival) - ert) + beta)
-            late = u < beta
-            num = np.where(late, (beta + (beta - u)) if self._eq4.rescue_late else u, beta)
-            slack = due - now_g
-            slack = np.where(floor > slack, floor, slack)
-            slack = np.where(1e-6 > slack, 1e-6, slack)
-            pri = np.where(crit, num / (G * slack), -1.0 - s)
+        pri = -1.0 - s  # deferrable: least slack first
         fc = first & crit
         if crit.any():  # critical segments: ATC, as `_classify`
             pri[crit] = atc_priorities(alpha[crit], p[crit] + token_s, s[crit], self.atc_k)
@@ -490,20 +477,18 @@ class Default(Policy):
             held = self.memory_full and len(order) < n
         preempt: list[Generation] = []
         if self.preempt and full and critical:
-            # token-level preemption, one for one: deferrable victims first, then critical
-            # continuations, then critical first segments (rules in the module docstring)
+            # token-level preemption, one for one: deferrable victims first, then critical ones
+            # by ATC priority, lowest first (rules in the module docstring)
             crit_ids = {id(g) for g in run_crit}
-            victims = sorted(running, key=lambda v: (id(v) in crit_ids, not v.segments, v.priority, v.gen_id))
+            victims = sorted(running, key=lambda v: (id(v) in crit_ids, v.priority, v.gen_id))
             for want, v in zip(order, victims):
                 if want.priority <= 0:
                     break  # only critical work preempts
-                if id(v) in crit_ids:
-                    rank_w, rank_v = not want.segments, not v.segments  # first statements outrank
-                    # (Eq. 4 densities: a same-kind swap must pay for the preempted one's re-add)
-                    denser = rank_w == rank_v and (self._eq4.priority(want, ctx, now)
-                                                   > self.preempt_ratio * self._eq4.priority(v, ctx, now))
-                    if not ((rank_w > rank_v or denser) and self.predicted_tokens(v, ctx) - v.seg_tokens > 2):
-                        break
+                # a critical victim only for a preempt_ratio times higher priority (the swap pays
+                # for the victim's re-add) and with more than 2 tokens of its segment to go
+                if id(v) in crit_ids and not (want.priority > self.preempt_ratio * v.priority
+                                              and self.predicted_tokens(v, ctx) - v.seg_tokens > 2):
+                    break
                 preempt.append(v)
         self._capped = self._mem_held = held
         if ready_first or any(not g.segments for g in running):
