@@ -129,11 +129,14 @@ def test_preemption_only_when_the_batch_is_full_and_victims_chosen_by_rule():
     # full, only critical victims of similar density: no preemption (no churn)
     urgent.extra["blocked"] = "batch full (1)"
     assert p.select([urgent], [busy], ctx(), 10.0).preempt == []
-    # ...unless the waiting one is far denser (an overdue urgent vs a fresh normal near its ERT)
+    # ...unless the waiting one's ATC priority is preempt_ratio times higher: an overdue urgent
+    # (6.67 per second, 7 steps to go) vs an overdue normal (2 per second, 6 steps): 2.86x
     late = gen("late", 9.5, URGENT)
     late.extra["blocked"] = "batch full (1)"
-    normal = gen("nr", 9.1, NORMAL, state=GenState.RUNNING)  # due 10.1: critical, low density
-    assert ids(p.select([late], [normal], ctx(), 10.0).preempt) == ["nr"]
+    normal = gen("nr", 9.1, NORMAL, state=GenState.RUNNING)  # due 10.1: critical
+    assert p.select([late], [normal], ctx(), 10.0).preempt == []  # default ratio 4
+    late.extra["blocked"] = "batch full (1)"
+    assert ids(Default(preempt_ratio=2.5).select([late], [normal], ctx(), 10.0).preempt) == ["nr"]
     # deferrable work never preempts
     waiting = gen("w", 10.0, NORMAL)
     waiting.extra["blocked"] = "batch full (1)"
@@ -246,7 +249,7 @@ def test_first_statements_and_continuations_are_weighed_alike():
     """Eq. 3 scores a robot idling mid-plan (TUF1 of the wait) with the same slope as one
     waiting for its first action: an overdue urgent continuation goes before a normal first
     statement near its ERT, full batch or not; when the batch is full it may preempt that first
-    statement (ATC priority over preempt_ratio times higher), never the other way round."""
+    statement (ATC priority preempt_ratio times higher), never the other way round."""
     p = Default()
     first = gen("first", 9.5, NORMAL)  # due 10.5: critical at 10.45
     cont = gen("cont", 5.0, URGENT, [seg(0, 9.0, 1.4)], state=GenState.SUSPENDED)  # robot done 10.4
@@ -259,7 +262,7 @@ def test_first_statements_and_continuations_are_weighed_alike():
     waiting_cont = gen("wc", 5.0, URGENT, [seg(0, 9.0, 1.4)], state=GenState.SUSPENDED)
     waiting_cont.extra["blocked"] = "batch full (1)"
     running_first = gen("rf", 9.5, NORMAL, state=GenState.RUNNING)
-    assert ids(p.select([waiting_cont], [running_first], ctx(), 10.45).preempt) == ["rf"]
+    assert ids(Default(preempt_ratio=2.5).select([waiting_cont], [running_first], ctx(), 10.45).preempt) == ["rf"]
 
 
 def test_demo_ros_node_and_config_default_to_default():

@@ -14,17 +14,17 @@ A generation is *critical* when its slack is at most ``lead`` = max(``min_lead_s
 ``lead_steps`` × time per token); otherwise it is *deferrable*.
 
 At each scheduling point (``select``) — docs/policies.md states the same rules in plain words and
-numbers them 1–10 (its 3 = rule 1 here, 4 = 2, 6 = 3, 7 = 4, 9 = 5, 10 = 6; its 5 and 8 are
-``suspend_at`` below):
+numbers them 1–10 (its 3 = rule 1 here, 4 = 2, 6 = 3, 7 = 4, 9 = 5, 10 = 6; its 5 is ``suspend_at``, its 8 ``speculates``;
+both below):
 
-1. critical generations are admitted first: critical first segments (a robot still waiting for
-   its first action: what the TUF scores) before critical continuations (whose robots are busy);
-   first segments by apparent tardiness cost (ATC, Vepsalainen & Morton 1987):
+1. critical generations are admitted first, first segments and continuations alike (Eq. 3
+   scores a robot idling mid-plan, TUF1 of its wait, with the slope of its first action's TUF),
+   by apparent tardiness cost (ATC, Vepsalainen & Morton 1987):
    |TUF slope| / p × exp(−max(0, slack) / (``atc_k`` × mean p)), p = est. time — once past its
-   ERT a request loses |alpha| utility per second of delay, so among late ones this is weighted
-   shortest processing time first, which minimises the sum of alpha × lateness (under overload
-   an urgent plan, 6.67 per second, goes before a chat reply, 2 per second, of the same length);
-   continuations by TimelyLLM's utility density (Eq. 4);
+   deadline a segment loses |alpha| utility per second of delay, so among late ones this is
+   weighted shortest processing time first, which minimises the sum of alpha × lateness (under
+   overload an urgent plan, 6.67 per second, goes before a chat reply, 2 per second, of the same
+   length);
 2. deferrable ones (least slack first) are admitted only while no critical *first* segment is
    running or waiting: spare engine time goes to work that is not due yet, but a step that
    decides a response time is not made longer by work that could wait (each extra sequence, each
@@ -36,11 +36,11 @@ numbers them 1–10 (its 3 = rule 1 here, 4 = 2, 6 = 3, 7 = 4, 9 = 5, 10 = 6; it
 4. when the batch is full (the planner's batch-size controller refused a ready generation at the
    previous point: a binding cap or KV memory) a waiting critical generation preempts a running
    one at token level, one for one (Andes-style): a deferrable one first, else a critical one
-   that has more than 2 tokens of its segment left and is a continuation while the waiting one is
-   a first segment, or of the same kind with a ``preempt_ratio`` times lower Eq. 4 density;
+   that has more than 2 tokens of its segment left and a ``preempt_ratio`` times lower ATC
+   priority;
    the batch also counts as full here when the step-time cap (rule 6) — or, with ``memory_full``,
    this policy's own KV budget (rule 3) — held a ready generation back at the previous point;
-5. pacing (``pace``): while a critical first segment is running or waiting, each of those that can
+5. pacing (``pace``, off by default: it pauses continuations, which Eq. 3 charges): while a critical first segment is running or waiting, each of those that can
    still make its deadline needs its remaining tokens in steps of at most (deadline − now) /
    tokens left; the tightest such budget, through an online model of the engine's step time
    (a + b·generations + c·new requests + d·prefilled tokens, least squares over the steps seen,
@@ -75,7 +75,9 @@ this policy's KV budget), *not* the step-time cap, a limit of the policy's own: 
 costs a re-add (prefill) per statement (the edge board with chat_mixed lost 7 s of engine time in
 120 s to that churn) — and its next segment is not due within the lead: then it is suspended (the
 slot goes to waiting work) and resumes when it is critical or the engine is free.  Blocking statements always
-suspend (the plan needs the value).  So: uncontended, plain streaming (suspending costs a re-add,
+suspend (the plan needs the value); with ``speculate`` (rule 7, `speculates`) the generation goes on
+under the predicted value, its next statement held until the robot's value confirms it
+(core/speculation.py).  So: uncontended, plain streaming (suspending costs a re-add,
 a prefill and more, smaller steps — measured in issue 15); under a binding cap or memory limit,
 TimelyLLM's segmentation with preemption.
 
@@ -129,7 +131,7 @@ class Default(Policy):
     fast_min = 64  # ready generations from which `select` takes the numpy path
 
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
-                 preempt_ratio: float = 2.5, len_weight: float = 0.1, kv_budget: bool = True,
+                 preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True,
                  pace: bool = False, pace_min_free: float = 0.25, pace_max_error: float = 0.5,
                  pace_kv: str = "preserve", step_ratio: float = 3.0, memory_full: bool = False,
                  atc_k: float = 2.0, drain_after_s: float = 5.0, speculate: bool = True) -> None:
