@@ -90,10 +90,12 @@ def test_gate_holds_deferrable_work_while_a_first_segment_is_critical():
     assert sel.order == []
 
 
-def test_critical_first_segments_are_ordered_by_apparent_tardiness_cost():
-    """Critical first segments: ATC, |alpha| / p * exp(-max(0, slack) / (k * mean p)) — past the
-    deadline weighted-shortest-processing-time (an urgent TUF loses 6.67 per second, a normal
-    one 2); critical continuations keep Eq. 4 and come after every critical first segment."""
+def test_critical_segments_are_ordered_by_apparent_tardiness_cost():
+    """Every critical segment — first ones and continuations alike, as Eq. 3 weighs them: ATC,
+    |alpha| / p * exp(-max(0, slack) / (k * mean p)) over all of them — past the deadline
+    weighted-shortest-processing-time (an urgent TUF loses 6.67 per second, a normal one 2; a
+    continuation's TUF1 has the same slope).  The overdue urgent continuation is as late as the
+    overdue urgent first segment and needs fewer tokens: it goes first."""
     p = Default()
     late = gen("late", 9.6, URGENT)  # overdue
     fresh = gen("fresh", 10.0, URGENT)
@@ -101,17 +103,16 @@ def test_critical_first_segments_are_ordered_by_apparent_tardiness_cost():
     cont = gen("cont", 5.0, URGENT, [seg(0, 9.0, 1.0)], state=GenState.SUSPENDED)  # robot idle since 10.0
     sel = p.select([fresh, cont, near, late], [], ctx(), 10.1)
     c = ctx()
-    firsts = [fresh, near, late]
-    ps = [(max(1.0, p.predicted_tokens(g, c)) + 1) * TOKEN_S for g in firsts]
-    slacks = [p.slack(g, c, 10.1, running=False) for g in firsts]
+    crit = [fresh, cont, near, late]
+    ps = [(max(1.0, p.predicted_tokens(g, c)) + 1) * TOKEN_S for g in crit]
+    slacks = [p.slack(g, c, 10.1, running=False) for g in crit]
     scale = sum(ps) / len(ps) * p.atc_k
-    want = {g.gen_id: -g.request.tuf.alpha / q * math.exp(-max(0.0, s) / scale) for g, q, s in zip(firsts, ps, slacks)}
-    for g in firsts:
+    want = {g.gen_id: -g.request.tuf.alpha / q * math.exp(-max(0.0, s) / scale) for g, q, s in zip(crit, ps, slacks)}
+    for g in crit:
         assert g.priority == pytest.approx(want[g.gen_id], rel=1e-12)
-    arrival = {g.gen_id: g.request.arrival for g in firsts}  # equal priorities: first come first
-    assert ids(sel.order) == sorted(want, key=lambda k: (-want[k], arrival[k])) + ["cont"]
-    assert ids(sel.order)[:2] == ["late", "fresh"]  # both past due: urgent before the normal one
-    assert cont.priority == pytest.approx(make_policy("timelyllm").priority(cont, c, 10.1))
+    arrival = {g.gen_id: g.request.arrival for g in crit}  # equal priorities: first come first
+    assert ids(sel.order) == sorted(want, key=lambda k: (-want[k], arrival[k]))
+    assert ids(sel.order)[:3] == ["cont", "late", "fresh"]  # past due: urgent before the normal one
 
 
 def test_preemption_only_when_the_batch_is_full_and_victims_chosen_by_rule():
@@ -128,11 +129,14 @@ def test_preemption_only_when_the_batch_is_full_and_victims_chosen_by_rule():
     # full, only critical victims of similar density: no preemption (no churn)
     urgent.extra["blocked"] = "batch full (1)"
     assert p.select([urgent], [busy], ctx(), 10.0).preempt == []
-    # ...unless the waiting one is far denser (an overdue urgent vs a fresh normal near its ERT)
+    # ...unless the waiting one's ATC priority is preempt_ratio times higher: an overdue urgent
+    # (6.67 per second, 7 steps to go) vs an overdue normal (2 per second, 6 steps): 2.86x
     late = gen("late", 9.5, URGENT)
     late.extra["blocked"] = "batch full (1)"
-    normal = gen("nr", 9.1, NORMAL, state=GenState.RUNNING)  # due 10.1: critical, low density
-    assert ids(p.select([late], [normal], ctx(), 10.0).preempt) == ["nr"]
+    normal = gen("nr", 9.1, NORMAL, state=GenState.RUNNING)  # due 10.1: critical
+    assert p.select([late], [normal], ctx(), 10.0).preempt == []  # default ratio 4
+    late.extra["blocked"] = "batch full (1)"
+    assert ids(Default(preempt_ratio=2.5).select([late], [normal], ctx(), 10.0).preempt) == ["nr"]
     # deferrable work never preempts
     waiting = gen("w", 10.0, NORMAL)
     waiting.extra["blocked"] = "batch full (1)"
@@ -194,7 +198,7 @@ def test_decisions_are_online_future_plans_do_not_change_the_past():
 
 
 def test_default_streams_uncontended_and_suspends_only_blocking_statements():
-    r = run_simulation(scaled_drones(50, duration_s=20.0), "default")
+    r = run_simulation(scaled_drones(50, duration_s=20.0), "default", policy_params={"speculate": False})
     blocking_resumes = sum(sum(1 for s in g.segments[:-1] if s.blocking) for g in r.generations)
     assert sum(g.resumes for g in r.generations) == blocking_resumes  # nothing else was cut
     assert r.batcher == "fixed(256)"
@@ -241,25 +245,24 @@ def test_admission_fits_free_kv_memory_counting_uncached_prefixes():
     assert ids(p._fit_memory([b], [], c)) == ["b"]
 
 
-def test_full_batch_serves_first_statements_before_continuations():
-    """A robot still waiting for its first action goes before one whose plan is under way,
-    whatever their densities (full or not: a first action is what the TUF scores); when the batch
-    is full such a first statement may preempt a running continuation that still has tokens to
-    go, never the other way round."""
+def test_first_statements_and_continuations_are_weighed_alike():
+    """Eq. 3 scores a robot idling mid-plan (TUF1 of the wait) with the same slope as one
+    waiting for its first action: an overdue urgent continuation goes before a normal first
+    statement near its ERT, full batch or not; when the batch is full it may preempt that first
+    statement (ATC priority preempt_ratio times higher), never the other way round."""
     p = Default()
     first = gen("first", 9.5, NORMAL)  # due 10.5: critical at 10.45
     cont = gen("cont", 5.0, URGENT, [seg(0, 9.0, 1.4)], state=GenState.SUSPENDED)  # robot done 10.4
     sel = p.select([cont, first], [], ctx(), 10.45)
-    assert ids(sel.order) == ["first", "cont"] and sel.preempt == []  # not full
+    assert ids(sel.order) == ["cont", "first"] and sel.preempt == []  # not full
     first.extra["blocked"] = "batch full (1)"
-    assert ids(p.select([cont, first], [], ctx(), 10.45).order) == ["first", "cont"]
+    assert ids(p.select([cont, first], [], ctx(), 10.45).order) == ["cont", "first"]
     running_cont = gen("rc", 5.0, URGENT, [seg(0, 9.0, 1.4)], state=GenState.RUNNING)
-    first.extra["blocked"] = "batch full (1)"
-    assert ids(p.select([first], [running_cont], ctx(), 10.45).preempt) == ["rc"]
+    assert p.select([first], [running_cont], ctx(), 10.45).preempt == []
     waiting_cont = gen("wc", 5.0, URGENT, [seg(0, 9.0, 1.4)], state=GenState.SUSPENDED)
     waiting_cont.extra["blocked"] = "batch full (1)"
     running_first = gen("rf", 9.5, NORMAL, state=GenState.RUNNING)
-    assert p.select([waiting_cont], [running_first], ctx(), 10.45).preempt == []
+    assert ids(Default(preempt_ratio=2.5).select([waiting_cont], [running_first], ctx(), 10.45).preempt) == ["rf"]
 
 
 def test_demo_ros_node_and_config_default_to_default():
@@ -395,7 +398,7 @@ def _paced_setup(kv_modes=frozenset({"cache", "preserve"}), **kw):
     """A policy that has seen 1 ms per extra generation, 20 running continuations whose robots are
     busy for 2-4 s (deferrable) and an urgent request that just arrived (tello: 6 tokens predicted,
     so its budget is 0.2 s / 6 = 33 ms per step: 13 generations at 20 ms + 1 ms each)."""
-    p = Default(**kw)
+    p = Default(**{"pace": True, **kw})  # pacing is opt-in (rule 5)
     for b in range(1, 41):
         p.on_step(0.02 + 0.001 * b, b)
     c = dataclasses.replace(ctx(), kv_modes=kv_modes)
@@ -448,3 +451,32 @@ def test_pacing_needs_preserve_memory_and_a_critical_first_segment():
         Default(pace_max_error=0)
     with pytest.raises(ValueError, match="pace_kv"):
         Default(pace_kv="swap")
+
+
+def test_speculated_results_never_reach_a_robot_before_they_are_confirmed():
+    """Value speculation (rule 7): the statement after a blocking one is generated under the
+    predicted result and dispatched only once the robot's real result equals it; a wrong
+    prediction throws that statement away and regenerates it (the simulator's script is
+    generated again).  Same plans as without speculation, every request finished, and the
+    robots wait less after blocking calls."""
+    wl = "WID1"
+    spec = run_simulation(wl, "default")
+    plain = run_simulation(wl, "default", policy_params={"speculate": False})
+    hits = sum(g.spec_hits for g in spec.generations)
+    misses = sum(g.spec_misses for g in spec.generations)
+    assert hits > 0 and misses > 0  # both paths ran (results are True with p = 0.8)
+    assert {g.gen_id: [s.text for s in g.segments] for g in spec.generations} == \
+        {g.gen_id: [s.text for s in g.segments] for g in plain.generations}
+    assert all(g.state is GenState.FINISHED for g in spec.generations)
+    waits = {}
+    for name, r in (("spec", spec), ("plain", plain)):
+        w = []
+        for g in r.generations:
+            for prev, nxt in zip(g.segments, g.segments[1:]):
+                if prev.blocking:
+                    # nothing generated under a guess is dispatched before the guess is confirmed
+                    assert nxt.dispatched_at >= prev.exec_end
+                    w.append(nxt.exec_start - prev.exec_end)
+        waits[name] = sum(w) / len(w)
+    assert waits["spec"] < waits["plain"]
+    assert make_policy("fcfs").speculates(spec.generations[0], spec.generations[0].segments[0], ctx()) is False

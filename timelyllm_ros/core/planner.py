@@ -30,6 +30,7 @@ from .policies import DispatchMode, Policy, PolicyContext
 from .ports import Dispatcher
 from .robots import RobotSpec
 from .segmenter import Segmenter
+from .speculation import ValuePredictor, ValueSpeculation, same_value
 from .types import (GenState, Generation, PlanRequest, RequestError, ResultCode, Segment, SegmentGoal,
                     SegmentResult, Value)
 
@@ -110,6 +111,7 @@ class _Live:
     guard_plan: PlanState | None = None  # what the dispatch guard knows of the plan's accepted segments
     order: int = 0  # position in Planner._live (submission order)
     cut_end: int = 0  # offset in Generation.text just past the last complete statement
+    spec: ValueSpeculation | None = None  # a blocking result being speculated on (core/speculation.py)
 
 
 class Planner:
@@ -131,6 +133,7 @@ class Planner:
         self.listeners = list(listeners)
         self.generations: dict[str, Generation] = {}
         self._live: dict[str, _Live] = {}
+        self.values = ValuePredictor()  # blocking results seen, for value speculation
         self._live_order = 0
         # While step() handles the engine's outputs: the generations running in that step (a
         # superset of those still running: none is admitted meanwhile), put in _live order at
@@ -393,6 +396,9 @@ class Planner:
     # ------------------------------------------------------------------ pinned KV
     def _suspend_kv(self, g: Generation, mode: str) -> None:
         """Suspend g in the engine with KV handling `mode`; remember who holds preserved KV."""
+        live = self._live.get(g.gen_id)
+        if mode == "preserve" and live is not None and live.spec is not None:
+            mode = "cache"  # its tokens past the blocking statement may be rolled back
         self.engine.abort(g.gen_id, mode)
         if mode == "preserve":
             self._pinned[g.gen_id] = None
@@ -552,6 +558,8 @@ class Planner:
         seg = Segment(index=g.k, text=cut.text, calls=tuple(cut.calls), blocking=bool(cut.blocking),
                       token_count=seg_tokens, gen_start=gen_start, gen_end=now,
                       est_exec_s=self.estimator.estimate(g.request.robot_type, cut.calls))
+        if live.spec is not None:
+            return self._hold(g, live, seg, abs_end)
         g.segments.append(seg)
         suspend = mode is DispatchMode.SUSPEND and not final
         if suspend and not seg.blocking and type(self.policy).suspend_at is not Policy.suspend_at:
@@ -602,9 +610,96 @@ class Planner:
             for nxt in extra:
                 if not self._on_cut(g, live, nxt, now, final):
                     return False
+            if seg.blocking and g.state is GenState.WAITING and g.segments[-1] is seg:
+                self._speculate(g, live, seg, now)
         return True
 
+    # ------------------------------------------------------------------ value speculation
+    def _speculate(self, g: Generation, live: _Live, seg: Segment, now: float) -> None:
+        """At blocking `seg`: append the predicted result and let g generate its next statement
+        (held, not dispatched, until the real result decides: `_resolve_speculation`)."""
+        if not self.policy.speculates(g, seg, self.context()):
+            return
+        value = self.values.predict(g.request.robot_type, seg)
+        if value is None:
+            return
+        live.spec = ValueSpeculation(seg_index=seg.index, value=value, out_len=len(g.output_ids),
+                                     text_len=len(g.text), tok_len=len(live.tok_ends),
+                                     text_base=live.text_base, guard_plan=live.guard_plan)
+        extra = list(self.prompts.result_ids(g.request, seg, value))
+        if extra:
+            g.output_ids.extend(extra)
+            live.tok_ends.extend([len(g.text)] * len(extra))
+        g.state = GenState.SUSPENDED
+        g.ready_since = now
+        self._notify(g)
+
+    def _hold(self, g: Generation, live: _Live, seg: Segment, abs_end: int) -> bool:
+        """A statement generated under a predicted result: keep it (and the tokens up to its
+        end), park g until the result arrives."""
+        assert live.spec is not None
+        keep = next((i + 1 for i, e in enumerate(live.tok_ends) if e >= abs_end), len(live.tok_ends))
+        if keep < len(g.output_ids):
+            del g.output_ids[keep:]
+            del live.tok_ends[keep:]
+            g.text = g.text[: live.tok_ends[-1] if live.tok_ends else 0]
+        live.spec.held = seg
+        live.segmenter = live.new_segmenter()
+        live.text_base = abs_end
+        g.seg_tokens = 0
+        g.seg_start = None
+        if g.state is GenState.RUNNING:
+            self._suspend_kv(g, "cache")
+        g.state = GenState.WAITING
+        self._notify(g)
+        return True
+
+    def _resolve_speculation(self, g: Generation, live: _Live, value: Value, now: float) -> None:
+        """The real result of the speculated blocking segment arrived (g is not terminal)."""
+        spec = live.spec
+        assert spec is not None
+        live.spec = None
+        if same_value(value, spec.value):
+            g.spec_hits += 1
+            held = spec.held
+            if held is not None:
+                g.segments.append(held)
+                self._dispatch(g, held, now)
+                g.state = GenState.WAITING if held.blocking else GenState.SUSPENDED
+                g.ready_since = now
+                self._notify(g)
+                if held.blocking:
+                    self._speculate(g, live, held, now)
+            elif spec.ended:
+                self._engine_done(g, live, now, spec.end_reason)
+            return
+        g.spec_misses += 1
+        if g.state is GenState.RUNNING:
+            self._suspend_kv(g, "cache")
+        del g.output_ids[spec.out_len:]
+        del live.tok_ends[spec.tok_len:]
+        g.text = g.text[:spec.text_len]
+        live.text_base, live.guard_plan, live.cut_end = spec.text_base, spec.guard_plan, spec.text_base
+        live.segmenter = live.new_segmenter()
+        g.seg_tokens, g.seg_start, g.engine_finished = 0, None, False
+        seg = g.segments[spec.seg_index]
+        extra = list(self.prompts.result_ids(g.request, seg, value))
+        if extra:
+            g.output_ids.extend(extra)
+            live.tok_ends.extend([len(g.text)] * len(extra))
+        g.state = GenState.SUSPENDED
+        g.ready_since = now
+        self._notify(g)
+
     def _engine_done(self, g: Generation, live: _Live, now: float, reason: str) -> None:
+        if live.spec is not None and live.spec.held is None:
+            # the plan ended under a predicted result: that is speculative too
+            if g.state is GenState.RUNNING:
+                self._suspend_kv(g, "cache")
+            live.spec.ended, live.spec.end_reason = True, reason
+            g.state = GenState.WAITING
+            self._notify(g)
+            return
         g.engine_finished = True
         if g.state is GenState.RUNNING:
             self.engine.abort(g.gen_id, "discard")
@@ -681,7 +776,12 @@ class Planner:
                       f"segment {res.segment_index} {ResultCode(res.code).name.lower()}: {res.error}",
                       cancel_robot=True)
             return
-        if g.state is GenState.WAITING and res.segment_index == len(g.segments) - 1:
+        live = self._live.get(g.gen_id)
+        if seg.blocking:
+            self.values.observe(g.request.robot_type, seg, res.value)
+        if live is not None and live.spec is not None and live.spec.seg_index == res.segment_index:
+            self._resolve_speculation(g, live, res.value, now)
+        elif g.state is GenState.WAITING and res.segment_index == len(g.segments) - 1:
             extra = list(self.prompts.result_ids(g.request, seg, res.value))
             if extra:
                 g.output_ids.extend(extra)

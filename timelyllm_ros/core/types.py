@@ -135,6 +135,8 @@ class Generation:
     engine_finished: bool = False
     priority: float = 0.0  # last value set by the policy (for status/debug)
     resumes: int = 0
+    spec_hits: int = 0  # blocking results that matched the speculated value (core/speculation.py)
+    spec_misses: int = 0  # ... that did not: the statement generated under it was thrown away
     cached_tokens: list[int] = field(default_factory=list)  # num_cached_tokens per (re)add
     finished_at: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # policy-private state (e.g. Trail prediction)

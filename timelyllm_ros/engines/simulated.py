@@ -37,6 +37,7 @@ class Scripts:
 
     ids: dict[str, list[int]] = field(default_factory=dict)
     pos: dict[str, int] = field(default_factory=dict)
+    at: dict[str, list[int]] = field(default_factory=dict)  # sequence index of each script token output
 
 
 # --------------------------------------------------------------------------------------------
@@ -121,6 +122,22 @@ class SimulatedEngine(KVAccounting):
         pos = self._script_pos.get(gen_id, 0)
         if pos > 0 and self._scripts[gen_id][pos - 1] == token:
             self._script_pos[gen_id] = pos - 1
+            at = self.scripts.at.get(gen_id)
+            if at:
+                at.pop()
+
+    def _rewind(self, gen_id: str, prompt: list[int]) -> None:
+        """A resume whose prompt no longer holds script tokens this engine output (the planner
+        threw them away: a speculated blocking result that was wrong, core/speculation.py) makes
+        the script generate them again, as a real model regenerates from the shorter prompt."""
+        at = self.scripts.at.get(gen_id)
+        if not at:
+            return
+        script, pos = self._scripts[gen_id], self._script_pos[gen_id]
+        while at and pos > 0 and not (at[-1] < len(prompt) and prompt[at[-1]] == script[pos - 1]):
+            at.pop()
+            pos -= 1
+        self._script_pos[gen_id] = pos
 
     # --- Engine protocol ----------------------------------------------------------------------
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int) -> None:
@@ -137,6 +154,7 @@ class SimulatedEngine(KVAccounting):
         # prompt + output so far): only what follows it is checked.  The repeat is recognised by
         # equality, so a value equal to a validated id (True for 1, 5.0 for 5) in that part is not
         # re-checked; it hashes as that id, so the engine's behaviour is the same.
+        self._rewind(gen_id, prompt)
         known = self._known.get(gen_id)
         start = 0
         if known is not None and known.n <= len(prompt) and prompt[:known.n] == known.tokens[:known.n]:
@@ -194,6 +212,7 @@ class SimulatedEngine(KVAccounting):
             raise ValueError(f"unknown kv mode {kv!r}; one of {sorted(KV_MODES)}")
         if kv == "discard":  # usually the generation's end: forget its prompt (memory)
             self._known.pop(gen_id, None)
+            self.scripts.at.pop(gen_id, None)
         seq = self._seqs.pop(gen_id, None)
         if seq is None:
             old = self._suspended.get(gen_id)
@@ -310,6 +329,7 @@ class SimulatedEngine(KVAccounting):
         if pos < len(script):
             tok, text = script[pos], self.tokenizer.decode([script[pos]])
             self._script_pos[s.gen_id] = pos + 1
+            self.scripts.at.setdefault(s.gen_id, []).append(len(s.tokens))
             reason = ""
         else:
             tok, text, reason = self.eos_token_id, "", "stop"

@@ -251,6 +251,13 @@ class Policy:
         suspends (the plan needs its value); STREAM/WHOLE policies are never asked."""
         return True
 
+    def speculates(self, g: Generation, seg: Segment, ctx: PolicyContext) -> bool:
+        """SUSPEND mode, at blocking statement `seg` (dispatched; g waits for its result): True =
+        let g generate its next statement under the predicted result, held until the real one
+        arrives (core/speculation.py; the planner predicts, and rolls back on a miss).  False
+        (the paper): g waits for the result before generating anything."""
+        return False
+
     def batching(self) -> str:
         """Batch-size controller the planner uses when no fixed cap is given:
         "latency-guided" (TimelyLLM §4.4) or "continuous" (vLLM-style, capped at max_num_seqs)."""

@@ -14,17 +14,17 @@ A generation is *critical* when its slack is at most ``lead`` = max(``min_lead_s
 ``lead_steps`` × time per token); otherwise it is *deferrable*.
 
 At each scheduling point (``select``) — docs/policies.md states the same rules in plain words and
-numbers them 1–10 (its 3 = rule 1 here, 4 = 2, 6 = 3, 7 = 4, 9 = 5, 10 = 6; its 5 and 8 are
-``suspend_at`` below):
+numbers them 1–10 (its 3 = rule 1 here, 4 = 2, 6 = 3, 7 = 4, 9 = 5, 10 = 6; its 5 is ``suspend_at``, its 8 ``speculates``;
+both below):
 
-1. critical generations are admitted first: critical first segments (a robot still waiting for
-   its first action: what the TUF scores) before critical continuations (whose robots are busy);
-   first segments by apparent tardiness cost (ATC, Vepsalainen & Morton 1987):
+1. critical generations are admitted first, first segments and continuations alike (Eq. 3
+   scores a robot idling mid-plan, TUF1 of its wait, with the slope of its first action's TUF),
+   by apparent tardiness cost (ATC, Vepsalainen & Morton 1987):
    |TUF slope| / p × exp(−max(0, slack) / (``atc_k`` × mean p)), p = est. time — once past its
-   ERT a request loses |alpha| utility per second of delay, so among late ones this is weighted
-   shortest processing time first, which minimises the sum of alpha × lateness (under overload
-   an urgent plan, 6.67 per second, goes before a chat reply, 2 per second, of the same length);
-   continuations by TimelyLLM's utility density (Eq. 4);
+   deadline a segment loses |alpha| utility per second of delay, so among late ones this is
+   weighted shortest processing time first, which minimises the sum of alpha × lateness (under
+   overload an urgent plan, 6.67 per second, goes before a chat reply, 2 per second, of the same
+   length);
 2. deferrable ones (least slack first) are admitted only while no critical *first* segment is
    running or waiting: spare engine time goes to work that is not due yet, but a step that
    decides a response time is not made longer by work that could wait (each extra sequence, each
@@ -36,11 +36,11 @@ numbers them 1–10 (its 3 = rule 1 here, 4 = 2, 6 = 3, 7 = 4, 9 = 5, 10 = 6; it
 4. when the batch is full (the planner's batch-size controller refused a ready generation at the
    previous point: a binding cap or KV memory) a waiting critical generation preempts a running
    one at token level, one for one (Andes-style): a deferrable one first, else a critical one
-   that has more than 2 tokens of its segment left and is a continuation while the waiting one is
-   a first segment, or of the same kind with a ``preempt_ratio`` times lower Eq. 4 density;
+   that has more than 2 tokens of its segment left and a ``preempt_ratio`` times lower ATC
+   priority;
    the batch also counts as full here when the step-time cap (rule 6) — or, with ``memory_full``,
    this policy's own KV budget (rule 3) — held a ready generation back at the previous point;
-5. pacing (``pace``): while a critical first segment is running or waiting, each of those that can
+5. pacing (``pace``, off by default: it pauses continuations, which Eq. 3 charges): while a critical first segment is running or waiting, each of those that can
    still make its deadline needs its remaining tokens in steps of at most (deadline − now) /
    tokens left; the tightest such budget, through an online model of the engine's step time
    (a + b·generations + c·new requests + d·prefilled tokens, least squares over the steps seen,
@@ -75,7 +75,9 @@ this policy's KV budget), *not* the step-time cap, a limit of the policy's own: 
 costs a re-add (prefill) per statement (the edge board with chat_mixed lost 7 s of engine time in
 120 s to that churn) — and its next segment is not due within the lead: then it is suspended (the
 slot goes to waiting work) and resumes when it is critical or the engine is free.  Blocking statements always
-suspend (the plan needs the value).  So: uncontended, plain streaming (suspending costs a re-add,
+suspend (the plan needs the value); with ``speculate`` (rule 7, `speculates`) the generation goes on
+under the predicted value, its next statement held until the robot's value confirms it
+(core/speculation.py).  So: uncontended, plain streaming (suspending costs a re-add,
 a prefill and more, smaller steps — measured in issue 15); under a binding cap or memory limit,
 TimelyLLM's segmentation with preemption.
 
@@ -100,7 +102,6 @@ from .base import (DispatchMode, Policy, PolicyContext, Selection, ascending_per
                    priority_order, set_priorities)
 from .slots import SlotTable
 from .step_time import StepTimeModel
-from .timelyllm import TimelyLLM, eq4
 
 _OUTPUT_IDS = operator.attrgetter("output_ids")
 _ROBOT_TYPE = operator.attrgetter("request.robot_type")
@@ -131,10 +132,11 @@ class Default(Policy):
 
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
                  preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True,
-                 pace: bool = True, pace_min_free: float = 0.25, pace_max_error: float = 0.5,
+                 pace: bool = False, pace_min_free: float = 0.25, pace_max_error: float = 0.5,
                  pace_kv: str = "preserve", step_ratio: float = 3.0, memory_full: bool = False,
-                 atc_k: float = 2.0, drain_after_s: float = 5.0) -> None:
+                 atc_k: float = 2.0, drain_after_s: float = 5.0, speculate: bool = True) -> None:
         self.kv_budget = kv_budget
+        self.speculate = bool(speculate)
         if isinstance(drain_after_s, bool) or not isinstance(drain_after_s, (int, float)) or not drain_after_s > 0:
             raise ValueError(f"drain_after_s must be a number > 0 (inf: the step-time cap always applies), "
                              f"got {drain_after_s!r}")
@@ -176,7 +178,6 @@ class Default(Policy):
         self.preempt = bool(preempt)
         self.preempt_ratio = float(preempt_ratio)
         self.len_weight = float(len_weight)
-        self._eq4 = TimelyLLM()
         self._seg_len: dict[tuple[str, bool], float] = {}  # (robot type, first segment?) -> mean tokens
         self._full = False  # the batch-size controller refused a ready generation at the last point
         # (not the step-time cap: suspending there trades a re-prefill per statement for a slot
@@ -263,21 +264,16 @@ class Default(Policy):
             s = due - now - (left if left > 1.0 else 1.0) * token_s - enter
             if s <= lead:
                 critical.append(g)
-                if segs:
-                    conts.append(g)
-                else:
+                if not segs:
                     firsts.append(g)
-                    alphas.append(req.tuf.alpha)
-                    ps.append((left if left > 1.0 else 1.0) * token_s + enter)
-                    slacks.append(s)
+                alphas.append(req.tuf.alpha)
+                ps.append((left if left > 1.0 else 1.0) * token_s + enter)
+                slacks.append(s)
             else:
                 g.priority = -1.0 - s
                 deferrable.append(g)
-        if conts:
-            G, floor = self._eq4._g_floor(ctx)
-            set_priorities(conts, eq4(conts, now, G, floor, self._eq4.rescue_late))
-        if firsts:
-            set_priorities(firsts, atc_priorities(alphas, ps, slacks, self.atc_k).tolist())
+        if critical:
+            set_priorities(critical, atc_priorities(alphas, ps, slacks, self.atc_k).tolist())
         return critical, deferrable, bool(firsts)
 
     def _select_reference(self, ready: Sequence[Generation], running: Sequence[Generation],
@@ -291,7 +287,6 @@ class Default(Policy):
         run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
         protect = protect or run_first  # a critical first segment is running or waiting
         order = priority_order(critical)  # ATC / Eq. 4 (> 0), best first
-        order = [g for g in order if not g.segments] + [g for g in order if g.segments]  # first actions first
         if not protect:
             order += priority_order(deferrable)
         sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now,
@@ -359,26 +354,15 @@ class Default(Policy):
         p = np.where(left > 1.0, left, 1.0) * token_s
         s = due - now - p - token_s
         crit = s <= lead
-        # Eq. 4 (timelyllm.eq4's arithmetic, element by element)
-        G, floor = self._eq4._g_floor(ctx)
-        now_g = now + G
-        with np.errstate(all="ignore"):
-            t = now_g - due
-            u = np.where(has, alpha * np.where(0.0 > t, 0.0, t) + beta, alpha * ((now_g - arrival) - ert) + beta)
-            late = u < beta
-            num = np.where(late, (beta + (beta - u)) if self._eq4.rescue_late else u, beta)
-            slack = due - now_g
-            slack = np.where(floor > slack, floor, slack)
-            slack = np.where(1e-6 > slack, 1e-6, slack)
-            pri = np.where(crit, num / (G * slack), -1.0 - s)
+        pri = -1.0 - s  # deferrable: least slack first
         fc = first & crit
-        if fc.any():  # critical first segments: ATC, as `_classify`
-            pri[fc] = atc_priorities(alpha[fc], p[fc] + token_s, s[fc], self.atc_k)
+        if crit.any():  # critical segments: ATC, as `_classify`
+            pri[crit] = atc_priorities(alpha[crit], p[crit] + token_s, s[crit], self.atc_k)
         set_priorities(ready, pri.tolist())
         ci = np.flatnonzero(crit)
         gen = a["gen"][sl]
         critical = gen[ci].tolist()
-        idx = ci[ascending_perm(critical, -pri[ci], first=first[ci], arrival=arrival[ci])]
+        idx = ci[ascending_perm(critical, -pri[ci], arrival=arrival[ci])]
         protect = bool(run_first or fc.any())  # a critical first segment runs or waits
         if not protect:
             di = np.flatnonzero(~crit)
@@ -495,20 +479,18 @@ class Default(Policy):
             held = self.memory_full and len(order) < n
         preempt: list[Generation] = []
         if self.preempt and full and critical:
-            # token-level preemption, one for one: deferrable victims first, then critical
-            # continuations, then critical first segments (rules in the module docstring)
+            # token-level preemption, one for one: deferrable victims first, then critical ones
+            # by ATC priority, lowest first (rules in the module docstring)
             crit_ids = {id(g) for g in run_crit}
-            victims = sorted(running, key=lambda v: (id(v) in crit_ids, not v.segments, v.priority, v.gen_id))
+            victims = sorted(running, key=lambda v: (id(v) in crit_ids, v.priority, v.gen_id))
             for want, v in zip(order, victims):
                 if want.priority <= 0:
                     break  # only critical work preempts
-                if id(v) in crit_ids:
-                    rank_w, rank_v = not want.segments, not v.segments  # first statements outrank
-                    # (Eq. 4 densities: a same-kind swap must pay for the preempted one's re-add)
-                    denser = rank_w == rank_v and (self._eq4.priority(want, ctx, now)
-                                                   > self.preempt_ratio * self._eq4.priority(v, ctx, now))
-                    if not ((rank_w > rank_v or denser) and self.predicted_tokens(v, ctx) - v.seg_tokens > 2):
-                        break
+                # a critical victim only for a preempt_ratio times higher priority (the swap pays
+                # for the victim's re-add) and with more than 2 tokens of its segment to go
+                if id(v) in crit_ids and not (want.priority > self.preempt_ratio * v.priority
+                                              and self.predicted_tokens(v, ctx) - v.seg_tokens > 2):
+                    break
                 preempt.append(v)
         self._capped = self._mem_held = held
         if ready_first or any(not g.segments for g in running):
@@ -575,6 +557,12 @@ class Default(Policy):
         self.observe(g, seg)
         return self._full and self.slack(g, ctx, now, running=False) > self.lead(ctx)
 
+    def speculates(self, g: Generation, seg: Segment, ctx: PolicyContext) -> bool:
+        """Rule 7: after a blocking statement, generate the next one under the predicted result
+        (held until the robot answers: core/speculation.py) — the robot then waits only for the
+        network after a call whose result was predicted, as long as without it otherwise."""
+        return self.speculate
+
     def batching(self) -> str:
         return "continuous"  # vLLM-style; the admission gate above does the latency control
 
@@ -583,7 +571,7 @@ class Default(Policy):
                 "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight, "pace": self.pace,
                 "pace_min_free": self.pace_min_free, "pace_max_error": self.pace_max_error, "pace_kv": self.pace_kv,
                 "step_ratio": self.step_ratio, "memory_full": self.memory_full, "atc_k": self.atc_k,
-                "drain_after_s": self.drain_after_s}
+                "drain_after_s": self.drain_after_s, "speculate": self.speculate}
 
 
 register("default", Default)
