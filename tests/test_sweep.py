@@ -158,6 +158,13 @@ def test_same_seed_same_json_any_worker_count(wl):
     for rec in cell["policies"].values():
         assert rec["status"] == "ok" and rec["pct_of_bound"] <= 100.0 + 1e-9
         assert rec["requests"] == cell["requests"]
+        # issue 25: the whole plan's figures, under the names of `timelyllm bench`
+        for grp in [rec["metrics"]["overall"], *rec["metrics"]["by_category"].values(),
+                    *rec["metrics"]["by_task_type"].values()]:
+            assert set(grp) == {"accrued_utility_pct_of_max", "utility_pct_of_max", "completion_s",
+                                "continuation_wait_s"}
+            assert set(grp["completion_s"]) == {"mean", "p99"} and set(grp["continuation_wait_s"]) == {"mean", "p99", "max"}
+        assert rec["accrued_total_pct"] == rec["metrics"]["overall"]["accrued_utility_pct_of_max"]
 
 
 def test_cli_writes_json_heatmap_markdown(wl, tmp_path, capsys):
@@ -166,13 +173,14 @@ def test_cli_writes_json_heatmap_markdown(wl, tmp_path, capsys):
                "--policies", "timelyllm,fcfs", "--workers", "1", "--out", str(out), "--markdown", str(md)])
     assert rc == 0
     cap = capsys.readouterr()
-    assert "total time utility" in cap.out and "orin_nano_llama3_2_3b" in cap.out
+    assert "accrued utility of the whole plan (Eq. 3), total" in cap.out and "orin_nano_llama3_2_3b" in cap.out
+    assert "first-action utility only (Eq. 1), total" in cap.out
     assert "[cells 1/1" in cap.err and "ETA" in cap.err
     doc = json.loads(out.read_text())
     assert doc["grid"]["profiles"] == ["orin_nano_llama3_2_3b"] and doc["source"] == "simulator"
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "r.walls.json").read_text())["workers"] == 1
-    assert "| load | capacity | bound |" in md.read_text()
+    assert "| column | load | capacity | bound |" in md.read_text()
 
 
 def test_timeout_is_reported_not_dropped(wl, tmp_path):

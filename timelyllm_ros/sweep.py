@@ -389,15 +389,22 @@ def cell_value(rec: dict[str, Any], field: str) -> str:
     if rec.get("status") != "ok":
         return rec.get("status", "?")
     v = rec.get(field)
-    return "-" if v is None else f"{v:.3f}" if field in ("chat_qoe", "mean_latency_s") else f"{v:.1f}"
+    return "-" if v is None else f"{v:.3f}" if field == "chat_qoe" or field.endswith("_s") else f"{v:.1f}"
 
 
 def _rows(doc: dict[str, Any], profile: str) -> list[dict[str, Any]]:
     return [c for c in doc["cells"] if c["profile"] == profile]
 
 
-TABLES = (("total_pct", "total time utility, % of max"), ("urgent_pct", "urgent time utility, % of max"),
-          ("normal_pct", "normal time utility, % of max"), ("chat_qoe", "chat QoE (Andes), mean"),
+TABLES = (("accrued_total_pct", "accrued utility of the whole plan (Eq. 3), total, % of max"),
+          ("accrued_urgent_pct", "accrued utility of the whole plan (Eq. 3), urgent, % of max"),
+          ("accrued_normal_pct", "accrued utility of the whole plan (Eq. 3), normal, % of max"),
+          ("total_pct", "first-action utility only (Eq. 1), total, % of max"),
+          ("urgent_pct", "first-action utility only (Eq. 1), urgent, % of max"),
+          ("normal_pct", "first-action utility only (Eq. 1), normal, % of max"),
+          ("completion_mean_s", "mean completion s (arrival -> last action ends)"),
+          ("continuation_wait_p99_s", "p99 continuation wait s (previous action end -> next action start)"),
+          ("chat_qoe", "chat QoE (Andes), mean"),
           ("mean_latency_s", "mean latency s (Trail: last token - arrival, finished requests)"))
 
 
@@ -434,45 +441,51 @@ def print_tables(doc: dict[str, Any], console: Any = None) -> None:
 REFERENCE_POLICIES = ("default", "timelyllm")  # shown beside the best policy in the summary, when in the grid
 
 
+def _pair(r: dict[str, Any], f1: str, f2: str) -> str:
+    return f"{cell_value(r, f1)} / {cell_value(r, f2)}" if r.get("status") == "ok" else f"*{r.get('status')}*"
+
+
 def markdown_summary(doc: dict[str, Any]) -> str:
-    """One compact Markdown table: per cell the bound, the best policy on total and on urgent
-    utility (% of max) and the reference policies (``default``, ``timelyllm``) as total / urgent."""
+    """One compact Markdown table: per cell the bound, the best policy on accrued (Eq. 3, the
+    whole plan) total and urgent utility (% of max) and the reference policies (``default``,
+    ``timelyllm``) as accrued total / urgent, then first-action-only total / urgent."""
     refs = [p for p in REFERENCE_POLICIES if p in doc["grid"]["policies"]]
-    head = ["profile", "load", "capacity", "bound total / urgent", "best total", "best urgent"] + \
-        [f"`{p}` total / urgent" for p in refs]
+    head = ["profile", "column", "load", "capacity", "bound accrued total / urgent", "best accrued total",
+            "best accrued urgent"] + [f"`{p}` accrued total / urgent (first action)" for p in refs]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in doc["cells"]:
         b = c["bound"]
-        row = [f"`{c['profile']}`", c["load"], c["capacity"], f"{_fmt(b.get('total_pct'))} / {_fmt(b.get('urgent_pct'))}"]
-        for field in ("total_pct", "urgent_pct"):
+        row = [f"`{c['profile']}`", c.get("engine", "-"), c["load"], c["capacity"],
+               f"{_fmt(b.get('accrued_total_pct'))} / {_fmt(b.get('accrued_urgent_pct'))}"]
+        for field in ("accrued_total_pct", "accrued_urgent_pct"):
             best = c["best"].get(field)
             row.append(f"{cell_value(c['policies'][best], field)} `{best}`{_ties(c, field)}" if best else "-")
         for p in refs:
             r = c["policies"][p]
-            row.append(f"{cell_value(r, 'total_pct')} / {cell_value(r, 'urgent_pct')}" if r.get("status") == "ok"
-                       else f"*{r.get('status')}*")
+            row.append(_pair(r, "accrued_total_pct", "accrued_urgent_pct")
+                       + (f" ({_pair(r, 'total_pct', 'urgent_pct')})" if r.get("status") == "ok" else ""))
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
 
 def markdown_table(doc: dict[str, Any]) -> str:
     """The summary, then one Markdown table per profile: per cell the bound and every policy as
-    total / urgent (% of max), the best total in bold; runs that timed out or failed say so."""
+    accrued (Eq. 3) total / urgent (% of max), the best accrued total in bold; runs that timed out
+    or failed say so."""
     policies = doc["grid"]["policies"]
     lines: list[str] = [markdown_summary(doc)]
     for profile in doc["grid"]["profiles"]:
-        lines += [f"**Profile `{profile}`** (simulator) — time utility % of max, total / urgent "
-                  f"(bold: best total of the cell)", "",
-                  "| load | capacity | bound | " + " | ".join(f"`{p}`" for p in policies) + " |",
-                  "|---|---|---|" + "---|" * len(policies)]
+        lines += [f"**Profile `{profile}`** (simulator) — accrued utility of the whole plan (Eq. 3), % of max, "
+                  f"total / urgent (bold: best accrued total of the cell)", "",
+                  "| column | load | capacity | bound | " + " | ".join(f"`{p}`" for p in policies) + " |",
+                  "|---|---|---|---|" + "---|" * len(policies)]
         for c in _rows(doc, profile):
             b = c["bound"]
-            row = [c["load"], c["capacity"], f"{_fmt(b.get('total_pct'))} / {_fmt(b.get('urgent_pct'))}"]
+            row = [c.get("engine", "-"), c["load"], c["capacity"],
+                   f"{_fmt(b.get('accrued_total_pct'))} / {_fmt(b.get('accrued_urgent_pct'))}"]
             for p in policies:
-                r = c["policies"][p]
-                v = (f"{cell_value(r, 'total_pct')} / {cell_value(r, 'urgent_pct')}" if r.get("status") == "ok"
-                     else f"*{r.get('status')}*")
-                row.append(f"**{v}**" if p == c["best"]["total_pct"] else v)
+                v = _pair(c["policies"][p], "accrued_total_pct", "accrued_urgent_pct")
+                row.append(f"**{v}**" if p == c["best"].get("accrued_total_pct") else v)
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
     return "\n".join(lines)

@@ -25,6 +25,7 @@ from .engine import Engine, EngineError, EngineFleet, EngineOutput, EngineStats
 from .batching import BatchSizer, FixedBatch, LatencyGuidedBatch
 from .clock import Clock
 from .exec_time import ExecTimeEstimator
+from .metrics import plan_terms
 from .guard import PlanState, check_segment
 from .policies import DispatchMode, Policy, PolicyContext
 from .ports import Dispatcher
@@ -91,7 +92,7 @@ class PlannerStatus:
     batch_size: int
     kv_usage: float
     tokens_per_s: float
-    accrued_utility: float
+    accrued_utility: float  # Eq. 3 so far, summed over the generations kept (core/metrics.plan_terms)
     deadline_misses: int
     engine_healthy: bool
     submitted: int
@@ -766,8 +767,9 @@ class Planner:
                 counts[g.state.value] += 1
                 if g.segments and g.segments[0].exec_start is not None:
                     t = g.segments[0].exec_start - g.request.arrival
-                    utility += g.request.tuf(t)
                     misses += t > g.request.tuf.ert
+                if g.segments or g.state.terminal:
+                    utility += plan_terms(g).accrued  # Eq. 3 so far (core/metrics.py)
             st = self.engine.stats() if self.engine_healthy else None
             kv = 1.0 - st.kv_free_blocks / st.kv_total_blocks if st and st.kv_total_blocks else 0.0
             return PlannerStatus(counts=counts, batch_size=counts[GenState.RUNNING.value], kv_usage=kv,

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ..core.metrics import plan_summary
 from ..core.policies import policy_names
 from ..core.robots import RobotSpec
 from ..core.types import Generation, GenState
@@ -47,7 +48,9 @@ from .runner import run_simulation
 
 CATEGORIES = ("urgent", "normal")
 # figures of a run and which way is better (+1: higher, -1: lower); the cell names the best policy of each
-BEST_FIELDS = {"total_pct": 1.0, "urgent_pct": 1.0, "normal_pct": 1.0, "chat_qoe": 1.0, "mean_latency_s": -1.0}
+BEST_FIELDS = {"accrued_total_pct": 1.0, "accrued_urgent_pct": 1.0, "accrued_normal_pct": 1.0,
+               "total_pct": 1.0, "urgent_pct": 1.0, "normal_pct": 1.0, "completion_mean_s": -1.0,
+               "continuation_wait_p99_s": -1.0, "chat_qoe": 1.0, "mean_latency_s": -1.0}
 TIE_TOLERANCE = 0.05  # points (or QoE / seconds): policies this close to the best tie with it
 WARM_GAP_S = 1.0  # virtual seconds between the warm-up prefill and the isolated request
 
@@ -140,6 +143,10 @@ def _pct(agg: Mapping[str, Any] | None) -> float | None:
     return None if agg is None else agg.get("utility_pct_of_max")
 
 
+def _acc(agg: Mapping[str, Any] | None) -> float | None:
+    return None if agg is None else agg.get("accrued_utility_pct_of_max")
+
+
 def mean_latency_s(gens: Sequence[Generation]) -> float | None:
     """Trail's request latency (last token − arrival), mean over finished requests; the last
     token is taken as the end of the last generated segment."""
@@ -177,12 +184,21 @@ def run_cell_policy(cell: Cell, policy: str, *, seed: int | None = None,
     m = r.metrics
     cats = m["by_category"]
     qoe = m.get("qoe")
+    ov = m["overall"]
     return {
         "status": "ok",
-        "requests": m["overall"]["count"],
-        "total_pct": _pct(m["overall"]),
+        "requests": ov["count"],
+        "accrued_total_pct": _acc(ov),
+        "accrued_urgent_pct": _acc(cats.get("urgent")),
+        "accrued_normal_pct": _acc(cats.get("normal")),
+        "total_pct": _pct(ov),
         "urgent_pct": _pct(cats.get("urgent")),
         "normal_pct": _pct(cats.get("normal")),
+        "completion_mean_s": ov["completion_s"]["mean"],
+        "completion_p99_s": ov["completion_s"]["p99"],
+        "continuation_wait_p99_s": ov["continuation_wait_s"]["p99"],
+        "continuation_wait_max_s": ov["continuation_wait_s"]["max"],
+        "metrics": plan_summary(m),
         "chat_qoe": qoe["qoe_mean"] if qoe else None,
         "mean_latency_s": mean_latency_s(r.generations),
         "unfinished": m["overall"]["count"] - m["overall"]["states"].get("finished", 0),
@@ -190,6 +206,7 @@ def run_cell_policy(cell: Cell, policy: str, *, seed: int | None = None,
         "engine_steps": r.engine["steps"],
         "batcher": r.batcher,
         "utility": {row["request_id"]: row["utility"] for row in m["requests"]},
+        "accrued": {row["request_id"]: row["accrued_utility"] for row in m["requests"]},
         "wall_s": r.wall_s,
     }
 
@@ -282,7 +299,7 @@ def summarize_cell(cell: Cell, arrivals: Sequence[Arrival], bound: Mapping[str, 
     urgent_ids = [a.request_id for a in arrivals if a.category == "urgent"]
     policies: dict[str, Any] = {}
     for name, run in runs.items():
-        rec = {k: v for k, v in run.items() if k not in ("utility", "wall_s")}
+        rec = {k: v for k, v in run.items() if k not in ("utility", "accrued", "wall_s")}
         if run.get("status") == "ok":
             rec["pct_of_bound"] = pct_of_bound(run["utility"], bound["utility"])
             rec["urgent_pct_of_bound"] = pct_of_bound(run["utility"], bound["utility"], urgent_ids) if urgent_ids else None
