@@ -267,8 +267,8 @@ def plot_regime_heatmap(doc: Mapping[str, Any], path: str | Path) -> Path:
             for f, arr in (("accrued_total_pct", acc_gap), ("total_pct", gap)):
                 if r.get(f) is not None and tops[f] is not None:
                     arr[i, j] = tops[f] - r[f]
-            if r.get("pct_of_bound") is not None:
-                pob[i, j] = r["pct_of_bound"]
+            if r.get("accrued_pct_of_bound") is not None:
+                pob[i, j] = r["accrued_pct_of_bound"]
     labels = [f"{Path(c['load']).stem if '/' in c['load'] else c['load']} | {c['capacity']} | {c['profile']}"
               + (f" | {c['engine']}" if c.get("engine") else "") for c in cells]
     fig, axes = plt.subplots(3, 1, figsize=(max(8.0, 0.32 * m + 3), 3 * (0.32 * n + 1.6) + 3.5), layout="constrained")

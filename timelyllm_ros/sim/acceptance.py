@@ -132,12 +132,12 @@ def check(doc: Mapping[str, Any], policy: str = "default") -> Acceptance:
     """The verdict of every cell of a regime map for `policy` (which must be in the grid)."""
     if policy not in doc["grid"]["policies"]:
         raise ValueError(f"policy {policy!r} is not in this regime map (policies: {', '.join(doc['grid']['policies'])})")
-    by_key = {(c["profile"], c["load"], c["capacity"]): c for c in doc["cells"]}
+    by_key = {(c["profile"], c.get("engine"), c["load"], c["capacity"]): c for c in doc["cells"]}
     out: list[CellVerdict] = []
     for c in doc["cells"]:
         pols = c["policies"]
         me = pols[policy]
-        base = by_key.get((c["profile"], c["load"], "default"))
+        base = by_key.get((c["profile"], c.get("engine"), c["load"], "default"))
         binding = _binding(c, base)
         bt, bt_v = _best_other(pols, policy, "total_pct")
         bu, bu_v = _best_other(pols, policy, "urgent_pct")
