@@ -232,3 +232,18 @@ def test_cached_only_reports_pending_runs(wl, tmp_path, capsys):
     assert {cells["cap2"]["edf"]["status"], cells["cap4"]["fcfs"]["status"], cells["cap4"]["edf"]["status"]} == {"pending"}
     assert main(["sweep", "--loads", wl, "--cached-only", "--out", str(out)]) == 2
     assert "--cached-only needs --cache-dir" in capsys.readouterr().err
+
+
+def test_engine_kinds_model_what_the_engine_can_do(wl, env):
+    """Issue 25: the stock column is vLLM (no preserve): a policy that preserves every suspension
+    is served "cache" there (counted), and honoured on the preserve-capable engine."""
+    robots, catalog = env
+    out = {}
+    for kind in regime.ENGINE_KINDS:
+        run = regime.run_cell_policy(regime.Cell(wl, "cap2", "rtx4090_llama3_8b", kind), "fcfs-preserve",
+                                     robots=robots, catalog=catalog)
+        assert run["status"] == "ok"
+        out[kind] = run
+    assert out["stock"]["kv_fallbacks"] > 0 and out["preserve"]["kv_fallbacks"] == 0
+    with pytest.raises(regime.GridError, match="engine kind 'gpu'"):
+        regime.check_engine_kinds(["stock", "gpu"])
