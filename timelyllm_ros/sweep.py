@@ -77,7 +77,8 @@ def add_parser(sub: Any) -> None:
                    help="with --cache-dir: report what the cache holds (runs not there yet: pending), run nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     p.add_argument("--check", default="default", metavar="POLICY",
-                   help="print issue 15's acceptance verdicts for this policy (default: default; 'none' to skip)")
+                   help="print the acceptance verdicts for this policy: issue 25's on the whole plan, then issue "
+                        "15's on the first action (default: default; 'none' to skip)")
     p.add_argument("--from-json", default=None, metavar="FILE",
                    help="run nothing: print the tables and acceptance of a regime map written earlier")
     p.set_defaults(func=run_sweep)
@@ -398,25 +399,30 @@ def _report_saved(args: argparse.Namespace) -> int:
 
 
 def _acceptance(doc: dict[str, Any], policy: str) -> Any:
-    """Issue 15's verdicts for `policy` (sim/acceptance.py), or None where there is nothing to
-    check ('none', a policy not in the map, or no other policy to compare with)."""
-    from .sim.acceptance import check
+    """(issue 25's verdicts on the whole plan, issue 15's on the first action) for `policy`
+    (sim/acceptance.py), or None where there is nothing to check ('none', a policy not in the
+    map, or no other policy to compare with)."""
+    from .sim.acceptance import check, check_plan
 
     pols = doc["grid"]["policies"]
-    return check(doc, policy) if policy != "none" and policy in pols and len(pols) > 1 else None
+    if policy == "none" or policy not in pols or len(pols) < 2:
+        return None
+    return check_plan(doc, policy), check(doc, policy)
 
 
 def _print_acceptance(doc: dict[str, Any], policy: str) -> None:
     acc = _acceptance(doc, policy)
     if acc is not None:
-        print(acc.summary())
+        print(acc[0].summary())
+        print("first-action-only rules, for comparison: " + acc[1].summary())
 
 
 def _acceptance_markdown(doc: dict[str, Any], policy: str) -> str:
-    from .sim.acceptance import markdown
+    from .sim.acceptance import markdown, plan_markdown
 
     acc = _acceptance(doc, policy)
-    return "" if acc is None else "\n" + markdown(acc)
+    return "" if acc is None else "\n" + plan_markdown(acc[0]) + "\nFirst-action-only rules, for comparison:\n\n" + \
+        markdown(acc[1])
 
 
 # --------------------------------------------------------------------------------------- output
