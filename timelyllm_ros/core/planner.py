@@ -152,6 +152,7 @@ class Planner:
         self._per_agent: dict[str, int] = {}
         self._buckets: dict[str, tuple[float, float]] = {}
         self._terminal: collections.deque[str] = collections.deque()
+        self._ended_utility: dict[str, float] = {}  # Eq. 3 score of ended generations (status(): once each)
         self._pinned: dict[str, None] = {}  # suspended generations whose KV we asked to preserve
         self.kv_released = 0  # pinned KV released to break a memory deadlock (`_release_pinned`)
 
@@ -645,6 +646,7 @@ class Planner:
             return  # duplicate result
         seg.exec_start, seg.exec_end = res.exec_start, res.exec_end
         seg.measured_s, seg.result, seg.ok, seg.error = res.call_durations_s, res.value, res.ok, res.error
+        self._ended_utility.pop(g.gen_id, None)  # a late result of an ended request changes its score
         for call, d in zip(seg.calls, res.call_durations_s):
             self.estimator.update(g.request.robot_type, call, d)
         for lst in self.listeners:
@@ -696,7 +698,9 @@ class Planner:
         self._notify(g)
         self._terminal.append(g.gen_id)
         while len(self._terminal) > self.config.keep_terminal:  # bounded memory
-            self.generations.pop(self._terminal.popleft(), None)
+            old = self._terminal.popleft()
+            self.generations.pop(old, None)
+            self._ended_utility.pop(old, None)
 
     def _queued_count(self) -> int:
         return list(map(_STATE, map(self.generations.__getitem__, self._live))).count(GenState.QUEUED)
@@ -768,8 +772,13 @@ class Planner:
                 if g.segments and g.segments[0].exec_start is not None:
                     t = g.segments[0].exec_start - g.request.arrival
                     misses += t > g.request.tuf.ert
-                if g.segments or g.state.terminal:
-                    utility += plan_terms(g).accrued  # Eq. 3 so far (core/metrics.py)
+                if g.state.terminal:  # Eq. 3 so far (core/metrics.py); an ended one is computed once
+                    u = self._ended_utility.get(g.gen_id)
+                    if u is None:
+                        u = self._ended_utility[g.gen_id] = plan_terms(g).accrued
+                    utility += u
+                elif g.segments:
+                    utility += plan_terms(g).accrued
             st = self.engine.stats() if self.engine_healthy else None
             kv = 1.0 - st.kv_free_blocks / st.kv_total_blocks if st and st.kv_total_blocks else 0.0
             return PlannerStatus(counts=counts, batch_size=counts[GenState.RUNNING.value], kv_usage=kv,
