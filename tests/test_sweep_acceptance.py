@@ -8,7 +8,7 @@ import json
 import pytest
 
 from timelyllm_ros.cli import main
-from timelyllm_ros.sim.acceptance import check, markdown
+from timelyllm_ros.sim.acceptance import check, check_plan, markdown, plan_markdown
 
 
 def run(total: float, urgent: float, qoe: float | None = None, status: str = "ok") -> dict:
@@ -105,3 +105,73 @@ def test_from_json_refuses_a_file_that_is_no_regime_map(tmp_path, capsys):
     f.write_text('{"kind": "timelyllm regime map", "grid": {}}')
     assert main(["sweep", "--from-json", str(f)]) == 2
     assert "needs grid.policies" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- issue 25: the whole plan
+
+def prun(acc: float, acc_u: float, first: float, first_u: float, compl: float, bound: float = 99.0,
+         qoe: float | None = None, status: str = "ok") -> dict:
+    if status != "ok":
+        return {"status": status, "reason": "x"}
+    return {"status": "ok", "accrued_total_pct": acc, "accrued_urgent_pct": acc_u, "total_pct": first,
+            "urgent_pct": first_u, "completion_mean_s": compl, "accrued_pct_of_bound": bound, "chat_qoe": qoe}
+
+
+def pcell(policies: dict, engine: str = "stock", capacity: str = "default") -> dict:
+    return {"profile": "P", "engine": engine, "load": "L", "capacity": capacity, "bound": {},
+            "policies": policies}
+
+
+def test_plan_rules_pass_within_a_point_and_five_percent_completion():
+    d = doc(pcell({"default": prun(90.0, 80.0, 95.0, 90.0, 21.0), "andes": prun(90.9, 80.9, 95.9, 90.9, 20.0)}))
+    acc = check_plan(d)
+    (c,) = acc.cells
+    assert acc.passed and c.accrued_ok and c.first_ok and c.bound_ok and c.qoe_ok
+    assert c.accrued_urgent.other == "andes" and c.accrued_urgent.margin == pytest.approx(-0.9)
+    assert "PASS P/stock/L/default" in acc.summary() and "accrued 90.0 (andes 90.9)" in acc.summary()
+
+
+def test_accrued_beaten_by_more_than_a_point_fails_in_its_column_only():
+    stock = pcell({"default": prun(90.0, 78.0, 95.0, 90.0, 20.0), "andes": prun(90.0, 79.5, 95.0, 90.0, 20.0)})
+    pres = pcell({"default": prun(90.0, 80.0, 95.0, 90.0, 20.0), "andes": prun(90.0, 79.5, 95.0, 90.0, 20.0)},
+                 engine="preserve")
+    acc = check_plan(doc(stock, pres))
+    assert [c.accrued_ok for c in acc.cells] == [False, True] and not acc.passed
+    assert "FAIL accrued P/stock/L/default" in acc.summary()
+
+
+def test_first_action_or_completion_miss_passes_on_the_pareto_front_and_is_named():
+    # default: less first-action utility than andes but completes sooner: nobody beats it on both
+    front = pcell({"default": prun(90, 80, 93.0, 88.0, 20.0), "andes": prun(90, 80, 95.0, 90.0, 22.0),
+                   "fcfs": prun(80, 70, 90.0, 85.0, 19.5)})
+    acc = check_plan(doc(front))
+    (c,) = acc.cells
+    assert not c.first_ok and c.pareto_ok and c.passed and not c.dominated_by
+    assert "Pareto front instead" in acc.summary() and "(P/stock/L/default)" in acc.summary()
+    # completion 1.06 x the lowest other and andes better on both: dominated, FAIL naming it
+    dom = pcell({"default": prun(90, 80, 94.0, 90.0, 21.2), "andes": prun(90, 80, 94.5, 90.0, 20.0)})
+    (c,) = check_plan(doc(dom)).cells
+    assert not c.first_ok and not c.pareto_ok and c.dominated_by == ("andes",) and not c.passed
+    assert "dominated by andes" in check_plan(doc(dom)).summary()
+
+
+def test_chat_qoe_and_the_eq3_bound_rules():
+    qoe = pcell({"default": prun(90, 80, 95, 90, 20, qoe=0.95), "andes": prun(90, 80, 95, 90, 20, qoe=0.975)})
+    (c,) = check_plan(doc(qoe)).cells
+    assert not c.qoe_ok and c.qoe.margin == pytest.approx(-0.025)
+    # some policy reaches 95 % of the bound: default needs 90 %
+    low = pcell({"default": prun(90, 80, 95, 90, 20, bound=89.0), "andes": prun(90, 80, 95, 90, 20, bound=96.0)})
+    (c,) = check_plan(doc(low)).cells
+    assert not c.bound_ok and c.bound_best.other == "andes" and c.bound_best.mine == 96.0
+    # nobody reaches 95 %: the rule does not apply
+    far = pcell({"default": prun(90, 80, 95, 90, 20, bound=50.0), "andes": prun(90, 80, 95, 90, 20, bound=94.0)})
+    assert check_plan(doc(far)).cells[0].bound_ok
+
+
+def test_plan_rules_fail_a_cell_the_checked_policy_did_not_finish_and_old_maps_say_so():
+    d = doc(pcell({"default": prun(0, 0, 0, 0, 0, status="timeout"), "andes": prun(90, 80, 95, 90, 20)}))
+    acc = check_plan(d)
+    assert not acc.passed and acc.cells[0].status == "timeout" and "FAIL P/stock/L/default" in acc.summary()
+    old = doc(cell("default", {"default": run(90.0, 80.0), "andes": run(90.5, 81.5)}))
+    assert check_plan(old).missing and not check_plan(old).passed
+    assert plan_markdown(acc).count("\n") >= 4

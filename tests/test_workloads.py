@@ -104,6 +104,34 @@ def test_events_trigger_batches_at_the_same_time(tmp_path, catalog, robots):
     assert 1.5 < sum(gaps) / len(gaps) < 2.5
 
 
+def test_min_tasks_per_event_makes_bursts_and_is_checked(tmp_path, catalog, robots):
+    w = load_workload(_write(tmp_path, GOOD.replace("max_tasks_per_event: 3",
+                                                    "min_tasks_per_event: 2, max_tasks_per_event: 3")))
+    assert set(Counter(a.time for a in expand(w, catalog, robots)).values()) == {2, 3}
+    bad = _write(tmp_path, GOOD.replace("max_tasks_per_event: 3", "min_tasks_per_event: 4, max_tasks_per_event: 3"))
+    with pytest.raises(WorkloadError, match=r"w.yaml:4: events.min_tasks_per_event: must be <= max_tasks_per_event"):
+        load_workload(bad)
+
+
+def test_issue25_workloads(catalog, robots):
+    """The acceptance workloads of issue 25: arm-heavy long plans plus a few urgent drones, a chat
+    flood (100+ chat users) plus urgent drones, a very bursty fleet (>= 32 tasks per event)."""
+    from timelyllm_ros.lrtrace import default_catalog
+
+    full = default_catalog(robots)
+    arm = expand(load_workload("arm_heavy"), full, robots)
+    cats = Counter(a.category for a in arm)
+    assert Counter(a.robot_type for a in arm)["arm"] > 10 * cats["urgent"] > 0
+    assert min(a.reference_plan.count(";") for a in arm if a.robot_type == "arm") >= 6  # long plans
+    chat_wl = load_workload("chat_flood")
+    assert sum(1 for ag in chat_wl.agents if ag.robot_type == "chat") >= 100
+    chat = expand(chat_wl, full, robots)
+    assert Counter(a.category for a in chat)["urgent"] >= 5 and Counter(a.category for a in chat)["chat"] > 100
+    burst = expand(load_workload("burst_fleet"), full, robots)
+    assert min(Counter(a.time for a in burst).values()) >= 32
+    assert {"arm_heavy", "chat_flood", "burst_fleet"} <= set(list_workloads())
+
+
 def test_agent_choice_prefers_idle_least_recently_used(tmp_path, catalog, robots):
     p = _write(tmp_path, """
         name: agents

@@ -94,6 +94,10 @@ def add_bench(sub: Any) -> None:
                         "policies, 256 for vllm/vllm-stream)")
     p.add_argument("--engines", type=_positive_int, default=1,
                    help="simulated engines (GPUs) behind the one planner (docs/scale-out.md; default 1)")
+    p.add_argument("--engine-kind", choices=("stock", "preserve"), default="stock",
+                   help="what the simulated engine can do with a paused request's KV: stock = vLLM as users run "
+                        "it (cache/discard: abort frees KV, resume through the prefix cache; the default), "
+                        "preserve = an InferCept/LAMPS-style engine that can also pin and swap KV")
     p.add_argument("--seed", type=int, default=None, help="arrival + robot seed (default: the workload's)")
     p.add_argument("--catalog", action="append", default=None, metavar="FILE",
                    help="task catalog YAML (repeatable; default: every bundled workloads/*_tasks.yaml)")
@@ -182,15 +186,18 @@ def run_bench(args: argparse.Namespace) -> int:
                 r = run_simulation(workload, name, max_batch=args.max_batch, seed=args.seed,
                                    profile_path=profile, policy_params=params, progress=update,
                                    robots=robots, catalog=catalog,
-                                   exclusive_agents=args.exclusive_agents, engines=args.engines)
+                                   exclusive_agents=args.exclusive_agents, engines=args.engines,
+                                   engine_kind=args.engine_kind)
             except (WorkloadError, ProfileError, ValueError) as e:
                 raise CliError(f"{name}: {e}") from None
         sims[name] = r
         results[name] = r.to_dict()
         console.print(f"{workload.name} / {name}: {len(r.generations)} requests, virtual "
                       f"{r.virtual_end_s:.1f} s, wall {r.wall_s:.2f} s")
-        print_table(make_console(), r.metrics, f"{workload.name} — {name} ({r.batcher}, profile {r.profile})")
+        print_table(make_console(), r.metrics, f"{workload.name} — {name} ({r.batcher}, profile {r.profile}, "
+                                               f"{args.engine_kind} engine; simulator)")
     doc = {"workload": workload.name, "source": workload.source, "max_batch": args.max_batch,
+           "engine_kind": args.engine_kind,
            "seed": args.seed if args.seed is not None else workload.seed, "policies": results,
            **({"engines": args.engines} if args.engines > 1 else {})}
     out.write_text(to_json(doc))

@@ -10,6 +10,7 @@ passed in as a catalog.  Format::
     seed: 1                                 # expansion is a pure function of the file + seed
     network_latency_s: 0.008                # per dispatched segment (paper: 8 ms); optional
     events: {rate_per_s: 0.25, max_tasks_per_event: 8}   # Poisson events, 1..max tasks each
+    # events: {rate_per_s: 0.05, min_tasks_per_event: 32, max_tasks_per_event: 48}  # min..max (bursts)
     agents: {tello: 25}                     # count per robot type ...
     # agents: [{robot_id: drone0, robot_type: tello}, ...]   # ... or an explicit list
     traces: [1, 2, 3, 4, 5, 6, 7, 8]        # task ids (n -> "Tn") drawn uniformly per task
@@ -107,6 +108,7 @@ class Workload:
     requests: tuple[ExplicitRequest, ...]
     agent_busy_margin_s: float = DEFAULT_BUSY_MARGIN_S
     source: str = "<workload>"
+    min_tasks_per_event: int = 1  # tasks per event are drawn uniformly from min..max
     lines: Mapping[tuple, int] = field(default_factory=dict, compare=False, repr=False)
 
     def where(self, path: tuple) -> str:
@@ -257,11 +259,16 @@ def parse_workload(data: Any, source: str = "<workload>", lines: dict[tuple, int
     latency = v.number(d.get("network_latency_s", DEFAULT_NETWORK_LATENCY_S), ("network_latency_s",), lo=0)
     margin = v.number(d.get("agent_busy_margin_s", DEFAULT_BUSY_MARGIN_S), ("agent_busy_margin_s",), lo=0)
 
-    rate, max_tpe = 0.0, 1
+    rate, max_tpe, min_tpe = 0.0, 1, 1
     if "events" in d:
-        ev = v.mapping(d["events"], ("events",), {"rate_per_s", "max_tasks_per_event"}, {"rate_per_s"})
+        ev = v.mapping(d["events"], ("events",), {"rate_per_s", "min_tasks_per_event", "max_tasks_per_event"},
+                       {"rate_per_s"})
         rate = v.number(ev["rate_per_s"], ("events", "rate_per_s"), lo=0, strict=True)
         max_tpe = v.integer(ev.get("max_tasks_per_event", 1), ("events", "max_tasks_per_event"), lo=1)
+        min_tpe = v.integer(ev.get("min_tasks_per_event", 1), ("events", "min_tasks_per_event"), lo=1)
+        if min_tpe > max_tpe:
+            raise v.fail(("events", "min_tasks_per_event"),
+                         f"must be <= max_tasks_per_event ({max_tpe}), got {min_tpe}")
 
     traces: list[str] = []
     if "traces" in d:
@@ -353,6 +360,7 @@ def parse_workload(data: Any, source: str = "<workload>", lines: dict[tuple, int
         name=name, description=desc, duration_s=duration, seed=seed, network_latency_s=latency,
         rate_per_s=rate, max_tasks_per_event=max_tpe, agents=tuple(agents), traces=tuple(traces),
         tuf=tufs, requests=tuple(requests), agent_busy_margin_s=margin, source=source, lines=lines,
+        min_tasks_per_event=min_tpe,
     )
 
 
@@ -547,7 +555,7 @@ def expand(workload: Workload, catalog: Mapping[str, TaskLike], robots: Mapping[
             t += rng.expovariate(workload.rate_per_s)
             if t >= workload.duration_s:
                 break
-            for _ in range(rng.randint(1, workload.max_tasks_per_event)):
+            for _ in range(rng.randint(workload.min_tasks_per_event, workload.max_tasks_per_event)):
                 task = catalog[rng.choice(workload.traces)]
                 raw.append((t, order, task, rng.randrange(len(task.scenes)), None, None))
                 order += 1

@@ -252,8 +252,9 @@ def plot_pct_of_max(runs: Mapping[str, Mapping[str, Any]], path: str | Path, *, 
 
 def plot_regime_heatmap(doc: Mapping[str, Any], path: str | Path) -> Path:
     """Regime map (``timelyllm sweep`` JSON): rows = policies, columns = cells; top panel = points
-    of total time utility below the best policy of the cell (0 = best), bottom = total utility as %
-    of the isolated-service bound.  Runs that timed out, failed or are pending are grey with
+    of accrued utility of the whole plan (Eq. 3) below the best policy of the cell (0 = best), next
+    to it points of first-action utility below the best, bottom = accrued utility as % of the
+    isolated-service bound of Eq. 3.  Runs that timed out, failed or are pending are grey with
     T / E / P."""
     import numpy as np
 
@@ -262,26 +263,33 @@ def plot_regime_heatmap(doc: Mapping[str, Any], path: str | Path) -> Path:
     if not policies or not cells:
         raise ValueError("nothing to plot: the regime map has no cells or no policies")
     n, m = len(policies), len(cells)
+    acc_gap = np.full((n, m), np.nan)
     gap = np.full((n, m), np.nan)
     pob = np.full((n, m), np.nan)
     marks: list[tuple[int, int, str]] = []
     for j, c in enumerate(cells):
-        best = c["best"].get("total_pct")
-        top = c["policies"][best]["total_pct"] if best else None
+        tops = {}
+        for f in ("accrued_total_pct", "total_pct"):
+            best = c["best"].get(f)
+            tops[f] = c["policies"][best][f] if best else None
         for i, p in enumerate(policies):
             r = c["policies"].get(p, {})
             if r.get("status") != "ok":
                 marks.append((i, j, str(r.get("status", "?"))[:1].upper()))
                 continue
-            if r.get("total_pct") is not None and top is not None:
-                gap[i, j] = top - r["total_pct"]
-            if r.get("pct_of_bound") is not None:
-                pob[i, j] = r["pct_of_bound"]
+            for f, arr in (("accrued_total_pct", acc_gap), ("total_pct", gap)):
+                if r.get(f) is not None and tops[f] is not None:
+                    arr[i, j] = tops[f] - r[f]
+            if r.get("accrued_pct_of_bound") is not None:
+                pob[i, j] = r["accrued_pct_of_bound"]
     labels = [f"{Path(c['load']).stem if '/' in c['load'] else c['load']} | {c['capacity']} | {c['profile']}"
-              for c in cells]
-    fig, axes = plt.subplots(2, 1, figsize=(max(8.0, 0.32 * m + 3), 2 * (0.32 * n + 1.6) + 3.5), layout="constrained")
-    panels = ((gap, "points of total utility below the best policy of the cell", "magma_r", 0.0, 50.0),
-              (pob, "total utility, % of the isolated-service bound", "viridis", 0.0, 100.0))
+              + (f" | {c['engine']}" if c.get("engine") else "") for c in cells]
+    fig, axes = plt.subplots(3, 1, figsize=(max(8.0, 0.32 * m + 3), 3 * (0.32 * n + 1.6) + 3.5), layout="constrained")
+    panels = ((acc_gap, "points of accrued utility (Eq. 3, whole plan) below the best policy of the cell", "magma_r",
+               0.0, 50.0),
+              (gap, "points of first-action utility (Eq. 1 only) below the best policy of the cell", "magma_r",
+               0.0, 50.0),
+              (pob, "accrued utility (Eq. 3), % of the isolated-service bound", "viridis", 0.0, 100.0))
     for ax, (data, title, cmap, lo, hi) in zip(axes, panels):
         cm = plt.get_cmap(cmap).with_extremes(bad="#cccccc")
         im = ax.imshow(np.clip(data, lo, hi), aspect="auto", cmap=cm, vmin=lo, vmax=hi, interpolation="nearest")

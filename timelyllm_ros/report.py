@@ -38,21 +38,26 @@ def console(*, stderr: bool = False) -> Any:
 
 
 def print_table(console: Any, metrics: Mapping[str, Any], title: str) -> None:
-    """Per task type, then per [category] and overall: mean utility and its % of the maximum
-    (sum of TUF betas), mean and p99 response, mean waiting and completion (seconds), and how many
-    requests did not finish."""
+    """Per task type, then per [category] and overall: the whole plan's accrued utility (Eq. 3,
+    % of its maximum), the first action's mean utility and % of max (sum of TUF betas), mean and
+    p99 response, mean waiting, mean and p99 completion, mean / p99 / max continuation wait
+    (seconds), and how many requests did not finish."""
     from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=title)
-    for col in ("task", "n", "utility", "%max", "resp s", "p99 s", "wait s", "compl s", "unfin"):
+    for col in ("task", "n", "plan %max", "1st util", "1st %max", "resp s", "p99 s", "wait s", "compl s",
+                "c.p99 s", "cont.wait s", "c.w p99", "c.w max", "unfin"):
         t.add_column(col, justify="left" if col == "task" else "right", no_wrap=True)
 
     def row(name: str, a: Mapping[str, Any], style: str = "") -> None:
         unfinished = a["count"] - a["states"].get("finished", 0)
-        t.add_row(escape(name), str(a["count"]), _f(a["utility_mean"]), _f(a["utility_pct_of_max"], "{:.1f}"),
+        cw = a.get("continuation_wait_s") or {}
+        t.add_row(escape(name), str(a["count"]), _f(a.get("accrued_utility_pct_of_max"), "{:.1f}"),
+                  _f(a["utility_mean"]), _f(a["utility_pct_of_max"], "{:.1f}"),
                   _f(a["response_s"]["mean"]), _f(a["response_s"]["p99"]), _f(a["waiting_s"]["mean"]),
-                  _f(a["completion_s"]["mean"], "{:.2f}"), str(unfinished), style=style)
+                  _f(a["completion_s"]["mean"], "{:.2f}"), _f(a["completion_s"]["p99"], "{:.2f}"),
+                  _f(cw.get("mean")), _f(cw.get("p99")), _f(cw.get("max"), "{:.2f}"), str(unfinished), style=style)
 
     for name in sorted(metrics.get("by_task_type", {}), key=task_sort_key):
         row(name, metrics["by_task_type"][name])

@@ -31,6 +31,8 @@ FULL_CAPACITIES = ("default", "kv/2", "kv/4", "cap16", "cap8", "cap4")
 FULL_PROFILES = ("rtx4090_llama3_8b", "vllm_cpu_tiny", "orin_nano_llama3_2_3b")
 HEARTBEAT_S = 30.0  # a progress line at least this often (wall seconds) while jobs finish
 BOUND_WEIGHT = 30  # an isolated-service job costs about as much as replaying 30 arrivals (for the ETA)
+PLAN_CHUNK = 64  # requests per Eq. 3 isolated-service job (each served alone in turn)
+PLAN_WEIGHT = 1  # one request alone costs about as much as replaying one arrival (for the ETA)
 QUICK_LOADS = ("WID1", "chat_mixed", "drones:400")
 QUICK_CAPACITIES = ("default", "kv/4", "cap8")
 QUICK_PROFILES = ("rtx4090_llama3_8b", "orin_nano_llama3_2_3b")
@@ -57,6 +59,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--profiles", type=_csv, help=f"comma-separated profile names or YAML paths "
                                                  f"(default: {','.join(FULL_PROFILES)})")
     p.add_argument("--policies", type=_csv, help="comma-separated policies (default: every registered policy)")
+    p.add_argument("--engine-kinds", type=_csv, metavar="KINDS",
+                   help="capability columns, comma-separated: stock (vLLM as users run it: no preserve; abort "
+                        "frees KV, resume through the prefix cache), preserve (InferCept/LAMPS-style engine that "
+                        "can pin KV) (default: stock,preserve)")
     p.add_argument("--seed", type=int, default=None, help="arrival + robot seed of every load (default: each load's own)")
     p.add_argument("--workers", type=_positive_int, default=2, help="worker processes (default 2)")
     p.add_argument("--cell-timeout", type=_positive_float, default=None, metavar="S",
@@ -71,7 +77,8 @@ def add_parser(sub: Any) -> None:
                    help="with --cache-dir: report what the cache holds (runs not there yet: pending), run nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     p.add_argument("--check", default="default", metavar="POLICY",
-                   help="print issue 15's acceptance verdicts for this policy (default: default; 'none' to skip)")
+                   help="print the acceptance verdicts for this policy: issue 25's on the whole plan, then issue "
+                        "15's on the first action (default: default; 'none' to skip)")
     p.add_argument("--from-json", default=None, metavar="FILE",
                    help="run nothing: print the tables and acceptance of a regime map written earlier")
     p.set_defaults(func=run_sweep)
@@ -94,8 +101,8 @@ def _init_worker() -> None:
 
 
 def _do(item: tuple[int, tuple]) -> tuple[int, Any]:
-    """One unit of work, numbered: ("run", cell, policy, seed, timeout) or ("bound", profile, net,
-    arrival).  Returns (its number, its result)."""
+    """One unit of work, numbered: ("run", cell, policy, seed, timeout), ("bound", profile, net,
+    arrival) or ("plan", profile, load, net, seed, arrivals).  Returns (its number, its result)."""
     from .sim import regime
 
     i, job = item
@@ -104,6 +111,12 @@ def _do(item: tuple[int, tuple]) -> tuple[int, Any]:
         _, cell, policy, seed, timeout = job
         return i, regime.run_cell_policy(cell, policy, seed=seed, robots=_ctx["robots"], catalog=_ctx["catalog"],
                                          timeout_s=timeout or None)
+    if job[0] == "plan":
+        _, profile, _load, net, seed, arrivals = job
+        t0 = time.perf_counter()
+        plan = regime.isolated_plan(arrivals, regime.resolve_profile(profile), network_latency_s=net, seed=seed,
+                                    robots=_ctx["robots"], catalog=_ctx["catalog"])
+        return i, {"plan": {k: list(v) for k, v in plan.items()}, "wall_s": time.perf_counter() - t0}
     _, profile, net, arrival = job
     t0 = time.perf_counter()
     resp, _ = regime.isolated_response(arrival, regime.resolve_profile(profile), network_latency_s=net,
@@ -126,7 +139,7 @@ def _map(items: list[tuple[int, tuple]], workers: int) -> Iterable[tuple[int, An
 
 # --------------------------------------------------------------------------------------- sweep
 
-def _grid(args: argparse.Namespace) -> tuple[list[str], list[str], list[str], list[str]]:
+def _grid(args: argparse.Namespace) -> tuple[list[str], list[str], list[str], list[str], list[str]]:
     from .core.policies import policy_names
     from .sim import regime
 
@@ -134,6 +147,7 @@ def _grid(args: argparse.Namespace) -> tuple[list[str], list[str], list[str], li
     caps = args.capacities or list(QUICK_CAPACITIES if args.quick else FULL_CAPACITIES)
     profiles = args.profiles or list(QUICK_PROFILES if args.quick else FULL_PROFILES)
     policies = args.policies or policy_names()
+    kinds = regime.check_engine_kinds(args.engine_kinds or list(regime.ENGINE_KINDS))
     for name, xs in (("load", loads), ("capacity", caps), ("profile", profiles)):
         dup = sorted({x for x in xs if xs.count(x) > 1})
         if dup:
@@ -145,15 +159,16 @@ def _grid(args: argparse.Namespace) -> tuple[list[str], list[str], list[str], li
     for ld in loads:
         regime.check_load(ld)
     regime.check_policies(policies)
-    return loads, caps, profiles, policies
+    return loads, caps, profiles, policies, kinds
 
 
 def sweep(loads: Sequence[str], capacities: Sequence[str], profiles: Sequence[str], policies: Sequence[str], *,
           seed: int | None = None, workers: int = 2, cell_timeout_s: float = 0.0,
           cache_dir: str | Path | None = None, cached_only: bool = False,
-          log: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+          log: Any = None, engine_kinds: Sequence[str] = ("stock",)) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run the grid; returns (the JSON document, wall times: a cached job's are from its own
-    run).  ``log(str)`` gets progress lines.
+    run).  ``log(str)`` gets progress lines.  ``engine_kinds``: the capability columns
+    (``sim/regime.ENGINE_KINDS``; every cell is run once per kind).
     With ``cache_dir``, every finished job (not a timeout) is stored there under a key that
     includes a fingerprint of the code and data files, and reused by the next sweep: a long grid
     can be stopped and resumed, and grids that share cells share the work.  ``cached_only``: run
@@ -168,7 +183,9 @@ def sweep(loads: Sequence[str], capacities: Sequence[str], profiles: Sequence[st
     catalog = default_catalog(robots)
     arrivals = {ld: regime.cell_arrivals(ld, robots, catalog, seed) for ld in loads}
     nets = {ld: regime.check_load(ld).network_latency_s for ld in loads}
-    cells = [regime.Cell(ld, c, p) for p in profiles for ld in loads for c in capacities]
+    seeds = {ld: regime.check_load(ld).seed if seed is None else seed for ld in loads}
+    regime.check_engine_kinds(engine_kinds)
+    cells = [regime.Cell(ld, c, p, k) for k in engine_kinds for p in profiles for ld in loads for c in capacities]
 
     # isolated-service bound: one job per (profile, network latency, task, scene, robot type)
     reps: dict[tuple, Any] = {}
@@ -177,29 +194,38 @@ def sweep(loads: Sequence[str], capacities: Sequence[str], profiles: Sequence[st
             for a in arrivals[ld]:
                 reps.setdefault((p, nets[ld]) + regime.bound_key(a), a)
     jobs: list[tuple] = [("bound", k[0], k[1], a) for k, a in reps.items()]
+    # isolated-service bound of Eq. 3: every request alone (its own execution times), in chunks
+    for p in profiles:
+        for ld in loads:
+            arr = arrivals[ld]
+            for j in range(0, len(arr), PLAN_CHUNK):
+                jobs.append(("plan", p, ld, nets[ld], seeds[ld], tuple(arr[j:j + PLAN_CHUNK])))
     # smallest loads first: a sweep stopped early (or resumed from its cache) has whole cells
     runs = [("run", c, pol, seed, cell_timeout_s) for c in cells for pol in policies]
     runs.sort(key=lambda j: len(arrivals[j[1].load]))
     jobs += runs
     cache = _Cache(cache_dir) if cache_dir is not None else None
     cached = {i: r for i, j in enumerate(jobs) if cache is not None and (r := cache.get(j)) is not None}
-    weight = [BOUND_WEIGHT if j[0] == "bound" else len(arrivals[j[1].load]) for j in jobs]
+    weight = [BOUND_WEIGHT if j[0] == "bound" else PLAN_WEIGHT * len(j[5]) if j[0] == "plan"
+              else len(arrivals[j[1].load]) for j in jobs]
     total_w = sum(weight)
     done_w = 0
     bound_resp: dict[tuple, float] = {}
+    plan_bound: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
     results: dict[tuple, dict[str, dict[str, Any]]] = {c: {} for c in cells}
-    walls: dict[str, Any] = {"bound_s": 0.0, "cells": {}}
+    walls: dict[str, Any] = {"bound_s": 0.0, "plan_bound_s": 0.0, "cells": {}}
     cells_done = 0
     say = log or (lambda s: None)
+    n_plan = sum(len(arrivals[ld]) for ld in loads) * len(profiles)
     say(f"sweep: {len(cells)} cells x {len(policies)} policies = {len(runs)} runs + {len(reps)} isolated-service "
-        f"requests, {workers} worker(s)" + (f"; {len(cached)} jobs from the cache {cache_dir}" if cache else ""))
+        f"requests (first action) + {n_plan} (Eq. 3), {workers} worker(s)" + (f"; {len(cached)} jobs from the cache {cache_dir}" if cache else ""))
     last_say = time.perf_counter()
     todo = [(i, j) for i, j in enumerate(jobs) if i not in cached]
     if cached_only:
         for i, j in todo:
             if j[0] == "run":
                 cached[i] = {"status": "pending", "reason": "not in the cache yet", "wall_s": 0.0}
-        todo = [(i, j) for i, j in todo if j[0] == "bound"]
+        todo = [(i, j) for i, j in todo if j[0] != "run"]
     for n_done, (i, res) in enumerate(itertools.chain(cached.items(), _map(todo, workers)), 1):
         job = jobs[i]
         if cache is not None and i not in cached:
@@ -217,6 +243,10 @@ def sweep(loads: Sequence[str], capacities: Sequence[str], profiles: Sequence[st
             bound_resp[(p, net) + regime.bound_key(a)] = res["response_s"]
             walls["bound_s"] += res["wall_s"]
             continue
+        if job[0] == "plan":
+            plan_bound.setdefault((job[1], job[2]), {}).update({k: (v[0], v[1]) for k, v in res["plan"].items()})
+            walls["plan_bound_s"] += res["wall_s"]
+            continue
         _, cell, pol, _, _ = job
         results[cell][pol] = res
         walls["cells"].setdefault(cell.key, {})[pol] = round(res["wall_s"], 3)
@@ -233,13 +263,15 @@ def sweep(loads: Sequence[str], capacities: Sequence[str], profiles: Sequence[st
         arr = arrivals[cell.load]
         net = nets[cell.load]
         bound = regime.bound_figures(arr, lambda a: bound_resp[(cell.profile, net) + regime.bound_key(a)])
-        out_cells.append(regime.summarize_cell(cell, arr, bound, {p: results[cell][p] for p in policies}))
+        out_cells.append(regime.summarize_cell(cell, arr, bound, {p: results[cell][p] for p in policies},
+                                               plan_bound[(cell.profile, cell.load)]))
     walls["total_s"] = time.perf_counter() - t_start
     walls["workers"] = workers
     doc = {
         "kind": "timelyllm regime map", "source": "simulator", "seed": seed,
         "grid": {"loads": list(loads), "capacities": list(capacities),
-                 "profiles": [Path(p).stem for p in profiles], "policies": list(policies)},
+                 "profiles": [Path(p).stem for p in profiles], "policies": list(policies),
+                 "engine_kinds": list(engine_kinds)},
         "cell_timeout_s": cell_timeout_s or None,
         "cells": out_cells,
     }
@@ -275,11 +307,16 @@ class _Cache:
         if job[0] == "bound":
             _, profile, net, a = job
             ident = ["bound", regime.resolve_profile(profile).read_text(), net, *regime.bound_key(a)]
+        elif job[0] == "plan":
+            _, profile, ld, net, seed, arrs = job
+            load = Path(ld).read_text() if Path(ld).is_file() else ld
+            ident = ["plan", regime.resolve_profile(profile).read_text(), load, net, seed,
+                     [a.request_id for a in arrs]]
         else:
             _, cell, policy, seed, _ = job
             prof = regime.resolve_profile(cell.profile)
             load = Path(cell.load).read_text() if Path(cell.load).is_file() else cell.load
-            ident = ["run", load, cell.capacity, prof.read_text(), policy, seed]
+            ident = ["run", load, cell.capacity, prof.read_text(), policy, seed, cell.engine]
         key = hashlib.sha256(json.dumps([self.fingerprint, *ident], default=str).encode()).hexdigest()
         return self.root / f"{key[:40]}.json"
 
@@ -313,7 +350,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     if args.from_json:
         return _report_saved(args)
     try:
-        loads, caps, profiles, policies = _grid(args)
+        loads, caps, profiles, policies, kinds = _grid(args)
     except GridError as e:
         raise CliError(str(e)) from None
     if args.cached_only and not args.cache_dir:
@@ -325,7 +362,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     log = None if args.no_progress else (lambda s: print(s, file=sys.stderr, flush=True))
     doc, walls = sweep(loads, caps, profiles, policies, seed=args.seed, workers=args.workers,
                        cell_timeout_s=args.cell_timeout or 0.0, cache_dir=args.cache_dir, cached_only=args.cached_only,
-                       log=log)
+                       log=log, engine_kinds=kinds)
     print_tables(doc)
     _print_acceptance(doc, args.check)
     out.write_text(to_json(doc))
@@ -362,25 +399,30 @@ def _report_saved(args: argparse.Namespace) -> int:
 
 
 def _acceptance(doc: dict[str, Any], policy: str) -> Any:
-    """Issue 15's verdicts for `policy` (sim/acceptance.py), or None where there is nothing to
-    check ('none', a policy not in the map, or no other policy to compare with)."""
-    from .sim.acceptance import check
+    """(issue 25's verdicts on the whole plan, issue 15's on the first action) for `policy`
+    (sim/acceptance.py), or None where there is nothing to check ('none', a policy not in the
+    map, or no other policy to compare with)."""
+    from .sim.acceptance import check, check_plan
 
     pols = doc["grid"]["policies"]
-    return check(doc, policy) if policy != "none" and policy in pols and len(pols) > 1 else None
+    if policy == "none" or policy not in pols or len(pols) < 2:
+        return None
+    return check_plan(doc, policy), check(doc, policy)
 
 
 def _print_acceptance(doc: dict[str, Any], policy: str) -> None:
     acc = _acceptance(doc, policy)
     if acc is not None:
-        print(acc.summary())
+        print(acc[0].summary())
+        print("first-action-only rules, for comparison: " + acc[1].summary())
 
 
 def _acceptance_markdown(doc: dict[str, Any], policy: str) -> str:
-    from .sim.acceptance import markdown
+    from .sim.acceptance import markdown, plan_markdown
 
     acc = _acceptance(doc, policy)
-    return "" if acc is None else "\n" + markdown(acc)
+    return "" if acc is None else "\n" + plan_markdown(acc[0]) + "\nFirst-action-only rules, for comparison:\n\n" + \
+        markdown(acc[1])
 
 
 # --------------------------------------------------------------------------------------- output
@@ -389,15 +431,22 @@ def cell_value(rec: dict[str, Any], field: str) -> str:
     if rec.get("status") != "ok":
         return rec.get("status", "?")
     v = rec.get(field)
-    return "-" if v is None else f"{v:.3f}" if field in ("chat_qoe", "mean_latency_s") else f"{v:.1f}"
+    return "-" if v is None else f"{v:.3f}" if field == "chat_qoe" or field.endswith("_s") else f"{v:.1f}"
 
 
 def _rows(doc: dict[str, Any], profile: str) -> list[dict[str, Any]]:
     return [c for c in doc["cells"] if c["profile"] == profile]
 
 
-TABLES = (("total_pct", "total time utility, % of max"), ("urgent_pct", "urgent time utility, % of max"),
-          ("normal_pct", "normal time utility, % of max"), ("chat_qoe", "chat QoE (Andes), mean"),
+TABLES = (("accrued_total_pct", "accrued utility of the whole plan (Eq. 3), total, % of max"),
+          ("accrued_urgent_pct", "accrued utility of the whole plan (Eq. 3), urgent, % of max"),
+          ("accrued_normal_pct", "accrued utility of the whole plan (Eq. 3), normal, % of max"),
+          ("total_pct", "first-action utility only (Eq. 1), total, % of max"),
+          ("urgent_pct", "first-action utility only (Eq. 1), urgent, % of max"),
+          ("normal_pct", "first-action utility only (Eq. 1), normal, % of max"),
+          ("completion_mean_s", "mean completion s (arrival -> last action ends)"),
+          ("continuation_wait_p99_s", "p99 continuation wait s (previous action end -> next action start)"),
+          ("chat_qoe", "chat QoE (Andes), mean"),
           ("mean_latency_s", "mean latency s (Trail: last token - arrival, finished requests)"))
 
 
@@ -410,7 +459,7 @@ def print_tables(doc: dict[str, Any], console: Any = None) -> None:
     from rich.table import Table
 
     policies = doc["grid"]["policies"]
-    cols = ["load", "capacity", "bound"] + policies + ["best"]
+    cols = ["column", "load", "capacity", "bound"] + policies + ["best"]
     width = 4 + sum(max(len(c), 7) + 3 for c in cols) + 20
     console = console or Console(width=width)
     for profile in doc["grid"]["profiles"]:
@@ -420,13 +469,14 @@ def print_tables(doc: dict[str, Any], console: Any = None) -> None:
                 continue
             t = Table(title=f"{what} — simulator, profile {profile}")
             for col in cols:
-                t.add_column(escape(col), justify="left" if col in ("load", "capacity", "best") else "right",
+                t.add_column(escape(col), justify="left" if col in ("column", "load", "capacity", "best") else "right",
                              no_wrap=True)
             for c in rows:
                 best = c["best"].get(field)
                 b = c["bound"].get(field)
                 vals = [cell_value(c["policies"][p], field) + ("*" if p == best else "") for p in policies]
-                t.add_row(escape(c["load"]), escape(c["capacity"]), "-" if b is None else f"{b:.1f}", *vals,
+                t.add_row(escape(c.get("engine", "-")), escape(c["load"]), escape(c["capacity"]),
+                          "-" if b is None else f"{b:.1f}" if not field.endswith("_s") else f"{b:.3f}", *vals,
                           escape((best or "-") + _ties(c, field)))
             console.print(t)
 
@@ -434,45 +484,51 @@ def print_tables(doc: dict[str, Any], console: Any = None) -> None:
 REFERENCE_POLICIES = ("default", "timelyllm")  # shown beside the best policy in the summary, when in the grid
 
 
+def _pair(r: dict[str, Any], f1: str, f2: str) -> str:
+    return f"{cell_value(r, f1)} / {cell_value(r, f2)}" if r.get("status") == "ok" else f"*{r.get('status')}*"
+
+
 def markdown_summary(doc: dict[str, Any]) -> str:
-    """One compact Markdown table: per cell the bound, the best policy on total and on urgent
-    utility (% of max) and the reference policies (``default``, ``timelyllm``) as total / urgent."""
+    """One compact Markdown table: per cell the bound, the best policy on accrued (Eq. 3, the
+    whole plan) total and urgent utility (% of max) and the reference policies (``default``,
+    ``timelyllm``) as accrued total / urgent, then first-action-only total / urgent."""
     refs = [p for p in REFERENCE_POLICIES if p in doc["grid"]["policies"]]
-    head = ["profile", "load", "capacity", "bound total / urgent", "best total", "best urgent"] + \
-        [f"`{p}` total / urgent" for p in refs]
+    head = ["profile", "column", "load", "capacity", "bound accrued total / urgent", "best accrued total",
+            "best accrued urgent"] + [f"`{p}` accrued total / urgent (first action)" for p in refs]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in doc["cells"]:
         b = c["bound"]
-        row = [f"`{c['profile']}`", c["load"], c["capacity"], f"{_fmt(b.get('total_pct'))} / {_fmt(b.get('urgent_pct'))}"]
-        for field in ("total_pct", "urgent_pct"):
+        row = [f"`{c['profile']}`", c.get("engine", "-"), c["load"], c["capacity"],
+               f"{_fmt(b.get('accrued_total_pct'))} / {_fmt(b.get('accrued_urgent_pct'))}"]
+        for field in ("accrued_total_pct", "accrued_urgent_pct"):
             best = c["best"].get(field)
             row.append(f"{cell_value(c['policies'][best], field)} `{best}`{_ties(c, field)}" if best else "-")
         for p in refs:
             r = c["policies"][p]
-            row.append(f"{cell_value(r, 'total_pct')} / {cell_value(r, 'urgent_pct')}" if r.get("status") == "ok"
-                       else f"*{r.get('status')}*")
+            row.append(_pair(r, "accrued_total_pct", "accrued_urgent_pct")
+                       + (f" ({_pair(r, 'total_pct', 'urgent_pct')})" if r.get("status") == "ok" else ""))
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
 
 def markdown_table(doc: dict[str, Any]) -> str:
     """The summary, then one Markdown table per profile: per cell the bound and every policy as
-    total / urgent (% of max), the best total in bold; runs that timed out or failed say so."""
+    accrued (Eq. 3) total / urgent (% of max), the best accrued total in bold; runs that timed out
+    or failed say so."""
     policies = doc["grid"]["policies"]
     lines: list[str] = [markdown_summary(doc)]
     for profile in doc["grid"]["profiles"]:
-        lines += [f"**Profile `{profile}`** (simulator) — time utility % of max, total / urgent "
-                  f"(bold: best total of the cell)", "",
-                  "| load | capacity | bound | " + " | ".join(f"`{p}`" for p in policies) + " |",
-                  "|---|---|---|" + "---|" * len(policies)]
+        lines += [f"**Profile `{profile}`** (simulator) — accrued utility of the whole plan (Eq. 3), % of max, "
+                  f"total / urgent (bold: best accrued total of the cell)", "",
+                  "| column | load | capacity | bound | " + " | ".join(f"`{p}`" for p in policies) + " |",
+                  "|---|---|---|---|" + "---|" * len(policies)]
         for c in _rows(doc, profile):
             b = c["bound"]
-            row = [c["load"], c["capacity"], f"{_fmt(b.get('total_pct'))} / {_fmt(b.get('urgent_pct'))}"]
+            row = [c.get("engine", "-"), c["load"], c["capacity"],
+                   f"{_fmt(b.get('accrued_total_pct'))} / {_fmt(b.get('accrued_urgent_pct'))}"]
             for p in policies:
-                r = c["policies"][p]
-                v = (f"{cell_value(r, 'total_pct')} / {cell_value(r, 'urgent_pct')}" if r.get("status") == "ok"
-                     else f"*{r.get('status')}*")
-                row.append(f"**{v}**" if p == c["best"]["total_pct"] else v)
+                v = _pair(c["policies"][p], "accrued_total_pct", "accrued_urgent_pct")
+                row.append(f"**{v}**" if p == c["best"].get("accrued_total_pct") else v)
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
     return "\n".join(lines)

@@ -27,6 +27,34 @@ answer later than the run's end is not known.  Utilities may be negative, as in 
 ``request_metrics`` on a single generation without a run end (e.g. a live status) falls back to
 the generation's own end (``finished_at``), ``min(0, TUF0(end - arrival))``: it never earns
 credit, but is not a bound against late answers; aggregates always use a run end.
+**The whole plan (Eq. 3).**  The paper's objective is Σ_r [TUF0(W(s0)) + Σ_{k≥1} TUF1(W(s_k))],
+TUF1(t) = min(β, α·max(t, 0) + β) on W(s_k) = exec_start(s_k) − exec_end(s_{k−1}) (≤ 0 counts as 0,
+an action starts no earlier than its predecessor ends).  Per request (``plan_terms``):
+
+* accrued utility = TUF0(W(s0)) + Σ_{k≥1} TUF1(W(s_k)) over the segments that executed;
+* its maximum     = β·(1 + continuations): every executed action can earn at most β;
+* a request that **ends early** (failed, cancelled, or still running at the end of the run)
+  accrues ``min(0, TUF1(end − previous action end))`` for the continuation it never got, and that
+  continuation keeps its β in the maximum; its wait ``end − previous action end`` is one of the
+  continuation waits (the robot waited that long and got nothing);
+* a request whose **first action never started** (rejected, shed, failed before acting) accrues
+  its first-action term ``min(0, TUF0(end − arrival))`` as above and has maximum β (no
+  continuation is charged: its plan is unknown, and the first-action term already decays over
+  the whole run, which bounds what any continuation of it could have earned).
+
+``end`` is the same as for first actions: the end of the run in aggregates (never earlier than
+the request's own ending), the request's own ending for a single generation without a run end.
+With the run end, **failing, shedding or delaying never raises the accrued aggregate**: ending a
+request early removes at least as much utility as maximum (each continuation it never gets would
+have earned ≤ β, and the one charged term decays over the whole remaining run, which is at least
+the sum of the waits the real continuations would have had), and removing equal amounts from a
+ratio ≤ 100 % never raises it; the sum never rises, and neither does the % of max while it is
+≥ 0 (below 0, a continuation charged 0 — an end within β/|α| of the run's end — adds β of maximum
+and moves the % towards 0; property-tested: tests/test_metrics.py).  A request that finishes
+normally is never charged a missing continuation.  ``accrued_utility_pct_of_max`` = Σ accrued /
+Σ maximum; ``utility_pct_of_max`` stays the first action's (Eq. 1) score;
+``continuation_wait_s`` = {mean, median, p99, max} of every W(s_k), k ≥ 1, of the group.
+
 Aggregates are reported per task type, per category and overall; the JSON form has sorted keys
 and rounded floats so a seeded simulation always produces byte-identical output.
 """
@@ -61,8 +89,12 @@ class RequestMetrics:
     waiting_s: float | None
     execution_s: float | None
     completion_s: float | None
-    utility: float
+    utility: float  # first action (Eq. 1)
     max_utility: float  # TUF beta
+    accrued_utility: float  # the whole plan (Eq. 3; module docstring)
+    accrued_max_utility: float  # beta * (1 + continuations)
+    continuations: int  # continuations counted (executed, plus the one an early end never got)
+    continuation_waits_s: tuple[float, ...]  # W(s_k), k >= 1, clipped at 0
 
 
 def run_end_of(gens: Iterable[Generation]) -> float | None:
@@ -82,13 +114,30 @@ def run_end_of(gens: Iterable[Generation]) -> float | None:
     return end
 
 
-def request_metrics(gen: Generation, run_end: float | None = None) -> RequestMetrics:
-    """Metrics of one generation from its segments' measured execution times.  `run_end`: the end
-    of the run it belongs to (scores a request without a response; see the module docstring)."""
+@dataclass(frozen=True, slots=True)
+class PlanTerms:
+    """One request's walk over its executed segments (Eq. 3 terms; module docstring)."""
+
+    response_s: float | None  # W(s0); None: no action ever started
+    first_utility: float  # TUF0(W(s0)), or min(0, TUF0(end - arrival)) without a response
+    accrued: float  # first + sum of TUF1 terms (+ the missing continuation of an early end)
+    accrued_max: float  # beta * (1 + continuations)
+    continuations: int  # executed continuations, plus the one an early end never got
+    continuation_waits_s: tuple[float, ...]  # clipped at 0, incl. the missing continuation's wait
+    waiting_s: float  # W(s0) clipped + executed continuation waits
+    execution_s: float
+    executed: int  # segments with measured execution times (the walk's length)
+
+
+def plan_terms(gen: Generation, end: float | None = None) -> PlanTerms:
+    """THE walk of Eq. 3 over a generation.  ``end``: the run's end (aggregates), or None: the
+    generation's own ending; a generation that has not ended and has no ``end`` (a live status)
+    is scored on what it has executed so far, without a missing-continuation term."""
     req = gen.request
+    tuf = req.tuf
     response: float | None = None
-    waiting = 0.0
-    execution = 0.0
+    first = accrued = waiting = execution = 0.0
+    waits: list[float] = []
     executed = 0
     prev_end: float | None = None
     for seg in gen.segments:
@@ -96,28 +145,53 @@ def request_metrics(gen: Generation, run_end: float | None = None) -> RequestMet
             break
         if prev_end is None:
             response = seg.exec_start - req.arrival
+            first = tuf(response)
+            accrued = first
             waiting += max(0.0, response)
         else:
-            waiting += max(0.0, seg.exec_start - prev_end)
+            w = seg.exec_start - prev_end
+            accrued += tuf.suspended(w)
+            waits.append(max(0.0, w))
+            waiting += max(0.0, w)
         execution += max(0.0, seg.exec_end - seg.exec_start)
         prev_end = seg.exec_end
         executed += 1
+    ended = gen.state.terminal or end is not None
+    at = end
+    if at is None or (gen.finished_at is not None and gen.finished_at > at):
+        at = gen.finished_at
+    conts = max(0, executed - 1)
     if response is None:
-        end = gen.finished_at if gen.finished_at is not None else req.arrival
-        if run_end is not None and run_end > end:
-            end = run_end  # as if answered at the end of the run: never better than any answer in it
-        utility = min(0.0, req.tuf(end - req.arrival))
+        t = at if at is not None else req.arrival
+        first = accrued = min(0.0, tuf(max(t, req.arrival) - req.arrival))
+    elif ended and not (gen.state is GenState.FINISHED and executed == len(gen.segments)):
+        # ended early: the continuation it never got (module docstring)
+        t = prev_end if at is None or at < prev_end else at
+        accrued += min(0.0, tuf.suspended(t - prev_end))
+        waits.append(t - prev_end)
+        conts += 1
+    return PlanTerms(response_s=response, first_utility=first, accrued=accrued,
+                     accrued_max=tuf.beta * (1 + conts), continuations=conts, continuation_waits_s=tuple(waits),
+                     waiting_s=waiting, execution_s=execution, executed=executed)
+
+
+def request_metrics(gen: Generation, run_end: float | None = None) -> RequestMetrics:
+    """Metrics of one generation from its segments' measured execution times.  `run_end`: the end
+    of the run it belongs to (scores a request that ended early; see the module docstring)."""
+    req = gen.request
+    p = plan_terms(gen, run_end)
+    if p.response_s is None:
         waiting_s = execution_s = completion_s = None
     else:
-        utility = req.tuf(response)
-        waiting_s, execution_s = waiting, execution
-        completion_s = waiting + execution
+        waiting_s, execution_s = p.waiting_s, p.execution_s
+        completion_s = p.waiting_s + p.execution_s
     return RequestMetrics(
         request_id=req.request_id, robot_id=req.robot_id, task_type=req.task_type or req.robot_type,
         category=req.category, arrival=req.arrival, state=gen.state.value, reason=gen.reason,
-        segments=len(gen.segments), segments_executed=executed, response_s=response,
-        waiting_s=waiting_s, execution_s=execution_s, completion_s=completion_s, utility=utility,
-        max_utility=req.tuf.beta,
+        segments=len(gen.segments), segments_executed=p.executed, response_s=p.response_s,
+        waiting_s=waiting_s, execution_s=execution_s, completion_s=completion_s, utility=p.first_utility,
+        max_utility=req.tuf.beta, accrued_utility=p.accrued, accrued_max_utility=p.accrued_max,
+        continuations=p.continuations, continuation_waits_s=p.continuation_waits_s,
     )
 
 
@@ -140,25 +214,52 @@ def _stats(xs: list[float]) -> dict[str, float | None]:
 
 
 def aggregate(rows: Sequence[RequestMetrics]) -> dict[str, Any]:
-    """Summary of a group of requests: utility (mean, % of max) and time statistics."""
+    """Summary of a group of requests: first-action utility (mean, % of max), the whole plan's
+    accrued utility (Eq. 3: sum, max, % of max), continuation waits and time statistics."""
     n = len(rows)
     states: dict[str, int] = {}
     for r in rows:
         states[r.state] = states.get(r.state, 0) + 1
     util = math.fsum(r.utility for r in rows)
     max_util = math.fsum(r.max_utility for r in rows)
+    acc = math.fsum(r.accrued_utility for r in rows)
+    acc_max = math.fsum(r.accrued_max_utility for r in rows)
     out: dict[str, Any] = {
         "count": n,
         "states": states,
         "utility_mean": util / n if n else None,
         "utility_sum": util,
         "utility_pct_of_max": 100.0 * util / max_util if max_util > 0 else None,
+        "accrued_utility_sum": acc,
+        "accrued_utility_max": acc_max,
+        "accrued_utility_pct_of_max": 100.0 * acc / acc_max if acc_max > 0 else None,
+        "continuation_wait_s": _stats([w for r in rows for w in r.continuation_waits_s]),
         "no_response": sum(1 for r in rows if r.response_s is None),
         "segments_mean": (math.fsum(r.segments for r in rows) / n) if n else None,
     }
     for f in TIME_FIELDS:
         out[f] = _stats([getattr(r, f) for r in rows if getattr(r, f) is not None])
     return out
+
+
+PLAN_FIELDS = ("accrued_utility_pct_of_max", "utility_pct_of_max", "completion_s", "continuation_wait_s")
+
+
+def plan_fields(agg: Mapping[str, Any]) -> dict[str, Any]:
+    """The whole-plan figures of one aggregate, under the names outside tools read (issue 25):
+    ``accrued_utility_pct_of_max`` (Eq. 3), ``utility_pct_of_max`` (first action),
+    ``completion_s`` {mean, p99}, ``continuation_wait_s`` {mean, p99, max}."""
+    return {"accrued_utility_pct_of_max": agg["accrued_utility_pct_of_max"],
+            "utility_pct_of_max": agg["utility_pct_of_max"],
+            "completion_s": {k: agg["completion_s"][k] for k in ("mean", "p99")},
+            "continuation_wait_s": {k: agg["continuation_wait_s"][k] for k in ("mean", "p99", "max")}}
+
+
+def plan_summary(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """``plan_fields`` of a ``summarize`` result: overall, by_category, by_task_type."""
+    return {"overall": plan_fields(metrics["overall"]),
+            "by_category": {k: plan_fields(v) for k, v in metrics["by_category"].items()},
+            "by_task_type": {k: plan_fields(v) for k, v in metrics["by_task_type"].items()}}
 
 
 def summarize(gens: Iterable[Generation], run_end: float | None = None) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from .engine import Engine, EngineError, EngineFleet, EngineOutput, EngineStats
 from .batching import BatchSizer, FixedBatch, LatencyGuidedBatch
 from .clock import Clock
 from .exec_time import ExecTimeEstimator
+from .metrics import plan_terms
 from .guard import PlanState, check_segment
 from .policies import DispatchMode, Policy, PolicyContext
 from .ports import Dispatcher
@@ -92,7 +93,7 @@ class PlannerStatus:
     batch_size: int
     kv_usage: float
     tokens_per_s: float
-    accrued_utility: float
+    accrued_utility: float  # Eq. 3 so far, summed over the generations kept (core/metrics.plan_terms)
     deadline_misses: int
     engine_healthy: bool
     submitted: int
@@ -155,6 +156,7 @@ class Planner:
         self._per_agent: dict[str, int] = {}
         self._buckets: dict[str, tuple[float, float]] = {}
         self._terminal: collections.deque[str] = collections.deque()
+        self._ended_utility: dict[str, float] = {}  # Eq. 3 score of ended generations (status(): once each)
         self._pinned: dict[str, None] = {}  # suspended generations whose KV we asked to preserve
         self.kv_released = 0  # pinned KV released to break a memory deadlock (`_release_pinned`)
         self.request_faults = 0  # requests failed by a fault while handling their output / result
@@ -762,6 +764,7 @@ class Planner:
             return  # duplicate result
         seg.exec_start, seg.exec_end = res.exec_start, res.exec_end
         seg.measured_s, seg.result, seg.ok, seg.error = res.call_durations_s, res.value, res.ok, res.error
+        self._ended_utility.pop(g.gen_id, None)  # a late result of an ended request changes its score
         for call, d in zip(seg.calls, res.call_durations_s):
             self.estimator.update(g.request.robot_type, call, d)
         for lst in self.listeners:
@@ -831,7 +834,9 @@ class Planner:
         self._notify(g)
         self._terminal.append(g.gen_id)
         while len(self._terminal) > self.config.keep_terminal:  # bounded memory
-            self.generations.pop(self._terminal.popleft(), None)
+            old = self._terminal.popleft()
+            self.generations.pop(old, None)
+            self._ended_utility.pop(old, None)
 
     def _set_terminal(self, g: Generation, state: GenState, reason: str) -> None:
         """Record g's end and release its live bookkeeping (admission counts, pinned KV)."""
@@ -913,8 +918,14 @@ class Planner:
                 counts[g.state.value] += 1
                 if g.segments and g.segments[0].exec_start is not None:
                     t = g.segments[0].exec_start - g.request.arrival
-                    utility += g.request.tuf(t)
                     misses += t > g.request.tuf.ert
+                if g.state.terminal:  # Eq. 3 so far (core/metrics.py); an ended one is computed once
+                    u = self._ended_utility.get(g.gen_id)
+                    if u is None:
+                        u = self._ended_utility[g.gen_id] = plan_terms(g).accrued
+                    utility += u
+                elif g.segments:
+                    utility += plan_terms(g).accrued
             st = self.engine.stats() if self.engine_healthy else None
             kv = 1.0 - st.kv_free_blocks / st.kv_total_blocks if st and st.kv_total_blocks else 0.0
             return PlannerStatus(counts=counts, batch_size=counts[GenState.RUNNING.value], kv_usage=kv,

@@ -24,6 +24,40 @@ from .latency_profile import LatencyProfile
 KV_MODES = frozenset({"cache", "preserve", "discard", "swap"})
 
 
+@dataclass(frozen=True, slots=True)
+class EngineKind:
+    """What an engine can do with a suspended generation's KV (the regime map's capability
+    columns, issue 25):
+
+    * ``stock`` — vLLM as users run it, in-process (`VllmEngine`) or ``vllm serve``
+      (`OpenAIRemoteEngine`): ``kv_modes`` {cache, discard}.  Abort frees the request's KV; its
+      full blocks stay in the prefix cache (LRU) until memory pressure evicts them, and a resume
+      re-adds prompt + generated ids and reuses what is still cached.  vLLM has no per-request
+      eviction, so "discard" keeps the blocks cached exactly like "cache" (``discard_evicts``
+      False), and a mode it lacks (preserve, swap) is served as "cache", as `VllmEngine.abort` does.
+    * ``preserve`` — an InferCept / LAMPS-style engine that also pins a paused request's KV in
+      place (preserve), swaps it to host memory (swap) and evicts it on request (discard).
+    """
+
+    name: str
+    kv_modes: frozenset[str]
+    discard_evicts: bool  # "discard" drops the blocks from the prefix cache (False: kept like "cache")
+
+
+ENGINE_KINDS: dict[str, EngineKind] = {
+    "stock": EngineKind("stock", frozenset({"cache", "discard"}), discard_evicts=False),
+    "preserve": EngineKind("preserve", KV_MODES, discard_evicts=True),
+}
+
+
+def engine_kind(name: str) -> EngineKind:
+    """``stock`` | ``preserve``; a ValueError naming the known ones otherwise."""
+    try:
+        return ENGINE_KINDS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"engine kind {name!r}: expected one of {', '.join(ENGINE_KINDS)}") from None
+
+
 class KVCapacityError(EngineError):
     """A generation cannot get KV blocks even after evicting and preempting everything allowed."""
 

@@ -35,11 +35,11 @@ class SimulatedPool(EnginePool):
 
     @classmethod
     def build(cls, clock: VirtualClock, n: int, profile: LatencyProfile | None = None,
-              tokenizer: Tokenizer | None = None) -> "SimulatedPool":
+              tokenizer: Tokenizer | None = None, kind: str = "preserve") -> "SimulatedPool":
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"engine count must be an int >= 1, got {n!r}")
         scripts = Scripts()
-        return cls(clock, [SimulatedEngine(VirtualClock(clock.now()), profile, tokenizer, scripts)
+        return cls(clock, [SimulatedEngine(VirtualClock(clock.now()), profile, tokenizer, scripts, kind=kind)
                            for _ in range(n)])
 
     def set_script(self, gen_id: str, text: str) -> None:

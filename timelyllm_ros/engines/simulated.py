@@ -22,11 +22,12 @@ from ..core.clock import VirtualClock
 from ..core.engine import EngineOutput, EngineStats, StepRecord, Tokenizer
 from ..sim.tokenizer import SimTokenizer
 from .kv_blocks import _INT_ONLY, _BlockPool, block_hash
-from .kv_cache import (_HEADS_MAX, _KNOWN_MAX, KV_MODES, KVAccounting, KVCapacityError, _Known, _Seq,
-                       _Suspended)
+from .kv_cache import (_HEADS_MAX, _KNOWN_MAX, ENGINE_KINDS, KV_MODES, EngineKind, KVAccounting, KVCapacityError,
+                       _Known, _Seq, _Suspended, engine_kind)
 from .latency_profile import DEFAULT_PROFILE, PROFILES_DIR, LatencyProfile, ProfileError
 
-__all__ = ["DEFAULT_PROFILE", "PROFILES_DIR", "KV_MODES", "EngineCounters", "KVCapacityError",
+__all__ = ["DEFAULT_PROFILE", "PROFILES_DIR", "ENGINE_KINDS", "KV_MODES", "EngineCounters", "EngineKind",
+           "engine_kind", "KVCapacityError",
            "LatencyProfile", "ProfileError", "Scripts", "SimulatedEngine", "block_hash"]
 
 
@@ -57,6 +58,7 @@ class EngineCounters:
     swap_in_blocks: int = 0
     swap_out_blocks: int = 0
     preemptions: int = 0  # running generations preempted (recompute) for lack of KV blocks
+    kv_fallbacks: int = 0  # aborts asking a KV mode this engine kind lacks (served as "cache")
     readmissions: int = 0  # preempted generations brought back
 
 
@@ -74,10 +76,13 @@ class SimulatedEngine(KVAccounting):
     raises KVCapacityError (changing nothing) if even that cannot make room.
     """
 
-    kv_modes = KV_MODES
-
     def __init__(self, clock: VirtualClock, profile: LatencyProfile | None = None,
-                 tokenizer: Tokenizer | None = None, scripts: Scripts | None = None) -> None:
+                 tokenizer: Tokenizer | None = None, scripts: Scripts | None = None,
+                 kind: str | EngineKind = "preserve") -> None:
+        """``kind``: what it can do with a suspended generation's KV (`kv_cache.EngineKind`):
+        ``preserve`` (every mode; the default) or ``stock`` (vLLM: cache / discard, no pinning)."""
+        self.kind = kind if isinstance(kind, EngineKind) else engine_kind(kind)
+        self.kv_modes: frozenset[str] = self.kind.kv_modes
         self.clock = clock
         self.profile = profile if profile is not None else LatencyProfile.from_yaml(DEFAULT_PROFILE)
         self.tokenizer: Tokenizer = tokenizer if tokenizer is not None else SimTokenizer()
@@ -210,9 +215,14 @@ class SimulatedEngine(KVAccounting):
         """Suspend gen_id now; its KV is kept according to `kv` (see KV_MODES)."""
         if kv not in KV_MODES:
             raise ValueError(f"unknown kv mode {kv!r}; one of {sorted(KV_MODES)}")
+        if kv not in self.kv_modes:  # the engine lacks it: served as "cache" (as VllmEngine.abort)
+            self.counters.kv_fallbacks += 1
+            kv = "cache"
         if kv == "discard":  # usually the generation's end: forget its prompt (memory)
             self._known.pop(gen_id, None)
             self.scripts.at.pop(gen_id, None)
+            if not self.kind.discard_evicts:
+                kv = "cache"  # stock vLLM frees the blocks into its prefix cache either way
         seq = self._seqs.pop(gen_id, None)
         if seq is None:
             old = self._suspended.get(gen_id)

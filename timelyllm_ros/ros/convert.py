@@ -354,22 +354,16 @@ def feedback_fields(calls_done: int, current_call: str, elapsed_s: float) -> dic
 
 
 def generation_utility(gen: Generation) -> float:
-    """Utility accrued so far (TimelyLLM Eq. 3): TUF0 of the response time of the first segment
-    plus TUF1 of each later segment's waiting time, counting only segments whose action start is
-    known.  A planner that tracks utility itself (gen.extra['utility']) is believed instead."""
+    """Utility accrued so far by the whole plan (TimelyLLM Eq. 3: TUF0 of the first action's
+    response plus TUF1 of each later wait, over the actions that executed; a request that ended
+    early is charged the continuation it never got): ``core.metrics.plan_terms``, the one
+    implementation.  A planner that tracks utility itself (gen.extra['utility']) is believed
+    instead."""
     if "utility" in gen.extra:
         return float(gen.extra["utility"])
-    tuf, total, prev_end = gen.request.tuf, 0.0, None
-    for seg in gen.segments:
-        start = seg.exec_start if seg.exec_start is not None else seg.dispatched_at
-        if start is None:
-            break
-        if seg.index == 0:
-            total += tuf(start - gen.request.arrival)
-        elif prev_end is not None:
-            total += tuf.suspended(start - prev_end)
-        prev_end = seg.exec_end
-    return total
+    from ..core.metrics import plan_terms
+
+    return plan_terms(gen).accrued
 
 
 def request_status_fields(gen: Generation, *, stamp: float | None = None) -> dict[str, Any]:

@@ -6,13 +6,33 @@ A *cell* is (load, capacity, engine profile):
 * capacity: ``default`` (the runner's batching: latency-guided for segmenting policies, vLLM's
   256 for the others), ``kv/N`` (the profile's KV memory divided by N, default batching) or
   ``capN`` (a fixed batch cap of N for every policy, full KV memory);
-* profile: a ``profiles/*.yaml`` name or a path.
+* profile: a ``profiles/*.yaml`` name or a path;
+* engine kind (the capability column, ``ENGINE_KINDS``): ``stock`` — vLLM as users run it, in
+  process or ``vllm serve``, ``Engine.kv_modes`` {cache, discard}: abort frees the KV, a resume
+  goes through the prefix cache, and a policy asking to preserve or swap gets "cache", exactly as
+  `VllmEngine` serves it — the headline; ``preserve`` — an InferCept/LAMPS-style engine that
+  can also pin (preserve), swap and evict a paused request's KV (`engines/kv_cache.EngineKind`).
 
 Every policy of a cell replays the same arrivals (same workload, same seed).  ``run_cell_policy``
-returns the figures of the map (time utility overall / urgent / normal as % of max, Andes' chat
-QoE, Trail's mean latency) plus the per-request utilities needed to compare with the bound.
+returns the figures of the map — accrued utility of the whole plan (Eq. 3) and first-action
+utility (Eq. 1), overall / urgent / normal as % of max, mean / p99 completion, p99 / max
+continuation wait, the ``core/metrics.plan_summary`` block under the names of ``timelyllm bench``,
+Andes' chat QoE, Trail's mean latency — plus the per-request utilities needed to compare with the
+bounds.
 
-**Isolated-service bound.**  The best a request can get is to be served alone on an idle engine:
+**Isolated-service bound of Eq. 3** (``isolated_plan``): every request of the cell alone on an
+idle engine of the profile (prompt cached, as below), with its real request and robot ids and the
+cell's seed, so its robot's sampled execution times, answers and plan path are the ones of the
+cell's runs; the engine generates its segments at that profile's speed.  Alone, streaming the
+whole plan (``PLAN_BOUND_POLICY`` = vllm-stream: every statement dispatched as soon as it is
+generated, nothing suspended, nothing sharing a step) is the as-soon-as-possible schedule: no
+action can start earlier, so by TUF0/TUF1 being non-increasing no scheduler earns more on that
+request (checked: on WID1, chat_mixed and drones samples on both profiles and both engine kinds,
+no registered policy alone earned more than it; the test suite checks every policy against it
+request by request on a contended cell).  It never suspends, so it is the same for both engine
+kinds and every capacity; it is computed per request (execution times differ per request).
+
+**Isolated-service bound of the first action.**  The best a request can get is to be served alone on an idle engine:
 no other request shares a step, nothing queues.  ``isolated_response`` simulates exactly that: a
 fresh engine of the cell's profile whose prefix cache already holds the request's whole prompt
 (an identical earlier request is the most a real history can have cached: a cold cache would be
@@ -36,6 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ..core.metrics import plan_summary
 from ..core.policies import policy_names
 from ..core.robots import RobotSpec
 from ..core.types import Generation, GenState
@@ -47,7 +68,9 @@ from .runner import run_simulation
 
 CATEGORIES = ("urgent", "normal")
 # figures of a run and which way is better (+1: higher, -1: lower); the cell names the best policy of each
-BEST_FIELDS = {"total_pct": 1.0, "urgent_pct": 1.0, "normal_pct": 1.0, "chat_qoe": 1.0, "mean_latency_s": -1.0}
+BEST_FIELDS = {"accrued_total_pct": 1.0, "accrued_urgent_pct": 1.0, "accrued_normal_pct": 1.0,
+               "total_pct": 1.0, "urgent_pct": 1.0, "normal_pct": 1.0, "completion_mean_s": -1.0,
+               "continuation_wait_p99_s": -1.0, "chat_qoe": 1.0, "mean_latency_s": -1.0}
 TIE_TOLERANCE = 0.05  # points (or QoE / seconds): policies this close to the best tie with it
 WARM_GAP_S = 1.0  # virtual seconds between the warm-up prefill and the isolated request
 
@@ -123,21 +146,41 @@ def check_policies(names: Sequence[str]) -> list[str]:
     return list(names)
 
 
+ENGINE_KINDS = ("stock", "preserve")  # the map's capability columns (engines/kv_cache.EngineKind); first = headline
+
+
+def check_engine_kinds(names: Sequence[str]) -> list[str]:
+    """Every name an engine kind (``stock`` | ``preserve``), none twice."""
+    for n in names:
+        if n not in ENGINE_KINDS:
+            raise GridError(f"engine kind {n!r}: expected one of {', '.join(ENGINE_KINDS)} (stock: vLLM as users "
+                            f"run it, no preserve; preserve: an InferCept/LAMPS-style engine that can pin KV)")
+    dup = sorted({n for n in names if list(names).count(n) > 1})
+    if dup:
+        raise GridError(f"engine kind {dup[0]!r} given twice")
+    return list(names)
+
+
 @dataclass(frozen=True, slots=True)
 class Cell:
     load: str
     capacity: str
     profile: str  # profile name or path as given
+    engine: str = "stock"  # engine kind: the capability column (ENGINE_KINDS)
 
     @property
     def key(self) -> str:
-        return f"{self.load} | {self.capacity} | {Path(self.profile).stem}"
+        return f"{self.load} | {self.capacity} | {Path(self.profile).stem} | {self.engine}"
 
 
 # --------------------------------------------------------------------------------------- one run
 
 def _pct(agg: Mapping[str, Any] | None) -> float | None:
     return None if agg is None else agg.get("utility_pct_of_max")
+
+
+def _acc(agg: Mapping[str, Any] | None) -> float | None:
+    return None if agg is None else agg.get("accrued_utility_pct_of_max")
 
 
 def mean_latency_s(gens: Sequence[Generation]) -> float | None:
@@ -169,7 +212,8 @@ def run_cell_policy(cell: Cell, policy: str, *, seed: int | None = None,
 
     try:
         r = run_simulation(check_load(cell.load), policy, max_batch=cap.max_batch, seed=seed, profile_path=profile,
-                           robots=robots, catalog=catalog, progress=watchdog, progress_every=20)
+                           robots=robots, catalog=catalog, progress=watchdog, progress_every=20,
+                           engine_kind=cell.engine)
     except CellTimeout as e:
         return {"status": "timeout", "reason": str(e), "wall_s": time.perf_counter() - wall0}
     except Exception as e:  # noqa: BLE001 — a failing run is a result of the map, reported with its reason
@@ -177,19 +221,30 @@ def run_cell_policy(cell: Cell, policy: str, *, seed: int | None = None,
     m = r.metrics
     cats = m["by_category"]
     qoe = m.get("qoe")
+    ov = m["overall"]
     return {
         "status": "ok",
-        "requests": m["overall"]["count"],
-        "total_pct": _pct(m["overall"]),
+        "requests": ov["count"],
+        "accrued_total_pct": _acc(ov),
+        "accrued_urgent_pct": _acc(cats.get("urgent")),
+        "accrued_normal_pct": _acc(cats.get("normal")),
+        "total_pct": _pct(ov),
         "urgent_pct": _pct(cats.get("urgent")),
         "normal_pct": _pct(cats.get("normal")),
+        "completion_mean_s": ov["completion_s"]["mean"],
+        "completion_p99_s": ov["completion_s"]["p99"],
+        "continuation_wait_p99_s": ov["continuation_wait_s"]["p99"],
+        "continuation_wait_max_s": ov["continuation_wait_s"]["max"],
+        "metrics": plan_summary(m),
         "chat_qoe": qoe["qoe_mean"] if qoe else None,
         "mean_latency_s": mean_latency_s(r.generations),
         "unfinished": m["overall"]["count"] - m["overall"]["states"].get("finished", 0),
         "engine_busy_s": r.engine["busy_s"],
+        "kv_fallbacks": r.engine["kv_fallbacks"],
         "engine_steps": r.engine["steps"],
         "batcher": r.batcher,
         "utility": {row["request_id"]: row["utility"] for row in m["requests"]},
+        "accrued": {row["request_id"]: row["accrued_utility"] for row in m["requests"]},
         "wall_s": r.wall_s,
     }
 
@@ -250,6 +305,48 @@ def isolated_response(arrival: Arrival, profile: str | Path | LatencyProfile, *,
     return best
 
 
+PLAN_BOUND_POLICY = "vllm-stream"  # alone, streaming the whole plan is the as-soon-as-possible schedule
+
+
+def isolated_plan(arrivals: Sequence[Arrival], profile: str | Path | LatencyProfile, *, network_latency_s: float,
+                  seed: int, robots: Mapping[str, RobotSpec], catalog: Mapping[str, TaskDef],
+                  policy: str = PLAN_BOUND_POLICY) -> dict[str, tuple[float, float]]:
+    """{request id: (accrued utility, its maximum)} of every arrival served **alone** on an idle
+    engine of `profile` whose prefix cache holds its prompt (as ``isolated_response``), with its
+    real request and robot ids and the cell's ``seed`` — so its robot's sampled execution times,
+    perception answers and plan path are exactly those of the cell's runs — scored by Eq. 3
+    (``core/metrics.plan_terms``).  See the module docstring: the isolated-service bound of Eq. 3."""
+    base = _isolated_workload(network_latency_s)
+    if not isinstance(profile, LatencyProfile):
+        profile = LatencyProfile.from_yaml(profile)
+    out: dict[str, tuple[float, float]] = {}
+    for arrival in arrivals:
+        def setup(planner, _arrivals, _a=arrival):
+            eng = planner.engine
+            warm = dataclasses.replace(_a, request_id=f"{_a.request_id}~warm")
+            eng.add(warm.request_id, planner.prompts.prompt_ids(warm.to_request()), max_tokens=1)
+            while eng.has_unfinished():
+                eng.step()
+            return [dataclasses.replace(_a, time=planner.clock.now() + WARM_GAP_S)]
+
+        r = run_simulation(base, policy, profile_path=profile, robots=robots, catalog=catalog, setup=setup, seed=seed)
+        row = r.metrics["requests"][0]
+        out[arrival.request_id] = (row["accrued_utility"], row["accrued_max_utility"])
+    return out
+
+
+def plan_bound_figures(arrivals: Sequence[Arrival], plan: Mapping[str, tuple[float, float]]) -> dict[str, Any]:
+    """Accrued utility (Eq. 3) of the isolated-service bound, % of max overall and per category."""
+    def pct(sel: Sequence[Arrival]) -> float | None:
+        mx = math.fsum(plan[a.request_id][1] for a in sel)
+        return 100.0 * math.fsum(plan[a.request_id][0] for a in sel) / mx if sel and mx > 0 else None
+
+    out: dict[str, Any] = {"accrued_total_pct": pct(arrivals)}
+    for c in CATEGORIES:
+        out[f"accrued_{c}_pct"] = pct([a for a in arrivals if a.category == c])
+    return out
+
+
 def bound_figures(arrivals: Sequence[Arrival], response: Callable[[Arrival], float]) -> dict[str, Any]:
     """Utility of every request at its isolated response time: % of max overall and per category,
     plus the per-request utilities (for a policy's % of the bound)."""
@@ -276,22 +373,32 @@ def pct_of_bound(policy_util: Mapping[str, float], bound_util: Mapping[str, floa
 
 
 def summarize_cell(cell: Cell, arrivals: Sequence[Arrival], bound: Mapping[str, Any],
-                   runs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """The JSON record of one cell: bound, every policy's figures (without per-request
-    utilities), their % of the bound, and the best policy of each figure (``best_of``)."""
+                   runs: Mapping[str, Mapping[str, Any]],
+                   plan: Mapping[str, tuple[float, float]] | None = None) -> dict[str, Any]:
+    """The JSON record of one cell: bounds (first action; with ``plan``, Eq. 3's), every policy's
+    figures (without per-request utilities), their % of the bounds, and the best policy of each
+    figure (``best_of``)."""
     urgent_ids = [a.request_id for a in arrivals if a.category == "urgent"]
+    plan_util = {k: v[0] for k, v in plan.items()} if plan is not None else None
     policies: dict[str, Any] = {}
     for name, run in runs.items():
-        rec = {k: v for k, v in run.items() if k not in ("utility", "wall_s")}
+        rec = {k: v for k, v in run.items() if k not in ("utility", "accrued", "wall_s")}
         if run.get("status") == "ok":
             rec["pct_of_bound"] = pct_of_bound(run["utility"], bound["utility"])
             rec["urgent_pct_of_bound"] = pct_of_bound(run["utility"], bound["utility"], urgent_ids) if urgent_ids else None
+            if plan_util is not None:
+                rec["accrued_pct_of_bound"] = pct_of_bound(run["accrued"], plan_util)
+                rec["accrued_urgent_pct_of_bound"] = (pct_of_bound(run["accrued"], plan_util, urgent_ids)
+                                                      if urgent_ids else None)
         policies[name] = rec
+    bound_rec = {k: v for k, v in bound.items() if k != "utility"}
+    if plan is not None:
+        bound_rec.update(plan_bound_figures(arrivals, plan))
 
     return {
-        "load": cell.load, "capacity": cell.capacity, "profile": Path(cell.profile).stem,
+        "load": cell.load, "capacity": cell.capacity, "profile": Path(cell.profile).stem, "engine": cell.engine,
         "requests": len(arrivals),
-        "bound": {k: v for k, v in bound.items() if k != "utility"},
+        "bound": bound_rec,
         "policies": policies,
         **best_of(policies),
     }

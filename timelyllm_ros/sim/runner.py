@@ -188,7 +188,7 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
                    setup: Callable[[Planner, list[Arrival]], list[Arrival]] | None = None,
                    tokenizer: Tokenizer | None = None,
                    prompts: Callable[[SimulatedEngine], PromptSource] | None = None,
-                   engines: int = 1, pooled: bool | None = None) -> SimResult:
+                   engines: int = 1, pooled: bool | None = None, engine_kind: str = "preserve") -> SimResult:
     """Replay a workload against the planner with ``policy_name``; every request ends terminal.
 
     ``seed`` (default: the workload's) drives both the arrival expansion and the robots' sampled
@@ -202,6 +202,10 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
     ``engines`` > 1 serves the load on that many simulated engines of the profile behind the one
     planner (engines/sim_pool.py: parallel machines, KV affinity, per-engine batch control);
     ``pooled`` forces (True) or avoids (False) the pool (default: a pool when engines > 1).
+    ``engine_kind``: what the simulated engine can do with a paused request's KV
+    (`engines/kv_cache.EngineKind`): ``preserve`` (InferCept/LAMPS-style: every mode; the default
+    here) or ``stock`` (vLLM as users run it: cache / discard only, `Engine.kv_modes` as
+    `VllmEngine` reports it).
     """
     wall0 = _time.perf_counter()
     wl = workload if isinstance(workload, Workload) else load_workload(workload)
@@ -219,8 +223,8 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
     pooled = engines != 1 if pooled is None else pooled
     if not pooled and engines != 1:
         raise ValueError(f"{engines} engines need the pool (pooled=True)")
-    engine: Any = (SimulatedPool.build(clock, engines, profile, tokenizer) if pooled
-                   else SimulatedEngine(clock, profile, tokenizer))
+    engine: Any = (SimulatedPool.build(clock, engines, profile, tokenizer, kind=engine_kind) if pooled
+                   else SimulatedEngine(clock, profile, tokenizer, kind=engine_kind))
     source = prompts(engine) if prompts is not None else SimPromptSource(engine, tokenizer, robots=robots)
     planner: Planner | None = None
 
@@ -299,7 +303,8 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
         virtual_end_s=clock.now(),
         engine={"steps": c.steps, "busy_s": c.busy_s, "prefill_tokens": c.prefill_tokens,
                 "cached_tokens": c.cached_tokens, "decode_tokens": c.decode_tokens,
-                "preemptions": c.preemptions, "swap_in_blocks": c.swap_in_blocks, **fleet},
+                "preemptions": c.preemptions, "swap_in_blocks": c.swap_in_blocks, "kind": engine_kind,
+                "kv_modes": sorted(engine.kv_modes), "kv_fallbacks": c.kv_fallbacks, **fleet},
         planner={"submitted": planner.submitted, "rejected": len(rejected), "iterations": planner.iteration,
                  "events": loop.fired, "exclusive_agents": exclusive_agents,
                  "agent_conflicts": agent_conflicts(gens)},
