@@ -354,7 +354,7 @@ def run_inprocess(inp: DemoInputs) -> int:
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")  # ... in vLLM's worker process too
     console = make_console()
     from .engines.base import EngineError
-    from .engines.fleet_config import build_engine
+    from .engines.fleet_config import build_engine, with_scheduling
     from .prompts import PromptBuilder
     from .serve import Progress, serve_arrivals
 
@@ -369,6 +369,8 @@ def run_inprocess(inp: DemoInputs) -> int:
     else:
         entries = [{"kind": "vllm", **cfg}]
         console.print(f"starting vLLM with {cfg['model']} (30-90 s on a CPU) ...")
+    from .core.policies import engine_scheduling
+    entries = with_scheduling(entries, engine_scheduling(inp.policy))  # vllm-priority: vLLM's own
     try:
         with console.status("vLLM is starting ..."):
             engine = build_engine(entries)

@@ -207,11 +207,11 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
             latency = LatencyProfile.from_yaml(profile)
         except (OSError, ValueError) as e:
             raise ConfigError(f"profile: {e}") from None
-        engine: Any = SimulatedEngine(clock, latency)
+        engine: Any = SimulatedEngine(clock, latency, scheduling_policy=policy.engine_scheduling)
         prompts: Any = SimPromptSource(engine, robots=robots)
     elif p["engine"] == "vllm":
         from timelyllm_ros.core.clock import WallClock
-        from timelyllm_ros.engines.fleet_config import build_engine, parse_engines
+        from timelyllm_ros.engines.fleet_config import build_engine, parse_engines, with_scheduling
         from timelyllm_ros.inputs import vllm_config
         from timelyllm_ros.prompts import PromptBuilder
 
@@ -222,6 +222,7 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
             entries = parse_engines(p["engines"]) if p["engines"] else [{"kind": "vllm", **cfg}]
         except ValueError as e:
             raise ConfigError(str(e)) from e
+        entries = with_scheduling(entries, policy.engine_scheduling)  # vllm-priority: vLLM's own
         clock = WallClock()
         engine = build_engine(entries, vllm_defaults=cfg)
 
