@@ -577,11 +577,16 @@ class VllmEngine:
         sched = self._scheduler()
         if sched is None:
             return None
-        own = self._owner
-        run = [own[r.request_id] for r in sched.running if r.request_id in own]
-        wait = [own[r.request_id] for r in list(getattr(sched, "kv_holding_waiting", ())) + list(sched.waiting)
-                if r.request_id in own]
+        run = [g for r in sched.running if (g := self.gen_of(r.request_id)) is not None]
+        wait = [g for r in list(getattr(sched, "kv_holding_waiting", ())) + list(sched.waiting)
+                if (g := self.gen_of(r.request_id)) is not None]
         return run, wait
+
+    def gen_of(self, internal_id: str) -> str | None:
+        """The live generation of a request id as vLLM's core holds it (our id, to which vLLM's
+        input processor appends "-" and 8 random characters); None if not ours or not live."""
+        own = self._owner
+        return own.get(internal_id) or own.get(internal_id.rsplit("-", 1)[0])
 
     @property
     def prefix_cache_hit_rate(self) -> float | None:

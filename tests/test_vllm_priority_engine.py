@@ -1,0 +1,126 @@
+"""vllm-priority on real vLLM(-cpu): the engine started with scheduling_policy="priority" orders its
+own waiting queue by the priorities the adapter and the planner give it.
+
+Read on vLLM's own scheduler (`VllmEngine.scheduler_queues`: its `running` list and its waiting
+queue in admission order), never on the planner's bookkeeping.  vLLM 0.32 (scheduler.py
+`Scheduler.schedule`): the waiting loop stops at `len(self.running) >= max_num_active_reqs`
+(max_num_seqs), so a waiting urgent request does not displace a running one; the waiting queue
+is `PriorityRequestQueue` (a heap by `Request.__lt__`: priority, arrival_time, request_id), so
+the urgent one added last is admitted first when a slot frees.
+
+One engine of its own (max_num_seqs 2, priority scheduling) for this module: ~20-40 s to start.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Iterator
+
+import pytest
+from vllm_fixtures import engine_config, model_for_tests
+
+from timelyllm_ros.core.clock import WallClock
+from timelyllm_ros.core.exec_time import ExecTimeEstimator
+from timelyllm_ros.core.planner import Planner
+from timelyllm_ros.core.policies import make_policy
+from timelyllm_ros.core.robots import load_robots
+from timelyllm_ros.core.tuf import NORMAL, URGENT
+from timelyllm_ros.core.types import GenState, PlanRequest
+from timelyllm_ros.engines.vllm_engine import EngineInputError, check_priority
+from timelyllm_ros.prompts import PromptBuilder
+
+pytestmark = pytest.mark.vllm
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+ROBOTS = load_robots()
+
+
+@pytest.fixture(scope="module")
+def prio_engine() -> Iterator[object]:
+    if not HAVE_VLLM:
+        pytest.skip("vLLM is not installed in this interpreter")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from timelyllm_ros.engines.vllm_engine import VllmEngine
+
+    model, _ = model_for_tests()
+    eng = VllmEngine(engine_config(model, max_num_seqs=2, scheduling_policy="priority", ignore_eos=True))
+    try:
+        yield eng
+    finally:
+        eng.shutdown()
+
+
+def _ids(engine, text: str) -> list[int]:
+    return engine.tokenizer.encode_prompt(text)
+
+
+def _drain(engine) -> None:
+    for _ in range(500):
+        if not engine.has_unfinished():
+            return
+        engine.step()
+    raise AssertionError("engine did not drain")
+
+
+def test_priority_needs_priority_scheduling() -> None:
+    check_priority("g", 0, "fcfs")
+    check_priority("g", 3, "priority")
+    with pytest.raises(EngineInputError, match="needs the engine started with scheduling_policy: priority"):
+        check_priority("g", 1, "fcfs")
+    with pytest.raises(EngineInputError, match="priority must be an int"):
+        check_priority("g", True, "priority")
+
+
+def test_urgent_added_later_is_served_before_a_waiting_normal_one(prio_engine) -> None:
+    e = prio_engine
+    assert e.scheduling_policy == "priority"
+    e.add("n1", _ids(e, "look for the cat"), 6, priority=1)  # ends first: frees one slot
+    e.add("n2", _ids(e, "look for the dog"), 60, priority=1)
+    e.step()
+    assert e.scheduler_queues() == (["n1", "n2"], [])
+    e.add("n3", _ids(e, "look for the keys"), 6, priority=1)
+    e.add("u", _ids(e, "look for the fire"), 6, priority=0)  # urgent, added after n3
+    e.step()
+    running, waiting = e.scheduler_queues()
+    assert running == ["n1", "n2"]  # a full batch (max_num_seqs 2) is not displaced
+    assert waiting == ["u", "n3"]  # vLLM's heap: priority first, then arrival
+    sched = e._scheduler()
+    assert {e.gen_of(r.request_id): r.priority for r in sched.waiting} == {"u": 0, "n3": 1}
+    for _ in range(100):
+        running, waiting = e.scheduler_queues()
+        if "u" in running or "n3" in running:
+            break
+        e.step()
+    assert "u" in running and "n3" not in running and waiting == ["n3"]  # u took n1's slot
+    _drain(e)
+
+
+def test_planner_passes_the_policy_priorities_to_vllm(prio_engine) -> None:
+    """vllm-priority through the planner on the same engine: vLLM's requests carry priority 0
+    for the urgent request and 1 for the normal one (read on vLLM's scheduler)."""
+    e = prio_engine
+    policy = make_policy("vllm-priority")
+
+    class Dispatcher:
+        def dispatch(self, goal) -> None: ...
+
+        def cancel(self, request_id) -> None: ...
+
+    p = Planner(clock=WallClock(), engine=e, dispatcher=Dispatcher(), robots=ROBOTS, policy=policy,
+                estimator=ExecTimeEstimator(ROBOTS), prompts=PromptBuilder(ROBOTS, e.tokenizer))
+    p.use_batching(None, 2)
+    now = p.clock.now()
+    for rid, tuf, cat in (("pn", NORMAL, "normal"), ("pu", URGENT, "urgent")):
+        assert p.submit(PlanRequest(rid, f"r-{rid}", "tello", "find the cat", "cat, sofa", tuf, now,
+                                    category=cat)).accepted
+    p.step()
+    sched = e._scheduler()
+    got = {e.gen_of(r.request_id): r.priority for r in sched.running}
+    assert got == {"pn": 1, "pu": 0}
+    for rid in ("pn", "pu"):
+        p.cancel(rid)
+    for _ in range(50):
+        p.step()
+        if all(g.state in (GenState.CANCELLED, GenState.FINISHED, GenState.FAILED) for g in p.generations.values()):
+            break
+    _drain(e)
