@@ -306,7 +306,7 @@ def test_demo_report_from_records_without_an_engine(tmp_path, capsys):
     assert speed["steps"] == len(log) > 0 and speed["ratio"] == pytest.approx(1.0, rel=0.05)
     assert set(doc["simulated_same_arrivals"]) == {
         "timelyllm — simulator, fitted profile vllm_cpu_tiny, same arrivals and plans",
-        "vllm (baseline) — simulator, fitted profile vllm_cpu_tiny, same arrivals and plans"}
+        "vllm-priority (baseline) — simulator, fitted profile vllm_cpu_tiny, same arrivals and plans"}
     out = capsys.readouterr().out
     assert "engine speed: " in out and "deadlines: " in out and "T1" in out
     # a ROS 2 graph run (one executor node per robot): the comparison runs one goal per robot at a time

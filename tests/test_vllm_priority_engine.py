@@ -124,3 +124,51 @@ def test_planner_passes_the_policy_priorities_to_vllm(prio_engine) -> None:
         if all(g.state in (GenState.CANCELLED, GenState.FINISHED, GenState.FAILED) for g in p.generations.values()):
             break
     _drain(e)
+
+
+# ------------------------------------------------------------------ remote `vllm serve` (OpenAI API)
+
+@pytest.fixture(scope="module")
+def prio_server() -> Iterator[object]:
+    """One `vllm serve --scheduling-policy priority --max-num-seqs 2` (~50 s to start, ~3 GB)."""
+    if not HAVE_VLLM:
+        pytest.skip("vLLM is not installed in this interpreter")
+    from timelyllm_ros.engines.vllm_server import VllmServer
+
+    model, _ = model_for_tests()
+    server = VllmServer(model, max_num_seqs=2, scheduling_policy="priority")
+    try:
+        server.start()
+        server.wait_ready()
+        yield server
+    finally:
+        server.kill()
+
+
+def test_remote_server_serves_the_urgent_request_first(prio_server) -> None:
+    """The same trace over the OpenAI API: the server's scheduler is not visible to a client, so
+    the order is read on what the server streams: the urgent request, added after a waiting
+    normal one while both slots are busy, streams its first token before that normal one."""
+    from timelyllm_ros.engines.openai_remote import RemoteVllmEngine
+
+    e = RemoteVllmEngine({"url": prio_server.url, "scheduling_policy": "priority", "ignore_eos": True})
+    try:
+        assert e.scheduling_policy == "priority"
+        e.add("n1", _ids(e, "look for the cat"), 30, priority=1)  # 30 steps: both later adds reach the server
+        e.add("n2", _ids(e, "look for the dog"), 200, priority=1)
+        first: list[str] = []
+        for _ in range(400):  # both running before the next two are sent
+            first += [o.gen_id for o in e.step() if o.token_ids and o.gen_id not in first]
+            if {"n1", "n2"} <= set(first):
+                break
+        e.add("n3", _ids(e, "look for the keys"), 8, priority=1)
+        e.add("u", _ids(e, "look for the fire"), 8, priority=0)
+        for _ in range(2000):
+            first += [o.gen_id for o in e.step() if o.token_ids and o.gen_id not in first]
+            if {"n3", "u"} <= set(first):
+                break
+        assert first.index("u") < first.index("n3")
+        with pytest.raises(EngineInputError, match="priority must be an int"):
+            e.add("x", _ids(e, "x"), 2, priority=0.5)
+    finally:
+        e.shutdown()

@@ -53,8 +53,9 @@ def add_parser(sub: Any) -> None:
                    help=f"scheduling policy: {policies} (default {DEFAULT_POLICY})")
     p.add_argument("--param", action="append", type=_param, default=[], metavar="NAME=VALUE",
                    help="parameter of --policy (repeatable), e.g. rescue_late=false")
-    p.add_argument("--baseline", default="vllm",
-                   help="policy simulated beside it on the same arrivals with --profile (default vllm; 'none': skip)")
+    p.add_argument("--baseline", default="vllm-priority",
+                   help="policy simulated beside it on the same arrivals with --profile (default vllm-priority: "
+                        "vLLM's own priority scheduling, streamed, what a vLLM user runs; 'none': skip)")
     p.add_argument("--model", default=str(DEFAULT_MODEL), help="HF model directory (default: the bundled tiny model)")
     p.add_argument("--engine-config", help="YAML mapping of vLLM engine settings (model, dtype, "
                    "max_num_seqs, kv_cache_space_gib, block_size, tensor_parallel_size, ...)")

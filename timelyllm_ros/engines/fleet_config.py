@@ -78,8 +78,8 @@ def engine_name(entry: Mapping[str, Any], i: int) -> str:
 
 def with_scheduling(entries: Sequence[Mapping[str, Any]], scheduling: str) -> list[dict[str, Any]]:
     """The entries for a policy whose engines schedule by `scheduling` (`Policy.engine_scheduling`):
-    "priority" (vllm-priority) starts local vLLM engines with scheduling_policy: priority and has
-    remote ones checked for it on connect; an entry that names its own scheduling_policy keeps it
+    "priority" (vllm-priority) starts local vLLM engines with scheduling_policy: priority and
+    declares remote ones so (their server must run `--scheduling-policy priority`); an entry that names its own scheduling_policy keeps it
     (the planner then refuses a mismatch)."""
     if scheduling == "fcfs":
         return [dict(e) for e in entries]

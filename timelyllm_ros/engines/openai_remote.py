@@ -58,8 +58,9 @@ CONFIG_KEYS: dict[str, str] = {
     "metrics_interval_s": "how often /metrics is scraped for KV usage (default 0.5)",
     "temperature": "sampling temperature (default 0: greedy, what resume-equivalence needs)",
     "ignore_eos": "keep generating after EOS (benchmarks with fixed lengths)",
-    "scheduling_policy": "fcfs (default) | priority: the server runs `vllm serve --scheduling-policy priority` "
-                         "(checked on connect); adds then carry priority= (the vllm-priority policy)",
+    "scheduling_policy": "fcfs (default) | priority: the server runs `vllm serve --scheduling-policy priority`; "
+                         "adds then carry priority= (the vllm-priority policy).  Declared, not checked: "
+                         "the OpenAI API does not say, and vLLM 0.32 ignores priorities under fcfs",
 }
 
 # Probe texts whose ids must match between the server's tokenizer and the planner's: MiniSpec,
@@ -278,17 +279,6 @@ class RemoteVllmEngine:
         self.block_size = m.block_size
         self.kv_total_blocks = max(m.num_blocks - 1, 0)  # minus vLLM's null block
         self._metrics = m
-        if self.scheduling_policy == "priority":
-            # vLLM refuses a non-zero priority unless it was started with priority scheduling:
-            # one token with priority 1 says which it runs
-            body = {"model": self.model, "prompt": self.tokenizer.encode_prompt("ok"), "max_tokens": 1,
-                    "priority": 1}
-            try:
-                self._get_json(f"{self.url}/completions", "POST /v1/completions with a priority", body)
-            except RemoteServerError as e:
-                raise EngineError(f"vLLM server {self.url} does not take request priorities ({e}); start it "
-                                  f"with `vllm serve --scheduling-policy priority` or drop "
-                                  f"`scheduling_policy: priority`") from e
 
     def _scrape(self) -> ServerMetrics:
         import httpx

@@ -136,7 +136,7 @@ class SimulatedEngine(KVAccounting):
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int, priority: int = 0) -> None:
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise ValueError(f"priority must be an int, got {priority!r}")
-        if priority and self.scheduling_policy != "priority":  # vLLM refuses it the same way
+        if priority and self.scheduling_policy != "priority":  # (VllmEngine: check_priority)
             raise ValueError(f"generation {gen_id!r}: priority {priority} needs scheduling_policy='priority'")
         if gen_id not in self._scripts:
             raise ValueError(f"no script for generation {gen_id!r}: call set_script first")

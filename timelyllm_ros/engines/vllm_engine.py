@@ -119,8 +119,8 @@ def checked_add(gen_id: Any, prompt_ids: Sequence[Any], max_tokens: Any, *, acti
 
 
 def check_priority(gen_id: str, priority: Any, scheduling_policy: str) -> None:
-    """An add's `priority` is an int, and not 0 only under priority scheduling (vLLM rejects it
-    otherwise, deep in its input processing)."""
+    """An add's `priority` is an int, and not 0 only under priority scheduling (vLLM 0.32 would
+    silently ignore it otherwise: neither its input processor nor its FCFS scheduler reads it)."""
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise EngineInputError(f"generation {gen_id!r}: priority must be an int, got {priority!r}")
     if priority and scheduling_policy != "priority":
