@@ -8,7 +8,14 @@ queue in admission order), never on the planner's bookkeeping.  vLLM 0.32 (sched
 is `PriorityRequestQueue` (a heap by `Request.__lt__`: priority, arrival_time, request_id), so
 the urgent one added last is admitted first when a slot frees.
 
-One engine of its own (max_num_seqs 2, priority scheduling) for this module: ~20-40 s to start.
+Preemption (`Scheduler.schedule`'s running loop): a running request that cannot get a block
+preempts `max(self.running, key=lambda r: (r.priority, r.arrival_time))` — the normal request,
+even when it is the older one; FCFS would take `self.running.pop()`, the urgent one admitted last.
+The same trace on the simulated engine preempts the same request.
+
+One engine of its own for this module (~20-60 s to start): max_num_seqs 2, priority scheduling,
+9 KV blocks of 32 tokens (`num_gpu_blocks_override`, so memory runs out within a few hundred
+tokens), max_model_len 288.
 """
 
 from __future__ import annotations
@@ -28,7 +35,6 @@ from timelyllm_ros.core.robots import load_robots
 from timelyllm_ros.core.tuf import NORMAL, URGENT
 from timelyllm_ros.core.types import GenState, PlanRequest
 from timelyllm_ros.engines.vllm_engine import EngineInputError, check_priority
-from timelyllm_ros.prompts import PromptBuilder
 
 pytestmark = pytest.mark.vllm
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
@@ -43,7 +49,9 @@ def prio_engine() -> Iterator[object]:
     from timelyllm_ros.engines.vllm_engine import VllmEngine
 
     model, _ = model_for_tests()
-    eng = VllmEngine(engine_config(model, max_num_seqs=2, scheduling_policy="priority", ignore_eos=True))
+    eng = VllmEngine(engine_config(model, max_num_seqs=2, scheduling_policy="priority", ignore_eos=True,
+                                   max_model_len=288, engine_args={"num_gpu_blocks_override": 10}))
+    assert (eng.kv_total_blocks, eng.block_size) == (9, 32)
     try:
         yield eng
     finally:
@@ -95,6 +103,59 @@ def test_urgent_added_later_is_served_before_a_waiting_normal_one(prio_engine) -
     _drain(e)
 
 
+def test_kv_shortage_preempts_the_normal_request_on_vllm_and_in_the_simulator(prio_engine) -> None:
+    """n1 (normal) runs, u (urgent) is added one step later; prompts of 60 tokens, 200 tokens
+    each: 2 x 9 blocks wanted, 9 there.  When a block is missing, vLLM preempts n1 (priority 1)
+    although u is the younger; the simulated engine in priority mode, on the same trace, too."""
+    from timelyllm_ros.core.clock import VirtualClock
+    from timelyllm_ros.engines.simulated import LatencyProfile, SimulatedEngine
+
+    e = prio_engine
+    prompts = {g: e.tokenizer.encode_prompt(text * 20)[:60]
+               for g, text in (("n1", "look for the cat "), ("u", "fire in the hall "))}
+    sim = SimulatedEngine(VirtualClock(), LatencyProfile(prefill_s_per_token=1e-4, decode_base_s=0.01,
+                                                         kv_block_size=32, kv_capacity_blocks=9),
+                          scheduling_policy="priority")
+    for g in prompts:
+        sim.set_script(g, "go on. " * 120)  # > 200 tokens: runs until max_tokens, as ignore_eos
+    trace: dict[str, tuple] = {}
+    for name, eng in (("vllm", e), ("sim", sim)):
+        eng.add("n1", prompts["n1"], 200, priority=1)
+        eng.step()
+        eng.add("u", prompts["u"], 200, priority=0)
+        for _ in range(150):
+            eng.step()
+            if name == "vllm":
+                sched = e._scheduler()
+                pre = {e.gen_of(r.request_id) for r in sched.requests.values()
+                       if r.num_preemptions and e.gen_of(r.request_id)}
+                running = e.scheduler_queues()[0]
+            else:
+                pre = set(sim.preempted)
+                running = [g for g, s in sim._seqs.items() if not s.waiting]
+            if pre:
+                trace[name] = (pre, running)
+                break
+        for g in ("n1", "u"):
+            eng.abort(g)
+    assert trace["vllm"] == ({"n1"}, ["u"]), trace
+    assert trace["sim"] == trace["vllm"]
+    _drain(e)
+
+
+class _ShortPrompts:
+    """The task text alone as the prompt (this engine's max_model_len is 288)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tok = tokenizer
+
+    def prompt_ids(self, request) -> list[int]:
+        return self.tok.encode_prompt(request.task)
+
+    def result_ids(self, request, segment, value) -> list[int]:
+        return self.tok.encode(f" ->{value};")
+
+
 def test_planner_passes_the_policy_priorities_to_vllm(prio_engine) -> None:
     """vllm-priority through the planner on the same engine: vLLM's requests carry priority 0
     for the urgent request and 1 for the normal one (read on vLLM's scheduler)."""
@@ -107,7 +168,7 @@ def test_planner_passes_the_policy_priorities_to_vllm(prio_engine) -> None:
         def cancel(self, request_id) -> None: ...
 
     p = Planner(clock=WallClock(), engine=e, dispatcher=Dispatcher(), robots=ROBOTS, policy=policy,
-                estimator=ExecTimeEstimator(ROBOTS), prompts=PromptBuilder(ROBOTS, e.tokenizer))
+                estimator=ExecTimeEstimator(ROBOTS), prompts=_ShortPrompts(e.tokenizer))
     p.use_batching(None, 2)
     now = p.clock.now()
     for rid, tuf, cat in (("pn", NORMAL, "normal"), ("pu", URGENT, "urgent")):
