@@ -173,9 +173,18 @@ def main() -> int:
         from timelyllm_ros.prompts import PromptBuilder
         from timelyllm_ros.serve import serve_arrivals, warm_up
 
+        from timelyllm_ros.core.policies import engine_scheduling
+
         saved = {"model": a.model, "workload": a.workload, "duration": a.duration, "max_batch": a.max_batch,
                  "runs": {}}
-        engine = VllmEngine({**DEFAULT_ENGINE, "model": a.model})
+
+        def start(scheduling: str):
+            """vllm-priority runs on an engine started with vLLM's priority scheduling, the
+            others on the default FCFS one (a switch restarts the engine)."""
+            return VllmEngine({**DEFAULT_ENGINE, "model": a.model, "scheduling_policy": scheduling})
+
+        first = real_pols[0]
+        engine = start(engine_scheduling(first))
         tokenizer = engine.tokenizer
         try:
             prompts = PromptBuilder(robots, tokenizer)
@@ -184,6 +193,10 @@ def main() -> int:
                     sim = simulate_all(wl, union_plans(saved), tokenizer, robots, sim_pols, a, keep)
                     pol = real_pols[i] = best_other(sim, real_pols[:i])
                     print(f"best other policy in the simulator on this slice: {pol}", flush=True)
+                if engine.scheduling_policy != engine_scheduling(pol):
+                    engine.shutdown()
+                    engine = start(engine_scheduling(pol))
+                    print(f"vLLM restarted with scheduling_policy={engine.scheduling_policy} for {pol}", flush=True)
                 engine.reset_prefix_cache()  # each run starts cold (then the warm-up), as a fresh server
                 warm_up(engine, prompts, sorted({x.robot_type for x in arrivals}))
                 load0 = os.getloadavg()

@@ -387,7 +387,7 @@ def test_demo_report_from_records_without_an_engine(tmp_path, capsys):
     assert set(doc["simulated_same_arrivals"]) == {
         "timelyllm — simulator at this run's engine speed (1.00x profile vllm_cpu_tiny, steady steps), same arrivals "
         "and plans",
-        "vllm (baseline) — simulator at this run's engine speed (1.00x profile vllm_cpu_tiny, steady steps), same "
+        "vllm-priority (baseline) — simulator at this run's engine speed (1.00x profile vllm_cpu_tiny, steady steps), same "
         "arrivals and plans"}
     assert list(doc["simulated_at_profile_speed"]) == [
         "timelyllm — simulator, fitted profile vllm_cpu_tiny, same arrivals and plans"]

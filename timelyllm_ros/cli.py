@@ -91,7 +91,7 @@ def add_bench(sub: Any) -> None:
                         "policy of the run")
     p.add_argument("--max-batch", type=_positive_int, default=None,
                    help="fixed batch cap for every policy (default: latency-guided for segmenting "
-                        "policies, 256 for vllm/vllm-stream)")
+                        "policies, 256 for vllm/vllm-stream/vllm-priority)")
     p.add_argument("--engines", type=_positive_int, default=1,
                    help="simulated engines (GPUs) behind the one planner (docs/scale-out.md; default 1)")
     p.add_argument("--engine-kind", choices=("stock", "preserve"), default="stock",

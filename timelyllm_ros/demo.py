@@ -59,8 +59,9 @@ def add_parser(sub: Any) -> None:
                    help=f"scheduling policy: {policies} (default {DEFAULT_POLICY})")
     p.add_argument("--param", action="append", type=_param, default=[], metavar="NAME=VALUE",
                    help="parameter of --policy (repeatable), e.g. rescue_late=false")
-    p.add_argument("--baseline", default="vllm",
-                   help="policy simulated beside it on the same arrivals with --profile (default vllm; 'none': skip)")
+    p.add_argument("--baseline", default="vllm-priority",
+                   help="policy simulated beside it on the same arrivals with --profile (default vllm-priority: "
+                        "vLLM's own priority scheduling, streamed, what a vLLM user runs; 'none': skip)")
     p.add_argument("--model", default=str(DEFAULT_MODEL), help="HF model directory (default: the bundled tiny model)")
     p.add_argument("--engine-config", help="YAML mapping of vLLM engine settings (model, dtype, "
                    "max_num_seqs, kv_cache_space_gib, block_size, tensor_parallel_size, ...)")
@@ -384,7 +385,7 @@ def run_inprocess(inp: DemoInputs) -> int:
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")  # ... in vLLM's worker process too
     console = make_console()
     from .engines.base import EngineError
-    from .engines.fleet_config import build_engine
+    from .engines.fleet_config import build_engine, with_scheduling
     from .prompts import PromptBuilder
     from .serve import Progress, serve_arrivals
 
@@ -399,6 +400,8 @@ def run_inprocess(inp: DemoInputs) -> int:
     else:
         entries = [{"kind": "vllm", **cfg}]
         console.print(f"starting vLLM with {cfg['model']} (30-90 s on a CPU) ...")
+    from .core.policies import engine_scheduling
+    entries = with_scheduling(entries, engine_scheduling(inp.policy))  # vllm-priority: vLLM's own
     try:
         with console.status("vLLM is starting ..."):
             engine = build_engine(entries)

@@ -88,7 +88,9 @@ class Engine(Protocol):
     kv_modes: frozenset[str]
 
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int) -> None:
-        """Start (or resume) a generation from these token ids."""
+        """Start (or resume) a generation from these token ids.  Engines started with priority
+        scheduling (vLLM's `scheduling_policy="priority"`) also take `priority=` (an int, lower
+        first); the planner passes it only when its policy asks for that scheduling."""
         ...
 
     def abort(self, gen_id: str, kv: str = "cache") -> None:

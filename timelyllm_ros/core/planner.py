@@ -48,6 +48,17 @@ def as_fleet(engine: Engine) -> EngineFleet | None:
     return engine if callable(getattr(engine, "preference", None)) else None  # type: ignore[return-value]
 
 
+def check_engine_scheduling(engine: Engine, policy: Policy) -> None:
+    """A policy that relies on the engine's priority scheduling (vllm-priority) needs an engine
+    started with it; an engine that says how it schedules (`scheduling_policy`) is checked here,
+    so the mistake is one clear error and not a silent FCFS run (or a refused add per request)."""
+    want = getattr(policy, "engine_scheduling", "fcfs")
+    have = getattr(engine, "scheduling_policy", None)
+    if want == "priority" and isinstance(have, str) and have != want:
+        raise ValueError(f"policy {policy.name!r} needs an engine with scheduling_policy='priority' "
+                         f"(vLLM's priority scheduling); this engine has {have!r}")
+
+
 class PromptSource(Protocol):
     def prompt_ids(self, request: PlanRequest) -> list[int]: ...
 
@@ -127,6 +138,8 @@ class Planner:
         self.dispatcher = dispatcher
         self.robots = dict(robots)
         self.policy = policy
+        self._engine_priority = getattr(policy, "engine_scheduling", "fcfs") == "priority"
+        check_engine_scheduling(engine, policy)
         self.estimator = estimator
         self.prompts = prompts
         self.config = config or PlannerConfig()
@@ -488,7 +501,11 @@ class Planner:
                 if member is not None:
                     assert self._fleet is not None
                     self._fleet.assign(g.gen_id, member)
-                self.engine.add(g.gen_id, g.prompt_ids + g.output_ids, max(1, remaining))
+                if self._engine_priority:  # vLLM priority scheduling: the engine orders by it
+                    self.engine.add(g.gen_id, g.prompt_ids + g.output_ids, max(1, remaining),
+                                    priority=self.policy.engine_priority(g))
+                else:
+                    self.engine.add(g.gen_id, g.prompt_ids + g.output_ids, max(1, remaining))
                 break
             except EngineError as e:
                 member_lost = member is not None and self._fleet is not None and member not in self._fleet.members()
@@ -896,6 +913,7 @@ class Planner:
     def replace_engine(self, engine: Engine) -> None:
         """After an engine restart: serve the remaining generations on the new one."""
         with self._lock:
+            check_engine_scheduling(engine, self.policy)
             self.engine = engine
             self._fleet = as_fleet(engine)
             self.engine_healthy = True

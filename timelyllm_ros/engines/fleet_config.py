@@ -76,6 +76,16 @@ def engine_name(entry: Mapping[str, Any], i: int) -> str:
     return str(entry.get("name") or (entry["url"] if entry["kind"] == "openai" else f"vllm{i}"))
 
 
+def with_scheduling(entries: Sequence[Mapping[str, Any]], scheduling: str) -> list[dict[str, Any]]:
+    """The entries for a policy whose engines schedule by `scheduling` (`Policy.engine_scheduling`):
+    "priority" (vllm-priority) starts local vLLM engines with scheduling_policy: priority and
+    declares remote ones so (their server must run `--scheduling-policy priority`); an entry that names its own scheduling_policy keeps it
+    (the planner then refuses a mismatch)."""
+    if scheduling == "fcfs":
+        return [dict(e) for e in entries]
+    return [{**e, "scheduling_policy": e.get("scheduling_policy", scheduling)} for e in entries]
+
+
 def build_engine(entries: Sequence[Mapping[str, Any]], *, vllm_defaults: Mapping[str, Any] | None = None) -> Engine:
     """One engine, or a pool of several, from parsed entries (see `parse_engines`)."""
     built: dict[str, Engine] = {}

@@ -80,6 +80,10 @@ class _Seq:
     swap_in: int = 0  # blocks to copy from host in the next step
     prefilling: bool = True  # the next step computes its uncached prompt tokens
     waiting: bool = False  # preempted by the engine, waiting to be re-admitted
+    priority: int = 0  # priority scheduling: lower first (vLLM's Request.priority)
+    queued: bool = False  # priority scheduling: added, not yet admitted (vLLM's waiting queue)
+    keys: Any = None  # queued: the shared-prefix keys found at add (for `_claim_cached`)
+    run_order: int = 0  # priority scheduling: position in vLLM's `running` list (admission)
 
 
 @dataclass(slots=True)
@@ -394,6 +398,72 @@ class KVAccounting:
             self.counters.cached_tokens += s.computed
             self.counters.readmissions += 1
             # keep admission order: it is the oldest again only if it was; order is unchanged
+
+    # --- vLLM's priority scheduling (`scheduling_policy="priority"`) --------------------------
+    # vllm/v1/core/sched/scheduler.py `Scheduler.schedule` of vLLM 0.32: the running requests are
+    # served first, in `self.running` order; one that cannot get a block preempts
+    # max(running, key=(priority, arrival_time)) (recompute; itself: it stops there); then, only
+    # if nothing was preempted in this step, the waiting queue (a heap by priority, arrival,
+    # request id: request_queue.py `PriorityRequestQueue`, request.py `Request.__lt__`) is
+    # admitted in order until one does not fit (break).  Adds and preempted requests both wait
+    # there.  Here arrival is the add order (`_Seq.order`), which vLLM's arrival_time follows.
+
+    def _grow_by_priority(self) -> bool:
+        """The running loop: a slot for each running generation's next token; True if any was
+        preempted for it."""
+        preempted = False
+        running = sorted((s for s in self._seqs.values() if not s.waiting), key=lambda s: s.run_order)
+        for s in running:
+            if s.waiting:  # preempted while an earlier one grew
+                continue
+            need = self._blocks_for(len(s.tokens)) - len(s.blocks)
+            while need > 0:
+                bid = self._pool.allocate()
+                if bid is None:
+                    victim = self._lowest_priority_running()
+                    if victim is None:
+                        break
+                    self._preempt(victim)
+                    preempted = True
+                    if victim is s:
+                        break
+                    continue
+                s.blocks.append(bid)
+                need -= 1
+            self.counters.evictions = self._pool.evictions
+        return preempted
+
+    def _lowest_priority_running(self) -> _Seq | None:
+        """vLLM's victim: max(running, key=lambda r: (r.priority, r.arrival_time))."""
+        best = None
+        for s in self._seqs.values():
+            if not s.waiting and (best is None or (s.priority, s.order) > (best.priority, best.order)):
+                best = s
+        return best
+
+    def _admit_by_priority(self) -> None:
+        """The waiting loop: admit waiting generations by (priority, arrival) while blocks allow;
+        the first that does not fit stops it (nobody overtakes it)."""
+        waiting = sorted((s for s in self._seqs.values() if s.waiting), key=lambda s: (s.priority, s.order))
+        for s in waiting:
+            if self._blocks_for(len(s.tokens)) > self._pool.num_free + self._cached_prefix_blocks(s):
+                break
+            wants = self._claim_cached(s, None, s.keys)
+            try:
+                self._allocate_rest(s, may_preempt=False)
+            except KVCapacityError:
+                self._release_seq(s)
+                break
+            s.waiting = False
+            self._runs += 1
+            s.run_order = self._runs
+            self.counters.cached_tokens += s.computed
+            if s.queued:  # first admission after add: reports its cache hits, as an add does
+                s.queued, s.keys = False, None
+                s.report_cached = s.computed
+                self._remember(s, wants)
+            else:
+                self.counters.readmissions += 1
 
     def _cached_prefix_blocks(self, s: _Seq) -> int:
         """Referenced (in-use) cached blocks that s would hit: they need no free block."""

@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..core.engine import EngineError, EngineOutput, EngineStats
-from .vllm_engine import EngineInputError, HeldText, IncrementalDetokenizer, VllmTokenizer, checked_add
+from .vllm_engine import (SCHEDULING_POLICIES, EngineInputError, HeldText, IncrementalDetokenizer, VllmTokenizer,
+                          check_priority, checked_add)
 from .vllm_stats import DecodeSpeed, free_blocks_from_usage
 
 # Config keys -> meaning.  Anything else is rejected, so a typo cannot silently use a default.
@@ -57,6 +58,9 @@ CONFIG_KEYS: dict[str, str] = {
     "metrics_interval_s": "how often /metrics is scraped for KV usage (default 0.5)",
     "temperature": "sampling temperature (default 0: greedy, what resume-equivalence needs)",
     "ignore_eos": "keep generating after EOS (benchmarks with fixed lengths)",
+    "scheduling_policy": "fcfs (default) | priority: the server runs `vllm serve --scheduling-policy priority`; "
+                         "adds then carry priority= (the vllm-priority policy).  Declared, not checked: "
+                         "the OpenAI API does not say, and vLLM 0.32 ignores priorities under fcfs",
 }
 
 # Probe texts whose ids must match between the server's tokenizer and the planner's: MiniSpec,
@@ -169,6 +173,10 @@ class RemoteVllmEngine:
         self.metrics_interval_s = self._positive(config, "metrics_interval_s", 0.5)
         self._temperature = float(config.get("temperature", 0.0))
         self.ignore_eos = bool(config.get("ignore_eos", False))
+        self.scheduling_policy = str(config.get("scheduling_policy") or "fcfs")
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise EngineError(f"remote engine `scheduling_policy` must be one of {SCHEDULING_POLICIES}, "
+                              f"got {config.get('scheduling_policy')!r}")
         self.healthy = True
         self._closed = False
         self._error = ""
@@ -361,15 +369,18 @@ class RemoteVllmEngine:
         self._error = why
         return RemoteServerError(f"vLLM server {self.url}: {why}")
 
-    def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int) -> None:
+    def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int, priority: int = 0) -> None:
         self._ensure_usable()
         ids, room = checked_add(gen_id, prompt_ids, max_tokens, active=self._active, vocab_size=None,
                                 max_model_len=self.max_model_len, where="the server's max_model_len")
+        check_priority(gen_id, priority, self.scheduling_policy)
         self._n += 1
         rid = f"{gen_id}#{self._n}"
         body = {"model": self.model, "prompt": ids, "max_tokens": min(max_tokens, room), "stream": True,
                 "return_token_ids": True, "temperature": self._temperature, "ignore_eos": self.ignore_eos,
                 "skip_special_tokens": True, "request_id": rid}
+        if priority:
+            body["priority"] = priority  # vLLM's request priority (its OpenAI API extension)
         assert self._loop is not None
         fut = asyncio.run_coroutine_threadsafe(self._spawn(rid, body), self._loop)
         task = fut.result()

@@ -74,6 +74,15 @@ class EnginePool:
 
     # -- EngineFleet hooks --------------------------------------------------------------------
 
+    @property
+    def scheduling_policy(self) -> str | None:
+        """"priority" when every member schedules by priority; else the first other value a
+        member states (None: none states one)."""
+        vals = [getattr(m, "scheduling_policy", None) for m in self._members.values()]
+        if vals and all(v == "priority" for v in vals):
+            return "priority"
+        return next((v for v in vals if isinstance(v, str) and v != "priority"), None)
+
     def members(self) -> list[str]:
         return [m for m in self._members if m not in self.down]
 
@@ -111,7 +120,9 @@ class EnginePool:
 
     # -- Engine protocol ----------------------------------------------------------------------
 
-    def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int) -> None:
+    def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int, **kw: int) -> None:
+        """Add to the assigned (else the preferred) member; `priority=` (priority scheduling)
+        passes through to it."""
         m = self._next.pop(gen_id, None)
         if m is None:
             prefs = self.preference(gen_id, prompt_ids)
@@ -125,7 +136,7 @@ class EnginePool:
             if src is not None and dst is not None:
                 dst.put(gen_id, src.take(gen_id))
         try:
-            self._members[m].add(gen_id, prompt_ids, max_tokens)
+            self._members[m].add(gen_id, prompt_ids, max_tokens, **kw)
         except EngineError as e:
             if not self._members[m].stats().healthy:
                 self._lose(m, str(e))

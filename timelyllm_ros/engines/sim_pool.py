@@ -35,15 +35,21 @@ class SimulatedPool(EnginePool):
 
     @classmethod
     def build(cls, clock: VirtualClock, n: int, profile: LatencyProfile | None = None,
-              tokenizer: Tokenizer | None = None, kind: str = "preserve") -> "SimulatedPool":
+              tokenizer: Tokenizer | None = None, kind: str = "preserve",
+              scheduling_policy: str = "fcfs") -> "SimulatedPool":
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"engine count must be an int >= 1, got {n!r}")
         scripts = Scripts()
-        return cls(clock, [SimulatedEngine(VirtualClock(clock.now()), profile, tokenizer, scripts, kind=kind)
+        return cls(clock, [SimulatedEngine(VirtualClock(clock.now()), profile, tokenizer, scripts, kind=kind,
+                                           scheduling_policy=scheduling_policy)
                            for _ in range(n)])
 
     def set_script(self, gen_id: str, text: str) -> None:
         next(iter(self._sims.values())).set_script(gen_id, text)  # shared by every member
+
+    @property
+    def scheduling_policy(self) -> str:
+        return next(iter(self._sims.values())).scheduling_policy
 
     @property
     def profile(self) -> LatencyProfile:

@@ -74,15 +74,25 @@ class SimulatedEngine(KVAccounting):
     Admission is the planner's job; the engine only guards memory: an `add` that cannot get
     blocks evicts cached blocks, then preempts (recompute) the youngest running generation, and
     raises KVCapacityError (changing nothing) if even that cannot make room.
+
+    `scheduling_policy="priority"` is vLLM's priority scheduling instead (`add(..., priority=)`;
+    kv_cache.py `_grow_by_priority`): an add waits in the engine's queue, admitted at the next
+    step by (priority, arrival) as blocks allow, and a running generation short of a block
+    preempts the lowest-priority, latest one.
     """
 
     def __init__(self, clock: VirtualClock, profile: LatencyProfile | None = None,
                  tokenizer: Tokenizer | None = None, scripts: Scripts | None = None,
-                 kind: str | EngineKind = "preserve") -> None:
+                 kind: str | EngineKind = "preserve", scheduling_policy: str = "fcfs") -> None:
         """``kind``: what it can do with a suspended generation's KV (`kv_cache.EngineKind`):
-        ``preserve`` (every mode; the default) or ``stock`` (vLLM: cache / discard, no pinning)."""
+        ``preserve`` (every mode; the default) or ``stock`` (vLLM: cache / discard, no pinning).
+        ``scheduling_policy``: vLLM's ``fcfs`` or ``priority`` (waiting queue by priority, arrival)."""
         self.kind = kind if isinstance(kind, EngineKind) else engine_kind(kind)
         self.kv_modes: frozenset[str] = self.kind.kv_modes
+        if scheduling_policy not in ("fcfs", "priority"):
+            raise ValueError(f"scheduling_policy must be 'fcfs' or 'priority', got {scheduling_policy!r}")
+        self.scheduling_policy = scheduling_policy
+        self._runs = 0  # priority scheduling: admissions so far (vLLM's running-list order)
         self.clock = clock
         self.profile = profile if profile is not None else LatencyProfile.from_yaml(DEFAULT_PROFILE)
         self.tokenizer: Tokenizer = tokenizer if tokenizer is not None else SimTokenizer()
@@ -145,7 +155,11 @@ class SimulatedEngine(KVAccounting):
         self._script_pos[gen_id] = pos
 
     # --- Engine protocol ----------------------------------------------------------------------
-    def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int) -> None:
+    def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int, priority: int = 0) -> None:
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ValueError(f"priority must be an int, got {priority!r}")
+        if priority and self.scheduling_policy != "priority":  # (VllmEngine: check_priority)
+            raise ValueError(f"generation {gen_id!r}: priority {priority} needs scheduling_policy='priority'")
         if gen_id not in self._scripts:
             raise ValueError(f"no script for generation {gen_id!r}: call set_script first")
         if gen_id in self._seqs:
@@ -180,13 +194,20 @@ class SimulatedEngine(KVAccounting):
                 f"{need_total} KV blocks, the engine has {self.profile.kv_capacity_blocks}")
         self._order += 1
         seq = _Seq(gen_id, prompt, len(prompt), max_tokens, self._order,
-                   new_request=gen_id not in self._started)
-        susp = self._suspended.pop(gen_id, None)
+                   new_request=gen_id not in self._started, priority=priority)
         bs = self._bs
         if start:
             keys = (known.wants, known.hashes, min(len(known.hashes), start // bs))
         else:
             keys = self._shared_keys(prompt)
+        if self.scheduling_policy == "priority" and gen_id not in self._suspended:
+            # vLLM: add_request puts it in the waiting queue; the next step admits it
+            seq.waiting = seq.queued = True
+            seq.keys = keys
+            self._started.add(gen_id)
+            self._seqs[gen_id] = seq
+            return
+        susp = self._suspended.pop(gen_id, None)
         wants = self._claim_cached(seq, susp, keys)
         try:
             self._allocate_rest(seq, may_preempt=True)
@@ -200,7 +221,16 @@ class SimulatedEngine(KVAccounting):
         self.counters.cached_tokens += seq.computed
         self._started.add(gen_id)
         self._seqs[gen_id] = seq
-        kn = self._known[gen_id] = _Known(prompt, len(prompt), wants, list(seq.hashes))
+        if self.scheduling_policy == "priority":  # resumed with its suspended KV: running now
+            self._runs += 1
+            seq.run_order = self._runs
+        self._remember(seq, wants)
+
+    def _remember(self, seq: _Seq, wants: list) -> None:
+        """What the add of `seq` learnt (its prompt's blocks), for its resume and for later
+        prompts with the same head (`_shared_keys`)."""
+        gen_id = seq.gen_id  # seq.tokens: the engine's own list, only ever appended to
+        kn = self._known[gen_id] = _Known(seq.tokens, seq.num_prompt, wants, list(seq.hashes))
         self._known.move_to_end(gen_id)
         if len(self._known) > _KNOWN_MAX:
             self._known.popitem(last=False)
@@ -237,8 +267,14 @@ class SimulatedEngine(KVAccounting):
 
     def step(self) -> list[EngineOutput]:
         """One continuous-batching iteration over every running generation."""
-        self._readmit()
-        self._grow_for_decode()
+        if self.scheduling_policy == "priority":
+            # vLLM's order: running first; the waiting queue only if nobody was preempted (or
+            # nobody runs any more: vLLM's next, empty-handed step would admit them at no cost)
+            if not self._grow_by_priority() or all(s.waiting for s in self._seqs.values()):
+                self._admit_by_priority()
+        else:
+            self._readmit()
+            self._grow_for_decode()
         batch = [s for s in self._seqs.values() if not s.waiting]
         for s in batch:
             # vLLM registers blocks when it schedules them: a request prefilled in the same step

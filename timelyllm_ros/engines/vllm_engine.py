@@ -48,8 +48,11 @@ CONFIG_KEYS: dict[str, str] = {
     "multiprocessing": "run vLLM's engine core in its own process (default false, see docs/vllm.md)",
     "kv_offloading_size_gib": "vLLM native KV offload to host memory (enables kv mode 'swap')",
     "allow_hub": "let vLLM resolve a non-local model id (download); default false",
+    "scheduling_policy": "fcfs (default) | priority: vLLM's priority scheduling, adds carry priority= "
+                         "(what the vllm-priority policy needs)",
     "engine_args": "extra vllm.EngineArgs fields, passed through unchanged",
 }
+SCHEDULING_POLICIES = ("fcfs", "priority")
 
 
 class EngineInputError(EngineError, ValueError):
@@ -113,6 +116,16 @@ def checked_add(gen_id: Any, prompt_ids: Sequence[Any], max_tokens: Any, *, acti
         raise EngineInputError(f"generation {gen_id!r}: prompt of {len(ids)} tokens leaves no room "
                                f"in {where} {max_model_len}")
     return ids, room
+
+
+def check_priority(gen_id: str, priority: Any, scheduling_policy: str) -> None:
+    """An add's `priority` is an int, and not 0 only under priority scheduling (vLLM 0.32 would
+    silently ignore it otherwise: neither its input processor nor its FCFS scheduler reads it)."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise EngineInputError(f"generation {gen_id!r}: priority must be an int, got {priority!r}")
+    if priority and scheduling_policy != "priority":
+        raise EngineInputError(f"generation {gen_id!r}: priority {priority} needs the engine started with "
+                               f"scheduling_policy: priority (it runs {scheduling_policy})")
 
 
 class HeldText:
@@ -303,6 +316,10 @@ class VllmEngine:
         model = str(config["model"])
         check_model_dir(model, allow_hub=bool(config.get("allow_hub", False)), cpu=self._cpu,
                         cpu_head_sizes=_cpu_head_sizes() if self._cpu else None)
+        self.scheduling_policy = str(config.get("scheduling_policy") or "fcfs")
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise EngineError(f"scheduling_policy must be one of {SCHEDULING_POLICIES}, "
+                              f"got {config.get('scheduling_policy')!r}")
         bs = config.get("block_size")
         if bs is not None and (not isinstance(bs, int) or bs <= 0):
             raise EngineError(f"block_size must be a positive int, got {bs!r}")
@@ -324,7 +341,7 @@ class VllmEngine:
         c = self.config
         kw: dict[str, Any] = dict(model=model, enable_prefix_caching=True,
                                   enforce_eager=bool(c.get("enforce_eager", True)),
-                                  disable_log_stats=False)
+                                  disable_log_stats=False, scheduling_policy=self.scheduling_policy)
         for key in ("tokenizer", "dtype", "max_num_seqs", "max_model_len", "block_size",
                     "gpu_memory_utilization", "tensor_parallel_size", "seed"):
             if c.get(key) is not None:
@@ -401,11 +418,13 @@ class VllmEngine:
         return EngineError(f"vLLM engine failed during {what}: {type(e).__name__}: {e}. The engine "
                            f"core is unusable; shut it down and build a new VllmEngine.")
 
-    def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int) -> None:
-        """Start or resume `gen_id` from these ids (resume: original prompt + generated ids)."""
+    def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int, priority: int = 0) -> None:
+        """Start or resume `gen_id` from these ids (resume: original prompt + generated ids);
+        `priority` (lower first) needs scheduling_policy "priority", as in vLLM."""
         self._ensure_usable()
         ids, room = checked_add(gen_id, prompt_ids, max_tokens, active=self._active,
                                 vocab_size=self.vocab_size, max_model_len=self.max_model_len)
+        check_priority(gen_id, priority, self.scheduling_policy)
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
@@ -416,7 +435,7 @@ class VllmEngine:
         self._n += 1
         rid = f"{gen_id}#{self._n}"
         try:
-            self._engine.add_request(rid, TokensPrompt(prompt_token_ids=ids), sp)
+            self._engine.add_request(rid, TokensPrompt(prompt_token_ids=ids), sp, priority=priority)
         except ValueError as e:  # vLLM's own input validation
             raise EngineInputError(f"vLLM rejected generation {gen_id!r}: {e}") from e
         except Exception as e:  # noqa: BLE001
@@ -542,11 +561,32 @@ class VllmEngine:
             return self.kv_total_blocks
         return free_blocks_from_usage(self._sink.kv_cache_usage, self.kv_total_blocks)
 
-    def _block_pool(self) -> Any:
+    def _scheduler(self) -> Any:
+        """vLLM's scheduler when the engine core runs in this process (else None)."""
         core = getattr(getattr(self._engine, "engine_core", None), "engine_core", None)
-        sched = getattr(core, "scheduler", None)
-        mgr = getattr(sched, "kv_cache_manager", None)
+        return getattr(core, "scheduler", None)
+
+    def _block_pool(self) -> Any:
+        mgr = getattr(self._scheduler(), "kv_cache_manager", None)
         return getattr(mgr, "block_pool", None)
+
+    def scheduler_queues(self) -> tuple[list[str], list[str]] | None:
+        """(running, waiting) generation ids as vLLM's own scheduler holds them: `running` in its
+        list order, `waiting` in the order it would admit them (its queue's iteration order:
+        FCFS, or the priority heap's); None when the engine core is in another process."""
+        sched = self._scheduler()
+        if sched is None:
+            return None
+        run = [g for r in sched.running if (g := self.gen_of(r.request_id)) is not None]
+        wait = [g for r in list(getattr(sched, "kv_holding_waiting", ())) + list(sched.waiting)
+                if (g := self.gen_of(r.request_id)) is not None]
+        return run, wait
+
+    def gen_of(self, internal_id: str) -> str | None:
+        """The live generation of a request id as vLLM's core holds it (our id, to which vLLM's
+        input processor appends "-" and 8 random characters); None if not ours or not live."""
+        own = self._owner
+        return own.get(internal_id) or own.get(internal_id.rsplit("-", 1)[0])
 
     @property
     def prefix_cache_hit_rate(self) -> float | None:

@@ -35,6 +35,7 @@ class VllmServer:
     port: int = field(default_factory=free_port)
     max_model_len: int = 2048
     max_num_seqs: int = 8
+    scheduling_policy: str = "fcfs"  # "priority": vLLM's priority scheduling (the vllm-priority policy)
     proc: subprocess.Popen | None = None
     log: Path | None = None
     started_s: float = 0.0
@@ -50,7 +51,8 @@ class VllmServer:
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model),
                "--host", "127.0.0.1", "--port", str(self.port), "--max-model-len", str(self.max_model_len),
                "--enable-prefix-caching", "--dtype", "float32", "--max-num-seqs", str(self.max_num_seqs),
-               "--block-size", "32", "--enforce-eager", "--seed", "0"]
+               "--block-size", "32", "--enforce-eager", "--seed", "0",
+               "--scheduling-policy", self.scheduling_policy]
         self.started_s = time.monotonic()
         self.proc = subprocess.Popen(cmd, stdout=fd, stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)  # its own group: kill() reaches workers

@@ -188,14 +188,15 @@ class PlannerSetup:
 
             restart_engine = None  # the simulated engine does not die
             clock: Any = VirtualClock()
-            engine: Any = SimulatedEngine(clock, self.latency)
+            engine: Any = SimulatedEngine(clock, self.latency, scheduling_policy=policy.engine_scheduling)
             prompts: Any = SimPromptSource(engine, robots=robots)
         else:
             from timelyllm_ros.core.clock import WallClock
-            from timelyllm_ros.engines.fleet_config import build_engine
+            from timelyllm_ros.engines.fleet_config import build_engine, with_scheduling
             from timelyllm_ros.prompts import PromptBuilder
 
-            entries, cfg = self.entries, self.vllm_cfg
+            # vllm-priority: vLLM's own priority scheduling
+            entries, cfg = with_scheduling(self.entries, policy.engine_scheduling), self.vllm_cfg
             clock = WallClock()
             engine = build_engine(entries, vllm_defaults=cfg)
 

@@ -223,8 +223,9 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
     pooled = engines != 1 if pooled is None else pooled
     if not pooled and engines != 1:
         raise ValueError(f"{engines} engines need the pool (pooled=True)")
-    engine: Any = (SimulatedPool.build(clock, engines, profile, tokenizer, kind=engine_kind) if pooled
-                   else SimulatedEngine(clock, profile, tokenizer, kind=engine_kind))
+    sched = policy.engine_scheduling  # vllm-priority: the engine's own priority scheduling
+    engine: Any = (SimulatedPool.build(clock, engines, profile, tokenizer, kind=engine_kind, scheduling_policy=sched)
+                   if pooled else SimulatedEngine(clock, profile, tokenizer, kind=engine_kind, scheduling_policy=sched))
     source = prompts(engine) if prompts is not None else SimPromptSource(engine, tokenizer, robots=robots)
     planner: Planner | None = None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .base import DispatchMode, Policy, PolicyContext, Selection
-from .basic import EDF, FCFS, VLLM, VLLMStream
+from .basic import EDF, FCFS, VLLM, VLLMPriority, VLLMStream
 from .timelyllm import TimelyLLM
 
 DEFAULT_POLICY = "default"  # what bench, demo, serve and the ROS node run when no policy is named (default.py)
@@ -16,6 +16,7 @@ _REGISTRY: dict[str, Callable[..., Policy]] = {
     "edf": EDF,
     "vllm": VLLM,
     "vllm-stream": VLLMStream,
+    "vllm-priority": VLLMPriority,
 }
 
 
@@ -34,6 +35,12 @@ def policy_factory(name: str) -> Callable[..., Policy]:
     if name not in _REGISTRY:
         raise ValueError(f"unknown policy {name!r}; choose one of {sorted(_REGISTRY)}")
     return _REGISTRY[name]
+
+
+def engine_scheduling(name: str) -> str:
+    """How the engines must schedule for this policy (`Policy.engine_scheduling`): "fcfs", or
+    "priority" (vLLM's priority scheduling, vllm-priority)."""
+    return str(getattr(policy_factory(name), "engine_scheduling", "fcfs"))
 
 
 def make_policy(name: str, **params) -> Policy:
@@ -58,5 +65,6 @@ def _load_optional() -> None:
                 raise
 
 
-__all__ = ["DEFAULT_POLICY", "DispatchMode", "Policy", "PolicyContext", "Selection", "make_policy", "policy_factory",
+__all__ = ["DEFAULT_POLICY", "DispatchMode", "Policy", "PolicyContext", "Selection", "engine_scheduling", "make_policy",
+           "policy_factory",
            "policy_names", "register"]

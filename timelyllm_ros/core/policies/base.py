@@ -233,6 +233,10 @@ class Policy:
 
     name = "base"
     mode = DispatchMode.SUSPEND
+    # The engine's own scheduler: "fcfs" (vLLM's default; the planner owns the order) or
+    # "priority" (vLLM's priority scheduling: engines are started with it and every add carries
+    # `engine_priority(g)`, which orders the engine's waiting queue and chooses its preemption victims).
+    engine_scheduling = "fcfs"
 
     def priority(self, g: Generation, ctx: PolicyContext, now: float) -> float:
         """Higher runs first."""
@@ -243,6 +247,11 @@ class Policy:
         for g in ready:
             g.priority = self.priority(g, ctx, now)
         return Selection(order=priority_order(ready))
+
+    def engine_priority(self, g: Generation) -> int:
+        """The engine priority of g (lower first, vLLM's convention); read only when
+        `engine_scheduling` is "priority"."""
+        return 0
 
     def suspend_at(self, g: Generation, seg: Segment, ctx: PolicyContext, now: float) -> bool:
         """SUSPEND mode, at each complete statement `seg` (already appended to g.segments, about
