@@ -297,7 +297,7 @@ def test_demo_compares_policies_at_the_runs_own_engine_speed(tmp_path):
     from timelyllm_ros.demo import at_profile_speed, check_demo_inputs, report
     from timelyllm_ros.report import console
 
-    args = build_parser().parse_args(["demo", "--duration", "26", "--out", str(tmp_path / "d")])
+    args = build_parser().parse_args(["demo", "--duration", "26", "--baseline", "vllm", "--out", str(tmp_path / "d")])
     inp = check_demo_inputs(args)
     assert inp.workload.name == "mixed_burst" and inp.max_batch == 4
     assert check_demo_inputs(build_parser().parse_args(["demo", "--max-batch", "none", "--out", str(tmp_path / "n")])
