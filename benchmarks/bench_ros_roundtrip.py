@@ -49,7 +49,10 @@ def goals_per_plan(call: SkillCall, most: int = 1_000_000) -> int:
     the executor enforces per request (at most `most`)."""
     robot = load_robots()["tello"]
     plan, k = EnvelopeTracker(robot), 0
-    while k < most and plan.charge(call, robot.skills[call.name]) is None:
+    while k < most:
+        plan.begin_segment()  # each goal is one segment
+        if plan.charge(call, robot.skills[call.name]) is not None:
+            break
         k += 1
     if k == 0:
         raise RuntimeError(f"the tello's envelope does not allow even one {call}")
