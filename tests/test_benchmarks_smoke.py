@@ -9,7 +9,7 @@ entry expects (regexes on the output; the values are the script's business: no t
 A script in benchmarks/ without an entry fails `test_every_benchmark_has_a_smoke_run`, so a new
 benchmark cannot land without one; modules starting with `_` are helpers the scripts import.
 
-The runs go three at a time (tests/smoke_runner.py: at most two vLLM engines and one DDS graph at
+The runs go four at a time (tests/smoke_runner.py: at most three vLLM engines and one DDS graph at
 once); `pytest -s` prints each run's wall and CPU time.
 """
 
@@ -154,7 +154,8 @@ def test_every_benchmark_has_a_smoke_run() -> None:
     assert not stale, f"SMOKE names scripts benchmarks/ no longer has: {stale}"
 
 
-@pytest.mark.parametrize("name", sorted(_runs()))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.vllm] if "vllm" in s.resources else [])
+                                  for n, (_, s) in sorted(_runs().items())])
 def test_benchmark_smoke(name: str, runner: Runner) -> None:
     script, smoke = _runs()[name]
     if name not in runner.jobs:
