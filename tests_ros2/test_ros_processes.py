@@ -207,11 +207,9 @@ def test_executor_killed_mid_goal_fails_the_request_and_the_planner_keeps_servin
         rid = graph.request("drone5", "mf(100);mf(100);")  # ~3 s per segment at time_scale 1
         assert ex.wait_for_log(f"executing {rid}/0", 20), ex.text()
         ex.kill()  # SIGKILL mid-goal: no result will ever come
-        t_kill = time.monotonic()
         st = graph.final(rid, 30)
-        # the watchdog: server wait (6 s) + 1.5 x estimate (3 s) + 2 s margin, counted from dispatch
-        assert st["state"] == "failed" and "no result from /drone5/execute_segment" in st["reason"], st
-        assert time.monotonic() - t_kill < 6.0 + 1.5 * 3.0 + 2.0 + 1.0
+        # its heartbeat stops: the executor lease (1 s) fails the goal, not the goal watchdog
+        assert st["state"] == "failed" and "executor drone5 lost: no heartbeat" in st["reason"], st
     finally:
         ex.kill()
     ok = graph.request("drone1", "tc(10);")

@@ -22,6 +22,9 @@ RETURN_TYPES = ("none", "bool", "float", "str")
 LANGUAGES = ("minispec", "sentence")
 
 
+ON_PLANNER_LOST = ("hover", "land", "finish_goal")
+
+
 class RobotSpecError(ValueError):
     """A robot YAML file is malformed."""
 
@@ -127,6 +130,9 @@ class RobotSpec:
     words_per_minute: float = 300.0  # sentence language: "execution" = reading time
     source: str = ""
     envelope: Envelope | None = None  # travel bounds per segment / plan (core.envelope)
+    # what its executor does with the running goal when the planner that sent it is lost
+    # (supervision lease, nodes/supervision.py): hover (stop now) | land | finish_goal
+    on_planner_lost: str = "hover"
 
     def skill(self, name_or_abbr: str) -> SkillSpec | None:
         return self.by_abbr.get(name_or_abbr) or self.skills.get(name_or_abbr)
@@ -229,11 +235,14 @@ def parse_robot(data: Any, source: str = "<robot>") -> RobotSpec:
         envelope = parse_envelope(data["envelope"], source) if "envelope" in data else None
     except EnvelopeError as e:
         raise RobotSpecError(str(e)) from None
+    lost = data.get("on_planner_lost", "hover")
+    if lost not in ON_PLANNER_LOST:
+        raise RobotSpecError(f"{source}: on_planner_lost must be one of {list(ON_PLANNER_LOST)}, got {lost!r}")
     return RobotSpec(
         robot_type=str(data["robot_type"]), language=data["language"],
         description=str(data.get("description", "")), max_segment_tokens=mst, skills=skills,
         by_abbr=by_abbr, words_per_minute=float(data.get("words_per_minute", 300.0)), source=source,
-        envelope=envelope,
+        envelope=envelope, on_planner_lost=lost,
     )
 
 

@@ -17,6 +17,7 @@ LLM takes real time and real executors can serve it.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import math
 import queue
@@ -49,6 +50,9 @@ from timelyllm_ros.transport.base import (
     Transport,
 )
 
+from .supervision import (DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S, PLANNER_HEARTBEAT, ExecutorLeases, Heartbeat,
+                          new_instance_id)
+
 log = logging.getLogger(__name__)
 
 STRING = "std_msgs/msg/String"
@@ -66,6 +70,8 @@ class DispatcherConfig:
     timeout_factor: float = 3.0  # watchdog: factor x estimated execution (of this goal and the
     timeout_margin_s: float = 10.0  # ones queued ahead of it on the robot) + margin
     server_wait_s: float = 2.0  # how long a goal waits for its robot's action server to appear
+    planner_id: str = ""  # this planner instance, sent in every goal (executors supervise its lease)
+    executor_lease_s: float = DEFAULT_LEASE_S  # an executor silent this long fails its goals in flight
 
 
 @dataclass
@@ -75,6 +81,7 @@ class _InFlight:
     handle: ClientGoal | None = None
     posted: bool = False
     timed_out: bool = False
+    started: float | None = None  # planner clock: its first feedback (the executor began it)
 
 
 class ActionDispatcher:
@@ -95,6 +102,7 @@ class ActionDispatcher:
         self._closed = threading.Event()
         self._watchdog = threading.Thread(target=self._watch, name="dispatch-watchdog", daemon=True)
         self._watchdog.start()
+        self.leases = ExecutorLeases(transport, self.config.executor_lease_s, self.fail_robot)
 
     def action_name(self, robot_id: str) -> str:
         return f"/{robot_id.strip('/')}/{self.config.action_name}"
@@ -131,6 +139,7 @@ class ActionDispatcher:
             limit = self.config.timeout_factor * (ahead + goal.est_exec_s) + self.config.timeout_margin_s
             rec = _InFlight(goal, now + self.config.server_wait_s + limit)
             self._inflight[(goal.request_id, goal.segment_index)] = rec
+            self.leases.busy(goal.robot_id)
             q = self._senders.get(goal.robot_id)
             if q is None:
                 q = queue.SimpleQueue()
@@ -148,8 +157,22 @@ class ActionDispatcher:
             else:
                 self._post(r, ResultCode.CANCELLED, "cancelled before it was sent")
 
+    def fail_robot(self, robot_id: str, reason: str) -> None:
+        """`robot_id`'s executor is lost: every goal in flight there ends DISCONNECTED now (and is
+        cancelled, in case the executor is alive but unheard)."""
+        with self._lock:
+            recs = [r for r in self._inflight.values() if r.goal.robot_id == robot_id and not r.posted]
+        if recs:
+            log.warning("%s: %d goal(s) in flight fail", reason, len(recs))
+        for r in recs:
+            r.timed_out = True  # a late answer changes nothing
+            self._post(r, ResultCode.DISCONNECTED, reason)
+            if r.handle is not None:
+                r.handle.cancel()
+
     def close(self) -> None:
         self._closed.set()
+        self.leases.close()
         with self._lock:
             for q in self._senders.values():
                 q.put(None)
@@ -171,10 +194,17 @@ class ActionDispatcher:
                                                      f"not available")
                 continue
             try:
-                rec.handle = client.send_goal(convert.segment_goal_to_fields(rec.goal),
-                                              on_result=lambda o, rec=rec: self._on_outcome(rec, o))
+                rec.handle = client.send_goal(convert.segment_goal_to_fields(rec.goal, planner_id=self.config.planner_id),
+                                              on_result=lambda o, rec=rec: self._on_outcome(rec, o),
+                                              on_feedback=lambda _fb, rec=rec: self._on_feedback(rec))
             except Exception as e:  # a goal that cannot be sent still gets a result
                 self._post(rec, ResultCode.REJECTED, f"cannot send goal: {e}")
+
+    def _on_feedback(self, rec: _InFlight) -> None:
+        if rec.started is None:
+            rec.started = self.clock.now()
+        if not rec.posted:  # its executor is running it: supervise its lease (heard by now)
+            self.leases.busy(rec.goal.robot_id)
 
     def _on_outcome(self, rec: _InFlight, o: GoalOutcome) -> None:
         if rec.timed_out:
@@ -197,8 +227,9 @@ class ActionDispatcher:
         self._post_result(rec, res)
 
     def _post(self, rec: _InFlight, code: ResultCode, error: str) -> None:
-        now = self.clock.now()
-        self._post_result(rec, SegmentResult(rec.goal.request_id, rec.goal.segment_index, code, now, now,
+        now = self.clock.now()  # a goal that began (feedback came) keeps its true start time
+        start = rec.started if rec.started is not None else now
+        self._post_result(rec, SegmentResult(rec.goal.request_id, rec.goal.segment_index, code, start, now,
                                              error=error))
 
     def _post_result(self, rec: _InFlight, res: SegmentResult) -> None:
@@ -207,6 +238,9 @@ class ActionDispatcher:
                 return
             rec.posted = True
             self._inflight.pop((rec.goal.request_id, rec.goal.segment_index), None)
+            idle = not any(f.goal.robot_id == rec.goal.robot_id for f in self._inflight.values())
+        if idle:
+            self.leases.idle(rec.goal.robot_id)
         self.post_result(res)
 
     def _watch(self) -> None:
@@ -284,6 +318,7 @@ class PlannerNodeConfig:
     # ended requests whose terminal status is remembered, newest kept (a late result for one of
     # them publishes nothing); live requests are always remembered (the planner bounds them)
     ended_status_kept: int = 10_000
+    heartbeat_period_s: float = DEFAULT_HEARTBEAT_S  # this instance's heartbeat (nodes/supervision.py)
 
     def __post_init__(self) -> None:
         n = self.ended_status_kept
@@ -305,7 +340,11 @@ class PlannerNode:
         self._recovery: Any = None  # journal.RecoveryReport of a restart, reported by the loop
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self.dispatcher = ActionDispatcher(transport, clock, self._post_result, cfg.dispatcher)
+        # a new instance id on every start (unless given): executors supervise its lease
+        self.planner_id = cfg.dispatcher.planner_id or new_instance_id("planner")
+        self.heartbeat = Heartbeat(transport, PLANNER_HEARTBEAT, self.planner_id, cfg.heartbeat_period_s)
+        self.dispatcher = ActionDispatcher(transport, clock, self._post_result,
+                                           dataclasses.replace(cfg.dispatcher, planner_id=self.planner_id))
         self.rejected: list[tuple[str, str]] = []  # (request id, reason), never admitted
         self._last_status: dict[str, tuple] = {}  # last published status key: live + recently ended
         self._ended: collections.deque[str] = collections.deque()  # ended ids in _last_status, oldest first
@@ -343,6 +382,7 @@ class PlannerNode:
         self._timer.close()
         for s in self._subs:
             s.close()
+        self.heartbeat.close()
         self.dispatcher.close()
 
     # -- transport callbacks (any thread): enqueue only ----------------------------------------

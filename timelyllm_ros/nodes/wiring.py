@@ -42,6 +42,10 @@ EXECUTOR_DEFAULTS: dict[str, Any] = {
     "retry_count": 3,
     "move_settle_s": 0.5,
     "turn_settle_s": 2.5,
+    # supervision (nodes/supervision.py): a planner silent this long is lost (robot YAML on_planner_lost)
+    "planner_lease_s": 1.0,
+    "heartbeat_period_s": 0.2,  # this executor's heartbeat (the planner fails its goals when it stops)
+    "allowed_planners": "",  # comma-separated planner node names (e.g. /timelyllm/planner); "" = any
 }
 
 PLANNER_DEFAULTS: dict[str, Any] = {
@@ -67,6 +71,8 @@ PLANNER_DEFAULTS: dict[str, Any] = {
     "executors": "",  # comma-separated robot ids whose action servers are discovered at start
     "step_log_path": "",  # write the engine's serving steps (StepRecords, JSON lines) here at shutdown
     "warm_up": False,  # prefill each robot type's prompt prefix (vLLM: and compile) before serving
+    "heartbeat_period_s": 0.2,  # this planner instance's heartbeat (executors: planner_lease_s)
+    "executor_lease_s": 1.0,  # an executor silent this long fails its goals in flight
 }
 
 
@@ -130,6 +136,19 @@ def _checked(name: str, check: Callable[[], Any]) -> Any:
         return check()
     except InputError as e:
         raise ConfigError(str(e) if str(e).startswith(name) else f"{name}: {e}") from None  # "": as is
+
+
+def executor_supervision(params: dict[str, Any]) -> Any:
+    """ExecutorSupervisionConfig from executor parameters (ConfigError naming the problem)."""
+    from .supervision import ExecutorSupervisionConfig
+
+    p = {**EXECUTOR_DEFAULTS, **params}
+    try:
+        return ExecutorSupervisionConfig(
+            lease_s=float(p["planner_lease_s"]), heartbeat_period_s=float(p["heartbeat_period_s"]),
+            allowed_planners=tuple(n.strip() for n in str(p["allowed_planners"]).split(",") if n.strip()))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def build_executor(params: dict[str, Any], *, namespace: str = "") -> tuple[Any, str]:
@@ -271,12 +290,20 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
         planner.use_batching(int(p["max_batch"]) if int(p["max_batch"]) > 0 else None)
         return planner
 
+    from .supervision import check_lease
+
+    try:
+        check_lease(float(p["executor_lease_s"]), float(p["heartbeat_period_s"]), "executor_lease_s")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     node_cfg = PlannerNodeConfig(
+        heartbeat_period_s=float(p["heartbeat_period_s"]),
         status_period_s=float(p["status_period_s"]), frame_id=str(p["frame_id"]),
         executors=tuple(r.strip() for r in str(p["executors"]).split(",") if r.strip()),
         dispatcher=DispatcherConfig(timeout_factor=float(p["goal_timeout_factor"]),
                                     timeout_margin_s=float(p["goal_timeout_margin_s"]),
-                                    server_wait_s=float(p["server_wait_s"])))
+                                    server_wait_s=float(p["server_wait_s"]),
+                                    executor_lease_s=float(p["executor_lease_s"])))
     def shutdown() -> None:
         if step_log is not None:
             from timelyllm_ros.engines.base import save_step_log
@@ -341,8 +368,9 @@ def main_executor(argv: list[str] | None = None) -> int:
     from .executor_node import ExecutorNode
 
     def serve(t: Any) -> Callable[[], None]:
-        executor, robot_id = build_executor(_node_params(t, EXECUTOR_DEFAULTS), namespace=t.node.get_namespace())
-        node = ExecutorNode(t, executor, robot_id=robot_id)
+        params = _node_params(t, EXECUTOR_DEFAULTS)
+        executor, robot_id = build_executor(params, namespace=t.node.get_namespace())
+        node = ExecutorNode(t, executor, robot_id=robot_id, supervision=executor_supervision(params))
         log.info("executor for %s (%s) serving %s", robot_id, executor.robot.robot_type,
                  join_name(t.node.get_namespace(), "execute_segment"))
         try:
@@ -361,6 +389,9 @@ def main_planner(argv: list[str] | None = None) -> int:
 
     def serve(t: Any) -> Callable[[], None]:
         make_planner, clock, cfg, shutdown = build_planner(_node_params(t, PLANNER_DEFAULTS))
+        from .supervision import new_instance_id  # this start's instance id names the node (allowed_planners)
+
+        cfg.dispatcher.planner_id = new_instance_id(t.node.get_fully_qualified_name())
         try:
             node = PlannerNode(t, make_planner, clock=clock, config=cfg).start()
         except BaseException:

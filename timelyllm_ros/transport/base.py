@@ -23,7 +23,10 @@ QOS_DEFAULT = "default"  # reliable, keep last 10
 QOS_RELIABLE_DEEP = "reliable_deep"  # reliable, keep last 1000: requests/results must not be dropped
 QOS_LATCHED = "latched"  # reliable, transient local, keep last 1: late joiners get the last value
 QOS_SENSOR = "sensor"  # best effort, keep last 5
-QOS_NAMES = (QOS_DEFAULT, QOS_RELIABLE_DEEP, QOS_LATCHED, QOS_SENSOR)
+# reliable, keep all: nothing is overwritten in a history; a reader that falls behind
+# back-pressures its writers (their publish blocks) instead of losing samples -- plan requests
+QOS_RELIABLE_ALL = "reliable_all"
+QOS_NAMES = (QOS_DEFAULT, QOS_RELIABLE_DEEP, QOS_LATCHED, QOS_SENSOR, QOS_RELIABLE_ALL)
 
 
 class GoalStatus(enum.Enum):
@@ -85,6 +88,18 @@ class ActionClient(Protocol):
         ...
 
 
+ServiceHandler = Callable[[Fields], Fields]  # request fields -> response fields
+
+
+class ServiceClient(Protocol):
+    def service_is_ready(self) -> bool: ...
+
+    def call(self, request: Fields, timeout_s: float) -> Fields | None:
+        """The response's fields, or None when no answer came within `timeout_s` (no server,
+        server gone, transport failure)."""
+        ...
+
+
 class Handle(Protocol):
     def close(self) -> None: ...
 
@@ -117,6 +132,13 @@ class Transport(Protocol):
     def action_server(self, name: str, action_type: str, execute: ExecuteCallback, *,
                       goal_callback: GoalCallback | None = None,
                       cancel_callback: CancelCallback | None = None) -> Handle: ...
+
+    def service(self, name: str, srv_type: str, handler: ServiceHandler) -> Handle:
+        """Serve `srv_type` (e.g. "timelyllm/srv/GetGoalStates") at `name`; `handler` maps the
+        request's fields to the response's (an exception answers the default response)."""
+        ...
+
+    def service_client(self, name: str, srv_type: str) -> ServiceClient: ...
 
     def timer(self, period_s: float, callback: Callable[[], None]) -> Handle: ...
 

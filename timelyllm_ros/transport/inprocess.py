@@ -78,6 +78,7 @@ class InProcessBus:
         self.subs: dict[str, list["_Subscription"]] = {}
         self.latched: dict[str, Fields] = {}
         self.servers: dict[str, "_ActionServer"] = {}
+        self.services: dict[str, tuple[str, Callable[[Fields], Fields]]] = {}  # name -> (type, handler)
         self.published: dict[str, int] = {}  # topic -> messages published (introspection)
         self.publishers: dict[str, int] = {}  # topic -> publishers created
 
@@ -322,6 +323,30 @@ class _ActionClient:
         self.worker.stop(wait=False)
 
 
+class _ServiceClient:
+    def __init__(self, bus: InProcessBus, name: str, srv_type: str) -> None:
+        self.bus, self.name, self.srv_type = bus, name, srv_type
+
+    def service_is_ready(self) -> bool:
+        with self.bus.lock:
+            return self.name in self.bus.services
+
+    def call(self, request: Fields, timeout_s: float) -> Fields | None:
+        with self.bus.lock:
+            entry = self.bus.services.get(self.name)
+        if entry is None:
+            return None
+        try:
+            response = entry[1](self.bus.check(self.srv_type + "_Request", request))
+            return self.bus.check(self.srv_type + "_Response", response or {})
+        except Exception:
+            log.error("service %s failed:\n%s", self.name, traceback.format_exc())
+            return self.bus.check(self.srv_type + "_Response", {})
+
+    def close(self) -> None:
+        pass
+
+
 class InProcessTransport:
     """One node on an `InProcessBus` (a private bus when none is given)."""
 
@@ -393,6 +418,23 @@ class InProcessTransport:
                     del self.bus.servers[name]
 
         return self._track(Closer(close))
+
+    def service(self, name: str, srv_type: str, handler: Callable[[Fields], Fields]) -> Closer:
+        name = self.resolve(name)
+        with self.bus.lock:
+            if name in self.bus.services:
+                raise TransportError(f"service {name} already exists")
+            self.bus.services[name] = (srv_type, handler)
+
+        def close() -> None:
+            with self.bus.lock:
+                if self.bus.services.get(name, (None, None))[1] is handler:
+                    del self.bus.services[name]
+
+        return self._track(Closer(close))
+
+    def service_client(self, name: str, srv_type: str) -> "_ServiceClient":
+        return self._track(_ServiceClient(self.bus, self.resolve(name), srv_type))
 
     def timer(self, period_s: float, callback: Callable[[], None]) -> Closer:
         if not period_s > 0:

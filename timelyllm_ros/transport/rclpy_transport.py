@@ -29,6 +29,7 @@ from .base import (
     QOS_DEFAULT,
     QOS_LATCHED,
     QOS_NAMES,
+    QOS_RELIABLE_ALL,
     QOS_RELIABLE_DEEP,
     QOS_SENSOR,
     CancelCallback,
@@ -93,6 +94,8 @@ def qos_profile(name: str) -> Any:
         return QoSProfile(depth=10)
     if name == QOS_RELIABLE_DEEP:
         return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+    if name == QOS_RELIABLE_ALL:
+        return QoSProfile(history=HistoryPolicy.KEEP_ALL, reliability=ReliabilityPolicy.RELIABLE)
     if name == QOS_LATCHED:
         return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
                           durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -356,6 +359,27 @@ class RclpyTransport:
         self._handles.append(h)
         return h
 
+    # -- services ----------------------------------------------------------------------------
+    def service(self, name: str, srv_type: str, handler: Callable[[Fields], Fields]) -> Closer:
+        cls = message_class(srv_type)
+
+        def on_request(request: Any, response: Any) -> Any:
+            try:
+                return to_msg(cls.Response, handler(from_msg(request)) or {})
+            except Exception:
+                log.exception("service %s failed; answering the default response", name)
+                return response
+
+        srv = self.node.create_service(cls, name, on_request, callback_group=self.group)
+        h = Closer(lambda: self.node.destroy_service(srv))
+        self._handles.append(h)
+        return h
+
+    def service_client(self, name: str, srv_type: str) -> "_ServiceClient":
+        c = _ServiceClient(self, name, srv_type)
+        self._handles.append(c)
+        return c
+
     # -- timers ------------------------------------------------------------------------------
     def timer(self, period_s: float, callback: Callable[[], None]) -> Closer:
         t = self.node.create_timer(period_s, _guarded("timer", callback), callback_group=self.group)
@@ -386,6 +410,39 @@ class RclpyTransport:
             import rclpy
 
             rclpy.try_shutdown()
+
+
+class _ServiceClient:
+    def __init__(self, t: RclpyTransport, name: str, srv_type: str) -> None:
+        self._cls = message_class(srv_type)
+        self._client = t.node.create_client(self._cls, name, callback_group=t.group)
+        self._node = t.node
+
+    def service_is_ready(self) -> bool:
+        return bool(self._client.service_is_ready())
+
+    def call(self, request: Fields, timeout_s: float) -> Fields | None:
+        import time
+
+        end = time.monotonic() + timeout_s
+        while not self._client.service_is_ready():
+            if time.monotonic() >= end:
+                return None
+            time.sleep(0.02)
+        done = threading.Event()
+        fut = self._client.call_async(to_msg(self._cls.Request, request))
+        fut.add_done_callback(lambda _f: done.set())
+        if not done.wait(max(0.0, end - time.monotonic())):
+            self._client.remove_pending_request(fut)
+            return None
+        try:
+            return from_msg(fut.result())
+        except Exception as e:
+            log.warning("service call failed: %s", e)
+            return None
+
+    def close(self) -> None:
+        self._node.destroy_client(self._client)
 
 
 class _Publisher:
