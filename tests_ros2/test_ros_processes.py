@@ -324,6 +324,7 @@ def test_request_cli_prints_the_states_to_finished(graph, tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     states = [m.group(1) for m in re.finditer(r"^\s*\d+\.\d+s\s+\S+\s+(\w+)", out.stdout, re.M)]
     assert states and states[0] == "queued" and states[-1] == "finished" and "running" in states, out.stdout
+    assert "plan (2 segments):\n  1. mf(50);\n  2. tc(90);" in out.stdout, out.stdout  # the PlanTask result
     bad = subprocess.run([sys.executable, "-m", "timelyllm_ros.cli", "request", "--robot", "drone1",
                           "--robot-type", "submarine", "--task", "x", "--planner-ns", NS, "--wait"],
                          capture_output=True, text=True, timeout=120)

@@ -42,6 +42,7 @@ from timelyllm_ros.core.types import (
 from timelyllm_ros.ros import convert
 from timelyllm_ros.transport.base import (
     QOS_LATCHED,
+    QOS_RELIABLE_ALL,
     QOS_RELIABLE_DEEP,
     ActionClient,
     ClientGoal,
@@ -50,6 +51,7 @@ from timelyllm_ros.transport.base import (
     Transport,
 )
 
+from .plan_task import PlanTaskServer, Tee
 from .supervision import (DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S, PLANNER_HEARTBEAT, ExecutorLeases, Heartbeat,
                           new_instance_id)
 
@@ -352,16 +354,20 @@ class PlannerNode:
         self._paths: dict[str, list[dict[str, float]]] = {}
         self._path_request: dict[str, str] = {}
         self._markers_dirty = False
-        self._pub_status = transport.publisher(cfg.status_topic, convert.REQUEST_STATUS, qos=QOS_RELIABLE_DEEP)
-        self._pub_segments = transport.publisher(cfg.segment_status_topic, convert.SEGMENT_STATUS,
-                                                 qos=QOS_RELIABLE_DEEP)
+        # the plan_task action beside the topic: it sees every status the topic gets (Tee)
+        self.plan_task = PlanTaskServer(transport, self._on_request, self._cancel_request)
+        self._pub_status = Tee(transport.publisher(cfg.status_topic, convert.REQUEST_STATUS, qos=QOS_RELIABLE_DEEP),
+                               self.plan_task.on_status)
+        self._pub_segments = Tee(transport.publisher(cfg.segment_status_topic, convert.SEGMENT_STATUS,
+                                                     qos=QOS_RELIABLE_DEEP), self.plan_task.on_segment)
         self._pub_planner = transport.publisher(cfg.planner_status_topic, convert.PLANNER_STATUS, qos=QOS_LATCHED)
         self._pub_diag = transport.publisher(cfg.diagnostics_topic, convert.DIAGNOSTIC_ARRAY)
         self._pub_markers = transport.publisher(cfg.markers_topic, convert.MARKER_ARRAY, qos=QOS_LATCHED)
         # after the state and publishers: a journal recovery in make_planner already reports to us
         self.planner = make_planner(self.dispatcher, [self])
         self._subs = [
-            transport.subscribe(cfg.request_topic, convert.PLAN_REQUEST, self._on_request, qos=QOS_RELIABLE_DEEP),
+            # keep all: a burst back-pressures its senders instead of being overwritten in the history
+            transport.subscribe(cfg.request_topic, convert.PLAN_REQUEST, self._on_request, qos=QOS_RELIABLE_ALL),
             transport.subscribe(cfg.cancel_topic, STRING, self._on_cancel, qos=QOS_RELIABLE_DEEP),
         ]
         self._timer = transport.timer(cfg.status_period_s, self._publish_periodic)
@@ -383,6 +389,7 @@ class PlannerNode:
         for s in self._subs:
             s.close()
         self.heartbeat.close()
+        self.plan_task.close()
         self.dispatcher.close()
 
     # -- transport callbacks (any thread): enqueue only ----------------------------------------
@@ -393,7 +400,12 @@ class PlannerNode:
     def _on_cancel(self, fields: dict) -> None:
         rid = fields.get("data", "")
         if isinstance(rid, str) and rid:
-            self.planner.cancel(rid, "cancelled by request")
+            self._cancel_request(rid)
+
+    def _cancel_request(self, rid: str) -> None:
+        planner = getattr(self, "planner", None)  # None while make_planner runs
+        if planner is not None:
+            planner.cancel(rid, "cancelled by request")
             self._wake.set()
 
     def _post_result(self, res: SegmentResult) -> None:

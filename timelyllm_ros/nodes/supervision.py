@@ -129,6 +129,10 @@ class LeaseWatcher:
         with self._lock:
             return ident in self._heard
 
+    def heard_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._heard)
+
     def supervise(self, ident: str, first_contact_s: float | None = None) -> None:
         """Start watching `ident` (no-op if watched); never heard: it has `first_contact_s`."""
         now = self.clock()

@@ -88,6 +88,24 @@ class ActionClient(Protocol):
         ...
 
 
+class DeferredGoal(Protocol):
+    """An accepted goal that is answered later, from any thread, without holding a thread while
+    it waits (an action that follows work done elsewhere: the planner's PlanTask)."""
+
+    @property
+    def request(self) -> Fields: ...
+
+    @property
+    def is_cancel_requested(self) -> bool: ...
+
+    def publish_feedback(self, feedback: Fields) -> None: ...
+
+    def finish(self, status: GoalStatus, result: Fields) -> None:
+        """End the goal SUCCEEDED, ABORTED or CANCELED (CANCELED only after a cancel request)
+        with `result`; later calls are ignored."""
+        ...
+
+
 ServiceHandler = Callable[[Fields], Fields]  # request fields -> response fields
 
 
@@ -132,6 +150,12 @@ class Transport(Protocol):
     def action_server(self, name: str, action_type: str, execute: ExecuteCallback, *,
                       goal_callback: GoalCallback | None = None,
                       cancel_callback: CancelCallback | None = None) -> Handle: ...
+
+    def deferred_action_server(self, name: str, action_type: str, on_goal: Callable[[DeferredGoal], None], *,
+                               cancel_callback: Callable[[DeferredGoal], bool] | None = None) -> Handle:
+        """An action server that accepts every goal and hands it to `on_goal`, which must return
+        at once; the goal stays active until its `finish`."""
+        ...
 
     def service(self, name: str, srv_type: str, handler: ServiceHandler) -> Handle:
         """Serve `srv_type` (e.g. "timelyllm/srv/GetGoalStates") at `name`; `handler` maps the

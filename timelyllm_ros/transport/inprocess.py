@@ -323,6 +323,33 @@ class _ActionClient:
         self.worker.stop(wait=False)
 
 
+class _InProcessDeferred:
+    def __init__(self, goal: _ServerGoal) -> None:
+        self._goal = goal
+        self.done = threading.Event()
+        self.outcome: tuple[GoalStatus, Fields] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def request(self) -> Fields:
+        return self._goal.request
+
+    @property
+    def is_cancel_requested(self) -> bool:
+        return self._goal.is_cancel_requested
+
+    def publish_feedback(self, feedback: Fields) -> None:
+        if not self.done.is_set():
+            self._goal.publish_feedback(feedback)
+
+    def finish(self, status: GoalStatus, result: Fields) -> None:
+        with self._lock:
+            if self.outcome is not None:
+                return
+            self.outcome = (status, result)
+        self.done.set()
+
+
 class _ServiceClient:
     def __init__(self, bus: InProcessBus, name: str, srv_type: str) -> None:
         self.bus, self.name, self.srv_type = bus, name, srv_type
@@ -418,6 +445,26 @@ class InProcessTransport:
                     del self.bus.servers[name]
 
         return self._track(Closer(close))
+
+    def deferred_action_server(self, name: str, action_type: str, on_goal: Callable[[Any], None], *,
+                               cancel_callback: Callable[[Any], bool] | None = None) -> Closer:
+        """In-process: one waiting thread per goal (not for scale; the rclpy one holds none)."""
+
+        def execute(goal: _ServerGoal) -> Fields:
+            d = _InProcessDeferred(goal)
+            on_goal(d)
+            d.done.wait()
+            status, result = d.outcome  # type: ignore[misc]
+            if status == GoalStatus.SUCCEEDED:
+                goal.succeed()
+            elif status == GoalStatus.CANCELED and goal.is_cancel_requested:
+                goal.canceled()
+            else:
+                goal.abort()
+            return result
+
+        cancel = None if cancel_callback is None else (lambda g: cancel_callback(_InProcessDeferred(g)))
+        return self.action_server(name, action_type, execute, cancel_callback=cancel)
 
     def service(self, name: str, srv_type: str, handler: Callable[[Fields], Fields]) -> Closer:
         name = self.resolve(name)

@@ -135,6 +135,38 @@ class _ServerGoal:
         self._h.canceled()
 
 
+class _DeferredGoal:
+    def __init__(self, handle: Any, action_cls: Any, run: Callable[[Any], Any]) -> None:
+        self._h, self._cls, self._run = handle, action_cls, run
+        self._request = from_msg(handle.request)
+        self._lock = threading.Lock()
+        self.outcome: tuple[GoalStatus, Fields] | None = None
+
+    @property
+    def request(self) -> Fields:
+        return self._request
+
+    @property
+    def is_cancel_requested(self) -> bool:
+        return bool(self._h.is_cancel_requested)
+
+    def publish_feedback(self, feedback: Fields) -> None:
+        with self._lock:
+            if self.outcome is not None:
+                return
+        try:
+            self._h.publish_feedback(to_msg(self._cls.Feedback, feedback))
+        except Exception as e:  # the goal ended meanwhile
+            log.debug("feedback not published: %s", e)
+
+    def finish(self, status: GoalStatus, result: Fields) -> None:
+        with self._lock:
+            if self.outcome is not None:
+                return
+            self.outcome = (status, result)
+        self._h.execute(self._run)
+
+
 class _ClientGoal:
     def __init__(self, on_result: Callable[[GoalOutcome], None]) -> None:
         self._on_result = on_result
@@ -355,6 +387,50 @@ class RclpyTransport:
 
         server = ActionServer(self.node, cls, name, on_execute, callback_group=self.group,
                               goal_callback=on_goal, cancel_callback=on_cancel)
+        h = Closer(server.destroy)
+        self._handles.append(h)
+        return h
+
+    def deferred_action_server(self, name: str, action_type: str, on_goal: Callable[[Any], None], *,
+                               cancel_callback: Callable[[Any], bool] | None = None) -> Closer:
+        """Goals are accepted and left ACCEPTED (no thread waits on them); `finish` runs the goal's
+        execute step, which only sets the terminal state and returns the result."""
+        from rclpy.action import ActionServer, CancelResponse
+
+        cls = message_class(action_type)
+
+        def run(handle: Any) -> Any:  # after finish(): as a short task on the executor
+            d = getattr(handle, "_timelyllm_deferred", None)
+            status, result = d.outcome if d is not None and d.outcome else (GoalStatus.ABORTED, {})
+            if status == GoalStatus.SUCCEEDED:
+                handle.succeed()
+            elif status == GoalStatus.CANCELED and handle.is_cancel_requested:
+                handle.canceled()
+            else:
+                handle.abort()
+            return to_msg(cls.Result, result)
+
+        def accepted(handle: Any) -> None:
+            d = _DeferredGoal(handle, cls, run)
+            handle._timelyllm_deferred = d
+            try:
+                on_goal(d)
+            except Exception:
+                log.exception("deferred goal handler of %s failed; aborting the goal", name)
+                d.finish(GoalStatus.ABORTED, {})
+
+        def on_cancel(handle: Any) -> Any:
+            d = getattr(handle, "_timelyllm_deferred", None)
+            if cancel_callback is None or d is None:
+                return CancelResponse.ACCEPT
+            try:
+                return CancelResponse.ACCEPT if cancel_callback(d) else CancelResponse.REJECT
+            except Exception:
+                log.exception("cancel callback failed; rejecting the cancel")
+                return CancelResponse.REJECT
+
+        server = ActionServer(self.node, cls, name, run, callback_group=self.group,
+                              handle_accepted_callback=accepted, cancel_callback=on_cancel)
         h = Closer(server.destroy)
         self._handles.append(h)
         return h
