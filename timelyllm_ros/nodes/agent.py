@@ -30,7 +30,7 @@ class RequestClient:
                                         qos=QOS_RELIABLE_ALL)
         self._cancel = transport.publisher(join_name(planner_ns, "cancel_requests"), STRING, qos=QOS_RELIABLE_DEEP)
         self._sub = transport.subscribe(join_name(planner_ns, "request_status"), convert.REQUEST_STATUS,
-                                        self._on_status, qos=QOS_RELIABLE_DEEP)
+                                        self._on_status, qos=QOS_RELIABLE_ALL)
 
     def wait_for_planner(self, timeout_s: float) -> bool:
         """True once a planner subscribes to our requests and we hear its status publisher
