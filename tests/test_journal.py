@@ -117,3 +117,34 @@ def test_ros_planner_wiring_recovers_from_its_journal(tmp_path):
         shutdown()
     with pytest.raises(ConfigError, match="journal_path"):
         build_planner({"journal_path": str(tmp_path)})  # a directory: clear error at start
+
+
+def test_recovery_says_where_each_robot_was_left_from_its_executors_account(tmp_path):
+    from timelyllm_ros.journal import RobotAccount
+
+    j = Journal(tmp_path / "j.db")
+    plans = {"cut": 3, "ran": 2, "open": 2, "unknown": 1, "silent": 1}
+    for rid, n in plans.items():
+        g = gen(rid)
+        if rid == "silent":
+            g.request = PlanRequest(rid, "d2", "tello", "t", "", NORMAL, 0.0)
+        j.on_request_update(g)
+        for i in range(n):
+            j.on_segment_dispatched(g, Segment(i, "mf(50);", (), False, 3, 0.0, 0.1, 2.0))
+    goals = {("cut", 0): "succeeded", ("cut", 1): "stopped", ("cut", 2): "aborted",
+             ("ran", 0): "succeeded", ("ran", 1): "succeeded", ("open", 0): "succeeded", ("open", 1): "running"}
+    asked = []
+
+    def goal_states(robot):
+        asked.append(robot)
+        return RobotAccount("drone hovering (stop sent)", goals) if robot == "d1" else None
+
+    rep = recover(j, RecordingPlanner(), goal_states)
+    why = dict(rep.failed)
+    assert asked == ["d1", "d2"]  # one question per robot
+    assert "d1: drone hovering (stop sent), after 1 of 3 dispatched statement(s): segment 1 stopped" in why["cut"]
+    assert "after 2 of 2 dispatched statement(s): all of them ran" in why["ran"]
+    assert "segment 1 still running there" in why["open"]
+    assert "no record of them" in why["unknown"]
+    assert "d2 did not answer get_goal_states: robot state unknown" in why["silent"]
+    assert {r for r, s, _ in j.rows() if s == "failed"} == set(plans)

@@ -255,6 +255,10 @@ def test_planner_restarted_on_its_journal_reports_every_accepted_request(graph, 
         failed = [client.wait_terminal(r, 0)["reason"] for r in unfinished
                   if client.wait_terminal(r, 0)["state"] == "failed"]
         assert all("planner restarted" in why for why in failed), failed
+        # the restarted planner asked the executor (get_goal_states) where the robot was left; the
+        # dead instance's goals had been stopped / aborted by the executor's lease
+        assert failed and all("drone_j: " in why and "dispatched statement(s)" in why for why in failed), failed
+        assert "lost: no heartbeat" in robot.text()
     finally:
         planner.kill()
         if restarted is not None:

@@ -358,3 +358,22 @@ class ExecutorLeases:
 
     def close(self) -> None:
         self.watcher.close()
+
+
+def ask_goal_states(transport: Transport, robot_id: str, timeout_s: float = 3.0) -> Any:
+    """A restarted planner asks `/<robot_id>/get_goal_states`: a journal.RobotAccount, or None
+    when the executor did not answer within `timeout_s`."""
+    from timelyllm_ros.journal import RobotAccount
+    from timelyllm_ros.transport.base import join_name
+
+    client = transport.service_client(join_name(robot_id, GOAL_STATES_SERVICE), convert.GET_GOAL_STATES)
+    try:
+        resp = client.call({"request_id": ""}, timeout_s)
+    finally:
+        close = getattr(client, "close", None)
+        if close is not None:
+            close()
+    if resp is None:
+        return None
+    return RobotAccount(str(resp.get("robot_state", "")),
+                        {(g["request_id"], int(g["segment_index"])): g["state"] for g in resp.get("goals", ())})

@@ -284,7 +284,10 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
             from timelyllm_ros.journal import recover
 
             journal.prune()
-            report = recover(journal, planner)  # resubmit what dispatched nothing, fail the rest
+            from .supervision import ask_goal_states
+
+            # resubmit what dispatched nothing, fail the rest saying where each robot was left
+            report = recover(journal, planner, goal_states=lambda robot: ask_goal_states(dispatcher.transport, robot))
             for listener in listeners:  # the node reports the failed ones on its status topic
                 getattr(listener, "on_recovery", lambda _r: None)(report)
         planner.use_batching(int(p["max_batch"]) if int(p["max_batch"]) > 0 else None)

@@ -518,7 +518,9 @@ class _ServiceClient:
             return None
 
     def close(self) -> None:
-        self._node.destroy_client(self._client)
+        if self._client is not None:
+            self._node.destroy_client(self._client)
+            self._client = None
 
 
 class _Publisher:
