@@ -194,3 +194,40 @@ def test_on_planner_lost_is_checked_in_the_robot_yaml():
     with pytest.raises(RobotSpecError, match="on_planner_lost must be one of"):
         parse_robot({**base, "on_planner_lost": "fly_home"})
     assert {r.on_planner_lost for r in ROBOTS.values()} <= {"hover", "land", "finish_goal"}
+
+
+def test_a_planner_its_executors_declared_lost_goes_on_as_a_new_instance():
+    """Late heartbeats (an overloaded host): the executor stops and refuses the instance; the
+    planner's later goals go out under a new instance id, which the executor accepts."""
+    import threading
+
+    from timelyllm_ros.core.clock import WallClock
+    from timelyllm_ros.core.types import SegmentGoal
+    from timelyllm_ros.nodes.planner_node import ActionDispatcher, DispatcherConfig
+
+    rig = Rig(scale=0.05)
+    results, got = [], threading.Event()
+
+    def post(res):
+        results.append(res)
+        got.set()
+
+    beat = Heartbeat(rig.t, PLANNER_HEARTBEAT, "/p:h:1:a", 0.05)
+    beat.close()  # never heard again: the executor loses it at its first goal
+    d = ActionDispatcher(rig.t, WallClock(), post, DispatcherConfig(planner_id="/p:h:1:a", server_wait_s=5.0),
+                         beat)
+    try:
+        d.dispatch(SegmentGoal("r1", "drone1", "tello", 0, "mf(500);", (), 10.0, False))
+        assert got.wait(10) and "planner /p:h:1:a lost" in results[0].error, results
+        assert d.config.planner_id != "/p:h:1:a" and d.config.planner_id.startswith("/p:")
+        assert beat.ident == d.config.planner_id
+        live = Heartbeat(rig.t, PLANNER_HEARTBEAT, d.config.planner_id, 0.05)
+        try:
+            got.clear()
+            d.dispatch(SegmentGoal("r2", "drone1", "tello", 0, "tc(10);", (), 1.0, False))
+            assert got.wait(10) and results[1].ok, results[1]
+        finally:
+            live.close()
+    finally:
+        d.close()
+        rig.close()

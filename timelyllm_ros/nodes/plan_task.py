@@ -154,42 +154,72 @@ class PlanAnswer:
         self.status, self.segments, self.sends, self.error = status, segments, sends, error
 
 
+class PlannerWatch:
+    """The planner instances of one namespace, from their heartbeats (one per client process is
+    enough; `request_plan` makes its own if given none)."""
+
+    def __init__(self, transport: Transport, planner_ns: str, lease_s: float = 1.0) -> None:
+        from .supervision import PLANNER_HEARTBEAT, LeaseWatcher
+
+        self.ns = "/" + planner_ns.strip("/") if planner_ns.strip("/") else ""
+        self.lease_s = lease_s
+        self._losses = 0
+        self.watcher = LeaseWatcher(transport, PLANNER_HEARTBEAT, lease_s, self._lost)
+
+    def _lost(self, _ident: str, _silent_s: float) -> None:
+        self._losses += 1  # heard again later (a late heartbeat, not a crash): live again
+
+    def live(self) -> list[str]:
+        """Instances of this namespace heard within the lease (each is then supervised: its loss
+        is counted in `losses`)."""
+        from .supervision import planner_node_name
+
+        out = []
+        for i in self.watcher.heard_ids():
+            if planner_node_name(i).rsplit("/", 1)[0] != self.ns:
+                continue
+            silent = self.watcher.silent_for(i)
+            if silent is not None and silent < self.lease_s:
+                self.watcher.supervise(i)
+                out.append(i)
+        return out
+
+    def losses(self) -> int:
+        return self._losses
+
+    def close(self) -> None:
+        self.watcher.close()
+
+
 def request_plan(transport: Transport, planner_ns: str, request: Fields, *, timeout_s: float,
                  discovery_timeout_s: float, on_status: Callable[[Fields], None] | None = None,
-                 lease_s: float = 1.0, first_only: bool = False) -> PlanAnswer:
+                 lease_s: float = 1.0, first_only: bool = False, watch: PlannerWatch | None = None) -> PlanAnswer:
     """Send `request` as a PlanTask goal to `<planner_ns>/plan_task` and wait for its answer.
-    The goal is sent again with the same request id (idempotent) when the planner instance it
-    went to stops its heartbeat (a crash: no result would ever come) or the goal could not be
-    delivered, until `timeout_s`.  `first_only`: return at the first status (the acknowledgement:
-    queued, or rejected with the reason)."""
+    A goal is sent only while a planner instance of that namespace is alive (its heartbeat), and
+    sent again with the same request id (idempotent) when a planner instance there stops its
+    heartbeat (a crash: its goals would never be answered) or the goal could not be delivered,
+    until `timeout_s`.  `first_only`: return at the first status (the acknowledgement: queued,
+    or rejected with the reason)."""
     import time
 
     from timelyllm_ros.transport.base import join_name
 
-    from .supervision import PLANNER_HEARTBEAT, LeaseWatcher, planner_node_name
-
-    ns = "/" + planner_ns.strip("/") if planner_ns.strip("/") else ""
     client = transport.action_client(join_name(planner_ns, ACTION_NAME), convert.PLAN_TASK)
-    lost: set[str] = set()
-    watcher = LeaseWatcher(transport, PLANNER_HEARTBEAT, lease_s, lambda ident, _s: lost.add(ident))
+    own = watch is None
+    watch = watch or PlannerWatch(transport, planner_ns, lease_s)
     end = time.monotonic() + timeout_s
     sends = 0
-
-    def ours() -> list[str]:  # live planner instances of this namespace that we have heard
-        return [i for i in watcher.heard_ids() if planner_node_name(i).rsplit("/", 1)[0] == ns and i not in lost]
-
     try:
         first = time.monotonic() + discovery_timeout_s
         while time.monotonic() < end:
-            if not client.server_is_ready():
+            if not (client.server_is_ready() and watch.live()):
                 if sends == 0 and time.monotonic() > first:
-                    return PlanAnswer(None, [], sends, f"no planner action server {join_name(planner_ns, ACTION_NAME)} "
-                                                       f"within {discovery_timeout_s:g} s")
+                    return PlanAnswer(None, [], sends, f"no live planner with action server "
+                                                       f"{join_name(planner_ns, ACTION_NAME)} within "
+                                                       f"{discovery_timeout_s:g} s")
                 time.sleep(0.05)
                 continue
-            instances = ours()
-            for i in instances:
-                watcher.supervise(i)
+            losses = watch.losses()
             done = threading.Event()
             box: list = []
             sends += 1
@@ -207,8 +237,9 @@ def request_plan(transport: Transport, planner_ns: str, request: Fields, *, time
             while not done.wait(0.05):
                 if time.monotonic() >= end:
                     return PlanAnswer(None, [], sends, f"no answer within {timeout_s:g} s")
-                if instances and all(i in lost for i in instances):
-                    break  # the planner it went to is gone: send again (same id) to its successor
+                watch.live()  # supervise instances heard since
+                if watch.losses() > losses:
+                    break  # a planner instance died: its goals are never answered; again, same id
             if first_only and first_status and not box:
                 return PlanAnswer(first_status[0], [], sends)
             if not box:
@@ -222,4 +253,5 @@ def request_plan(transport: Transport, planner_ns: str, request: Fields, *, time
             time.sleep(0.2)  # not delivered (rejected by the transport, lost): again
         return PlanAnswer(None, [], sends, f"no answer within {timeout_s:g} s")
     finally:
-        watcher.close()
+        if own:
+            watch.close()

@@ -92,8 +92,9 @@ class ActionDispatcher:
     thread, which also waits (bounded) for the executor's action server to be discovered."""
 
     def __init__(self, transport: Transport, clock: Clock, post_result: Callable[[SegmentResult], None],
-                 config: DispatcherConfig | None = None) -> None:
+                 config: DispatcherConfig | None = None, heartbeat: Heartbeat | None = None) -> None:
         self.transport = transport
+        self.heartbeat = heartbeat  # this instance's (a new instance id is announced on it)
         self.clock = clock
         self.post_result = post_result
         self.config = config or DispatcherConfig()
@@ -202,6 +203,19 @@ class ActionDispatcher:
             except Exception as e:  # a goal that cannot be sent still gets a result
                 self._post(rec, ResultCode.REJECTED, f"cannot send goal: {e}")
 
+    def _new_instance(self) -> None:
+        """Executors declared this instance lost (its heartbeats were late: an overloaded host, a
+        partition): they stopped and refuse its goals, whose plans fail with that reason.  Later
+        goals go out as a new instance, which they supervise afresh."""
+        with self._lock:
+            old = self.config.planner_id
+            if not old:
+                return
+            self.config.planner_id = new_instance_id(old.split(":", 1)[0])
+            if self.heartbeat is not None:
+                self.heartbeat.ident = self.config.planner_id
+        log.warning("executors lost planner instance %s: later goals are sent as %s", old, self.config.planner_id)
+
     def _on_feedback(self, rec: _InFlight) -> None:
         if rec.started is None:
             rec.started = self.clock.now()
@@ -213,6 +227,8 @@ class ActionDispatcher:
             return  # TIMEOUT already posted; this is the late answer to our cancel
         g = rec.goal
         now = self.clock.now()
+        if o.result is not None and f"planner {self.config.planner_id} lost" in str(o.result.get("error_message", "")):
+            self._new_instance()
         if o.status == GoalStatus.REJECTED:
             self._post(rec, ResultCode.REJECTED, o.error or f"goal rejected by {self.action_name(g.robot_id)}")
             return
@@ -343,10 +359,10 @@ class PlannerNode:
         self._wake = threading.Event()
         self._stop = threading.Event()
         # a new instance id on every start (unless given): executors supervise its lease
-        self.planner_id = cfg.dispatcher.planner_id or new_instance_id("planner")
-        self.heartbeat = Heartbeat(transport, PLANNER_HEARTBEAT, self.planner_id, cfg.heartbeat_period_s)
+        pid = cfg.dispatcher.planner_id or new_instance_id("planner")
+        self.heartbeat = Heartbeat(transport, PLANNER_HEARTBEAT, pid, cfg.heartbeat_period_s)
         self.dispatcher = ActionDispatcher(transport, clock, self._post_result,
-                                           dataclasses.replace(cfg.dispatcher, planner_id=self.planner_id))
+                                           dataclasses.replace(cfg.dispatcher, planner_id=pid), self.heartbeat)
         self.rejected: list[tuple[str, str]] = []  # (request id, reason), never admitted
         self._last_status: dict[str, tuple] = {}  # last published status key: live + recently ended
         self._ended: collections.deque[str] = collections.deque()  # ended ids in _last_status, oldest first
@@ -374,6 +390,11 @@ class PlannerNode:
         self._thread = threading.Thread(target=self._loop, name="planner-loop", daemon=True)
         for robot in cfg.executors:
             self.dispatcher.client(robot)
+
+    @property
+    def planner_id(self) -> str:
+        """This planner's instance id now (sent in every goal; see ActionDispatcher._new_instance)."""
+        return self.dispatcher.config.planner_id
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "PlannerNode":
