@@ -217,6 +217,7 @@ def ros_run(args: argparse.Namespace, run: int, rng: random.Random) -> dict:
         st = getattr(a, "status", None)
         if st is None:
             lost += 1
+            print(f"  no answer: {rid}: sent {getattr(a, 'sends', '?')} time(s): {getattr(a, 'error', '')}")
             continue
         states[st["state"]] += 1
         if st["state"] == "failed":

@@ -120,6 +120,13 @@ class Journal:
         with self._lock:
             return self._db.execute("SELECT 1 FROM requests WHERE request_id=?", (request_id,)).fetchone() is not None
 
+    def lookup(self, request_id: str) -> tuple[str, str, str] | None:
+        """(state, reason, robot id) of a journaled request, None if it was never accepted."""
+        with self._lock:
+            row = self._db.execute("SELECT state, reason, body FROM requests WHERE request_id=?",
+                                   (request_id,)).fetchone()
+        return None if row is None else (row[0], row[1], str(json.loads(row[2]).get("robot_id", "")))
+
     def unfinished(self) -> list[Unfinished]:
         with self._lock:
             rows = self._db.execute(

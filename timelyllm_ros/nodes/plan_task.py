@@ -193,12 +193,14 @@ class PlannerWatch:
 
 def request_plan(transport: Transport, planner_ns: str, request: Fields, *, timeout_s: float,
                  discovery_timeout_s: float, on_status: Callable[[Fields], None] | None = None,
-                 lease_s: float = 1.0, first_only: bool = False, watch: PlannerWatch | None = None) -> PlanAnswer:
+                 lease_s: float = 1.0, first_only: bool = False, watch: PlannerWatch | None = None,
+                 ack_timeout_s: float = 3.0) -> PlanAnswer:
     """Send `request` as a PlanTask goal to `<planner_ns>/plan_task` and wait for its answer.
     A goal is sent only while a planner instance of that namespace is alive (its heartbeat), and
     sent again with the same request id (idempotent) when a planner instance there stops its
-    heartbeat (a crash: its goals would never be answered) or the goal could not be delivered,
-    until `timeout_s`.  `first_only`: return at the first status (the acknowledgement: queued,
+    heartbeat (a crash: its goals would never be answered), the goal could not be delivered, or
+    it was not acknowledged within `ack_timeout_s` (right after a restart DDS may still match
+    only the dead server's endpoints), until `timeout_s`.  `first_only`: return at the first status (the acknowledgement: queued,
     or rejected with the reason)."""
     import time
 
@@ -232,14 +234,18 @@ def request_plan(transport: Transport, planner_ns: str, request: Fields, *, time
                 if first_only:
                     done.set()
 
+            acked = threading.Event()
+            sent_at = time.monotonic()
             client.send_goal({"request": request}, on_result=lambda o: (box.append(o), done.set()),
-                             on_feedback=feedback)
+                             on_feedback=feedback, on_accepted=lambda _ok: acked.set())
             while not done.wait(0.05):
                 if time.monotonic() >= end:
                     return PlanAnswer(None, [], sends, f"no answer within {timeout_s:g} s")
                 watch.live()  # supervise instances heard since
                 if watch.losses() > losses:
                     break  # a planner instance died: its goals are never answered; again, same id
+                if not acked.is_set() and time.monotonic() - sent_at > ack_timeout_s:
+                    break  # not acknowledged: it went only to a dead server still matched; again
             if first_only and first_status and not box:
                 return PlanAnswer(first_status[0], [], sends)
             if not box:

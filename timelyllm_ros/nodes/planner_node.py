@@ -356,6 +356,7 @@ class PlannerNode:
         self.config = cfg = config or PlannerNodeConfig()
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._recovery: Any = None  # journal.RecoveryReport of a restart, reported by the loop
+        self._journal: Any = None  # journal.Journal (on_journal): a resent id gets its journaled outcome
         self._wake = threading.Event()
         self._stop = threading.Event()
         # a new instance id on every start (unless given): executors supervise its lease
@@ -438,6 +439,27 @@ class PlannerNode:
         """Called by make_planner after recovering a journal (before the loop starts)."""
         self._recovery = report
 
+    def on_journal(self, journal: Any) -> None:
+        """Called by make_planner with its journal: ids it has seen are answered from it, never
+        run twice (a client resending after a crash, a topic duplicate days later)."""
+        self._journal = journal
+
+    def _journaled(self, rid: str) -> bool:
+        """A request this planner does not hold but its journal knows: publish its journaled
+        outcome (terminal) or refuse it as a duplicate; True if answered so."""
+        if self._journal is None or rid in self.planner.generations:
+            return False
+        row = self._journal.lookup(rid)
+        if row is None:
+            return False
+        state, reason, robot = row
+        if state in (GenState.FINISHED.value, GenState.FAILED.value, GenState.CANCELLED.value):
+            self._pub_status.publish(convert.rejected_status_fields(
+                rid, robot, f"{reason} (journaled outcome of this request id)", state=state))
+        else:
+            self._reject(rid, robot, f"duplicate request_id {rid!r} (journaled, {state})")
+        return True
+
     def _report_recovery(self) -> None:
         rep, self._recovery = self._recovery, None
         if rep is None or not (rep.failed or rep.resubmitted):
@@ -490,6 +512,8 @@ class PlannerNode:
             req = PlanRequest.from_mapping(m, arrival=t_recv, robot_types=set(self.planner.robots))
         except (convert.MessageError, RequestError) as e:
             self._reject(str(rid), str(robot), f"malformed request: {e}")
+            return
+        if self._journaled(req.request_id):
             return
         res = self.planner.submit(req)
         if not res.accepted:

@@ -290,6 +290,7 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
             report = recover(journal, planner, goal_states=lambda robot: ask_goal_states(dispatcher.transport, robot))
             for listener in listeners:  # the node reports the failed ones on its status topic
                 getattr(listener, "on_recovery", lambda _r: None)(report)
+                getattr(listener, "on_journal", lambda _j: None)(journal)  # ids it has seen: idempotent
         planner.use_batching(int(p["max_batch"]) if int(p["max_batch"]) > 0 else None)
         return planner
 
