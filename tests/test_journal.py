@@ -148,3 +148,37 @@ def test_recovery_says_where_each_robot_was_left_from_its_executors_account(tmp_
     assert "no record of them" in why["unknown"]
     assert "d2 did not answer get_goal_states: robot state unknown" in why["silent"]
     assert {r for r, s, _ in j.rows() if s == "failed"} == set(plans)
+
+
+def test_a_journaled_request_id_is_answered_from_the_journal_never_run_twice(tmp_path):
+    """After a restart the planner node answers a resent id with its journaled outcome."""
+    import threading
+
+    from timelyllm_ros.nodes.planner_node import PlannerNode
+    from timelyllm_ros.nodes.wiring import build_planner
+    from timelyllm_ros.ros import convert as c
+    from timelyllm_ros.transport.inprocess import InProcessBus, InProcessTransport
+
+    path = tmp_path / "planner.db"
+    j = Journal(path)
+    done = gen("done-before", GenState.FINISHED)
+    done.reason = "plan executed"
+    j.on_request_update(done)
+    j.close()
+    make_planner, clock, cfg, shutdown = build_planner({"journal_path": str(path)})
+    bus = InProcessBus()
+    node = PlannerNode(InProcessTransport(bus, "timelyllm"), make_planner, clock=clock, config=cfg).start()
+    client = InProcessTransport(bus)
+    got, ev = [], threading.Event()
+    client.subscribe("/timelyllm/request_status", c.REQUEST_STATUS, lambda m: (got.append(m), ev.set()))
+    try:
+        body = {"request_id": "done-before", "robot_id": "d1", "robot_type": "tello", "task": "t",
+                "tuf_ert": 1.0, "tuf_alpha": -2.0, "tuf_beta": 1.0, "reference_plan": "mf(50);"}
+        client.publish("/timelyllm/plan_requests", c.PLAN_REQUEST, body)
+        assert ev.wait(10)
+        assert got[0]["state"] == "finished" and got[0]["terminal"] and "journaled outcome" in got[0]["reason"]
+        assert node.planner.submitted == 0
+    finally:
+        node.close()
+        client.close()
+        shutdown()

@@ -337,6 +337,8 @@ class PlannerNodeConfig:
     # them publishes nothing); live requests are always remembered (the planner bounds them)
     ended_status_kept: int = 10_000
     heartbeat_period_s: float = DEFAULT_HEARTBEAT_S  # this instance's heartbeat (nodes/supervision.py)
+    # robot ids (agents) a request may name; () = any.  Not authentication: see README "Security"
+    allowed_robots: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         n = self.ended_status_kept
@@ -512,6 +514,10 @@ class PlannerNode:
             req = PlanRequest.from_mapping(m, arrival=t_recv, robot_types=set(self.planner.robots))
         except (convert.MessageError, RequestError) as e:
             self._reject(str(rid), str(robot), f"malformed request: {e}")
+            return
+        if self.config.allowed_robots and req.robot_id not in self.config.allowed_robots:
+            self._reject(req.request_id, req.robot_id, f"robot_id {req.robot_id!r} is not in this planner's "
+                                                       f"allowed_robots")
             return
         if self._journaled(req.request_id):
             return

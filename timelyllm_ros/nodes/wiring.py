@@ -73,6 +73,7 @@ PLANNER_DEFAULTS: dict[str, Any] = {
     "warm_up": False,  # prefill each robot type's prompt prefix (vLLM: and compile) before serving
     "heartbeat_period_s": 0.2,  # this planner instance's heartbeat (executors: planner_lease_s)
     "executor_lease_s": 1.0,  # an executor silent this long fails its goals in flight
+    "allowed_robots": "",  # comma-separated robot ids a request may name ("" = any); others rejected
 }
 
 
@@ -287,7 +288,9 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
             from .supervision import ask_goal_states
 
             # resubmit what dispatched nothing, fail the rest saying where each robot was left
-            report = recover(journal, planner, goal_states=lambda robot: ask_goal_states(dispatcher.transport, robot))
+            transport = getattr(dispatcher, "transport", None)  # the node's ActionDispatcher: ask the executors
+            report = recover(journal, planner, goal_states=None if transport is None else
+                             (lambda robot: ask_goal_states(transport, robot)))
             for listener in listeners:  # the node reports the failed ones on its status topic
                 getattr(listener, "on_recovery", lambda _r: None)(report)
                 getattr(listener, "on_journal", lambda _j: None)(journal)  # ids it has seen: idempotent
@@ -302,6 +305,7 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
         raise ConfigError(str(e)) from None
     node_cfg = PlannerNodeConfig(
         heartbeat_period_s=float(p["heartbeat_period_s"]),
+        allowed_robots=tuple(r.strip() for r in str(p["allowed_robots"]).split(",") if r.strip()),
         status_period_s=float(p["status_period_s"]), frame_id=str(p["frame_id"]),
         executors=tuple(r.strip() for r in str(p["executors"]).split(",") if r.strip()),
         dispatcher=DispatcherConfig(timeout_factor=float(p["goal_timeout_factor"]),
