@@ -196,9 +196,8 @@ def request_plan(transport: Transport, planner_ns: str, request: Fields, *, time
                  lease_s: float = 1.0, first_only: bool = False, watch: PlannerWatch | None = None,
                  ack_timeout_s: float = 3.0) -> PlanAnswer:
     """Send `request` as a PlanTask goal to `<planner_ns>/plan_task` and wait for its answer.
-    A goal is sent only while a planner instance of that namespace is alive (its heartbeat), and
-    sent again with the same request id (idempotent) when a planner instance there stops its
-    heartbeat (a crash: its goals would never be answered), the goal could not be delivered, or
+    The goal is sent again with the same request id (idempotent; any send's answer is the
+    answer) when a planner instance of that namespace stops its heartbeat (a crash: its goals would never be answered), the goal could not be delivered, or
     it was not acknowledged within `ack_timeout_s` (right after a restart DDS may still match
     only the dead server's endpoints), until `timeout_s`.  `first_only`: return at the first status (the acknowledgement: queued,
     or rejected with the reason)."""
@@ -211,52 +210,61 @@ def request_plan(transport: Transport, planner_ns: str, request: Fields, *, time
     watch = watch or PlannerWatch(transport, planner_ns, lease_s)
     end = time.monotonic() + timeout_s
     sends = 0
+    done = threading.Event()  # any send's answer answers the request (one request id)
+    box: list = []
+    statuses: list[Fields] = []
+    lock = threading.Lock()
+
+    def on_result(o: Any, again: threading.Event) -> None:
+        if o.result is not None and o.status in (GoalStatus.SUCCEEDED, GoalStatus.ABORTED, GoalStatus.CANCELED):
+            with lock:
+                box.append(o)
+            done.set()
+        else:
+            again.set()  # not delivered (no server, transport failure): send again
+
+    def feedback(fb: Fields) -> None:
+        with lock:
+            statuses.append(fb["status"])
+        if on_status:
+            on_status(fb["status"])
+        if first_only:
+            done.set()
+
     try:
         first = time.monotonic() + discovery_timeout_s
-        while time.monotonic() < end:
-            if not (client.server_is_ready() and watch.live()):
+        while time.monotonic() < end and not done.is_set():
+            watch.live()  # supervise the instances heard so far
+            if not client.server_is_ready():
                 if sends == 0 and time.monotonic() > first:
-                    return PlanAnswer(None, [], sends, f"no live planner with action server "
-                                                       f"{join_name(planner_ns, ACTION_NAME)} within "
-                                                       f"{discovery_timeout_s:g} s")
+                    return PlanAnswer(None, [], sends, f"no planner action server {join_name(planner_ns, ACTION_NAME)} "
+                                                       f"within {discovery_timeout_s:g} s")
                 time.sleep(0.05)
                 continue
             losses = watch.losses()
-            done = threading.Event()
-            box: list = []
-            sends += 1
-            first_status: list[Fields] = []
-
-            def feedback(fb: Fields) -> None:
-                first_status.append(fb["status"])
-                if on_status:
-                    on_status(fb["status"])
-                if first_only:
-                    done.set()
-
-            acked = threading.Event()
+            acked, again = threading.Event(), threading.Event()
             sent_at = time.monotonic()
-            client.send_goal({"request": request}, on_result=lambda o: (box.append(o), done.set()),
-                             on_feedback=feedback, on_accepted=lambda _ok: acked.set())
+            sends += 1
+            client.send_goal({"request": request}, on_result=lambda o, a=again: on_result(o, a),
+                             on_feedback=feedback, on_accepted=lambda ok, a=acked, g=again: a.set() if ok else g.set())
             while not done.wait(0.05):
-                if time.monotonic() >= end:
-                    return PlanAnswer(None, [], sends, f"no answer within {timeout_s:g} s")
-                watch.live()  # supervise instances heard since
+                if time.monotonic() >= end or again.is_set():
+                    break
+                watch.live()
                 if watch.losses() > losses:
                     break  # a planner instance died: its goals are never answered; again, same id
                 if not acked.is_set() and time.monotonic() - sent_at > ack_timeout_s:
                     break  # not acknowledged: it went only to a dead server still matched; again
-            if first_only and first_status and not box:
-                return PlanAnswer(first_status[0], [], sends)
-            if not box:
-                continue
-            o = box[0]
-            if o.result is not None and o.status in (GoalStatus.SUCCEEDED, GoalStatus.ABORTED, GoalStatus.CANCELED):
-                st = o.result["status"]
+            if again.is_set() and not done.is_set():
+                time.sleep(0.2)
+        with lock:
+            if box:
+                st = box[0].result["status"]
                 if on_status:
                     on_status(st)
-                return PlanAnswer(st, list(o.result["segments"]), sends)
-            time.sleep(0.2)  # not delivered (rejected by the transport, lost): again
+                return PlanAnswer(st, list(box[0].result["segments"]), sends)
+            if first_only and statuses:
+                return PlanAnswer(statuses[0], [], sends)
         return PlanAnswer(None, [], sends, f"no answer within {timeout_s:g} s")
     finally:
         if own:
