@@ -231,3 +231,22 @@ def test_a_planner_its_executors_declared_lost_goes_on_as_a_new_instance():
     finally:
         d.close()
         rig.close()
+
+
+def test_closing_the_executor_stops_its_goals_before_the_server_goes():
+    """A goal still running when the node closes is stopped and answered (it used to end after
+    rclpy's executor was shut down: "'NoneType' object has no attribute 'trigger'")."""
+    rig = Rig(scale=1.0)
+    beat = Heartbeat(rig.t, PLANNER_HEARTBEAT, "planner_a:h:1:abc", 0.05)
+    try:
+        run, fb = rig.send("mf(500);", 0)
+        queued, _ = rig.send("tc(90);", 1)
+        assert wait_for(lambda: fb)
+        rig.node.close()
+        assert wait_for(lambda: run and queued, 5)
+        assert run[0].status == GoalStatus.ABORTED and "executor shutting down: goal stopped" in \
+            run[0].result["error_message"]
+        assert queued[0].status == GoalStatus.ABORTED and "nothing sent" in queued[0].result["error_message"]
+    finally:
+        beat.close()
+        rig.t.close()
