@@ -323,7 +323,14 @@ class ExecutorSupervisor:
             where = reason.rsplit("; ", 1)[1] if "; " in reason else ""
             with self._lock:
                 if self.robot_state.startswith("running ") or where:
-                    self.robot_state = where or "idle"
+                    self.robot_state = where or self._idle()
+
+    def _idle(self) -> str:
+        """Between goals: a Tello backend knows whether it is airborne (it hovers between goals)."""
+        flying = getattr(self.backend, "flying", None)
+        if isinstance(flying, bool):
+            return "drone hovering" if flying else "drone landed"
+        return "idle"
 
     def goal_states(self, request: Fields) -> Fields:
         rid = request.get("request_id", "")
