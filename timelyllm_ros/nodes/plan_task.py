@@ -194,12 +194,14 @@ class PlannerWatch:
 def request_plan(transport: Transport, planner_ns: str, request: Fields, *, timeout_s: float,
                  discovery_timeout_s: float, on_status: Callable[[Fields], None] | None = None,
                  lease_s: float = 1.0, first_only: bool = False, watch: PlannerWatch | None = None,
-                 ack_timeout_s: float = 3.0) -> PlanAnswer:
+                 ack_timeout_s: float = 3.0, quiet_resend_s: float = 10.0) -> PlanAnswer:
     """Send `request` as a PlanTask goal to `<planner_ns>/plan_task` and wait for its answer.
     The goal is sent again with the same request id (idempotent; any send's answer is the
     answer) when a planner instance of that namespace stops its heartbeat (a crash: its goals would never be answered), the goal could not be delivered, or
     it was not acknowledged within `ack_timeout_s` (right after a restart DDS may still match
-    only the dead server's endpoints), until `timeout_s`.  `first_only`: return at the first status (the acknowledgement: queued,
+    only the dead server's endpoints), or nothing came for `quiet_resend_s` (a service response
+    that DDS could not deliver: "failed to send response (timeout)" on a loaded host), until
+    `timeout_s`.  `first_only`: return at the first status (the acknowledgement: queued,
     or rejected with the reason)."""
     import time
 
@@ -223,7 +225,10 @@ def request_plan(transport: Transport, planner_ns: str, request: Fields, *, time
         else:
             again.set()  # not delivered (no server, transport failure): send again
 
+    heard = [time.monotonic()]  # last sign of the planner following this request
+
     def feedback(fb: Fields) -> None:
+        heard[0] = time.monotonic()
         with lock:
             statuses.append(fb["status"])
         if on_status:
@@ -243,7 +248,7 @@ def request_plan(transport: Transport, planner_ns: str, request: Fields, *, time
                 continue
             losses = watch.losses()
             acked, again = threading.Event(), threading.Event()
-            sent_at = time.monotonic()
+            sent_at = heard[0] = time.monotonic()
             sends += 1
             client.send_goal({"request": request}, on_result=lambda o, a=again: on_result(o, a),
                              on_feedback=feedback, on_accepted=lambda ok, a=acked, g=again: a.set() if ok else g.set())
@@ -255,6 +260,8 @@ def request_plan(transport: Transport, planner_ns: str, request: Fields, *, time
                     break  # a planner instance died: its goals are never answered; again, same id
                 if not acked.is_set() and time.monotonic() - sent_at > ack_timeout_s:
                     break  # not acknowledged: it went only to a dead server still matched; again
+                if time.monotonic() - heard[0] > quiet_resend_s:
+                    break  # nothing for a while: the answer may have been lost; ask again (same id)
             if again.is_set() and not done.is_set():
                 time.sleep(0.2)
         with lock:
