@@ -125,3 +125,51 @@ def test_executor_killed_mid_goal_fails_its_request_within_the_lease(t, tmp_path
     finally:
         ex.kill()
         planner.kill()
+
+
+def test_plan_task_requests_outlive_a_planner_crash_with_an_answer_each(t, tmp_path):
+    """A smaller crash test (benchmarks/crash_test.py --ros is the full one): PlanTask requests in
+    flight and one sent while the planner is down; SIGKILL, restart on the journal: every request
+    gets one answer, those cut mid-plan say where the robot was left, none is lost."""
+    import threading
+
+    from timelyllm_ros.nodes.plan_task import PlannerWatch, request_plan
+
+    ns, robot = "/sup_c", "drone_sc"
+    args = ["-r", f"__ns:={ns}", "-p", f"journal_path:={tmp_path / 'j.db'}", "-p", "server_wait_s:=6.0"]
+    ex = NodeProcess("executor", ["-r", f"__ns:=/{robot}", "-p", "time_scale:=0.3"], tmp_path, robot).serving()
+    planner = NodeProcess("planner", args, tmp_path, "planner_c1").serving()
+    restarted = None
+    watch = PlannerWatch(t, ns)
+    answers: dict = {}
+
+    def ask(rid):
+        req = plan_request_fields(request_id=rid, robot_id=robot, robot_type="tello", task="t",
+                                  plan="mf(100);tc(90);mf(100);tc(90);")
+        answers[rid] = request_plan(t, ns, req, timeout_s=120, discovery_timeout_s=60, watch=watch)
+
+    try:
+        threads = [threading.Thread(target=ask, args=(f"sc-{i}",)) for i in range(3)]
+        for th in threads:
+            th.start()
+            time.sleep(0.3)
+        assert ex.wait_for_log("executing sc-0/1", 30), ex.text()
+        planner.kill()
+        late = threading.Thread(target=ask, args=("sc-late",))  # sent while no planner runs
+        late.start()
+        time.sleep(2.0)
+        restarted = NodeProcess("planner", args, tmp_path, "planner_c2").serving()
+        for th in threads + [late]:
+            th.join(150)
+        assert set(answers) == {"sc-0", "sc-1", "sc-2", "sc-late"}
+        lost = [r for r, a in answers.items() if a.status is None]
+        assert not lost, {r: answers[r].error for r in lost}
+        assert answers["sc-late"].status["state"] == "finished", answers["sc-late"].status
+        cut = [a.status for r, a in answers.items() if r != "sc-late" and a.status["state"] == "failed"]
+        assert cut and all(f"{robot}: " in s["reason"] and "dispatched statement(s)" in s["reason"] for s in cut), cut
+    finally:
+        watch.close()
+        planner.kill()
+        if restarted is not None:
+            restarted.kill()
+        ex.kill()

@@ -197,7 +197,8 @@ def request_plan(transport: Transport, planner_ns: str, request: Fields, *, time
                  ack_timeout_s: float = 3.0, quiet_resend_s: float = 10.0) -> PlanAnswer:
     """Send `request` as a PlanTask goal to `<planner_ns>/plan_task` and wait for its answer.
     The goal is sent again with the same request id (idempotent; any send's answer is the
-    answer) when a planner instance of that namespace stops its heartbeat (a crash: its goals would never be answered), the goal could not be delivered, or
+    answer) when a planner instance of that namespace stops its heartbeat (a crash: its goals
+    would never be answered), the goal could not be delivered, or
     it was not acknowledged within `ack_timeout_s` (right after a restart DDS may still match
     only the dead server's endpoints), or nothing came for `quiet_resend_s` (a service response
     that DDS could not deliver: "failed to send response (timeout)" on a loaded host), until

@@ -197,7 +197,8 @@ class ActionDispatcher:
                                                      f"not available")
                 continue
             try:
-                rec.handle = client.send_goal(convert.segment_goal_to_fields(rec.goal, planner_id=self.config.planner_id),
+                fields = convert.segment_goal_to_fields(rec.goal, planner_id=self.config.planner_id)
+                rec.handle = client.send_goal(fields,
                                               on_result=lambda o, rec=rec: self._on_outcome(rec, o),
                                               on_feedback=lambda _fb, rec=rec: self._on_feedback(rec))
             except Exception as e:  # a goal that cannot be sent still gets a result
