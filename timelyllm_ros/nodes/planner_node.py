@@ -83,7 +83,9 @@ class _InFlight:
     handle: ClientGoal | None = None
     posted: bool = False
     timed_out: bool = False
-    started: float | None = None  # planner clock: its first feedback (the executor began it)
+    # planner clock at dispatch: the start of a result the planner makes up (executor lost,
+    # watchdog), as the request's status has shown it while it ran (response time unchanged)
+    sent: float | None = None
 
 
 class ActionDispatcher:
@@ -140,9 +142,8 @@ class ActionDispatcher:
             ahead = sum(f.goal.est_exec_s for f in self._inflight.values()
                         if f.goal.robot_id == goal.robot_id and not f.posted)
             limit = self.config.timeout_factor * (ahead + goal.est_exec_s) + self.config.timeout_margin_s
-            rec = _InFlight(goal, now + self.config.server_wait_s + limit)
+            rec = _InFlight(goal, now + self.config.server_wait_s + limit, sent=self.clock.now())
             self._inflight[(goal.request_id, goal.segment_index)] = rec
-            self.leases.busy(goal.robot_id)
             q = self._senders.get(goal.robot_id)
             if q is None:
                 q = queue.SimpleQueue()
@@ -200,7 +201,8 @@ class ActionDispatcher:
                 fields = convert.segment_goal_to_fields(rec.goal, planner_id=self.config.planner_id)
                 rec.handle = client.send_goal(fields,
                                               on_result=lambda o, rec=rec: self._on_outcome(rec, o),
-                                              on_feedback=lambda _fb, rec=rec: self._on_feedback(rec))
+                                              on_feedback=lambda _fb, rec=rec: self._on_feedback(rec),
+                                              on_accepted=lambda ok, rec=rec: self._on_accepted(rec, ok))
             except Exception as e:  # a goal that cannot be sent still gets a result
                 self._post(rec, ResultCode.REJECTED, f"cannot send goal: {e}")
 
@@ -217,10 +219,13 @@ class ActionDispatcher:
                 self.heartbeat.ident = self.config.planner_id
         log.warning("executors lost planner instance %s: later goals are sent as %s", old, self.config.planner_id)
 
+    def _on_accepted(self, rec: _InFlight, ok: bool) -> None:
+        """The executor took the goal: from now on its lease is supervised."""
+        if ok and not rec.posted:
+            self.leases.busy(rec.goal.robot_id)
+
     def _on_feedback(self, rec: _InFlight) -> None:
-        if rec.started is None:
-            rec.started = self.clock.now()
-        if not rec.posted:  # its executor is running it: supervise its lease (heard by now)
+        if not rec.posted:  # its executor is running it: supervise its lease
             self.leases.busy(rec.goal.robot_id)
 
     def _on_outcome(self, rec: _InFlight, o: GoalOutcome) -> None:
@@ -246,8 +251,8 @@ class ActionDispatcher:
         self._post_result(rec, res)
 
     def _post(self, rec: _InFlight, code: ResultCode, error: str) -> None:
-        now = self.clock.now()  # a goal that began (feedback came) keeps its true start time
-        start = rec.started if rec.started is not None else now
+        now = self.clock.now()
+        start = rec.sent if rec.sent is not None and rec.handle is not None else now  # sent: as its status said
         self._post_result(rec, SegmentResult(rec.goal.request_id, rec.goal.segment_index, code, start, now,
                                              error=error))
 

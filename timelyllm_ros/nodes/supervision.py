@@ -14,9 +14,9 @@ planner *instance* (a new id per start, `new_instance_id`, sent in every Execute
   that instance is refused with the reason.  It also remembers the goals it has seen (state,
   calls done, reason) and serves them on `<robot_id>/get_goal_states` (srv GetGoalStates) for a
   restarted planner; `allowed_planners` (node names) refuses goals of any other planner.
-* Planner side (`ExecutorLeases`): executors that have goals in flight and were heard at least
-  once are supervised; a lost one fails its in-flight goals at once (DISCONNECTED, with the
-  reason) instead of after the goal watchdog.
+* Planner side (`ExecutorLeases`): an executor is supervised from the acceptance of a goal while
+  it has goals in flight (never heard yet: `first_contact_s`); a lost one fails its in-flight
+  goals at once (DISCONNECTED, with the reason) instead of after the goal watchdog.
 
 Heartbeats cannot be authenticated without SROS2 (README "Security"): an id is a claim.
 """
@@ -344,18 +344,21 @@ class ExecutorSupervisor:
 
 
 class ExecutorLeases:
-    """The planner half: executors with goals in flight are supervised once heard;
-    `on_lost(robot_id, reason)` fails their in-flight goals."""
+    """The planner half: executors with goals in flight are supervised from their acceptance;
+    `on_lost(robot_id, reason)` fails their in-flight goals.  `lease_s` 0: off."""
 
-    def __init__(self, transport: Transport, lease_s: float, on_lost: Callable[[str, str], None]) -> None:
+    def __init__(self, transport: Transport, lease_s: float, on_lost: Callable[[str, str], None], *,
+                 first_contact_s: float = 3.0) -> None:
         self.lease_s = lease_s
+        self.first_contact_s = first_contact_s
         self._on_lost = on_lost
-        self.watcher = LeaseWatcher(transport, EXECUTOR_HEARTBEAT, lease_s, self._lost)
+        self.watcher = LeaseWatcher(transport, EXECUTOR_HEARTBEAT, lease_s if lease_s > 0 else 3600.0, self._lost)
 
     def busy(self, robot_id: str) -> None:
-        """`robot_id` has a goal in flight: supervise it if it sends heartbeats."""
-        if self.watcher.ever_heard(robot_id):
-            self.watcher.supervise(robot_id)
+        """`robot_id` accepted a goal: supervise its lease (an executor not heard yet gets
+        `first_contact_s`; executors that send no heartbeat need `executor_lease_s:=0`)."""
+        if self.lease_s > 0:
+            self.watcher.supervise(robot_id, self.first_contact_s)
 
     def idle(self, robot_id: str) -> None:
         self.watcher.release(robot_id)

@@ -72,7 +72,7 @@ PLANNER_DEFAULTS: dict[str, Any] = {
     "step_log_path": "",  # write the engine's serving steps (StepRecords, JSON lines) here at shutdown
     "warm_up": False,  # prefill each robot type's prompt prefix (vLLM: and compile) before serving
     "heartbeat_period_s": 0.2,  # this planner instance's heartbeat (executors: planner_lease_s)
-    "executor_lease_s": 1.0,  # an executor silent this long fails its goals in flight
+    "executor_lease_s": 1.0,  # an executor silent this long fails its goals in flight (0: off)
     "allowed_robots": "",  # comma-separated robot ids a request may name ("" = any); others rejected
 }
 
@@ -300,7 +300,8 @@ def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[
     from .supervision import check_lease
 
     try:
-        check_lease(float(p["executor_lease_s"]), float(p["heartbeat_period_s"]), "executor_lease_s")
+        if float(p["executor_lease_s"]) != 0:  # 0: executors not supervised (ones without heartbeats)
+            check_lease(float(p["executor_lease_s"]), float(p["heartbeat_period_s"]), "executor_lease_s")
     except ValueError as e:
         raise ConfigError(str(e)) from None
     node_cfg = PlannerNodeConfig(
