@@ -196,8 +196,8 @@ def _after_crash(robot: str, n: int, done: int, account: RobotAccount | None, ri
                f"plan not continued"
     states = [account.goals.get((rid, i)) for i in range(n)]
     if all(st is None for st in states):
-        return f"{head}; {robot}'s executor has no record of them (restarted?): robot state unknown, " \
-               f"plan not continued"
+        return f"{head}; {robot}'s executor has no record of them (never received, or it restarted since): " \
+               f"robot state unknown, plan not continued"
     ok = sum(1 for st in states if st == "succeeded")
     open_ = [i for i, st in enumerate(states) if st in ("queued", "running")]
     where = f"{robot}: {account.robot_state or 'state unknown'}, after {ok} of {n} dispatched statement(s)"
