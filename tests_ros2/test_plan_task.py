@@ -113,16 +113,17 @@ def test_request_plan_client_follows_to_the_end(graph):
 
 
 def test_a_burst_on_the_topic_is_answered_in_full(graph):
-    """600 requests from 20 agents as fast as they can be published: each gets a status
-    (queued, or rejected with the reason), none is dropped (keep-all request topic)."""
+    """1,200 requests from 40 agents as fast as they can be published (more than the 1,000 a
+    keep-last history held): each gets a status (queued, or rejected with the reason), none is
+    dropped (keep-all request topic and status reader)."""
     t, _, _ = graph
     client = RequestClient(t, NS)
     assert client.wait_for_planner(20)
     rids = []
     tag = time.monotonic_ns()
-    for i in range(600):
+    for i in range(1200):
         rid = f"burst-{tag}-{i}"
-        client.submit(plan_request_fields(request_id=rid, robot_id=f"agent{i % 20}", robot_type="chat",
+        client.submit(plan_request_fields(request_id=rid, robot_id=f"agent{i % 40}", robot_type="chat",
                                           task="say hi", plan="Hello there."))
         rids.append(rid)
     assert wait_for(lambda: all(client.statuses(r) for r in rids), 120), \
