@@ -9,6 +9,7 @@ import dataclasses
 
 import pytest
 
+from timelyllm_ros.core.minispec import parse_program
 from timelyllm_ros.core.robots import RobotSpecError, load_robots, parse_robot
 from timelyllm_ros.core.types import ResultCode
 from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor
@@ -25,6 +26,13 @@ from timelyllm_ros.transport.base import GoalStatus
 from timelyllm_ros.transport.inprocess import InProcessBus, InProcessTransport
 
 ROBOTS = load_robots()
+
+
+def calls(text):
+    """The calls written in `text` (an executor runs a goal only if its calls are these)."""
+    return tuple(parse_program(text, ROBOTS["tello"], check=False)[1])
+
+
 LEASE = ExecutorSupervisionConfig(lease_s=0.4, heartbeat_period_s=0.1, first_contact_s=0.4)
 
 
@@ -55,7 +63,8 @@ class Rig:
     def send(self, text, idx, pid="planner_a:h:1:abc", rid="r1"):
         out, fb = [], []
         self.client.send_goal({"request_id": rid, "robot_id": "drone1", "robot_type": "tello", "segment_index": idx,
-                               "text": text, "est_exec_s": 1.0, "planner_id": pid},
+                               "text": text, "est_exec_s": 1.0, "planner_id": pid,
+                               "calls": [c.skill_call_to_fields(x) for x in calls(text)]},
                               on_result=out.append, on_feedback=fb.append)
         return out, fb
 
@@ -219,14 +228,14 @@ def test_a_planner_its_executors_declared_lost_goes_on_as_a_new_instance():
     d = ActionDispatcher(rig.t, WallClock(), post, DispatcherConfig(planner_id="/p:h:1:a", server_wait_s=5.0),
                          beat)
     try:
-        d.dispatch(SegmentGoal("r1", "drone1", "tello", 0, "mf(500);", (), 10.0, False))
+        d.dispatch(SegmentGoal("r1", "drone1", "tello", 0, "mf(500);", calls("mf(500);"), 10.0, False))
         assert got.wait(10) and "planner /p:h:1:a lost" in results[0].error, results
         assert d.config.planner_id != "/p:h:1:a" and d.config.planner_id.startswith("/p:")
         assert beat.ident == d.config.planner_id
         live = Heartbeat(rig.t, PLANNER_HEARTBEAT, d.config.planner_id, 0.05)
         try:
             got.clear()
-            d.dispatch(SegmentGoal("r2", "drone1", "tello", 0, "tc(10);", (), 1.0, False))
+            d.dispatch(SegmentGoal("r2", "drone1", "tello", 0, "tc(10);", calls("tc(10);"), 1.0, False))
             assert got.wait(10) and results[1].ok, results[1]
         finally:
             live.close()

@@ -300,7 +300,9 @@ def test_a_lost_planner_stops_a_flying_tello_the_robots_way(rig_factory, mode, l
         out, fb = [], []
         t.action_client("/drone1/execute_segment", c.EXECUTE_SEGMENT).send_goal(
             {"request_id": "r1", "robot_id": "drone1", "robot_type": "tello", "segment_index": 0,
-             "text": "mf(400);", "est_exec_s": 9.0, "planner_id": "/p:h:1:a"}, on_result=out.append,
+             "text": "mf(400);", "est_exec_s": 9.0, "planner_id": "/p:h:1:a",
+             "calls": [c.skill_call_to_fields(x) for x in parse_program("mf(400);", TELLO, check=False)[1]]},
+            on_result=out.append,
             on_feedback=fb.append)
         assert wait_for(lambda: "forward 400" in rig.emu.commands(), 10)
         beat.close()  # the planner dies mid-motion (400 cm at 0.02 s/cm: 8 s)

@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from timelyllm_ros.core.minispec import parse_program
+from timelyllm_ros.core.robots import load_robots
 from timelyllm_ros.nodes.agent import RequestClient, plan_request_fields
 from timelyllm_ros.nodes.supervision import GOAL_STATES_SERVICE
 from timelyllm_ros.ros import convert as c
@@ -84,7 +86,10 @@ def test_killed_planner_goals_stop_within_the_lease_and_are_refused_later(t, tmp
         assert wait_for(ac.server_is_ready, 10)
         out2: list = []
         ac.send_goal({"request_id": "late", "robot_id": robot, "robot_type": "tello", "segment_index": 0,
-                      "text": "tc(10);", "est_exec_s": 1.0, "planner_id": pid}, on_result=out2.append)
+                      "text": "tc(10);", "est_exec_s": 1.0, "planner_id": pid,
+                      "calls": [c.skill_call_to_fields(x) for x in
+                                parse_program("tc(10);", load_robots()["tello"], check=False)[1]]},
+                     on_result=out2.append)
         assert wait_for(lambda: out2, 10)
         assert out2[0].status == GoalStatus.ABORTED and "lost" in out2[0].result["error_message"], out2
         assert out2[0].result["calls_done"] == 0
