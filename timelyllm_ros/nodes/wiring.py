@@ -75,19 +75,6 @@ def executor_supervision(params: dict[str, Any]) -> Any:
         raise ConfigError(str(e)) from None
 
 
-def executor_supervision(params: dict[str, Any]) -> Any:
-    """ExecutorSupervisionConfig from executor parameters (ConfigError naming the problem)."""
-    from .supervision import ExecutorSupervisionConfig
-
-    p = {**EXECUTOR_DEFAULTS, **params}
-    try:
-        return ExecutorSupervisionConfig(
-            lease_s=float(p["planner_lease_s"]), heartbeat_period_s=float(p["heartbeat_period_s"]),
-            allowed_planners=tuple(n.strip() for n in str(p["allowed_planners"]).split(",") if n.strip()))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-
-
 def build_executor(params: dict[str, Any], *, namespace: str = "") -> tuple[Any, str]:
     """(SegmentExecutor, robot_id) from executor parameters."""
     from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor, SimulatedPerception
