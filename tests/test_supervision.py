@@ -261,3 +261,25 @@ def test_closing_the_executor_stops_its_goals_before_the_server_goes():
     finally:
         beat.close()
         rig.t.close()
+
+
+def test_supervision_parameters_are_declared_read_only_and_checked_at_configure():
+    """The six supervision parameters are node parameters like the others (nodes/params.py: typed,
+    ranged, read-only, in --help); a lease shorter than two heartbeats fails configure."""
+    from timelyllm_ros.nodes import params as P
+    from timelyllm_ros.nodes.wiring import ConfigError, PlannerSetup, executor_supervision
+
+    planner = {p.name: p for p in P.PLANNER_PARAMS}
+    executor = {p.name: p for p in P.EXECUTOR_PARAMS}
+    for specs, names in ((planner, ("heartbeat_period_s", "executor_lease_s", "allowed_robots")),
+                         (executor, ("planner_lease_s", "heartbeat_period_s", "allowed_planners"))):
+        for n in names:
+            assert n in specs and not specs[n].live and specs[n].description
+    assert "allowed_robots" in P.help_text("timelyllm ros planner", P.PLANNER_PARAMS, "")
+    with pytest.raises(ConfigError, match="at most half of executor_lease_s"):
+        PlannerSetup({"executor_lease_s": 0.3, "heartbeat_period_s": 0.2})
+    PlannerSetup({"executor_lease_s": 0.0}).close()  # 0: executors not supervised
+    with pytest.raises(ConfigError, match="at most half of planner_lease_s"):
+        executor_supervision({"planner_lease_s": 0.3, "heartbeat_period_s": 0.2})
+    cfg = executor_supervision({"allowed_planners": " /timelyllm/planner, /b/planner "})
+    assert cfg.allowed_planners == ("/timelyllm/planner", "/b/planner")
