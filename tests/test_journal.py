@@ -156,3 +156,66 @@ def test_ros_planner_journal_path_in_a_missing_folder_is_a_one_line_config_error
             build_planner({"journal_path": str(bad)})
         assert "\n" not in str(ei.value)
     assert not (tmp_path / "jornal").exists()
+def test_recovery_says_where_each_robot_was_left_from_its_executors_account(tmp_path):
+    from timelyllm_ros.journal import RobotAccount
+
+    j = Journal(tmp_path / "j.db")
+    plans = {"cut": 3, "ran": 2, "open": 2, "unknown": 1, "silent": 1}
+    for rid, n in plans.items():
+        g = gen(rid)
+        if rid == "silent":
+            g.request = PlanRequest(rid, "d2", "tello", "t", "", NORMAL, 0.0)
+        j.on_request_update(g)
+        for i in range(n):
+            j.on_segment_dispatched(g, Segment(i, "mf(50);", (), False, 3, 0.0, 0.1, 2.0))
+    goals = {("cut", 0): "succeeded", ("cut", 1): "stopped", ("cut", 2): "aborted",
+             ("ran", 0): "succeeded", ("ran", 1): "succeeded", ("open", 0): "succeeded", ("open", 1): "running"}
+    asked = []
+
+    def goal_states(robot):
+        asked.append(robot)
+        return RobotAccount("drone hovering (stop sent)", goals) if robot == "d1" else None
+
+    rep = recover(j, RecordingPlanner(), goal_states)
+    why = dict(rep.failed)
+    assert asked == ["d1", "d2"]  # one question per robot
+    assert "d1: drone hovering (stop sent), after 1 of 3 dispatched statement(s): segment 1 stopped" in why["cut"]
+    assert "after 2 of 2 dispatched statement(s): all of them ran" in why["ran"]
+    assert "segment 1 still running there" in why["open"]
+    assert "no record of them" in why["unknown"]
+    assert "d2 did not answer get_goal_states: robot state unknown" in why["silent"]
+    assert {r for r, s, _ in j.rows() if s == "failed"} == set(plans)
+
+
+def test_a_journaled_request_id_is_answered_from_the_journal_never_run_twice(tmp_path):
+    """After a restart the planner node answers a resent id with its journaled outcome."""
+    import threading
+
+    from timelyllm_ros.nodes.planner_node import PlannerNode
+    from timelyllm_ros.nodes.wiring import build_planner
+    from timelyllm_ros.ros import convert as c
+    from timelyllm_ros.transport.inprocess import InProcessBus, InProcessTransport
+
+    path = tmp_path / "planner.db"
+    j = Journal(path)
+    done = gen("done-before", GenState.FINISHED)
+    done.reason = "plan executed"
+    j.on_request_update(done)
+    j.close()
+    make_planner, clock, cfg, shutdown = build_planner({"journal_path": str(path)})
+    bus = InProcessBus()
+    node = PlannerNode(InProcessTransport(bus, "timelyllm"), make_planner, clock=clock, config=cfg).start()
+    client = InProcessTransport(bus)
+    got, ev = [], threading.Event()
+    client.subscribe("/timelyllm/request_status", c.REQUEST_STATUS, lambda m: (got.append(m), ev.set()))
+    try:
+        body = {"request_id": "done-before", "robot_id": "d1", "robot_type": "tello", "task": "t",
+                "tuf_ert": 1.0, "tuf_alpha": -2.0, "tuf_beta": 1.0, "reference_plan": "mf(50);"}
+        client.publish("/timelyllm/plan_requests", c.PLAN_REQUEST, body)
+        assert ev.wait(10)
+        assert got[0]["state"] == "finished" and got[0]["terminal"] and "journaled outcome" in got[0]["reason"]
+        assert node.planner.submitted == 0
+    finally:
+        node.close()
+        client.close()
+        shutdown()

@@ -37,7 +37,7 @@ ROBOTS = load_robots()
 
 class World:
     def __init__(self, *, executors=(("drone1", "tello", 0.01), ("arm1", "arm", 0.01)), dispatcher=None,
-                 visible=("cat",), ended_status_kept=10_000):
+                 visible=("cat",), ended_status_kept=10_000, allowed_robots=()):
         self.bus = InProcessBus()
         self.clock = VirtualClock()
         engine = SimulatedEngine(self.clock)
@@ -50,7 +50,7 @@ class World:
             p.batcher = p.latency_guided(64)
             return p
 
-        cfg = PlannerNodeConfig(status_period_s=0.05, ended_status_kept=ended_status_kept,
+        cfg = PlannerNodeConfig(status_period_s=0.05, ended_status_kept=ended_status_kept, allowed_robots=allowed_robots,
                                 dispatcher=dispatcher or DispatcherConfig(server_wait_s=0.2))
         self.planner_node = PlannerNode(InProcessTransport(self.bus, "timelyllm"), make_planner,
                                         clock=self.clock, config=cfg).start()
@@ -326,3 +326,34 @@ def test_action_clients_of_unknown_robots_are_not_kept(world):
     while time.monotonic() < deadline and w.planner_node.dispatcher.robots():
         time.sleep(0.02)
     assert w.planner_node.dispatcher.robots() == []
+def test_allowed_robots_refuses_requests_for_other_robots_with_the_reason(world):
+    w = world(allowed_robots=("drone1",))
+    w.request("ok1", "drone1", "tello", "tc(10);")
+    w.request("no1", "arm1", "arm", "og();")
+    assert w.final("ok1")["state"] == "finished"
+    st = w.final("no1")
+    assert st["state"] == "rejected" and "not in this planner's allowed_robots" in st["reason"]
+
+
+def test_plan_task_action_in_process_feedback_result_and_idempotent_ids(world):
+    """The plan_task action on the in-process transport (over DDS: tests_ros2/test_plan_task.py)."""
+    from timelyllm_ros.transport.base import GoalStatus
+
+    w = world()
+    ac = w.client.action_client("/timelyllm/plan_task", c.PLAN_TASK)
+    goal = {"request": {"request_id": "pt1", "robot_id": "drone1", "robot_type": "tello", "task": "t",
+                        "tuf_ert": 1.0, "tuf_alpha": -2.0, "tuf_beta": 1.0, "reference_plan": "mf(50);tc(90);"}}
+    outs, fbs, done = [], [], threading.Event()
+    ac.send_goal(goal, on_result=lambda o: (outs.append(o), done.set()), on_feedback=fbs.append)
+    assert done.wait(20)
+    assert outs[0].status == GoalStatus.SUCCEEDED and outs[0].result["segments"] == ["mf(50);", "tc(90);"]
+    assert fbs[0]["status"]["state"] == "queued"
+    again, done2 = [], threading.Event()
+    ac.send_goal(goal, on_result=lambda o: (again.append(o), done2.set()))
+    assert done2.wait(10) and again[0].result["status"]["state"] == "finished"
+    assert w.planner_node.planner.submitted == 1  # one request, answered twice
+    bad = dict(goal, request=dict(goal["request"], request_id="pt2", robot_type="submarine"))
+    out3, done3 = [], threading.Event()
+    ac.send_goal(bad, on_result=lambda o: (out3.append(o), done3.set()))
+    assert done3.wait(10) and out3[0].status == GoalStatus.ABORTED
+    assert "unknown robot_type" in out3[0].result["status"]["reason"]

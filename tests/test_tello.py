@@ -277,3 +277,42 @@ def test_the_backend_refuses_typefly_amounts_the_sdk_must_never_see_whoever_call
                        ("delay", (0.5,))):
         spec = TYPEFLY.skills[name]
         assert rig.backend.validate(SkillCall(name, spec.abbr, args), spec) is None, (name, args)
+@pytest.mark.parametrize("mode,last,where", [("hover", "stop", "drone hovering (stop sent)"),
+                                             ("land", "land", "drone landed")])
+def test_a_lost_planner_stops_a_flying_tello_the_robots_way(rig_factory, mode, last, where):
+    """Supervision (nodes/supervision.py) with the djitellopy backend and the emulator: the
+    planner's heartbeats stop mid-motion; on_planner_lost hover sends `stop`, land lands."""
+    import dataclasses
+
+    from timelyllm_ros.nodes.executor_node import ExecutorNode
+    from timelyllm_ros.nodes.supervision import PLANNER_HEARTBEAT, ExecutorSupervisionConfig, Heartbeat
+    from timelyllm_ros.ros import convert as c
+    from timelyllm_ros.transport.base import GoalStatus
+    from timelyllm_ros.transport.inprocess import InProcessBus, InProcessTransport
+
+    rig = rig_factory(robot=dataclasses.replace(TELLO, on_planner_lost=mode), emu={"move_s_per_cm": 0.02})
+    bus = InProcessBus()
+    node = ExecutorNode(InProcessTransport(bus, "drone1"), rig.ex, robot_id="drone1",
+                        supervision=ExecutorSupervisionConfig(lease_s=0.4, heartbeat_period_s=0.1))
+    t = InProcessTransport(bus)
+    beat = Heartbeat(t, PLANNER_HEARTBEAT, "/p:h:1:a", 0.05)
+    try:
+        out, fb = [], []
+        t.action_client("/drone1/execute_segment", c.EXECUTE_SEGMENT).send_goal(
+            {"request_id": "r1", "robot_id": "drone1", "robot_type": "tello", "segment_index": 0,
+             "text": "mf(400);", "est_exec_s": 9.0, "planner_id": "/p:h:1:a",
+             "calls": [c.skill_call_to_fields(x) for x in parse_program("mf(400);", TELLO, check=False)[1]]},
+            on_result=out.append,
+            on_feedback=fb.append)
+        assert wait_for(lambda: "forward 400" in rig.emu.commands(), 10)
+        beat.close()  # the planner dies mid-motion (400 cm at 0.02 s/cm: 8 s)
+        assert wait_for(lambda: out, 10)
+        assert out[0].status == GoalStatus.ABORTED
+        err = out[0].result["error_message"]
+        assert "planner /p:h:1:a lost" in err and where in err, err
+        assert rig.emu.commands()[-1] == last, rig.emu.commands()
+        assert rig.emu.state.flying == (mode == "hover")
+    finally:
+        beat.close()
+        node.supervisor.close()
+        t.close()

@@ -207,11 +207,9 @@ def test_executor_killed_mid_goal_fails_the_request_and_the_planner_keeps_servin
         rid = graph.request("drone5", "mf(100);mf(100);")  # ~3 s per segment at time_scale 1
         assert ex.wait_for_log(f"executing {rid}/0", 20), ex.text()
         ex.kill()  # SIGKILL mid-goal: no result will ever come
-        t_kill = time.monotonic()
         st = graph.final(rid, 30)
-        # the watchdog: server wait (6 s) + 1.5 x estimate (3 s) + 2 s margin, counted from dispatch
-        assert st["state"] == "failed" and "no result from /drone5/execute_segment" in st["reason"], st
-        assert time.monotonic() - t_kill < 6.0 + 1.5 * 3.0 + 2.0 + 1.0
+        # its heartbeat stops: the executor lease (1 s) fails the goal, not the goal watchdog
+        assert st["state"] == "failed" and "executor drone5 lost: no heartbeat" in st["reason"], st
     finally:
         ex.kill()
     ok = graph.request("drone1", "tc(10);")
@@ -257,6 +255,12 @@ def test_planner_restarted_on_its_journal_reports_every_accepted_request(graph, 
         failed = [client.wait_terminal(r, 0)["reason"] for r in unfinished
                   if client.wait_terminal(r, 0)["state"] == "failed"]
         assert all("planner restarted" in why for why in failed), failed
+        # the restarted planner asked the executor (get_goal_states) where the robot was left; the
+        # dead instance's goals had been stopped / aborted by the executor's lease
+        # (or that the executor never received them: the crash may come before they were sent)
+        assert failed and all("drone_j: " in why and "dispatched statement(s)" in why
+                              or "drone_j's executor has no record of them" in why for why in failed), failed
+        assert "lost: no heartbeat" in robot.text()
     finally:
         planner.kill()
         if restarted is not None:
@@ -326,6 +330,7 @@ def test_request_cli_prints_the_states_to_finished(graph, tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     states = [m.group(1) for m in re.finditer(r"^\s*\d+\.\d+s\s+\S+\s+(\w+)", out.stdout, re.M)]
     assert states and states[0] == "queued" and states[-1] == "finished" and "running" in states, out.stdout
+    assert "plan (2 segments):\n  1. mf(50);\n  2. tc(90);" in out.stdout, out.stdout  # the PlanTask result
     bad = subprocess.run([sys.executable, "-m", "timelyllm_ros.cli", "request", "--robot", "drone1",
                           "--robot-type", "submarine", "--task", "x", "--planner-ns", NS, "--wait"],
                          capture_output=True, text=True, timeout=120)

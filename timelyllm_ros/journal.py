@@ -16,7 +16,7 @@ import sqlite3
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .core.tuf import TUF
 from .core.types import GenState, Generation, PlanRequest, Segment
@@ -144,6 +144,13 @@ class Journal:
         with self._lock:
             return self._db.execute("SELECT 1 FROM requests WHERE request_id=?", (request_id,)).fetchone() is not None
 
+    def lookup(self, request_id: str) -> tuple[str, str, str] | None:
+        """(state, reason, robot id) of a journaled request, None if it was never accepted."""
+        with self._lock:
+            row = self._db.execute("SELECT state, reason, body FROM requests WHERE request_id=?",
+                                   (request_id,)).fetchone()
+        return None if row is None else (row[0], row[1], str(json.loads(row[2]).get("robot_id", "")))
+
     def unfinished(self) -> list[Unfinished]:
         with self._lock:
             rows = self._db.execute(
@@ -192,26 +199,68 @@ def request_from_body(body: dict[str, Any], arrival: float) -> PlanRequest:
                        consume_rate=body.get("consume_rate"))
 
 
-def recover(journal: Journal, planner: Any) -> RecoveryReport:
+@dataclass(frozen=True, slots=True)
+class RobotAccount:
+    """What a robot's executor says after a planner restart (srv GetGoalStates): where the robot
+    is, and the last state of each goal it has seen, by (request id, segment index)."""
+
+    robot_state: str
+    goals: dict[tuple[str, int], str]
+
+
+# robot id -> its executor's account, or None when it did not answer
+GoalStatesQuery = Callable[[str], "RobotAccount | None"]
+
+
+def _after_crash(robot: str, n: int, done: int, account: RobotAccount | None, rid: str) -> str:
+    """The FAILED reason of a plan that had dispatched `n` segments when the planner died."""
+    head = f"planner restarted after dispatching {n} segment(s)"
+    if account is None:
+        return f"{head} ({done} reported); {robot} did not answer get_goal_states: robot state unknown, " \
+               f"plan not continued"
+    states = [account.goals.get((rid, i)) for i in range(n)]
+    if all(st is None for st in states):
+        return f"{head}; {robot}'s executor has no record of them (never received, or it restarted since): " \
+               f"robot state unknown, plan not continued"
+    ok = sum(1 for st in states if st == "succeeded")
+    open_ = [i for i, st in enumerate(states) if st in ("queued", "running")]
+    where = f"{robot}: {account.robot_state or 'state unknown'}, after {ok} of {n} dispatched statement(s)"
+    if open_:
+        return f"{head}; {where}, segment {open_[0]} still {states[open_[0]]} there (it ends on the executor)"
+    if ok == n:
+        return f"{head}; {where}: all of them ran; plan not continued (resuming generation is not implemented)"
+    cut = next(i for i, st in enumerate(states) if st != "succeeded")
+    return f"{head}; {where}: segment {cut} {states[cut] or 'never reached the executor'}"
+
+
+def recover(journal: Journal, planner: Any, goal_states: GoalStatesQuery | None = None) -> RecoveryReport:
     """Bring every unfinished journaled request to a defined state in a fresh planner.
 
     Nothing dispatched yet -> resubmitted (same request id; it starts over, which is safe because
-    no robot acted on it).  Some segments dispatched -> FAILED with a reason: the planner cannot
-    know what the robot did after the crash, so it does not continue the plan behind its back.
+    no robot acted on it).  Some segments dispatched -> FAILED with a reason that says where the
+    robot was left, from its executor's account (`goal_states`, asked once per robot), e.g.
+    "drone1 hovering after 2 of 5 dispatched statement(s): segment 2 stopped"; the planner does
+    not continue a plan behind the robot's back.
     """
     report = RecoveryReport([], [])
+    accounts: dict[str, RobotAccount | None] = {}
     for u in journal.unfinished():
         rid = u.request["request_id"]
-        report.robots[rid] = str(u.request.get("robot_id", ""))
+        robot = str(u.request.get("robot_id", ""))
+        report.robots[rid] = robot
         if u.segments_dispatched == 0:
             res = planner.submit(request_from_body(u.request, planner.clock.now()))
             if res.accepted:
                 report.resubmitted.append(rid)
                 continue
             reason = f"planner restarted; resubmission refused: {res.reason}"
-        else:
+        elif goal_states is None:
             reason = (f"planner restarted after dispatching {u.segments_dispatched} segment(s) "
                       f"({u.segments_done} reported); robot state unknown, plan not continued")
+        else:
+            if robot not in accounts:
+                accounts[robot] = goal_states(robot)
+            reason = _after_crash(robot, u.segments_dispatched, u.segments_done, accounts[robot], rid)
         journal.mark(rid, GenState.FAILED, reason)
         report.failed.append((rid, reason))
     return report

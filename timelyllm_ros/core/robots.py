@@ -22,6 +22,9 @@ RETURN_TYPES = ("none", "bool", "float", "str")
 LANGUAGES = ("minispec", "sentence")
 
 
+ON_PLANNER_LOST = ("hover", "land", "finish_goal")
+
+
 class RobotSpecError(ValueError):
     """A robot YAML file is malformed."""
 
@@ -135,6 +138,9 @@ class RobotSpec:
     source: str = ""
     envelope: Envelope | None = None  # travel bounds per segment / plan (core.envelope)
     platform: str = ""  # the hardware this skill set runs on (`platform:`, default robot_type): hard limits, backends
+    # what its executor does with the running goal when the planner that sent it is lost
+    # (supervision lease, nodes/supervision.py): hover (stop now) | land | finish_goal
+    on_planner_lost: str = "hover"
 
     @property
     def hardware(self) -> str:
@@ -245,11 +251,14 @@ def parse_robot(data: Any, source: str = "<robot>") -> RobotSpec:
         envelope = parse_envelope(data["envelope"], source) if "envelope" in data else None
     except EnvelopeError as e:
         raise RobotSpecError(str(e)) from None
+    lost = data.get("on_planner_lost", "hover")
+    if lost not in ON_PLANNER_LOST:
+        raise RobotSpecError(f"{source}: on_planner_lost must be one of {list(ON_PLANNER_LOST)}, got {lost!r}")
     return RobotSpec(
         robot_type=str(data["robot_type"]), language=data["language"],
         description=str(data.get("description", "")), max_segment_tokens=mst, skills=skills,
         by_abbr=by_abbr, words_per_minute=float(data.get("words_per_minute", 300.0)), source=source,
-        envelope=envelope, platform=_platform(data, source),
+        envelope=envelope, platform=_platform(data, source), on_planner_lost=lost,
     )
 
 

@@ -53,5 +53,10 @@ class SimulatedBackend:
     def halt(self, reason: str) -> None:
         self.halts.append(reason)
 
+    def land(self, reason: str) -> str:
+        """on_planner_lost: land (a simulated robot has no pose: recorded like a halt)."""
+        self.halts.append(f"land: {reason}")
+        return f"{self.robot.robot_type} landed (simulated)"
+
     def close(self) -> None:
         pass

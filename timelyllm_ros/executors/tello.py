@@ -282,6 +282,20 @@ class TelloBackend:
             return f"drone airborne, stop could not be sent ({e})"
         return "drone hovering (stop sent)"
 
+    def land(self, reason: str) -> str:
+        """Land now (on_planner_lost: land, after halt()); returns where the drone was left."""
+        if self.tello is None:
+            return "drone not connected"
+        if not self.flying:
+            return "drone landed"
+        log.info("Tello land: %s", reason)
+        try:
+            self._sdk(self.tello.land, "land")
+        except ExecError as e:
+            return f"drone airborne, landing failed ({e})"
+        self.flying = False
+        return "drone landed"
+
     def _fresh_height(self) -> int | None:
         """Height (cm) from a state packet that arrived after now; None if none came in time."""
         try:

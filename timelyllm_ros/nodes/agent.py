@@ -13,7 +13,7 @@ import time
 from typing import Any, Callable
 
 from timelyllm_ros.ros import convert
-from timelyllm_ros.transport.base import QOS_RELIABLE_DEEP, Fields, Transport, join_name
+from timelyllm_ros.transport.base import QOS_RELIABLE_ALL, QOS_RELIABLE_DEEP, Fields, Transport, join_name
 
 STRING = "std_msgs/msg/String"
 
@@ -25,11 +25,12 @@ class RequestClient:
         self._status: dict[str, list[Fields]] = {}
         self._mine: set[str] = set()
         self._listeners: list[Callable[[Fields], None]] = []
+        # keep all: a planner that falls behind back-pressures this publisher, nothing is overwritten
         self._pub = transport.publisher(join_name(planner_ns, "plan_requests"), convert.PLAN_REQUEST,
-                                        qos=QOS_RELIABLE_DEEP)
+                                        qos=QOS_RELIABLE_ALL)
         self._cancel = transport.publisher(join_name(planner_ns, "cancel_requests"), STRING, qos=QOS_RELIABLE_DEEP)
         self._sub = transport.subscribe(join_name(planner_ns, "request_status"), convert.REQUEST_STATUS,
-                                        self._on_status, qos=QOS_RELIABLE_DEEP)
+                                        self._on_status, qos=QOS_RELIABLE_ALL)
 
     def wait_for_planner(self, timeout_s: float) -> bool:
         """True once a planner subscribes to our requests and we hear its status publisher

@@ -41,8 +41,10 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run_node)
 
     r = sub.add_parser("request", help="send a plan request to the planner node and follow its status",
-                       description="Publish a PlanRequest on <planner-ns>/plan_requests and print its "
-                                   "RequestStatus messages (with --wait: until a terminal state).")
+                       description="Send a PlanRequest as a goal of the planner's <planner-ns>/plan_task "
+                                   "action and print its RequestStatus messages (with --wait: until a "
+                                   "terminal state, then the plan segment by segment). The goal is sent "
+                                   "again with the same id if the planner dies meanwhile.")
     r.add_argument("--robot", required=True, help="robot id = its executor's namespace, e.g. drone1")
     r.add_argument("--robot-type", default="tello", help="robots/<type>.yaml key (default tello)")
     r.add_argument("--task", required=True, help="the task in natural language")
@@ -114,6 +116,7 @@ def run_request(args: argparse.Namespace) -> int:
     from timelyllm_ros.transport.rclpy_transport import RclpyTransport, RclpyUnavailable
 
     from .agent import RequestClient, plan_request_fields, status_line
+    from .plan_task import request_plan
 
     preset = URGENT if args.category == "urgent" else NORMAL
     if not _ROBOT_NAME.match(args.robot):  # it names the executor's namespace (and the default id)
@@ -135,23 +138,32 @@ def run_request(args: argparse.Namespace) -> int:
         raise CliError(str(e)) from None
     client = None
     try:
-        client = RequestClient(t, args.planner_ns)
+        client = RequestClient(t, args.planner_ns)  # its cancel topic: Ctrl-C
         t0 = time.monotonic()
-        client.on_status(lambda m: _print(status_line(m, t0)))
-        if not client.wait_for_planner(args.discovery_timeout):
-            print(f"timelyllm request: error: no planner node on {client.planner_ns} within "
-                  f"{args.discovery_timeout:g} s (is `timelyllm ros planner` running, same ROS_DOMAIN_ID?)",
-                  file=sys.stderr)
+        seen: list[tuple] = []
+
+        def show(m: dict) -> None:  # feedback, then the result's status: each state once
+            key = (m["state"], m["segments_dispatched"], m["segments_done"], m["reason"])
+            if key not in seen:
+                seen.append(key)
+                _print(status_line(m, t0))
+
+        # the plan_task action: acknowledged (feedback) and answered (result); resent with the
+        # same id if the planner instance it went to dies (nodes/plan_task.py)
+        ans = request_plan(t, args.planner_ns, fields, timeout_s=args.timeout,
+                           discovery_timeout_s=args.discovery_timeout, on_status=show, first_only=not args.wait)
+        if ans.status is None:
+            if ans.sends == 0:
+                print(f"timelyllm request: error: {ans.error} (is `timelyllm ros planner` running, same "
+                      f"ROS_DOMAIN_ID?)", file=sys.stderr)
+            else:
+                print(f"timelyllm request: error: {rid}: {ans.error}", file=sys.stderr)
             return EXIT_TIMEOUT
-        client.submit(fields)
-        if args.wait:
-            final = client.wait_terminal(rid, args.timeout)
-        else:
-            final = client.wait_first(rid, min(args.timeout, 30.0))
-        if final is None:
-            print(f"timelyllm request: error: {rid}: no {'terminal ' if args.wait else ''}status within "
-                  f"{args.timeout:g} s", file=sys.stderr)
-            return EXIT_TIMEOUT
+        final = ans.status
+        if args.wait and ans.segments:
+            _print(f"plan ({len(ans.segments)} segment{'s' if len(ans.segments) != 1 else ''}):")
+            for i, text in enumerate(ans.segments):
+                _print(f"  {i + 1}. {text}")
         bad = final["state"] in ("rejected", "failed", "cancelled")
         return EXIT_NOT_FINISHED if bad else 0
     except KeyboardInterrupt:

@@ -101,6 +101,12 @@ PLANNER_PARAMS: tuple[Param, ...] = (
           "(others at their first goal)"),
     Param("step_log_path", "", "write the engine's serving steps (JSON lines) here at cleanup"),
     Param("warm_up", False, "prefill each robot type's prompt prefix (vLLM: and compile) before serving"),
+    Param("heartbeat_period_s", 0.2, "period of this planner instance's heartbeat, s (executors: "
+          "planner_lease_s; at most half of it)", min=0.001, max=60.0),
+    Param("executor_lease_s", 1.0, "an executor silent this long fails its goals in flight, s (>= 2 x "
+          "heartbeat_period_s; 0 = executors not supervised)", min=0.0, max=3600.0),
+    Param("allowed_robots", "", "comma-separated robot ids a request may name ('' = any); others are "
+          "rejected with the reason"),
 )
 
 EXECUTOR_PARAMS: tuple[Param, ...] = (
@@ -122,11 +128,19 @@ EXECUTOR_PARAMS: tuple[Param, ...] = (
     Param("tello_port", 8889, "tello: its UDP command port", min=1, max=65535),
     Param("takeoff_on_first_goal", True, "tello: take off before the first goal"),
     Param("land_on_close", True, "tello: land at cleanup / shutdown"),
-    Param("keepalive_s", 5.0, "tello: keep-alive period while idle, s (it lands after 15 s)", min=0.1, max=14.0),
+    Param("keepalive_s", 5.0, "tello: keep-alive period while idle, s (it lands after 15 s; 0 = none)",
+          min=0.0, max=14.0),
     Param("response_timeout_s", 7, "tello: seconds to wait for a command's answer", min=1, max=600),
     Param("retry_count", 3, "tello: retries of a command", min=0, max=100),
     Param("move_settle_s", 0.5, "tello: pause after a move, s", min=0.0, max=60.0),
     Param("turn_settle_s", 2.5, "tello: pause after a turn, s", min=0.0, max=60.0),
+    Param("planner_lease_s", 1.0, "a planner instance silent this long is lost: its running goal stops per "
+          "the robot YAML's on_planner_lost, queued ones abort, s (>= 2 x heartbeat_period_s, here and at "
+          "the planners)", min=0.002, max=3600.0),
+    Param("heartbeat_period_s", 0.2, "period of this executor's heartbeat, s (watched by the planner's "
+          "executor_lease_s; at most half of planner_lease_s)", min=0.001, max=60.0),
+    Param("allowed_planners", "", "comma-separated planner node names whose goals are accepted, e.g. "
+          "/timelyllm/planner ('' = any)"),
 )
 
 

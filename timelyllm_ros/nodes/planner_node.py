@@ -23,6 +23,7 @@ LLM takes real time and real executors can serve it.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import math
 import queue
@@ -48,6 +49,7 @@ from timelyllm_ros.ros import convert
 from timelyllm_ros.transport.base import (
     QOS_HISTORY,
     QOS_LATCHED,
+    QOS_RELIABLE_ALL,
     QOS_RELIABLE_DEEP,
     ActionClient,
     ClientGoal,
@@ -55,6 +57,10 @@ from timelyllm_ros.transport.base import (
     GoalStatus,
     Transport,
 )
+
+from .plan_task import PlanTaskServer, Tee
+from .supervision import (DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S, PLANNER_HEARTBEAT, ExecutorLeases, Heartbeat,
+                          new_instance_id)
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +79,8 @@ class DispatcherConfig:
     timeout_factor: float = 3.0  # watchdog: factor x estimated execution (of this goal and the
     timeout_margin_s: float = 10.0  # ones queued ahead of it on the robot) + margin
     server_wait_s: float = 2.0  # how long a goal waits for its robot's action server to appear
+    planner_id: str = ""  # this planner instance, sent in every goal (executors supervise its lease)
+    executor_lease_s: float = DEFAULT_LEASE_S  # an executor silent this long fails its goals in flight
 
 
 @dataclass
@@ -82,6 +90,9 @@ class _InFlight:
     handle: ClientGoal | None = None
     posted: bool = False
     timed_out: bool = False
+    # planner clock at dispatch: the start of a result the planner makes up (executor lost,
+    # watchdog), as the request's status has shown it while it ran (response time unchanged)
+    sent: float | None = None
 
 
 class ActionDispatcher:
@@ -90,8 +101,9 @@ class ActionDispatcher:
     thread, which also waits (bounded) for the executor's action server to be discovered."""
 
     def __init__(self, transport: Transport, clock: Clock, post_result: Callable[[SegmentResult], None],
-                 config: DispatcherConfig | None = None) -> None:
+                 config: DispatcherConfig | None = None, heartbeat: Heartbeat | None = None) -> None:
         self.transport = transport
+        self.heartbeat = heartbeat  # this instance's (a new instance id is announced on it)
         self.clock = clock
         self.post_result = post_result
         self.config = config or DispatcherConfig()
@@ -103,6 +115,7 @@ class ActionDispatcher:
         self._closed = threading.Event()
         self._watchdog = threading.Thread(target=self._watch, name="dispatch-watchdog", daemon=True)
         self._watchdog.start()
+        self.leases = ExecutorLeases(transport, self.config.executor_lease_s, self.fail_robot)
 
     def action_name(self, robot_id: str) -> str:
         return f"/{robot_id.strip('/')}/{self.config.action_name}"
@@ -137,7 +150,7 @@ class ActionDispatcher:
             ahead = sum(f.goal.est_exec_s for f in self._inflight.values()
                         if f.goal.robot_id == goal.robot_id and not f.posted)
             limit = self.config.timeout_factor * (ahead + goal.est_exec_s) + self.config.timeout_margin_s
-            rec = _InFlight(goal, now + self.config.server_wait_s + limit)
+            rec = _InFlight(goal, now + self.config.server_wait_s + limit, sent=self.clock.now())
             self._inflight[(goal.request_id, goal.segment_index)] = rec
             q = self._senders.get(goal.robot_id)
             if q is None:
@@ -156,8 +169,22 @@ class ActionDispatcher:
             else:
                 self._post(r, ResultCode.CANCELLED, "cancelled before it was sent")
 
+    def fail_robot(self, robot_id: str, reason: str) -> None:
+        """`robot_id`'s executor is lost: every goal in flight there ends DISCONNECTED now (and is
+        cancelled, in case the executor is alive but unheard)."""
+        with self._lock:
+            recs = [r for r in self._inflight.values() if r.goal.robot_id == robot_id and not r.posted]
+        if recs:
+            log.warning("%s: %d goal(s) in flight fail", reason, len(recs))
+        for r in recs:
+            r.timed_out = True  # a late answer changes nothing
+            self._post(r, ResultCode.DISCONNECTED, reason)
+            if r.handle is not None:
+                r.handle.cancel()
+
     def close(self) -> None:
         self._closed.set()
+        self.leases.close()
         with self._lock:
             for q in self._senders.values():
                 q.put(None)
@@ -181,8 +208,11 @@ class ActionDispatcher:
                     return
                 continue
             try:
-                rec.handle = client.send_goal(convert.segment_goal_to_fields(rec.goal),
-                                              on_result=lambda o, rec=rec: self._on_outcome(rec, o))
+                fields = convert.segment_goal_to_fields(rec.goal, planner_id=self.config.planner_id)
+                rec.handle = client.send_goal(fields,
+                                              on_result=lambda o, rec=rec: self._on_outcome(rec, o),
+                                              on_feedback=lambda _fb, rec=rec: self._on_feedback(rec),
+                                              on_accepted=lambda ok, rec=rec: self._on_accepted(rec, ok))
             except Exception as e:  # a goal that cannot be sent still gets a result
                 self._post(rec, ResultCode.REJECTED, f"cannot send goal: {e}")
 
@@ -201,12 +231,35 @@ class ActionDispatcher:
             except Exception:  # noqa: BLE001 - already gone with the transport
                 pass
         return True
+    def _new_instance(self) -> None:
+        """Executors declared this instance lost (its heartbeats were late: an overloaded host, a
+        partition): they stopped and refuse its goals, whose plans fail with that reason.  Later
+        goals go out as a new instance, which they supervise afresh."""
+        with self._lock:
+            old = self.config.planner_id
+            if not old:
+                return
+            self.config.planner_id = new_instance_id(old.split(":", 1)[0])
+            if self.heartbeat is not None:
+                self.heartbeat.ident = self.config.planner_id
+        log.warning("executors lost planner instance %s: later goals are sent as %s", old, self.config.planner_id)
+
+    def _on_accepted(self, rec: _InFlight, ok: bool) -> None:
+        """The executor took the goal: from now on its lease is supervised."""
+        if ok and not rec.posted:
+            self.leases.busy(rec.goal.robot_id)
+
+    def _on_feedback(self, rec: _InFlight) -> None:
+        if not rec.posted:  # its executor is running it: supervise its lease
+            self.leases.busy(rec.goal.robot_id)
 
     def _on_outcome(self, rec: _InFlight, o: GoalOutcome) -> None:
         if rec.timed_out:
             return  # TIMEOUT already posted; this is the late answer to our cancel
         g = rec.goal
         now = self.clock.now()
+        if o.result is not None and f"planner {self.config.planner_id} lost" in str(o.result.get("error_message", "")):
+            self._new_instance()
         if o.status == GoalStatus.REJECTED:
             self._post(rec, ResultCode.REJECTED, o.error or f"goal rejected by {self.action_name(g.robot_id)}")
             return
@@ -224,7 +277,8 @@ class ActionDispatcher:
 
     def _post(self, rec: _InFlight, code: ResultCode, error: str) -> None:
         now = self.clock.now()
-        self._post_result(rec, SegmentResult(rec.goal.request_id, rec.goal.segment_index, code, now, now,
+        start = rec.sent if rec.sent is not None and rec.handle is not None else now  # sent: as its status said
+        self._post_result(rec, SegmentResult(rec.goal.request_id, rec.goal.segment_index, code, start, now,
                                              error=error))
 
     def _post_result(self, rec: _InFlight, res: SegmentResult) -> None:
@@ -233,6 +287,9 @@ class ActionDispatcher:
                 return
             rec.posted = True
             self._inflight.pop((rec.goal.request_id, rec.goal.segment_index), None)
+            idle = not any(f.goal.robot_id == rec.goal.robot_id for f in self._inflight.values())
+        if idle:
+            self.leases.idle(rec.goal.robot_id)
         self.post_result(res)
 
     def _watch(self) -> None:
@@ -317,6 +374,9 @@ class PlannerNodeConfig:
     # ended requests whose terminal status is remembered, newest kept (a late result for one of
     # them publishes nothing); live requests are always remembered (the planner bounds them)
     ended_status_kept: int = 10_000
+    heartbeat_period_s: float = DEFAULT_HEARTBEAT_S  # this instance's heartbeat (nodes/supervision.py)
+    # robot ids (agents) a request may name; () = any.  Not authentication: see README "Security"
+    allowed_robots: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         n = self.ended_status_kept
@@ -336,9 +396,14 @@ class PlannerNode:
         self.config = cfg = config or PlannerNodeConfig()
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._recovery: Any = None  # journal.RecoveryReport of a restart, reported by the loop
+        self._journal: Any = None  # journal.Journal (on_journal): a resent id gets its journaled outcome
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self.dispatcher = ActionDispatcher(transport, clock, self._post_result, cfg.dispatcher)
+        # a new instance id on every start (unless given): executors supervise its lease
+        pid = cfg.dispatcher.planner_id or new_instance_id("planner")
+        self.heartbeat = Heartbeat(transport, PLANNER_HEARTBEAT, pid, cfg.heartbeat_period_s)
+        self.dispatcher = ActionDispatcher(transport, clock, self._post_result,
+                                           dataclasses.replace(cfg.dispatcher, planner_id=pid), self.heartbeat)
         self.rejected: list[tuple[str, str]] = []  # (request id, reason), never admitted: the newest
         self.rejected_total = 0
         self._last_status: dict[str, tuple] = {}  # last published status key: live + recently ended
@@ -351,16 +416,20 @@ class PlannerNode:
         self._paths: dict[str, list[dict[str, float]]] = {}
         self._path_request: dict[str, str] = {}
         self._markers_dirty = False
-        self._pub_status = transport.publisher(cfg.status_topic, convert.REQUEST_STATUS, qos=QOS_HISTORY)
-        self._pub_segments = transport.publisher(cfg.segment_status_topic, convert.SEGMENT_STATUS,
-                                                 qos=QOS_RELIABLE_DEEP)
+        # the plan_task action beside the topic: it sees every status the topic gets (Tee)
+        self.plan_task = PlanTaskServer(transport, self._on_request, self._cancel_request)
+        self._pub_status = Tee(transport.publisher(cfg.status_topic, convert.REQUEST_STATUS, qos=QOS_HISTORY),
+                               self.plan_task.on_status)
+        self._pub_segments = Tee(transport.publisher(cfg.segment_status_topic, convert.SEGMENT_STATUS,
+                                                     qos=QOS_RELIABLE_DEEP), self.plan_task.on_segment)
         self._pub_planner = transport.publisher(cfg.planner_status_topic, convert.PLANNER_STATUS, qos=QOS_LATCHED)
         self._pub_diag = transport.publisher(cfg.diagnostics_topic, convert.DIAGNOSTIC_ARRAY)
         self._pub_markers = transport.publisher(cfg.markers_topic, convert.MARKER_ARRAY, qos=QOS_LATCHED)
         # after the state and publishers: a journal recovery in make_planner already reports to us
         self.planner = make_planner(self.dispatcher, [self])
         self._subs = [
-            transport.subscribe(cfg.request_topic, convert.PLAN_REQUEST, self._on_request, qos=QOS_RELIABLE_DEEP),
+            # keep all: a burst back-pressures its senders instead of being overwritten in the history
+            transport.subscribe(cfg.request_topic, convert.PLAN_REQUEST, self._on_request, qos=QOS_RELIABLE_ALL),
             transport.subscribe(cfg.cancel_topic, STRING, self._on_cancel, qos=QOS_RELIABLE_DEEP),
             transport.service(cfg.state_service, convert.GET_REQUEST_STATE, self._on_get_state),
         ]
@@ -369,6 +438,11 @@ class PlannerNode:
         self.dispatcher.pinned = set(cfg.executors)
         for robot in cfg.executors:
             self.dispatcher.client(robot)
+
+    @property
+    def planner_id(self) -> str:
+        """This planner's instance id now (sent in every goal; see ActionDispatcher._new_instance)."""
+        return self.dispatcher.config.planner_id
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "PlannerNode":
@@ -403,6 +477,8 @@ class PlannerNode:
         self._timer.close()
         for s in self._subs:
             s.close()
+        self.heartbeat.close()
+        self.plan_task.close()
         self.dispatcher.close()
 
     # -- transport callbacks (any thread): enqueue only ----------------------------------------
@@ -413,7 +489,12 @@ class PlannerNode:
     def _on_cancel(self, fields: dict) -> None:
         rid = fields.get("data", "")
         if isinstance(rid, str) and rid:
-            self.planner.cancel(rid, "cancelled by request")
+            self._cancel_request(rid)
+
+    def _cancel_request(self, rid: str) -> None:
+        planner = getattr(self, "planner", None)  # None while make_planner runs
+        if planner is not None:
+            planner.cancel(rid, "cancelled by request")
             self._wake.set()
 
     def _post_result(self, res: SegmentResult) -> None:
@@ -424,6 +505,27 @@ class PlannerNode:
     def on_recovery(self, report: Any) -> None:
         """Called by make_planner after recovering a journal (before the loop starts)."""
         self._recovery = report
+
+    def on_journal(self, journal: Any) -> None:
+        """Called by make_planner with its journal: ids it has seen are answered from it, never
+        run twice (a client resending after a crash, a topic duplicate days later)."""
+        self._journal = journal
+
+    def _journaled(self, rid: str) -> bool:
+        """A request this planner does not hold but its journal knows: publish its journaled
+        outcome (terminal) or refuse it as a duplicate; True if answered so."""
+        if self._journal is None or rid in self.planner.generations:
+            return False
+        row = self._journal.lookup(rid)
+        if row is None:
+            return False
+        state, reason, robot = row
+        if state in (GenState.FINISHED.value, GenState.FAILED.value, GenState.CANCELLED.value):
+            self._pub_status.publish(convert.rejected_status_fields(
+                rid, robot, f"{reason} (journaled outcome of this request id)", state=state))
+        else:
+            self._reject(rid, robot, f"duplicate request_id {rid!r} (journaled, {state})")
+        return True
 
     def _report_recovery(self) -> None:
         rep, self._recovery = self._recovery, None
@@ -508,6 +610,12 @@ class PlannerNode:
             req = PlanRequest.from_mapping(m, arrival=t_recv, robot_types=set(self.planner.robots))
         except (convert.MessageError, RequestError) as e:
             self._reject(str(rid), str(robot), f"malformed request: {e}")
+            return
+        if self.config.allowed_robots and req.robot_id not in self.config.allowed_robots:
+            self._reject(req.request_id, req.robot_id, f"robot_id {req.robot_id!r} is not in this planner's "
+                                                       f"allowed_robots")
+            return
+        if self._journaled(req.request_id):
             return
         res = self.planner.submit(req)
         if not res.accepted:

@@ -62,6 +62,19 @@ def _checked(name: str, check: Callable[[], Any]) -> Any:
         raise ConfigError(str(e) if str(e).startswith(name) else f"{name}: {e}") from None  # "": as is
 
 
+def executor_supervision(params: dict[str, Any]) -> Any:
+    """ExecutorSupervisionConfig from executor parameters (ConfigError naming the problem)."""
+    from .supervision import ExecutorSupervisionConfig
+
+    p = {**EXECUTOR_DEFAULTS, **params}
+    try:
+        return ExecutorSupervisionConfig(
+            lease_s=float(p["planner_lease_s"]), heartbeat_period_s=float(p["heartbeat_period_s"]),
+            allowed_planners=tuple(n.strip() for n in str(p["allowed_planners"]).split(",") if n.strip()))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
 def build_executor(params: dict[str, Any], *, namespace: str = "") -> tuple[Any, str]:
     """(SegmentExecutor, robot_id) from executor parameters."""
     from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor, SimulatedPerception
@@ -129,6 +142,13 @@ class PlannerSetup:
             raise ConfigError(f"max_batch: must be an integer >= 0 (0: latency-guided), got {p['max_batch']!r}")
         if p["engines"] and p["engine"] != "vllm":
             raise ConfigError(f"engines is for engine: vllm (real engines), not engine: {p['engine']}")
+        if float(p["executor_lease_s"]) != 0:  # 0: executors not supervised (ones without heartbeats)
+            from .supervision import check_lease
+
+            try:
+                check_lease(float(p["executor_lease_s"]), float(p["heartbeat_period_s"]), "executor_lease_s")
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         self.latency: Any = None
         self.entries: list = []
         self.vllm_cfg: dict = {}
@@ -231,19 +251,28 @@ class PlannerSetup:
             if journal is not None:
                 from timelyllm_ros.journal import recover
 
+                from .supervision import ask_goal_states
+
                 journal.prune()
-                report = recover(journal, planner)  # resubmit what dispatched nothing, fail the rest
+                # resubmit what dispatched nothing, fail the rest saying where each robot was left
+                transport = getattr(dispatcher, "transport", None)  # the node's ActionDispatcher: ask the executors
+                report = recover(journal, planner, goal_states=None if transport is None else
+                                 (lambda robot: ask_goal_states(transport, robot)))
                 for listener in listeners:  # the node reports the failed ones on its status topic
                     getattr(listener, "on_recovery", lambda _r: None)(report)
+                    getattr(listener, "on_journal", lambda _j: None)(journal)  # ids it has seen: idempotent
             planner.use_batching(int(p["max_batch"]) if int(p["max_batch"]) > 0 else None)
             return planner
 
         node_cfg = PlannerNodeConfig(
             status_period_s=float(p["status_period_s"]), frame_id=str(p["frame_id"]), max_batch=int(p["max_batch"]),
             executors=tuple(r.strip() for r in str(p["executors"]).split(",") if r.strip()),
+            heartbeat_period_s=float(p["heartbeat_period_s"]),
+            allowed_robots=tuple(r.strip() for r in str(p["allowed_robots"]).split(",") if r.strip()),
             dispatcher=DispatcherConfig(timeout_factor=float(p["goal_timeout_factor"]),
                                         timeout_margin_s=float(p["goal_timeout_margin_s"]),
-                                        server_wait_s=float(p["server_wait_s"])))
+                                        server_wait_s=float(p["server_wait_s"]),
+                                        executor_lease_s=float(p["executor_lease_s"])))
 
         def shutdown() -> None:
             if step_log is not None:
@@ -360,9 +389,11 @@ class _ExecutorLifecycle(_Lifecycle):
         self.t = t
         self.executor: Any = None
         self.robot_id = ""
+        self.supervision: Any = None
         self.node: Any = None
 
     def configure(self, params: dict[str, Any]) -> None:
+        self.supervision = executor_supervision(params)  # checked before the backend is built
         self.executor, self.robot_id = build_executor(params, namespace=self.t.node.get_namespace())
 
     def activate(self) -> None:
@@ -371,7 +402,7 @@ class _ExecutorLifecycle(_Lifecycle):
         from .executor_node import ExecutorNode
 
         if self.node is None:
-            self.node = ExecutorNode(self.t, self.executor, robot_id=self.robot_id)
+            self.node = ExecutorNode(self.t, self.executor, robot_id=self.robot_id, supervision=self.supervision)
             try:
                 self.executor.start()  # connect now (Tello: `command`); on failure, each goal retries
             except ExecError as e:
@@ -421,7 +452,11 @@ class _PlannerLifecycle(_Lifecycle):
 
         assert self.setup is not None
         if self.node is None:
+            from .supervision import new_instance_id
+
             make_planner, clock, cfg, shutdown = self.setup.start()
+            # each activation is a new planner instance, named after the node (allowed_planners)
+            cfg.dispatcher.planner_id = new_instance_id(self.t.node.get_fully_qualified_name())
             try:
                 self.node = PlannerNode(self.t, make_planner, clock=clock, config=cfg).start()
             except BaseException:

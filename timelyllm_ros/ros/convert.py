@@ -259,7 +259,8 @@ def segment_to_fields(request_id: str, s: Segment) -> dict[str, Any]:
     }
 
 
-def segment_goal_to_fields(g: SegmentGoal) -> dict[str, Any]:
+def segment_goal_to_fields(g: SegmentGoal, *, planner_id: str = "") -> dict[str, Any]:
+    """`planner_id`: the sending planner instance (executors supervise its lease)."""
     return _check_nul({
         "request_id": g.request_id,
         "robot_id": g.robot_id,
@@ -269,7 +270,13 @@ def segment_goal_to_fields(g: SegmentGoal) -> dict[str, Any]:
         "calls": [skill_call_to_fields(c) for c in g.calls],
         "est_exec_s": float(g.est_exec_s),
         "blocking": bool(g.blocking),
+        "planner_id": planner_id,
     })
+
+
+def goal_planner_id(d: Mapping[str, Any]) -> str:
+    """The ExecuteSegment goal's planner instance ("" = sent by no supervised planner)."""
+    return _str(d, "planner_id", max_len=256)
 
 
 def segment_goal_from_fields(d: Mapping[str, Any]) -> SegmentGoal:

@@ -28,7 +28,10 @@ QOS_SENSOR = "sensor"  # best effort, keep last 5
 # reliable_deep.  In-process: as reliable_deep (no replay).
 QOS_HISTORY = "history"
 STATUS_HISTORY = 1000
-QOS_NAMES = (QOS_DEFAULT, QOS_RELIABLE_DEEP, QOS_LATCHED, QOS_SENSOR, QOS_HISTORY)
+# reliable, keep all: nothing is overwritten in a history; a reader that falls behind
+# back-pressures its writers (their publish blocks) instead of losing samples -- plan requests
+QOS_RELIABLE_ALL = "reliable_all"
+QOS_NAMES = (QOS_DEFAULT, QOS_RELIABLE_DEEP, QOS_LATCHED, QOS_SENSOR, QOS_HISTORY, QOS_RELIABLE_ALL)
 
 
 class GoalStatus(enum.Enum):
@@ -94,6 +97,27 @@ class ActionClient(Protocol):
         ...
 
 
+class DeferredGoal(Protocol):
+    """An accepted goal that is answered later, from any thread, without holding a thread while
+    it waits (an action that follows work done elsewhere: the planner's PlanTask)."""
+
+    @property
+    def request(self) -> Fields: ...
+
+    @property
+    def is_cancel_requested(self) -> bool: ...
+
+    def publish_feedback(self, feedback: Fields) -> None: ...
+
+    def finish(self, status: GoalStatus, result: Fields) -> None:
+        """End the goal SUCCEEDED, ABORTED or CANCELED (CANCELED only after a cancel request)
+        with `result`; later calls are ignored."""
+        ...
+
+
+ServiceHandler = Callable[[Fields], Fields]  # request fields -> response fields
+
+
 class Handle(Protocol):
     def close(self) -> None: ...
 
@@ -123,17 +147,25 @@ class Transport(Protocol):
 
     def action_client(self, name: str, action_type: str) -> ActionClient: ...
 
-    def service(self, name: str, srv_type: str, handler: Callable[[Fields], Fields]) -> Handle:
-        """Serve `name`: `handler(request fields)` returns the response's fields."""
+    def service(self, name: str, srv_type: str, handler: ServiceHandler) -> Handle:
+        """Serve `srv_type` (e.g. "timelyllm/srv/GetGoalStates") at `name`; `handler` maps the
+        request's fields to the response's (an exception answers the default response)."""
         ...
 
     def call_service(self, name: str, srv_type: str, request: Fields, timeout_s: float = 5.0) -> Fields | None:
-        """Call a service: the response's fields, or None if no server answered in time."""
+        """Call a service: the response's fields, or None if no server answered within
+        `timeout_s` (no server, server gone, transport failure)."""
         ...
 
     def action_server(self, name: str, action_type: str, execute: ExecuteCallback, *,
                       goal_callback: GoalCallback | None = None,
                       cancel_callback: CancelCallback | None = None) -> Handle: ...
+
+    def deferred_action_server(self, name: str, action_type: str, on_goal: Callable[[DeferredGoal], None], *,
+                               cancel_callback: Callable[[DeferredGoal], bool] | None = None) -> Handle:
+        """An action server that accepts every goal and hands it to `on_goal`, which must return
+        at once; the goal stays active until its `finish`."""
+        ...
 
     def timer(self, period_s: float, callback: Callable[[], None]) -> Handle: ...
 

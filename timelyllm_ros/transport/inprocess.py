@@ -78,7 +78,7 @@ class InProcessBus:
         self.subs: dict[str, list["_Subscription"]] = {}
         self.latched: dict[str, Fields] = {}
         self.servers: dict[str, "_ActionServer"] = {}
-        self.services: dict[str, Callable[[Fields], Fields]] = {}
+        self.services: dict[str, tuple[str, Callable[[Fields], Fields]]] = {}  # name -> (type, handler)
         self.published: dict[str, int] = {}  # topic -> messages published (introspection)
         self.publishers: dict[str, int] = {}  # topic -> publishers created
 
@@ -323,6 +323,33 @@ class _ActionClient:
         self.worker.stop(wait=False)
 
 
+class _InProcessDeferred:
+    def __init__(self, goal: _ServerGoal) -> None:
+        self._goal = goal
+        self.done = threading.Event()
+        self.outcome: tuple[GoalStatus, Fields] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def request(self) -> Fields:
+        return self._goal.request
+
+    @property
+    def is_cancel_requested(self) -> bool:
+        return self._goal.is_cancel_requested
+
+    def publish_feedback(self, feedback: Fields) -> None:
+        if not self.done.is_set():
+            self._goal.publish_feedback(feedback)
+
+    def finish(self, status: GoalStatus, result: Fields) -> None:
+        with self._lock:
+            if self.outcome is not None:
+                return
+            self.outcome = (status, result)
+        self.done.set()
+
+
 class InProcessTransport:
     """One node on an `InProcessBus` (a private bus when none is given)."""
 
@@ -395,25 +422,54 @@ class InProcessTransport:
 
         return self._track(Closer(close))
 
+    def deferred_action_server(self, name: str, action_type: str, on_goal: Callable[[Any], None], *,
+                               cancel_callback: Callable[[Any], bool] | None = None) -> Closer:
+        """In-process: one waiting thread per goal (not for scale; the rclpy one holds none)."""
+
+        def execute(goal: _ServerGoal) -> Fields:
+            d = _InProcessDeferred(goal)
+            on_goal(d)
+            d.done.wait()
+            status, result = d.outcome  # type: ignore[misc]
+            if status == GoalStatus.SUCCEEDED:
+                goal.succeed()
+            elif status == GoalStatus.CANCELED and goal.is_cancel_requested:
+                goal.canceled()
+            else:
+                goal.abort()
+            return result
+
+        cancel = None if cancel_callback is None else (lambda g: cancel_callback(_InProcessDeferred(g)))
+        return self.action_server(name, action_type, execute, cancel_callback=cancel)
+
     def service(self, name: str, srv_type: str, handler: Callable[[Fields], Fields]) -> Closer:
         name = self.resolve(name)
         with self.bus.lock:
             if name in self.bus.services:
                 raise TransportError(f"service {name} already exists")
-            self.bus.services[name] = handler
+            self.bus.services[name] = (srv_type, handler)
 
         def close() -> None:
             with self.bus.lock:
-                if self.bus.services.get(name) is handler:
+                if self.bus.services.get(name, (None, None))[1] is handler:
                     del self.bus.services[name]
 
         return self._track(Closer(close))
 
     def call_service(self, name: str, srv_type: str, request: Fields, timeout_s: float = 5.0) -> Fields | None:
-        """Call a service on the bus (the handler runs on the caller's thread); None if none serves it."""
+        """Call a service on the bus (the handler runs on the caller's thread); None if none serves
+        it.  A handler that raises answers the default response, as over ROS."""
+        name = self.resolve(name)
         with self.bus.lock:
-            handler = self.bus.services.get(self.resolve(name))
-        return None if handler is None else handler(dict(request))
+            entry = self.bus.services.get(name)
+        if entry is None:
+            return None
+        try:
+            response = entry[1](self.bus.check(srv_type + "_Request", dict(request)))
+            return self.bus.check(srv_type + "_Response", response or {})
+        except Exception:
+            log.error("service %s failed:\n%s", name, traceback.format_exc())
+            return self.bus.check(srv_type + "_Response", {})
 
     def timer(self, period_s: float, callback: Callable[[], None]) -> Closer:
         if not period_s > 0:

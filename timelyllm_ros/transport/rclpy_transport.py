@@ -30,6 +30,7 @@ from .base import (
     QOS_HISTORY,
     QOS_LATCHED,
     QOS_NAMES,
+    QOS_RELIABLE_ALL,
     QOS_RELIABLE_DEEP,
     QOS_SENSOR,
     STATUS_HISTORY,
@@ -95,6 +96,8 @@ def qos_profile(name: str) -> Any:
         return QoSProfile(depth=10)
     if name == QOS_RELIABLE_DEEP:
         return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+    if name == QOS_RELIABLE_ALL:
+        return QoSProfile(history=HistoryPolicy.KEEP_ALL, reliability=ReliabilityPolicy.RELIABLE)
     if name == QOS_LATCHED:
         return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
                           durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -206,6 +209,38 @@ class _ServerGoal:
 
     def canceled(self) -> None:
         self._h.canceled()
+
+
+class _DeferredGoal:
+    def __init__(self, handle: Any, action_cls: Any, run: Callable[[Any], Any]) -> None:
+        self._h, self._cls, self._run = handle, action_cls, run
+        self._request = from_msg(handle.request)
+        self._lock = threading.Lock()
+        self.outcome: tuple[GoalStatus, Fields] | None = None
+
+    @property
+    def request(self) -> Fields:
+        return self._request
+
+    @property
+    def is_cancel_requested(self) -> bool:
+        return bool(self._h.is_cancel_requested)
+
+    def publish_feedback(self, feedback: Fields) -> None:
+        with self._lock:
+            if self.outcome is not None:
+                return
+        try:
+            self._h.publish_feedback(to_msg(self._cls.Feedback, feedback))
+        except Exception as e:  # the goal ended meanwhile
+            log.debug("feedback not published: %s", e)
+
+    def finish(self, status: GoalStatus, result: Fields) -> None:
+        with self._lock:
+            if self.outcome is not None:
+                return
+            self.outcome = (status, result)
+        self._h.execute(self._run)
 
 
 class _ClientGoal:
@@ -378,9 +413,9 @@ class RclpyTransport:
 
         def on_request(request: Any, response: Any) -> Any:
             try:
-                return to_msg(cls.Response, handler(from_msg(request)))
+                return to_msg(cls.Response, handler(from_msg(request)) or {})
             except Exception:
-                log.exception("service %s failed", name)
+                log.exception("service %s failed; answering the default response", name)
                 return response
 
         srv = self.node.create_service(cls, name, on_request, callback_group=self.group)
@@ -474,6 +509,50 @@ class RclpyTransport:
 
         server = ActionServer(self.node, cls, name, on_execute, callback_group=self.group,
                               goal_callback=on_goal, cancel_callback=on_cancel)
+        h = Closer(server.destroy)
+        self._handles.append(h)
+        return h
+
+    def deferred_action_server(self, name: str, action_type: str, on_goal: Callable[[Any], None], *,
+                               cancel_callback: Callable[[Any], bool] | None = None) -> Closer:
+        """Goals are accepted and left ACCEPTED (no thread waits on them); `finish` runs the goal's
+        execute step, which only sets the terminal state and returns the result."""
+        from rclpy.action import ActionServer, CancelResponse
+
+        cls = message_class(action_type)
+
+        def run(handle: Any) -> Any:  # after finish(): as a short task on the executor
+            d = getattr(handle, "_timelyllm_deferred", None)
+            status, result = d.outcome if d is not None and d.outcome else (GoalStatus.ABORTED, {})
+            if status == GoalStatus.SUCCEEDED:
+                handle.succeed()
+            elif status == GoalStatus.CANCELED and handle.is_cancel_requested:
+                handle.canceled()
+            else:
+                handle.abort()
+            return to_msg(cls.Result, result)
+
+        def accepted(handle: Any) -> None:
+            d = _DeferredGoal(handle, cls, run)
+            handle._timelyllm_deferred = d
+            try:
+                on_goal(d)
+            except Exception:
+                log.exception("deferred goal handler of %s failed; aborting the goal", name)
+                d.finish(GoalStatus.ABORTED, {})
+
+        def on_cancel(handle: Any) -> Any:
+            d = getattr(handle, "_timelyllm_deferred", None)
+            if cancel_callback is None or d is None:
+                return CancelResponse.ACCEPT
+            try:
+                return CancelResponse.ACCEPT if cancel_callback(d) else CancelResponse.REJECT
+            except Exception:
+                log.exception("cancel callback failed; rejecting the cancel")
+                return CancelResponse.REJECT
+
+        server = ActionServer(self.node, cls, name, run, callback_group=self.group,
+                              handle_accepted_callback=accepted, cancel_callback=on_cancel)
         h = Closer(server.destroy)
         self._handles.append(h)
         return h
