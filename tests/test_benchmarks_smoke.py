@@ -82,6 +82,8 @@ SMOKE: dict[str, Smoke] = {
     "tello_lossy.py": Smoke(
         ("--goals", "5"),
         (r"motion commands sent more than once for one call: 0; invalid commands: 0", r"RESULT: OK"), netns=True),
+    "executor_kill.py": Smoke(  # DDS: planner node + a simulated drone executor, SIGKILLed mid-goal
+        ("--runs", "1"), (r"executor SIGKILLed mid-goal", rf"^ +1 +{NUM} +{NUM}"), ROS),
     "foreign_goals.py": Smoke(  # DDS + the djitellopy executor against the Tello emulator
         ("--goals", "12"), (r"flown OK 10, refused 2", r"RESULT "), ROS, netns=True),
     "fuzz_guard.py": Smoke(  # the simulated executor path, and (below) the djitellopy one

@@ -77,6 +77,8 @@ class NotHere:
     why: str
 
 
+SROS2 = ("SROS2 enclaves need Fast DDS built with its security plugins; the PyPI Fast DDS here is built "
+         "without them (README \"Security\")")
 ROS_INSTALL = ("needs a ROS 2 Jazzy install (colcon, the ros2 CLI, /opt/ros), which PyPI wheels do not provide; "
                ".github/workflows/ros.yml builds the package with colcon in a ros:jazzy container and runs "
                "`ros2 launch timelyllm planner.launch.py` with `ros2 topic pub/echo` there")
@@ -163,6 +165,17 @@ COMMANDS: dict[str, Run | Serve | Together | Covered | NotHere] = {
     "robot_type: tello, task: 'find the cat', tuf_ert: 1.0, tuf_alpha: -2.0, tuf_beta: 1.0, "
     "reference_plan: 'mf(50);tc(90);'}\"": NotHere(ROS_INSTALL),
     "ros2 topic echo /timelyllm/request_status": NotHere(ROS_INSTALL),
+    # README "Security": SROS2 needs Fast DDS's security plugins, which the PyPI build lacks
+    "ros2 security create_keystore '~/timelyllm_keys'": NotHere(ROS_INSTALL + "; " + SROS2),
+    "ros2 security create_enclave '~/timelyllm_keys' /timelyllm/planner": NotHere(ROS_INSTALL + "; " + SROS2),
+    "ros2 security create_enclave '~/timelyllm_keys' /drone1/executor": NotHere(ROS_INSTALL + "; " + SROS2),
+    "ros2 security create_enclave '~/timelyllm_keys' /agents/drone1": NotHere(ROS_INSTALL + "; " + SROS2),
+    "ros2 security create_permission '~/timelyllm_keys' /timelyllm/planner planner_policy.xml": NotHere(
+        ROS_INSTALL + "; " + SROS2),
+    "export 'ROS_SECURITY_KEYSTORE=~/timelyllm_keys' ROS_SECURITY_ENABLE=true ROS_SECURITY_STRATEGY=Enforce": NotHere(
+        SROS2),
+    "timelyllm ros planner --ros-args -r __ns:=/timelyllm --enclave /timelyllm/planner": NotHere(SROS2),
+    "timelyllm ros executor --ros-args -r __ns:=/drone1 --enclave /drone1/executor": NotHere(SROS2),
     "ros2 lifecycle get /timelyllm/planner": NotHere(
         ROS_INSTALL + "; the same lifecycle_msgs services are driven from another process by "
         "tests_ros2/test_node_contracts.py::test_lifecycle_transitions_from_another_process_with_requests_in_flight"),
