@@ -1,7 +1,7 @@
 """Supervision lease on the executor side (nodes/supervision.py) over the in-process transport:
 what happens to the running, queued and later goals of a planner whose heartbeats stop, per the
 robot's on_planner_lost; goal records served by get_goal_states; allowed_planners; the YAML key.
-(Over DDS with nodes as processes: tests_ros2/test_supervision.py.)"""
+(Over DDS with nodes as processes: tests_ros2/test_supervision_dds.py.)"""
 
 from __future__ import annotations
 
