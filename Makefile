@@ -42,9 +42,11 @@ env: $(VENV)/.ready $(VENV)/.ros-interfaces
 # executables>, share/timelyllm/{package.xml,config,robots,launch,...}, the ament index entry and
 # AMENT_PREFIX_PATH for the venv's interpreters (scripts/install_ros_layout.py; colcon: CMakeLists.txt).
 $(VENV)/.ros-layout: $(VENV)/.ros-interfaces scripts/install_ros_layout.py package.xml $(wildcard scripts/ros/*)
-	$(VPY) scripts/install_ros_layout.py --quiet
-	$(VPY) -c "from ament_index_python.packages import get_package_share_directory as g; import os; assert os.path.isdir(g('timelyllm') + '/robots')"
-	touch $@
+	@$(PHASE) "ROS package layout (lib/ + share/timelyllm, ament index)" \
+		$(VPY) scripts/install_ros_layout.py --quiet
+	@$(PHASE) "get_package_share_directory('timelyllm') finds the data" \
+		$(VPY) -c "from ament_index_python.packages import get_package_share_directory as g; import os; assert os.path.isdir(g('timelyllm') + '/robots')"
+	@touch $@
 
 env: $(VENV)/.ros-layout
 

@@ -91,8 +91,9 @@ class _Sim:
         self.clock = VirtualClock()
         self.loop = EventLoop(self.clock)
         tok = SimTokenizer()
-        self.engine = SimulatedEngine(self.clock, LatencyProfile.from_yaml(), tok)
         self.policy = make_policy(policy_name) if isinstance(policy_name, str) else policy_name
+        self.engine = SimulatedEngine(self.clock, LatencyProfile.from_yaml(), tok,
+                                      scheduling_policy=self.policy.engine_scheduling)  # vllm-priority
         robots_sim = SimulatedRobots(self.loop.view, robots, lambda r: self.planner.post_result(r),
                                      self.loop.schedule, seed=seed, network_latency_s=0.008)
         self.planner = Planner(clock=self.clock, engine=self.engine, dispatcher=_RequestLanes(robots_sim),
@@ -206,7 +207,8 @@ def bench_point(sim: _Sim, mix: list[Generation], policy_name: str, n_ready: int
     gens = clone(mix)
     running, ready = gens[:n_running], gens[n_running:]
     policy = make_policy(policy_name)
-    engine = SimulatedEngine(VirtualClock(sim.clock.now()), sim.engine.profile, sim.engine.tokenizer)
+    engine = SimulatedEngine(VirtualClock(sim.clock.now()), sim.engine.profile, sim.engine.tokenizer,
+                             scheduling_policy=policy.engine_scheduling)  # vllm-priority: vLLM's own
     for g in running:  # the running batch really holds KV: stats and budgets are the engine's
         engine.set_script(g.gen_id, g.request.reference_plan or "")
         engine.add(g.gen_id, g.prompt_ids + g.output_ids, 64)

@@ -77,8 +77,8 @@ def test_make_env_prints_a_line_per_phase(tmp_path, fail):
     assert lines[0].startswith("make env: a venv ") and f"log: {log}" in lines[0]
     if not fail:
         assert r.returncode == 0, r.stdout + r.stderr
-        assert len(lines) == 6 and all(" ... ok (" in line for line in lines[1:]), lines
-        assert (tmp_path / "venv" / ".ready").exists() and (tmp_path / "venv" / ".ros-interfaces").exists()
+        assert len(lines) == 8 and all(" ... ok (" in line for line in lines[1:]), lines
+        assert all((tmp_path / "venv" / f).exists() for f in (".ready", ".ros-interfaces", ".ros-layout"))
         assert log.read_text().count("Collecting package-120") >= 5
     else:
         assert r.returncode != 0

@@ -417,6 +417,7 @@ def test_cpu_without_bf16_hardware_defaults_to_float32():
         return
     eng = VllmEngine.__new__(VllmEngine)  # only the argument mapping, no engine start
     eng._cpu = True
+    eng.scheduling_policy = "fcfs"
     expected = ve.cpu_dtype_default() or "auto"
     eng.config = {"model": "/m"}
     assert eng._engine_args("/m").dtype == expected

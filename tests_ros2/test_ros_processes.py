@@ -208,8 +208,10 @@ def test_executor_killed_mid_goal_fails_the_request_and_the_planner_keeps_servin
         assert ex.wait_for_log(f"executing {rid}/0", 20), ex.text()
         ex.kill()  # SIGKILL mid-goal: no result will ever come
         st = graph.final(rid, 30)
-        # its heartbeat stops: the executor lease (1 s) fails the goal, not the goal watchdog
-        assert st["state"] == "failed" and "executor drone5 lost: no heartbeat" in st["reason"], st
+        # its heartbeat stops: the executor lease (1 s) fails the goal, not the goal watchdog ("no
+        # heartbeat for ..."; on a loaded host DDS may not have delivered its first heartbeat before
+        # the kill: "never heard within its first-contact time", the same lease)
+        assert st["state"] == "failed" and "executor drone5 lost: " in st["reason"], st
     finally:
         ex.kill()
     ok = graph.request("drone1", "tc(10);")
