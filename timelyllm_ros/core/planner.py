@@ -645,6 +645,11 @@ class Planner:
         live.spec = ValueSpeculation(seg_index=seg.index, value=value, out_len=len(g.output_ids),
                                      text_len=len(g.text), tok_len=len(live.tok_ends),
                                      text_base=live.text_base, guard_plan=live.guard_plan)
+        self._resume_after(g, live, seg, value, now)
+
+    def _resume_after(self, g: Generation, live: _Live, seg: Segment, value: Value, now: float) -> None:
+        """Append blocking `seg`'s result `value` (real or predicted) to g's token record and make g
+        ready to generate on from it."""
         extra = list(self.prompts.result_ids(g.request, seg, value))
         if extra:
             g.output_ids.extend(extra)
@@ -702,13 +707,7 @@ class Planner:
         live.segmenter = live.new_segmenter()
         g.seg_tokens, g.seg_start, g.engine_finished = 0, None, False
         seg = g.segments[spec.seg_index]
-        extra = list(self.prompts.result_ids(g.request, seg, value))
-        if extra:
-            g.output_ids.extend(extra)
-            live.tok_ends.extend([len(g.text)] * len(extra))
-        g.state = GenState.SUSPENDED
-        g.ready_since = now
-        self._notify(g)
+        self._resume_after(g, live, seg, value, now)
 
     def _engine_done(self, g: Generation, live: _Live, now: float, reason: str) -> None:
         if live.spec is not None and live.spec.held is None:
@@ -802,13 +801,7 @@ class Planner:
         if live is not None and live.spec is not None and live.spec.seg_index == res.segment_index:
             self._resolve_speculation(g, live, res.value, now)
         elif g.state is GenState.WAITING and res.segment_index == len(g.segments) - 1:
-            extra = list(self.prompts.result_ids(g.request, seg, res.value))
-            if extra:
-                g.output_ids.extend(extra)
-                self._live[g.gen_id].tok_ends.extend([len(g.text)] * len(extra))
-            g.state = GenState.SUSPENDED
-            g.ready_since = now
-            self._notify(g)
+            self._resume_after(g, self._live[g.gen_id], seg, res.value, now)
         self._maybe_finished(g, now)
 
     def _request_fault(self, gen_id: str, what: str, e: Exception) -> None:
