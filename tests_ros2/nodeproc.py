@@ -83,3 +83,23 @@ class Collector:
     def snapshot(self) -> list[dict]:
         with self._lock:
             return list(self.items)
+
+
+def retry_once(fn):
+    """For the few checks bound to DDS discovery of a process started moments earlier (a new
+    executor's heartbeat matched by the planner within its lease): on this shared 2-core host,
+    late in a long session, discovery sometimes takes longer than the lease.  The test runs once
+    more and fails if it fails again (both errors shown).  Named in docs/ros.md; never used to
+    hide a wrong result: each retried test asserts the same thing both times."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except AssertionError as first:
+            try:
+                return fn(*args, **kwargs)
+            except AssertionError as second:
+                raise AssertionError(f"failed twice; first: {first}") from second
+    return wrapper

@@ -20,7 +20,7 @@ from timelyllm_ros.ros import convert as c
 from timelyllm_ros.transport.base import GoalStatus
 from timelyllm_ros.transport.rclpy_transport import RclpyTransport
 
-from nodeproc import Collector, NodeProcess, wait_for
+from nodeproc import Collector, NodeProcess, retry_once, wait_for
 
 NS = "/timelyllm"
 # short watchdog so that a dead executor is noticed within seconds: factor x estimate + margin
@@ -201,6 +201,7 @@ def test_diagnostics_planner_status_and_planned_paths_reach_a_subscriber(graph):
     assert marker["type"] == 4 and marker["header"]["frame_id"] == "map"  # LINE_STRIP
 
 
+@retry_once
 def test_executor_killed_mid_goal_fails_the_request_and_the_planner_keeps_serving(graph):
     ex = NodeProcess("executor", ["-r", "__ns:=/drone5"], graph.logs, "drone5").serving()
     try:
@@ -262,7 +263,8 @@ def test_planner_restarted_on_its_journal_reports_every_accepted_request(graph, 
         # (or that the executor never received them: the crash may come before they were sent)
         assert failed and all("drone_j: " in why and "dispatched statement(s)" in why
                               or "drone_j's executor has no record of them" in why for why in failed), failed
-        assert "lost: no heartbeat" in robot.text()
+        if any("drone_j: " in why for why in failed):  # the executor had the dead instance's goals
+            assert robot.wait_for_log("lost: no heartbeat", 5), robot.text()
     finally:
         planner.kill()
         if restarted is not None:
@@ -321,6 +323,7 @@ def test_bad_parameters_end_in_one_line_not_a_traceback(tmp_path, args, message)
     assert "Traceback" not in out and "InvalidParameterTypeException" not in out
 
 
+@retry_once
 def test_request_cli_prints_the_states_to_finished(graph, tmp_path):
     import subprocess
     import sys
@@ -340,6 +343,7 @@ def test_request_cli_prints_the_states_to_finished(graph, tmp_path):
 
 
 @pytest.mark.vllm
+@retry_once
 def test_vllm_planner_node_plans_over_dds(graph, monkeypatch):
     """`timelyllm ros planner --ros-args -p engine:=vllm`: vLLM(-cpu) with the bundled model
     writes the plan (no reference_plan), its segments run on the drone1 executor process."""
