@@ -357,3 +357,22 @@ def test_plan_task_action_in_process_feedback_result_and_idempotent_ids(world):
     ac.send_goal(bad, on_result=lambda o: (out3.append(o), done3.set()))
     assert done3.wait(10) and out3[0].status == GoalStatus.ABORTED
     assert "unknown robot_type" in out3[0].result["status"]["reason"]
+
+
+def test_live_parameter_changes_are_journaled(world, tmp_path):
+    """Issue 27: a live change is applied at the next scheduling point and written to the planner's
+    request journal (with the point and the planner's incarnation), so a restart can tell what ran
+    under which settings."""
+    from timelyllm_ros.journal import Journal
+
+    w = world()
+    j = Journal(tmp_path / "j.db")
+    try:
+        w.planner_node.on_journal(j)
+        w.planner_node.apply_parameters({"policy": make_policy("fcfs"), "max_per_agent": 3})
+        w.request("r", "drone1", "tello", "mf(50);")
+        assert w.final("r")["state"] == "finished"
+        (inc, point, changes), = j.parameter_changes()
+        assert inc == j.incarnation and point >= 0 and changes == {"policy": "fcfs", "max_per_agent": 3}
+    finally:
+        j.close()

@@ -31,6 +31,8 @@ CREATE TABLE IF NOT EXISTS segments (
   request_id TEXT NOT NULL, idx INTEGER NOT NULL, text TEXT NOT NULL, dispatched INTEGER NOT NULL DEFAULT 1,
   ok INTEGER, error TEXT NOT NULL DEFAULT '', value TEXT, PRIMARY KEY (request_id, idx));
 CREATE INDEX IF NOT EXISTS requests_state ON requests(state);
+CREATE TABLE IF NOT EXISTS parameter_changes (
+  wall REAL NOT NULL, iteration INTEGER NOT NULL, incarnation INTEGER NOT NULL, changes TEXT NOT NULL);
 """
 TERMINAL = tuple(s.value for s in GenState if s.terminal)
 
@@ -140,6 +142,20 @@ class Journal:
                              (int(bool(seg.ok)), seg.error, json.dumps(seg.result), g.gen_id, seg.index))
 
     # -- queries -------------------------------------------------------------------------------
+    def record_parameters(self, iteration: int, changes: dict[str, Any]) -> None:
+        """Live parameter changes the planner applied at scheduling point `iteration` (JSON)."""
+        with self._lock:
+            self._db.execute("INSERT INTO parameter_changes VALUES (?, ?, ?, ?)",
+                             (self._wall(), int(iteration), self.incarnation,
+                              json.dumps(changes, sort_keys=True, default=str)))
+
+    def parameter_changes(self) -> list[tuple[int, int, dict[str, Any]]]:
+        """(incarnation, scheduling point, changes) of every applied live parameter change, in order."""
+        with self._lock:
+            rows = self._db.execute("SELECT incarnation, iteration, changes FROM parameter_changes "
+                                    "ORDER BY rowid").fetchall()
+        return [(int(i), int(it), json.loads(c)) for i, it, c in rows]
+
     def known(self, request_id: str) -> bool:
         with self._lock:
             return self._db.execute("SELECT 1 FROM requests WHERE request_id=?", (request_id,)).fetchone() is not None

@@ -598,6 +598,8 @@ class PlannerNode:
             old.close()
         shown = {k: (v.name if k == "policy" else v) for k, v in changes.items()}
         log.info("parameters applied at scheduling point %d: %s", p.iteration, shown)
+        if self._journal is not None:  # journaled with the requests (journal.parameter_changes())
+            self._journal.record_parameters(p.iteration, shown)
 
     def _submit(self, fields: dict, t_recv: float) -> None:
         rid = fields.get("request_id", "") if isinstance(fields, dict) else ""
