@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--lease", type=float, default=1.0, help="the planner's executor_lease_s")
+    ap.add_argument("--lease", type=float, default=2.0, help="the planner's executor_lease_s")
     args = ap.parse_args()
     from timelyllm_ros.nodes.agent import RequestClient, plan_request_fields
     from timelyllm_ros.rosgraph.processes import free_domain_id, graph_env

@@ -103,8 +103,9 @@ PLANNER_PARAMS: tuple[Param, ...] = (
     Param("warm_up", False, "prefill each robot type's prompt prefix (vLLM: and compile) before serving"),
     Param("heartbeat_period_s", 0.2, "period of this planner instance's heartbeat, s (executors: "
           "planner_lease_s; at most half of it)", min=0.001, max=60.0),
-    Param("executor_lease_s", 1.0, "an executor silent this long fails its goals in flight, s (>= 2 x "
-          "heartbeat_period_s; 0 = executors not supervised)", min=0.0, max=3600.0),
+    Param("executor_lease_s", 2.0, "an executor silent this long fails its goals in flight, s (>= 2 x "
+          "heartbeat_period_s; 0 = executors not supervised; 2 s: a falsely lost executor fails a "
+          "request, and a dead one is still noticed within 3 s)", min=0.0, max=3600.0),
     Param("allowed_robots", "", "comma-separated robot ids a request may name ('' = any); others are "
           "rejected with the reason"),
 )

@@ -59,8 +59,8 @@ from timelyllm_ros.transport.base import (
 )
 
 from .plan_task import PlanTaskServer, Tee
-from .supervision import (DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S, PLANNER_HEARTBEAT, ExecutorLeases, Heartbeat,
-                          new_instance_id)
+from .supervision import (DEFAULT_EXECUTOR_LEASE_S, DEFAULT_HEARTBEAT_S, PLANNER_HEARTBEAT,
+                          ExecutorLeases, Heartbeat, new_instance_id)
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class DispatcherConfig:
     timeout_margin_s: float = 10.0  # ones queued ahead of it on the robot) + margin
     server_wait_s: float = 2.0  # how long a goal waits for its robot's action server to appear
     planner_id: str = ""  # this planner instance, sent in every goal (executors supervise its lease)
-    executor_lease_s: float = DEFAULT_LEASE_S  # an executor silent this long fails its goals in flight
+    executor_lease_s: float = DEFAULT_EXECUTOR_LEASE_S  # an executor silent this long fails its goals in flight
 
 
 @dataclass

@@ -44,7 +44,8 @@ STRING = "std_msgs/msg/String"
 PLANNER_HEARTBEAT = "/timelyllm/planner_heartbeat"
 EXECUTOR_HEARTBEAT = "/timelyllm/executor_heartbeat"
 GOAL_STATES_SERVICE = "get_goal_states"  # in the executor's namespace: /<robot_id>/get_goal_states
-DEFAULT_LEASE_S = 1.0
+DEFAULT_LEASE_S = 1.0  # planner_lease_s: how long an executor flies a silent planner's goal
+DEFAULT_EXECUTOR_LEASE_S = 2.0  # the planner's executor_lease_s (a false loss fails a request)
 DEFAULT_HEARTBEAT_S = 0.2
 GOALS_KEPT = 10_000  # goal records an executor remembers (newest kept)
 
