@@ -658,19 +658,18 @@ class Planner:
         return True
 
     # ------------------------------------------------------------------ value speculation
-    def _rollback_point(self, g: Generation, live: _Live, seg: Segment, abs_end: int,
-                        value: Value = None) -> ValueSpeculation:
+    def _rollback_point(self, g: Generation, live: _Live, seg: Segment, abs_end: int) -> ValueSpeculation:
         """What to roll g back to if what follows blocking `seg` (ending at text offset `abs_end`)
         was generated under a result other than the robot's: the tokens up to the statement end."""
         ends = live.tok_ends
         keep = next((i + 1 for i in range(len(ends) - 1, -1, -1) if ends[i] < abs_end), 0)
         if keep < len(ends):
             keep += 1  # the token whose text reaches the statement end
-        return ValueSpeculation(seg_index=seg.index, value=value, out_len=keep,
+        return ValueSpeculation(seg_index=seg.index, value=None, out_len=keep,
                                 text_len=ends[keep - 1] if keep else 0, tok_len=keep,
                                 text_base=abs_end, guard_plan=live.guard_plan)
 
-    def _unwritten(self, g: Generation, seg: Segment) -> Value:
+    def _unwritten(self, g: Generation, seg: Segment) -> Any:
         """The result an unsegmented model that wrote no annotation after blocking `seg` went on
         under (`PlannerConfig.unwritten_result` for a bool skill), or `_UNCHECKED`."""
         spec = self.robots[g.request.robot_type].skills.get(seg.calls[-1].name) if seg.calls else None
@@ -765,7 +764,6 @@ class Planner:
                 self._engine_done(g, live, now, spec.end_reason)
             return
         g.spec_misses += 1
-        live.pending.clear()  # WHOLE: statements cut under the wrong result were never dispatched
         if g.state is GenState.RUNNING:
             self._suspend_kv(g, "cache")
         del g.output_ids[spec.out_len:]
