@@ -211,3 +211,31 @@ def test_written_results_are_independent_of_the_robots_answers():
     p_w_robot_true = joint[(True, True)] / (joint[(True, True)] + joint[(False, True)])
     p_w_robot_false = joint[(True, False)] / (joint[(True, False)] + joint[(False, False)])
     assert abs(p_w_robot_true - 0.8) < 0.12 and abs(p_w_robot_false - 0.8) < 0.2
+
+
+def test_engine_drops_a_written_annotation_only_when_rolled_back_to_it():
+    """A resume that keeps everything (a preemption just before the `#`) leaves the annotation to
+    be written; a resume whose prompt was cut back to its start (the planner's rollback) drops it."""
+    clock, tok = VirtualClock(), SimTokenizer()
+    e = SimulatedEngine(clock, tokenizer=tok)
+    text, spans = WrittenResults(0.0).annotate(ROBOTS["tello"], "g", PLAN)
+    assert text == "s('cat');#False\ng('cat');tp;"
+    e.set_script("g", text, spans)
+    prompt = tok.encode("plan: ")
+    head = len(tok.encode("s('cat');"))
+
+    def run(ids, n):
+        e.add("g", ids, 64)
+        out = []
+        for _ in range(n):
+            out += [t for o in e.step() for t in o.token_ids]
+        e.abort("g", "cache")
+        return out
+
+    out = run(prompt, head)  # up to the statement end, then preempted
+    out += run(prompt + out, len(tok.encode("#False\n")))  # resumed with everything: it writes `#False\n`
+    assert tok.decode(out) == "s('cat');#False\n"
+    out += run(prompt + out, 2)
+    kept = out[:head]  # the planner rolls back to the statement end (appends nothing here)
+    rest = run(prompt + kept, 64)
+    assert tok.decode(kept + rest).startswith("s('cat');g('cat');tp;") and "#" not in tok.decode(rest)

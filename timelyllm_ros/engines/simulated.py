@@ -170,12 +170,13 @@ class SimulatedEngine(KVAccounting):
         if not at:
             return
         script, pos = self._scripts[gen_id], self._script_pos[gen_id]
+        was = pos
         while at and pos > 0 and not (at[-1] < len(prompt) and prompt[at[-1]] == script[pos - 1]):
             at.pop()
             pos -= 1
         self._script_pos[gen_id] = pos
         notes = self.scripts.notes.get(gen_id)
-        if notes:  # rolled back to an annotation the model wrote: the real result replaces it
+        if notes and pos < was:  # rolled back to an annotation the model wrote: the real result replaces it
             for i, (a, b) in enumerate(notes):
                 if a == pos:
                     del script[a:b]
