@@ -60,7 +60,8 @@ class Cut:
 
     @property
     def ok(self) -> bool:
-        return not self.error
+        """An executable segment: no error, and not a result note (the planner reads notes itself)."""
+        return not self.error and not self.note
 
 
 class Segmenter:
