@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from timelyllm_ros.core.robots import RobotSpec, load_robots  # noqa: E402
+from timelyllm_ros.core.segmenter import Segmenter  # noqa: E402
 from timelyllm_ros.lrtrace_tasks import (EvalItem, PlanError, check_plan, count_sentences,  # noqa: E402
                                          held_out, load_tasks, split_statements)
 from timelyllm_ros.prompts import DEFAULT_MODEL_DIR, PromptBuilder, TokenizerFile  # noqa: E402
@@ -209,6 +210,22 @@ def main() -> int:
             failures.append({"task": it.task_id, "scene": it.scene, "expected": it.plan, "got": text,
                              "valid": ok, "why": why})
 
+    # What an unsegmented baseline's model (vllm / vllm-stream: never given a result) writes after a
+    # blocking statement: a result of its own (`#...`), or the False path of the task rules (they
+    # log `no ... found`), or neither (the all-True plan); the planner holds that continuation
+    # until the robot answers (core/speculation.py).
+    blind = {"blocking": 0, "written": 0, "false_path": 0}
+    for it, text in zip(items, texts):
+        robot = robots[it.robot_type]
+        if robot.language != "minispec":
+            continue
+        seg = Segmenter(robot)
+        cuts = list(seg.feed(text)) + list(seg.finish())
+        if any(c.blocking for c in cuts):
+            blind["blocking"] += 1
+            blind["written"] += any(c.note for c in cuts)
+            blind["false_path"] += "l('no " in text
+
     seg_s = 0.0
     if not args.no_segmented:
         t1 = time.monotonic()
@@ -245,6 +262,8 @@ def main() -> int:
         print(f"{name}: valid {pct(t['valid'], t['n'])} exact {pct(t['exact'], t['n'])} "
               f"seg-true {pct(t['seg_true_exact'], t['seg_true_n'])} seg-false {pct(t['seg_false_exact'], t['seg_false_n'])}"
               f" (n={t['n']})")
+    print(f"blind continuations (whole plans, no result given): {blind['blocking']} with a blocking call; "
+          f"{blind['written']} write a result (#...); {blind['false_path']} take a False path (l('no ...'))")
     cs = cache_stats() if cache_stats else None
     if cs:
         print(f"prefix cache: {cs['cached_tokens']} of {cs['prompt_tokens']} prompt tokens served from cache")
@@ -254,7 +273,7 @@ def main() -> int:
         Path(args.json).write_text(json.dumps({
             "engine": engine_name, "model": str(model_dir), "per_task": {k: dict(v) for k, v in per.items()},
             "lrtrace": dict(lr_tot), "all": dict(tot), "prefix_cache": cs, "failures": failures,
-            "whole_s": whole_s, "segmented_s": seg_s}, indent=1))
+            "whole_s": whole_s, "segmented_s": seg_s, "blind_continuations": blind}, indent=1))
     return 0
 
 

@@ -59,7 +59,8 @@ SMOKE: dict[str, Smoke] = {
         then=("--steps", "{tmp}/steps.json", "--out", "{tmp}/refit.yaml")),
     "model_validity.py": Smoke(
         ("--engine", "vllm", "--n-generated", "0", "--json", "{tmp}/validity.json"),
-        (rf"LRTrace T1-T11: valid +{NUM}%", rf"all incl\. chat: valid +{NUM}%"), VLLM, files=("validity.json",)),
+        (rf"LRTrace T1-T11: valid +{NUM}%", rf"all incl\. chat: valid +{NUM}%",
+         rf"blind continuations .*: {NUM} with a blocking call; {NUM} write a result"), VLLM, files=("validity.json",)),
     "sim_fidelity.py": Smoke(
         ("--duration", "5", "--runs", "1", "--out", "{tmp}/fidelity.json"),
         (rf"all requests: {NUM} %; largest per-task-type error: {NUM} %", r"where the time goes"), VLLM,

@@ -371,3 +371,27 @@ def test_rollback_to_any_offset_then_refeed_gives_same_cuts(robot, text, mode):
         assert seg.text == text[:k] and seg.length == k
         again = seg.feed(text[k:]) + seg.finish()
         assert key([c for c in first if c.end <= k] + again) == ref, k
+
+
+def test_a_result_the_model_writes_is_a_note_cut_whatever_the_token_boundaries():
+    """`#<value>` at a statement start (what the prompt feeds back after a blocking statement, written
+    by the model itself) runs to its newline: one cut with note=True and no calls; a `#` inside a
+    string or a statement is not one (the statement is invalid as before)."""
+    text = "s('red ball');#True\ng('red ball');#False\n;l('a #1');tp;#0.42"
+    want = [("s('red ball');", False, ""), ("True", True, ""), ("g('red ball');", False, ""),
+            ("False", True, ""), ("l('a #1');", False, ""), ("tp;", False, ""), ("0.42", True, "")]
+    for step in (len(text), 1, 2, 3):
+        seg = Segmenter(TELLO)
+        cuts = []
+        for i in range(0, len(text), step):
+            cuts += seg.feed(text[i:i + step])
+        cuts += seg.finish()
+        assert [(c.text, c.note, c.error) for c in cuts] == want
+        assert all(not c.calls and not c.blocking for c in cuts if c.note)
+        assert text[cuts[1].start:cuts[1].end] == "#True\n"
+    (bad,) = Segmenter(TELLO).feed("mf(50#x);")
+    assert not bad.note and "unexpected character '#'" in bad.error
+    seg = Segmenter(TELLO)
+    seg.feed("s('cat');#Tr")
+    seg.rollback(9)  # the planner drops a half-written note with the tokens after the statement
+    assert seg.pending == "" and [c.text for c in seg.feed("g('cat');")] == ["g('cat');"]

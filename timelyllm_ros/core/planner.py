@@ -31,7 +31,7 @@ from .policies import DispatchMode, Policy, PolicyContext
 from .ports import Dispatcher
 from .robots import RobotSpec
 from .segmenter import Segmenter
-from .speculation import ValuePredictor, ValueSpeculation, same_value
+from .speculation import ValuePredictor, ValueSpeculation, same_value, written_value
 from .types import (GenState, Generation, PlanRequest, RequestError, ResultCode, Segment, SegmentGoal,
                     SegmentResult, Value)
 
@@ -41,6 +41,7 @@ _READY_IDS = frozenset({id(GenState.QUEUED), id(GenState.SUSPENDED)})
 
 
 _CACHE_ONLY = frozenset({"cache"})
+_UNCHECKED = object()  # `Planner._unwritten`: no result a continuation can be checked against
 
 
 def as_fleet(engine: Engine) -> EngineFleet | None:
@@ -96,6 +97,10 @@ class PlannerConfig:
     max_prompt_tokens: int = 16_384
     max_engine_restarts: int = 10  # supervisor restarts before the planner gives up on the engine
     keep_terminal: int = 100_000  # terminal generations kept for status/metrics (oldest dropped)
+    # STREAM / WHOLE modes: the result a model that writes no `#<value>` annotation after a blocking
+    # statement returning bool has assumed for the rest of its plan (the bundled model writes the
+    # all-True plan: docs/model.md); None: such continuations are not checked (core/speculation.py)
+    unwritten_result: bool | None = True
 
 
 @dataclass
@@ -124,6 +129,9 @@ class _Live:
     order: int = 0  # position in Planner._live (submission order)
     cut_end: int = 0  # offset in Generation.text just past the last complete statement
     spec: ValueSpeculation | None = None  # a blocking result being speculated on (core/speculation.py)
+    # STREAM / WHOLE: the last blocking statement, whose continuation's assumed result (written by
+    # the model, or not) is not known yet: where to roll back to (core/speculation.py)
+    blind: ValueSpeculation | None = None
 
 
 class Planner:
@@ -564,6 +572,18 @@ class Planner:
         if cut.error:
             self._fail(g, f"invalid statement from the LLM: {cut.error} in {cut.text!r}")
             return False
+        if cut.note:  # `#<value>`: the model wrote a blocking statement's result itself
+            if live.blind is None:
+                self._fail(g, f"invalid statement from the LLM: result annotation {'#' + cut.text!r} "
+                              "not right after a blocking statement whose result it has not been given")
+                return False
+            live.cut_end = live.text_base + cut.end
+            self._assume(g, live, written_value(cut.text), now)
+            return True
+        if live.blind is not None:  # a statement after a blocking one, with no annotation between
+            self._assume(g, live, self._unwritten(g, g.segments[live.blind.seg_index]), now)
+            if g.state is not GenState.RUNNING:
+                return True  # rolled back: the robot had already answered otherwise
         verdict = check_segment(robot, cut.text, cut.calls, live.guard_plan)
         if not verdict.ok:
             self._fail(g, f"dispatch guard rejected {cut.text!r}: {verdict.reason}")
@@ -599,8 +619,12 @@ class Planner:
         g.seg_start = None if suspend or (final and mode is DispatchMode.SUSPEND) else now
         if mode is DispatchMode.WHOLE:
             live.pending.append(seg)
+            if seg.blocking:
+                live.blind = self._rollback_point(g, live, seg, abs_end)
             return True
         self._dispatch(g, seg, now)
+        if seg.blocking and mode is DispatchMode.STREAM:
+            live.blind = self._rollback_point(g, live, seg, abs_end)
         if suspend:
             # the batch g leaves behind (LAMPS weighs g's held memory against C_other)
             if self._stepped is not None:
@@ -634,9 +658,50 @@ class Planner:
         return True
 
     # ------------------------------------------------------------------ value speculation
+    def _rollback_point(self, g: Generation, live: _Live, seg: Segment, abs_end: int) -> ValueSpeculation:
+        """What to roll g back to if what follows blocking `seg` (ending at text offset `abs_end`)
+        was generated under a result other than the robot's: the tokens up to the statement end."""
+        ends = live.tok_ends
+        keep = next((i + 1 for i in range(len(ends) - 1, -1, -1) if ends[i] < abs_end), 0)
+        if keep < len(ends):
+            keep += 1  # the token whose text reaches the statement end
+        return ValueSpeculation(seg_index=seg.index, value=None, out_len=keep,
+                                text_len=ends[keep - 1] if keep else 0, tok_len=keep,
+                                text_base=abs_end, guard_plan=live.guard_plan)
+
+    def _unwritten(self, g: Generation, seg: Segment) -> Any:
+        """The result an unsegmented model that wrote no annotation after blocking `seg` went on
+        under (`PlannerConfig.unwritten_result` for a bool skill), or `_UNCHECKED`."""
+        spec = self.robots[g.request.robot_type].skills.get(seg.calls[-1].name) if seg.calls else None
+        value = self.config.unwritten_result
+        return value if value is not None and spec is not None and spec.returns == "bool" else _UNCHECKED
+
+    def _assume(self, g: Generation, live: _Live, value: Any, now: float) -> None:
+        """STREAM / WHOLE: g goes on after the blocking statement `live.blind` under `value` (written
+        by the model or assumed without a word): that is a speculation like the planner's own
+        (`_speculate`), held and checked against the robot's result the same way.  `_UNCHECKED`:
+        not checked (a non-bool result the model did not write: executed as generated)."""
+        spec, live.blind = live.blind, None
+        assert spec is not None
+        if value is _UNCHECKED:
+            return
+        spec.value = value
+        if live.pending:  # WHOLE: what leads up to the blocking statement goes now; its result decides the rest
+            for s in live.pending:
+                self._dispatch(g, s, now)
+            live.pending.clear()
+        seg = g.segments[spec.seg_index]
+        live.spec = spec
+        if seg.ok is not None:  # the robot has already answered
+            self._resolve_speculation(g, live, seg.result, now)
+
     def _speculate(self, g: Generation, live: _Live, seg: Segment, now: float) -> None:
         """At blocking `seg`: append the predicted result and let g generate its next statement
-        (held, not dispatched, until the real result decides: `_resolve_speculation`)."""
+        (held, not dispatched, until the real result decides: `_resolve_speculation`).  STREAM /
+        WHOLE modes: the model goes on by itself, under a result it writes or assumes (`_assume`)."""
+        if self.policy.mode is not DispatchMode.SUSPEND:
+            live.blind = self._rollback_point(g, live, seg, live.text_base)
+            return
         if not self.policy.speculates(g, seg, self.context()):
             return
         value = self.values.predict(g.request.robot_type, seg)
@@ -689,7 +754,8 @@ class Planner:
             if held is not None:
                 g.segments.append(held)
                 self._dispatch(g, held, now)
-                g.state = GenState.WAITING if held.blocking else GenState.SUSPENDED
+                waits = held.blocking and self.policy.mode is DispatchMode.SUSPEND
+                g.state = GenState.WAITING if waits else GenState.SUSPENDED
                 g.ready_since = now
                 self._notify(g)
                 if held.blocking:
@@ -710,6 +776,10 @@ class Planner:
         self._resume_after(g, live, seg, value, now)
 
     def _engine_done(self, g: Generation, live: _Live, now: float, reason: str) -> None:
+        if live.blind is not None:  # the plan ended right after a blocking statement: under a result too
+            self._assume(g, live, self._unwritten(g, g.segments[live.blind.seg_index]), now)
+            if g.state is not GenState.RUNNING:
+                return  # rolled back
         if live.spec is not None and live.spec.held is None:
             # the plan ended under a predicted result: that is speculative too
             if g.state is GenState.RUNNING:

@@ -9,7 +9,10 @@ MiniSpec (TypeFly stream semantics): a top-level statement is complete at its `;
 closing a top-level block (loop, conditional, else); with `eager_close=True` also at the `)`
 closing a top-level call / assignment / return (TypeFly executes those at `)`).  A trailing
 statement without `;` (e.g. a final `tp`) completes on `finish()`.  An empty statement (a lone
-`;` after a block) is skipped.
+`;` after a block) is skipped.  A line starting with `#` where a statement would start is a
+result annotation the model wrote itself (`#True`, the format `prompts.result_text` feeds back
+after a blocking statement): one cut with `note=True` and no calls, ending at its newline; what
+it means is the planner's business (core/speculation.py), the segmenter only finds it.
 
 Chat robots (language `sentence`): a segment is a sentence (`.`, `!`, `?` plus closing quotes or
 brackets, followed by whitespace; decimals, "e.g.", "Dr." and initials do not end a sentence) or,
@@ -53,10 +56,12 @@ class Cut:
     blocking: bool  # some called skill is blocking: the plan needs its value to go on
     error: str = ""  # '' when the segment is valid for the robot
     stmt: Stmt | None = None  # parsed MiniSpec statement (None for chat segments and errors)
+    note: bool = False  # a `#...` result annotation written by the model (text without '#'), no calls
 
     @property
     def ok(self) -> bool:
-        return not self.error
+        """An executable segment: no error, and not a result note (the planner reads notes itself)."""
+        return not self.error and not self.note
 
 
 class Segmenter:
@@ -143,7 +148,9 @@ class Segmenter:
         buf, first = self._pending, self._first
         body = buf[first:].rstrip(_WS_STR if self.mode == "statement" else None)
         if self.mode == "statement":
-            if self._taint:
+            if self._kind == "#" and not self._taint:
+                cut = self._note(first, len(buf))
+            elif self._taint:
                 cut = self._error(first, len(buf), _TAIL)
             elif self._quote:
                 cut = self._error(first, len(buf), "unterminated string at end of generation")
@@ -230,6 +237,11 @@ class Segmenter:
         return Cut(self._base + first, self._base + end, text, (), False,
                    f"{message} (offset {self._base + end - 1})")
 
+    def _note(self, first: int, end: int) -> Cut:
+        """A `#...` result annotation from `first` (its '#') to `end` (past its newline)."""
+        text = self._pending[first + 1:end].strip(_WS_STR)
+        return Cut(self._base + first, self._base + end, text, (), False, "", None, True)
+
     def _statement(self, first: int, end: int) -> Cut:
         text = self._pending[first:end].rstrip(_WS_STR)
         start = self._base + first
@@ -287,6 +299,14 @@ class Segmenter:
                 elif not quote and (c == "'" or c == '"'):
                     quote = c
                 continue
+            if kind == "#" and not taint:  # a result annotation runs to the end of its line
+                if c == "\n":
+                    self._pending = buf
+                    cuts.append(self._note(first, j))
+                    self._advance(j)
+                    buf, n, j = self._pending, len(self._pending), 0
+                    first, kind = -1, ""
+                continue
             if quote:
                 if first < 0:  # only the tail of a cut statement starts inside a string
                     first, kind = j - 1, quote
@@ -301,6 +321,8 @@ class Segmenter:
                 continue
             if first < 0:
                 first, kind = j - 1, c
+                if c == "#" and not taint:
+                    continue
             if c == "'" or c == '"':
                 quote = c
                 continue

@@ -21,6 +21,18 @@ online majority of the values that skill returned on that robot type so far (``V
 only for boolean and string results (a number is not worth guessing), only once it has seen
 ``min_seen`` results and the majority holds at least ``min_share`` of them.
 
+**One rule for every policy.**  An unsegmented policy (STREAM / WHOLE dispatch: vllm, vllm-stream,
+vllm-priority, andes, trail, ...) never gives the model the robot's result: what it generates after
+a blocking statement was generated under a result of the model's own — written (`#True\n`, the
+annotation format it is shown results in; the segmenter cuts it as a note, ``written_value``
+reads it) or, when it writes none, assumed (the bundled model then writes the all-True plan:
+``PlannerConfig.unwritten_result``, for bool skills; other unwritten results are not checked).
+That is a speculation like the planner's own, and the planner treats it the same way: the
+statement after the blocking one is held, the real result decides, a mismatch is rolled back to
+the blocking statement, the real result appended and generation resumed (a WHOLE plan is
+dispatched up to the blocking statement first, since its result decides the rest).  Hits and
+misses of both kinds are counted in ``Generation.spec_hits`` / ``spec_misses``.
+
 Pure: no I/O; the planner owns one predictor and one ``ValueSpeculation`` per live generation.
 """
 
@@ -38,15 +50,33 @@ class ValueSpeculation:
     """One speculated result: what to roll back to, and the statement generated under it."""
 
     seg_index: int  # the blocking segment whose result was predicted
-    value: Value  # the predicted result
+    value: Value  # the predicted (or model-written) result
     out_len: int  # len(Generation.output_ids) at the blocking statement (before the prediction)
     text_len: int  # len(Generation.text) there
     tok_len: int  # len(_Live.tok_ends) there
     text_base: int  # the segmenter's start offset there
     guard_plan: PlanState | None  # the dispatch guard's plan state there
+    # `value` is the planner's prediction (SUSPEND) or the result the model wrote / assumed (STREAM,
+    # WHOLE); None while a STREAM / WHOLE continuation's result is not known yet (`_Live.blind`)
     held: Segment | None = None  # the next statement, generated under the prediction, not dispatched
     ended: bool = False  # the engine ended the generation under the prediction with no further statement
     end_reason: str = ""
+
+
+def written_value(text: str) -> Value:
+    """The value of a result annotation the model wrote itself (`#True` -> True, `#0.42` -> 0.42,
+    `#None` -> None, anything else the string): the inverse of ``prompts.result_text``."""
+    t = text.strip()
+    if t in ("True", "False"):
+        return t == "True"
+    if t == "None":
+        return None
+    for conv in (int, float):
+        try:
+            return conv(t)
+        except ValueError:
+            pass
+    return t
 
 
 def same_value(a: Value, b: Value) -> bool:

@@ -39,6 +39,10 @@ class Scripts:
     ids: dict[str, list[int]] = field(default_factory=dict)
     pos: dict[str, int] = field(default_factory=dict)
     at: dict[str, list[int]] = field(default_factory=dict)  # sequence index of each script token output
+    # token spans [a, b) of the script that are result annotations the model writes itself after a
+    # blocking statement (`#True\n`: streaming modes, sim/prompts.py `WrittenResults`); a rewind to
+    # a span's start drops it: the planner has put the robot's real result there instead
+    notes: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------------------------
@@ -116,15 +120,32 @@ class SimulatedEngine(KVAccounting):
         self.step_log: list[StepRecord] | None = None  # a list records every iteration
 
     # --- scripting ----------------------------------------------------------------------------
-    def set_script(self, gen_id: str, text: str) -> None:
-        """What the simulated LLM will generate for gen_id (then EOS)."""
+    def set_script(self, gen_id: str, text: str, notes: Sequence[tuple[int, int]] = ()) -> None:
+        """What the simulated LLM will generate for gen_id (then EOS).  `notes`: character spans
+        of `text` that are result annotations the model writes itself (`Scripts.notes`); each
+        piece is tokenised on its own, so a span is whole tokens."""
         if not isinstance(text, str):
             raise TypeError(f"script for {gen_id!r} must be a str, got {type(text).__name__}")
-        ids = self.tokenizer.encode(text)
+        ids: list[int] = []
+        spans: list[tuple[int, int]] = []
+        done = 0
+        for a, b in notes:
+            if not done <= a < b <= len(text):
+                raise ValueError(f"script note span {(a, b)} of {gen_id!r} is out of order or range")
+            ids += self.tokenizer.encode(text[done:a]) if a > done else []
+            n = len(ids)
+            ids += self.tokenizer.encode(text[a:b])
+            spans.append((n, len(ids)))
+            done = b
+        ids += self.tokenizer.encode(text[done:]) if done < len(text) else []
         if self._script_pos.get(gen_id, 0) > 0 and ids != self._scripts.get(gen_id):
             raise ValueError(f"generation {gen_id!r} already produced tokens of another script")
         self._scripts[gen_id] = ids
         self._script_pos.setdefault(gen_id, 0)
+        if spans:
+            self.scripts.notes[gen_id] = spans
+        else:
+            self.scripts.notes.pop(gen_id, None)
 
     def script_position(self, gen_id: str) -> int:
         """Script tokens already output for gen_id (resumption continues here)."""
@@ -149,10 +170,18 @@ class SimulatedEngine(KVAccounting):
         if not at:
             return
         script, pos = self._scripts[gen_id], self._script_pos[gen_id]
+        was = pos
         while at and pos > 0 and not (at[-1] < len(prompt) and prompt[at[-1]] == script[pos - 1]):
             at.pop()
             pos -= 1
         self._script_pos[gen_id] = pos
+        notes = self.scripts.notes.get(gen_id)
+        if notes and pos < was:  # rolled back to an annotation the model wrote: the real result replaces it
+            for i, (a, b) in enumerate(notes):
+                if a == pos:
+                    del script[a:b]
+                    notes[i:] = [(x - (b - a), y - (b - a)) for x, y in notes[i + 1:]]
+                    break
 
     # --- Engine protocol ----------------------------------------------------------------------
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int, priority: int = 0) -> None:

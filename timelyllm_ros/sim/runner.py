@@ -41,7 +41,7 @@ from ..core.clock import Clock, VirtualClock
 from ..core.exec_time import ExecTimeEstimator
 from ..core.metrics import summarize, terminal_count, timeline_records
 from ..core.planner import Planner, PlannerConfig, PromptSource
-from ..core.policies import make_policy
+from ..core.policies import DispatchMode, make_policy
 from ..core.robots import RobotSpec, load_robots
 from ..core.types import Generation, GenState, SegmentGoal
 from ..engines.base import Tokenizer
@@ -49,7 +49,7 @@ from ..engines.sim_pool import SimulatedPool
 from ..engines.simulated import DEFAULT_PROFILE, LatencyProfile, SimulatedEngine
 from ..lrtrace import Arrival, Workload, default_catalog, expand, load_workload
 from ..lrtrace_tasks import TaskDef
-from .prompts import SimPromptSource
+from .prompts import SimPromptSource, WrittenResults
 from .robots import FaultConfig, SimulatedRobots
 from .tokenizer import SimTokenizer
 
@@ -188,7 +188,8 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
                    setup: Callable[[Planner, list[Arrival]], list[Arrival]] | None = None,
                    tokenizer: Tokenizer | None = None,
                    prompts: Callable[[SimulatedEngine], PromptSource] | None = None,
-                   engines: int = 1, pooled: bool | None = None, engine_kind: str = "preserve") -> SimResult:
+                   engines: int = 1, pooled: bool | None = None, engine_kind: str = "preserve",
+                   written_true_p: float | None = None) -> SimResult:
     """Replay a workload against the planner with ``policy_name``; every request ends terminal.
 
     ``seed`` (default: the workload's) drives both the arrival expansion and the robots' sampled
@@ -206,6 +207,9 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
     (`engines/kv_cache.EngineKind`): ``preserve`` (InferCept/LAMPS-style: every mode; the default
     here) or ``stock`` (vLLM as users run it: cache / discard only, `Engine.kv_modes` as
     `VllmEngine` reports it).
+    ``written_true_p``: how the model of an unsegmented policy (STREAM / WHOLE) goes on after a
+    blocking statement it was not given the result of (sim/prompts.py `WrittenResults`): None, the
+    bundled model (no annotation, the all-True plan); p, it writes `#True` with probability p.
     """
     wall0 = _time.perf_counter()
     wl = workload if isinstance(workload, Workload) else load_workload(workload)
@@ -226,7 +230,9 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
     sched = policy.engine_scheduling  # vllm-priority: the engine's own priority scheduling
     engine: Any = (SimulatedPool.build(clock, engines, profile, tokenizer, kind=engine_kind, scheduling_policy=sched)
                    if pooled else SimulatedEngine(clock, profile, tokenizer, kind=engine_kind, scheduling_policy=sched))
-    source = prompts(engine) if prompts is not None else SimPromptSource(engine, tokenizer, robots=robots)
+    written = WrittenResults(written_true_p, run_seed) if policy.mode is not DispatchMode.SUSPEND else None
+    source = (prompts(engine) if prompts is not None
+              else SimPromptSource(engine, tokenizer, robots=robots, written=written))
     planner: Planner | None = None
 
     def post_result(r):
