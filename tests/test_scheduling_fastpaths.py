@@ -529,3 +529,35 @@ def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps
     assert _run(fast, a, steps, blocked, kv_modes=modes) == _run(ref, b, steps, blocked, kv_modes=modes)
     assert fast._full == ref._full
     assert [g.extra.get("pause_kv") for g in a] == [g.extra.get("pause_kv") for g in b]
+
+
+_FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                    st.floats(-1e3, 1e3), st.sampled_from([0.0, -0.0, 1e-12, 1e-9, 5e-324, math.inf, math.nan]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6) | _FLOATS, max_size=300))
+def test_pairwise_sum_is_numpy_sum(xs):
+    """The Python replica of numpy's pairwise summation gives np.sum's bits (sizes across its
+    8-value and 128-value blocks)."""
+    import numpy as np
+
+    from timelyllm_ros.core.policies.base import pairwise_sum
+    assert repr(pairwise_sum(xs)) == repr(float(np.sum(np.asarray(xs, dtype=float))))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(st.tuples(_FLOATS | st.floats(-10.0, 0.0), _FLOATS | st.floats(0.0, 3.0),
+                                   _FLOATS | st.floats(-5.0, 5.0)), max_size=70), min_size=1, max_size=3),
+       st.sampled_from([0.5, 2.0, 3.0]))
+def test_default_atc_lists_equal_numpy_atc(groups, k):
+    """The default policy's small-list ATC (Python, numpy's exp) = the numpy function, bit for
+    bit, per group, with late (slack <= 0), not yet late and non-finite terms mixed."""
+    import numpy as np
+
+    from timelyllm_ros.core.policies.default import atc_priorities, atc_priority_lists
+    cols = [tuple(map(list, zip(*g))) if g else ([], [], []) for g in groups]
+    got = atc_priority_lists(cols, k)
+    with np.errstate(all="ignore"):
+        want = [atc_priorities(*c, k).tolist() if c[0] else [] for c in cols]
+    assert [[repr(x) for x in r] for r in got] == [[repr(x) for x in r] for r in want]
