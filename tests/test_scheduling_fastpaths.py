@@ -561,3 +561,48 @@ def test_default_atc_lists_equal_numpy_atc(groups, k):
     with np.errstate(all="ignore"):
         want = [atc_priorities(*c, k).tolist() if c[0] else [] for c in cols]
     assert [[repr(x) for x in r] for r in got] == [[repr(x) for x in r] for r in want]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 1.0, 2.0, 2.5, -1.0, 5e-324]) | st.floats(-3, 3),
+                          st.sampled_from([0.0, 1.0, 2.0]), st.sampled_from([0.0, 1.0])), max_size=200),
+       st.integers(0, 60), st.booleans())
+def test_ascending_head_is_the_ascending_perm_prefix(items, k, own_arrival):
+    """The partial order (the k first by a partition, ties at the k-th value included) is the
+    full order's prefix."""
+    import numpy as np
+
+    from timelyllm_ros.core.policies.base import ascending_head, ascending_perm
+    gens = [_gen(i, priority=-key, ready_since=rs, arrival=a) for i, (key, rs, a) in enumerate(items)]
+    keys = np.array([key for key, _, _ in items], dtype=float)
+    arrival = np.array([g.request.arrival for g in gens], dtype=float) if own_arrival else None
+    assert ascending_head(gens, keys, k, arrival=arrival) == ascending_perm(gens, keys, arrival=arrival)[:k]
+
+
+@settings(max_examples=100, deadline=None)
+@given(specs=st.lists(_GEN, min_size=30, max_size=90), steps=st.lists(_STEP, min_size=1, max_size=3),
+       blocked=st.booleans(), slope=st.sampled_from([0.001, 0.01, 0.05]), running_n=st.integers(0, 6),
+       drain=st.sampled_from([5.0, 0.001]), memory_full=st.booleans())
+def test_default_fast_select_matches_reference_at_many_ready(specs, steps, blocked, slope, running_n, drain,
+                                                             memory_full):
+    """Many ready generations and a step-time cap that binds: the numpy path orders only the
+    head the cap can admit (`_head_needed`) and must still decide exactly as the plain path —
+    orders, preemptions, priorities, the cap's and the KV budget's verdicts."""
+    from timelyllm_ros.core.policies.default import Default
+
+    class Reference(Default):
+        def select(self, ready, running, ctx, now):
+            return self._select_reference(ready, running, ctx, now)
+
+    kw = dict(drain_after_s=drain, memory_full=memory_full)
+    fast, ref = Default(**kw), Reference(**kw)
+    fast.fast_min = 0
+    for p in (fast, ref):
+        for n in (1, 5, 12, 40, 3):
+            p.on_step(0.02 + slope * n, n)
+    gens = _scenario(specs)
+    for i, g in enumerate(gens):  # a few running, the rest ready
+        g.state = GenState.RUNNING if i < running_n else (GenState.SUSPENDED if g.segments else GenState.QUEUED)
+    a, b = _copy(gens), _copy(gens)
+    assert _run(fast, a, steps, blocked) == _run(ref, b, steps, blocked)
+    assert (fast._full, fast._capped, fast._mem_held) == (ref._full, ref._capped, ref._mem_held)

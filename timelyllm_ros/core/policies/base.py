@@ -266,6 +266,24 @@ def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: 
     return idx
 
 
+def ascending_head(gens: Sequence[Generation], keys: "np.ndarray", k: int,
+                   arrival: "np.ndarray | None" = None) -> list[int]:
+    """``ascending_perm(gens, keys, arrival=arrival)[:k]`` without ordering the rest: the k-th
+    smallest key by a partition, then only the generations with keys at or below it (ties at the
+    k-th value included) in the full order's rule — the same total order on a subset, so the same
+    head.  Non-finite keys or arrivals, or a head of more than a quarter: the full order."""
+    n = len(gens)
+    if k <= 0:
+        return []
+    if 4 * k >= n or not np.isfinite(keys).all() or (arrival is not None and not np.isfinite(arrival).all()):
+        return ascending_perm(gens, keys, arrival=arrival)[:k]
+    v = np.partition(keys, k - 1)[k - 1]
+    cand = np.flatnonzero(keys <= v)
+    sub = ascending_perm([gens[i] for i in cand.tolist()], keys[cand],
+                         arrival=None if arrival is None else arrival[cand])
+    return cand[sub[:k]].tolist()
+
+
 class Policy:
     """Base: priority-ordered, non-preemptive, suspend mode, vLLM's cache-style KV on suspend."""
 

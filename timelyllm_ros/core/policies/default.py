@@ -98,7 +98,8 @@ import numpy as np
 
 from ..types import Generation, Segment
 from . import register
-from .base import (DispatchMode, Policy, PolicyContext, Selection, _order_key, ascending_perm, batch_was_full,
+from .base import (DispatchMode, Policy, PolicyContext, Selection, _order_key, ascending_head, ascending_perm,
+                   batch_was_full,
                    pairwise_sum, priority_order, set_priorities)
 from .slots import SlotTable
 from .step_time import StepTimeModel
@@ -461,12 +462,20 @@ class Default(Policy):
         ci = np.flatnonzero(crit)
         gen = a["gen"][sl]
         critical = gen[ci].tolist()
-        idx = ci[ascending_perm(critical, -pri[ci], arrival=arrival[ci])]
         protect = bool(run_first or fc.any())  # a critical first segment runs or waits
-        if not protect:
+        head = self._head_needed(ctx, running, bool(first.any()), now, full and bool(critical))
+        if head is None or head >= len(critical):
+            idx = ci[ascending_perm(critical, -pri[ci], arrival=arrival[ci])]
+        else:  # only the head can be admitted: order only that
+            idx = ci[ascending_head(critical, -pri[ci], head, arrival=arrival[ci])]
+        if not protect and (head is None or head > len(idx)):
             di = np.flatnonzero(~crit)
             deferrable = gen[di].tolist()
-            idx = np.concatenate((idx, di[ascending_perm(deferrable, -pri[di], arrival=arrival[di])]))
+            if head is None:
+                more = ascending_perm(deferrable, -pri[di], arrival=arrival[di])
+            else:
+                more = ascending_head(deferrable, -pri[di], head - len(idx), arrival=arrival[di])
+            idx = np.concatenate((idx, di[more]))
         out_len = a["_out"][sl][idx].astype(np.int64)  # len(output_ids), as the table read it
         types = a["rtype"][sl][idx]
         order = gen[idx].tolist()
@@ -602,6 +611,29 @@ class Default(Policy):
                 order = order[:room]
                 self._capped = True
         return Selection(order=order, preempt=preempt)
+
+    def _head_needed(self, ctx: PolicyContext, running: Sequence[Generation], ready_first: bool, now: float,
+                     may_preempt: bool) -> int | None:
+        """How much of the admission order's head `_finish` can use (None: all of it): the
+        step-time cap's room for any number of preemptions it may make (one per running
+        generation, and only when the batch is full and a ready generation is critical), plus
+        one (whether the cap cut), and at least the running batch (the preemption walk pairs the
+        head with victims).  The KV budget cuts a prefix, so it keeps within that head; with
+        ``memory_full`` its verdict reads the whole order (None), as while the cap is lifted."""
+        if self.memory_full:
+            return None
+        first_seen = now if ready_first or any(not g.segments for g in running) else self._first_seen
+        if now - first_seen >= self.drain_after_s:  # `_finish` lifts the cap: rule 6
+            return None
+        n_run = len(running)
+        need = n_run
+        for pre in range(n_run + 1 if (self.preempt and may_preempt) else 1):
+            cap = self.step_cap(ctx, n_run - pre)
+            if cap is None:
+                return None
+            room = max(0, cap - n_run + pre)
+            need = max(need, room + 1)
+        return need
 
     def step_cap(self, ctx: PolicyContext, running: int, slow_start: int = 8, min_steps: int = 4) -> int | None:
         """The step-time cap: the largest batch whose step takes at most `step_ratio` times a one-generation
