@@ -606,3 +606,29 @@ def test_default_fast_select_matches_reference_at_many_ready(specs, steps, block
     a, b = _copy(gens), _copy(gens)
     assert _run(fast, a, steps, blocked) == _run(ref, b, steps, blocked)
     assert (fast._full, fast._capped, fast._mem_held) == (ref._full, ref._capped, ref._mem_held)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(_RUNS, st.floats(0, 10), st.floats(0.5, 12)), min_size=1, max_size=8),
+       st.lists(st.floats(0, 40) | st.sampled_from([0.0, 5.0, 1e-10]), min_size=1, max_size=5))
+def test_compiled_at_times_equals_qoe_batch_at(reqs, times):
+    """Andes' compiled Q(t) without a stream (q_wait, the refiner's stalls) = QoEBatch.at at
+    every time, bit for bit, with delivered runs before and after it (late runs included: the
+    arithmetic must match even where Andes takes the scalar formula instead)."""
+    import numpy as np
+
+    from timelyllm_ros.core import qoe_kernel
+    from timelyllm_ros.core.qoe import QoEBatch, Run, fold_runs
+    if not qoe_kernel.warm():
+        pytest.skip("numba not installed")
+    rows = [(sorted((Run(t, c) for t, c in runs), key=lambda r: r.start), start, rate) for runs, start, rate in reqs]
+    folded = [fold_runs(rs, 1.0 / rate, start) + (sum(r.count for r in rs),) for rs, start, rate in rows]
+    f = np.array(folded, dtype=float).reshape(-1, 4).T
+    start, u = np.array([r[1] for r in rows]), 1.0 / np.array([r[2] for r in rows])
+    got = qoe_kernel.at_times(f[0], f[1], f[2], f[3], start, u, times)
+    for j, t in enumerate(times):
+        want = QoEBatch(f[0], f[1], f[2], f[3], start, u).at(t)
+        assert [repr(float(x)) for x in got[:, j]] == [repr(float(x)) for x in want]
+    k_ = np.arange(len(rows))[:, None]  # the refiner's broadcast form: rows x times at once
+    both = QoEBatch(f[0][k_], f[1][k_], f[2][k_], f[3][k_], start[k_], u[k_]).at(np.array(times, dtype=float))
+    assert [repr(float(x)) for x in got.ravel()] == [repr(float(x)) for x in both.ravel()]

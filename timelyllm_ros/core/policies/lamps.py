@@ -419,7 +419,8 @@ class LAMPS(WasteHandling, Policy):
         run_ids = {o.request.request_id for o in running}
         slow = np.flatnonzero(~a["ok"][sl]).tolist()
         if run_ids:  # a ready generation with a running one's id (hashes first, then the ids)
-            maybe = np.flatnonzero(np.isin(a["id_hash"][sl], [hash(r) for r in run_ids])).tolist()
+            hashes = {hash(r) for r in run_ids}  # (a set lookup per ready one: np.isin costs ~20 µs at 8)
+            maybe = [i for i, h in enumerate(a["id_hash"][sl].tolist()) if h in hashes]
             slow += [i for i in maybe if ready[i].gen_id in run_ids]
         for i in slow:  # C_other of a running one, or inputs waste() refuses: the plain formula
             area[i] = self.area(ready[i], ctx, running, None if ready[i].gen_id in run_ids else int(c_other))
