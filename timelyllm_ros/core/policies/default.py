@@ -391,7 +391,7 @@ class Default(Policy):
         if not protect:
             order += _small_order(deferrable)
         sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now, ready_first=some_first)
-        if not protect:
+        if not protect or not self.pace:  # (rule 5 off: `_paced` returns sel as it is)
             return sel
         budget = math.inf  # rule 5's tightest per-token budget of the waiting critical first segments
         if self._pacing(ctx):
