@@ -529,3 +529,106 @@ def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps
     assert _run(fast, a, steps, blocked, kv_modes=modes) == _run(ref, b, steps, blocked, kv_modes=modes)
     assert fast._full == ref._full
     assert [g.extra.get("pause_kv") for g in a] == [g.extra.get("pause_kv") for g in b]
+
+
+_FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                    st.floats(-1e3, 1e3), st.sampled_from([0.0, -0.0, 1e-12, 1e-9, 5e-324, math.inf, math.nan]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6) | _FLOATS, max_size=300))
+def test_pairwise_sum_is_numpy_sum(xs):
+    """The Python replica of numpy's pairwise summation gives np.sum's bits (sizes across its
+    8-value and 128-value blocks)."""
+    import numpy as np
+
+    from timelyllm_ros.core.policies.base import pairwise_sum
+    assert repr(pairwise_sum(xs)) == repr(float(np.sum(np.asarray(xs, dtype=float))))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(st.tuples(_FLOATS | st.floats(-10.0, 0.0), _FLOATS | st.floats(0.0, 3.0),
+                                   _FLOATS | st.floats(-5.0, 5.0)), max_size=70), min_size=1, max_size=3),
+       st.sampled_from([0.5, 2.0, 3.0]))
+def test_default_atc_lists_equal_numpy_atc(groups, k):
+    """The default policy's small-list ATC (Python, numpy's exp) = the numpy function, bit for
+    bit, per group, with late (slack <= 0), not yet late and non-finite terms mixed."""
+    import numpy as np
+
+    from timelyllm_ros.core.policies.default import atc_priorities, atc_priority_lists
+    cols = [tuple(map(list, zip(*g))) if g else ([], [], []) for g in groups]
+    got = atc_priority_lists(cols, k)
+    with np.errstate(all="ignore"):
+        want = [atc_priorities(*c, k).tolist() if c[0] else [] for c in cols]
+    assert [[repr(x) for x in r] for r in got] == [[repr(x) for x in r] for r in want]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 1.0, 2.0, 2.5, -1.0, 5e-324]) | st.floats(-3, 3),
+                          st.sampled_from([0.0, 1.0, 2.0]), st.sampled_from([0.0, 1.0])), max_size=200),
+       st.integers(0, 60), st.booleans())
+def test_ascending_head_is_the_ascending_perm_prefix(items, k, own_arrival):
+    """The partial order (the k first by a partition, ties at the k-th value included) is the
+    full order's prefix."""
+    import numpy as np
+
+    from timelyllm_ros.core.policies.base import ascending_head, ascending_perm
+    gens = [_gen(i, priority=-key, ready_since=rs, arrival=a) for i, (key, rs, a) in enumerate(items)]
+    keys = np.array([key for key, _, _ in items], dtype=float)
+    arrival = np.array([g.request.arrival for g in gens], dtype=float) if own_arrival else None
+    assert ascending_head(gens, keys, k, arrival=arrival) == ascending_perm(gens, keys, arrival=arrival)[:k]
+
+
+@settings(max_examples=100, deadline=None)
+@given(specs=st.lists(_GEN, min_size=30, max_size=90), steps=st.lists(_STEP, min_size=1, max_size=3),
+       blocked=st.booleans(), slope=st.sampled_from([0.001, 0.01, 0.05]), running_n=st.integers(0, 6),
+       drain=st.sampled_from([5.0, 0.001]), memory_full=st.booleans())
+def test_default_fast_select_matches_reference_at_many_ready(specs, steps, blocked, slope, running_n, drain,
+                                                             memory_full):
+    """Many ready generations and a step-time cap that binds: the numpy path orders only the
+    head the cap can admit (`_head_needed`) and must still decide exactly as the plain path —
+    orders, preemptions, priorities, the cap's and the KV budget's verdicts."""
+    from timelyllm_ros.core.policies.default import Default
+
+    class Reference(Default):
+        def select(self, ready, running, ctx, now):
+            return self._select_reference(ready, running, ctx, now)
+
+    kw = dict(drain_after_s=drain, memory_full=memory_full)
+    fast, ref = Default(**kw), Reference(**kw)
+    fast.fast_min = 0
+    for p in (fast, ref):
+        for n in (1, 5, 12, 40, 3):
+            p.on_step(0.02 + slope * n, n)
+    gens = _scenario(specs)
+    for i, g in enumerate(gens):  # a few running, the rest ready
+        g.state = GenState.RUNNING if i < running_n else (GenState.SUSPENDED if g.segments else GenState.QUEUED)
+    a, b = _copy(gens), _copy(gens)
+    assert _run(fast, a, steps, blocked) == _run(ref, b, steps, blocked)
+    assert (fast._full, fast._capped, fast._mem_held) == (ref._full, ref._capped, ref._mem_held)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(_RUNS, st.floats(0, 10), st.floats(0.5, 12)), min_size=1, max_size=8),
+       st.lists(st.floats(0, 40) | st.sampled_from([0.0, 5.0, 1e-10]), min_size=1, max_size=5))
+def test_compiled_at_times_equals_qoe_batch_at(reqs, times):
+    """Andes' compiled Q(t) without a stream (q_wait, the refiner's stalls) = QoEBatch.at at
+    every time, bit for bit, with delivered runs before and after it (late runs included: the
+    arithmetic must match even where Andes takes the scalar formula instead)."""
+    import numpy as np
+
+    from timelyllm_ros.core import qoe_kernel
+    from timelyllm_ros.core.qoe import QoEBatch, Run, fold_runs
+    if not qoe_kernel.warm():
+        pytest.skip("numba not installed")
+    rows = [(sorted((Run(t, c) for t, c in runs), key=lambda r: r.start), start, rate) for runs, start, rate in reqs]
+    folded = [fold_runs(rs, 1.0 / rate, start) + (sum(r.count for r in rs),) for rs, start, rate in rows]
+    f = np.array(folded, dtype=float).reshape(-1, 4).T
+    start, u = np.array([r[1] for r in rows]), 1.0 / np.array([r[2] for r in rows])
+    got = qoe_kernel.at_times(f[0], f[1], f[2], f[3], start, u, times)
+    for j, t in enumerate(times):
+        want = QoEBatch(f[0], f[1], f[2], f[3], start, u).at(t)
+        assert [repr(float(x)) for x in got[:, j]] == [repr(float(x)) for x in want]
+    k_ = np.arange(len(rows))[:, None]  # the refiner's broadcast form: rows x times at once
+    both = QoEBatch(f[0][k_], f[1][k_], f[2][k_], f[3][k_], start[k_], u[k_]).at(np.array(times, dtype=float))
+    assert [repr(float(x)) for x in got.ravel()] == [repr(float(x)) for x in both.ravel()]

@@ -164,6 +164,9 @@ class Generation:
         last = segs[-1]
         if last.exec_end is not None:
             return last.exec_end
+        if len(segs) == 1:  # (the loop below for one segment)
+            start = last.exec_start if last.exec_start is not None else (last.dispatched_at or last.gen_end)
+            return start + last.est_exec_s
         i = len(segs) - 2
         while i > 0 and segs[i].exec_end is None:
             i -= 1

@@ -397,7 +397,8 @@ class Andes(Policy):
                                          complete=False).qoe
             return it_
 
-        q_wait = qb.at(T_wait)
+        q_wait = qoe_kernel.at_times(qb.sa, qb.pn, qb.la, qb.dl, qb.start, qb.u, (T_wait,))  # one compiled loop
+        q_wait = qb.at(T_wait) if q_wait is None else q_wait[:, 0]
         odd_wait = np.flatnonzero(last_start > T_wait + _EPS).tolist()  # a delivered run not started yet
         for i in odd_wait:
             q_wait[i] = item(i).q_wait
@@ -490,9 +491,12 @@ class Andes(Policy):
         kept = [i for i in range(n_run) if i in chosen]
         over = self.prefill_s_per_token * mem[admit] if admit else np.zeros(0)
         if kept and admit:  # loss(): the QoE a kept request loses if the whole batch stalls `overhead` s
-            k_ = np.array(kept)[:, None]
-            one = QoEBatch(qb.sa[k_], qb.pn[k_], qb.la[k_], qb.dl[k_], qb.start[k_], qb.u[k_])
-            q = one.at(np.concatenate(([now], now + over)))  # Q_cur, then Q at the end of each stall
+            times = np.concatenate(([now], now + over))  # Q_cur, then Q at the end of each stall
+            k1 = np.array(kept)
+            q = qoe_kernel.at_times(qb.sa[k1], qb.pn[k1], qb.la[k1], qb.dl[k1], qb.start[k1], qb.u[k1], times)
+            if q is None:
+                k_ = k1[:, None]
+                q = QoEBatch(qb.sa[k_], qb.pn[k_], qb.la[k_], qb.dl[k_], qb.start[k_], qb.u[k_]).at(times)
             d = q[:, :1] - q[:, 1:]  # kept x admitted
             loss = np.where(over > 0, np.where(d > 0.0, d, 0.0), 0.0)
             for row, i in enumerate(kept):  # a delivered run not started yet: the scalar formula

@@ -71,6 +71,44 @@ def arrival_order(gens: Sequence[Generation]) -> list[Generation]:
     return order
 
 
+def pairwise_sum(xs: Sequence[float]) -> float:
+    """``float(np.sum(np.asarray(xs, dtype=float)))`` in Python, the same bits: numpy's pairwise
+    summation (8 accumulators per block of up to 128, blocks halved above that; under 8 values
+    one running sum).  Python's own sum() is not it (3.12 compensates its rounding).  For
+    policies that skip numpy's per-call overhead at a handful of values
+    (tests/test_scheduling_fastpaths.py checks it against np.sum)."""
+    return _pairwise(xs, 0, len(xs))
+
+
+def _pairwise(a: Sequence[float], lo: int, n: int) -> float:
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    if n <= 128:
+        r0, r1, r2, r3, r4, r5, r6, r7 = a[lo:lo + 8]
+        end = lo + n - n % 8
+        i = lo + 8
+        while i < end:
+            r0 += a[i]
+            r1 += a[i + 1]
+            r2 += a[i + 2]
+            r3 += a[i + 3]
+            r4 += a[i + 4]
+            r5 += a[i + 5]
+            r6 += a[i + 6]
+            r7 += a[i + 7]
+            i += 8
+        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        for j in range(end, lo + n):
+            res += a[j]
+        return res
+    n2 = n // 2
+    n2 -= n2 % 8
+    return _pairwise(a, lo, n2) + _pairwise(a, lo + n2, n - n2)
+
+
 def set_priorities(gens: Sequence[Generation], values: Sequence[float]) -> None:
     """g.priority = value for each pair (a C-level loop)."""
     deque(map(setattr, gens, repeat("priority"), values), maxlen=0)
@@ -226,6 +264,24 @@ def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: 
     if tie.size:
         _sort_runs_by_gen_id(idx, tie.tolist(), gens)
     return idx
+
+
+def ascending_head(gens: Sequence[Generation], keys: "np.ndarray", k: int,
+                   arrival: "np.ndarray | None" = None) -> list[int]:
+    """``ascending_perm(gens, keys, arrival=arrival)[:k]`` without ordering the rest: the k-th
+    smallest key by a partition, then only the generations with keys at or below it (ties at the
+    k-th value included) in the full order's rule — the same total order on a subset, so the same
+    head.  Non-finite keys or arrivals, or a head of more than a quarter: the full order."""
+    n = len(gens)
+    if k <= 0:
+        return []
+    if 4 * k >= n or not np.isfinite(keys).all() or (arrival is not None and not np.isfinite(arrival).all()):
+        return ascending_perm(gens, keys, arrival=arrival)[:k]
+    v = np.partition(keys, k - 1)[k - 1]
+    cand = np.flatnonzero(keys <= v)
+    sub = ascending_perm([gens[i] for i in cand.tolist()], keys[cand],
+                         arrival=None if arrival is None else arrival[cand])
+    return cand[sub[:k]].tolist()
 
 
 class Policy:

@@ -98,8 +98,9 @@ import numpy as np
 
 from ..types import Generation, Segment
 from . import register
-from .base import (DispatchMode, Policy, PolicyContext, Selection, ascending_perm, batch_was_full,
-                   priority_order, set_priorities)
+from .base import (DispatchMode, Policy, PolicyContext, Selection, _order_key, ascending_head, ascending_perm,
+                   batch_was_full,
+                   pairwise_sum, priority_order, set_priorities)
 from .slots import SlotTable
 from .step_time import StepTimeModel
 
@@ -123,6 +124,71 @@ def atc_priorities(alphas: Sequence[float] | np.ndarray, ps: Sequence[float] | n
     scale = scale if scale > 1e-9 else 1e-9
     w = np.where(a < 0.0, -a, 1e-12) / np.maximum(p, 1e-9) * np.exp(-np.maximum(s, 0.0) / scale)
     return np.where(w > 0.0, w, 5e-324)  # (exp underflow: still critical, last)
+
+
+_ATC_PY_MAX = 64  # below this many values `atc_priority_list` skips numpy but for exp
+
+
+def atc_priority_lists(groups: Sequence[tuple[Sequence[float], Sequence[float], Sequence[float]]],
+                       k: float) -> list[list[float]]:
+    """``atc_priorities(alphas, ps, slacks, k).tolist()`` for each (alphas, ps, slacks) of
+    `groups` (an empty group: []), the same bits: groups under `_ATC_PY_MAX` values in Python
+    (numpy's per-call overhead is most of the work at a handful), the mean by numpy's pairwise
+    summation (`pairwise_sum`) and exp still numpy's (its SIMD exp is not libm's: they differ in
+    the last bit on ~5 % of arguments) — one call for all groups, only where the argument is not 0
+    (exp(0) = 1 exactly).  tests/test_scheduling_fastpaths.py checks it against `atc_priorities`."""
+    out: list[list[float]] = []
+    todo = None  # small groups with a generation not yet late: (out index, exp arguments)
+    for alphas, ps, slacks in groups:
+        n = len(ps)
+        if not n or n >= _ATC_PY_MAX:
+            out.append(atc_priorities(alphas, ps, slacks, k).tolist() if n else [])
+            continue
+        res: list[float] = []
+        out.append(res)
+        for s in slacks:
+            if not s <= 0.0:  # (NaN too) exp of -np.maximum(s, 0.0) / scale != 0
+                break
+        else:  # all late: exp(0) = 1
+            put = res.append
+            for a, p in zip(alphas, ps):
+                w = (-a if a < 0.0 else 1e-12) / (p if not p < 1e-9 else 1e-9)
+                put(w if w > 0.0 else 5e-324)
+            continue
+        if n < 8:  # (pairwise_sum's first case)
+            tot = 0.0
+            for p in ps:
+                tot += p
+        else:
+            tot = pairwise_sum(ps)
+        scale = tot / n * k
+        scale = scale if scale > 1e-9 else 1e-9
+        if todo is None:
+            todo = []
+        todo.append((len(out) - 1, [-(s if not s <= 0.0 else 0.0) / scale for s in slacks]))
+    if todo is None:
+        return out
+    nz = [x for _, args in todo for x in args if x != 0.0]
+    e = iter(np.exp(nz).tolist())
+    for gi, args in todo:
+        alphas, ps, _ = groups[gi]
+        put = out[gi].append
+        for a, p, x in zip(alphas, ps, args):
+            w = (-a if a < 0.0 else 1e-12) / (p if not p < 1e-9 else 1e-9) * (next(e) if x != 0.0 else 1.0)
+            put(w if w > 0.0 else 5e-324)
+    return out
+
+
+def atc_priority_list(alphas: Sequence[float], ps: Sequence[float], slacks: Sequence[float],
+                      k: float) -> list[float]:
+    """``atc_priorities(alphas, ps, slacks, k).tolist()`` by `atc_priority_lists`."""
+    return atc_priority_lists(((alphas, ps, slacks),), k)[0]
+
+
+def _small_order(gens: list[Generation]) -> list[Generation]:
+    """`priority_order(gens)`: under 32 generations the plain tuple sort it is defined by (its
+    float-first shortcut pays only at hundreds)."""
+    return sorted(gens, key=_order_key) if len(gens) < 32 else priority_order(gens)
 
 
 class Default(Policy):
@@ -179,6 +245,12 @@ class Default(Policy):
         self.preempt_ratio = float(preempt_ratio)
         self.len_weight = float(len_weight)
         self._seg_len: dict[tuple[str, bool], float] = {}  # (robot type, first segment?) -> mean tokens
+        self._seg_ver = 0  # bumped by every `observe` (`_point_terms` rebuilds its table then)
+        self._pred: dict[tuple[str, bool], float] = {}
+        self._pred_key: tuple | None = None
+        self._pred_robots: dict | None = None
+        self._pred_by: tuple[dict[str, float], dict[str, float]] = ({}, {})
+        self._mem_seg: tuple[dict | None, dict[str, int]] = (None, {})  # robots -> their worst segment + 1
         self._full = False  # the batch-size controller refused a ready generation at the last point
         # (not the step-time cap: suspending there trades a re-prefill per statement for a slot
         # the policy itself withholds — the edge board with chat_mixed lost 7 s of engine time to it)
@@ -207,6 +279,7 @@ class Default(Policy):
         old = self._seg_len.get(key)
         w = self.len_weight
         self._seg_len[key] = float(seg.token_count) if old is None else (1 - w) * old + w * seg.token_count
+        self._seg_ver += 1
 
     def lead(self, ctx: PolicyContext) -> float:
         """Slack at or below which a generation is critical."""
@@ -228,53 +301,77 @@ class Default(Policy):
 
     # --- the decision -----------------------------------------------------------------------------
     def _point_terms(self, ctx: PolicyContext) -> tuple[float, float, dict[tuple[str, bool], float]]:
-        """(time per token, lead, predicted tokens by (robot type, first?)) for one point."""
-        pred = dict(self._seg_len)
-        for name, robot in ctx.robots.items():
-            for first in (True, False):
-                pred.setdefault((name, first), 0.5 * robot.max_segment_tokens)
-        return ctx.token_s, self.lead(ctx), pred
+        """(time per token, lead, predicted tokens by (robot type, first?)) for one point (the
+        table is rebuilt only after `observe` learned a length or for other robots)."""
+        robots = ctx.robots
+        key = (id(robots), len(robots), self._seg_ver)
+        if self._pred_key != key or self._pred_robots is not robots:
+            pred = dict(self._seg_len)
+            for name, robot in robots.items():
+                for first in (True, False):
+                    pred.setdefault((name, first), 0.5 * robot.max_segment_tokens)
+            self._pred, self._pred_key, self._pred_robots = pred, key, robots
+            self._pred_by = ({t: v for (t, f), v in pred.items() if not f},  # continuations, first segments
+                             {t: v for (t, f), v in pred.items() if f})
+        return ctx.token_s, self.lead(ctx), self._pred
 
     def _classify(self, gens: Sequence[Generation], ctx: PolicyContext, now: float, running: bool,
                   terms: tuple[float, float, dict]) -> tuple[list[Generation], list[Generation], bool]:
         """Split `gens` into (critical, deferrable, a critical one is a first segment) and set
-        every priority: critical first segments their ATC priority, critical continuations their
-        Eq. 4 density (both > 0), deferrable ones −1 − slack.  The
-        arithmetic of `slack` and `deadline`, inlined (one scheduling point must stay under 1 ms
-        at 1,000 ready generations)."""
+        every priority: critical ones their ATC priority (> 0), deferrable ones −1 − slack."""
+        part = self._split(gens, now, running, terms)
+        if part[0]:
+            set_priorities(part[0], atc_priority_list(part[3], part[4], part[5], self.atc_k))
+        return part[0], part[1], part[2]
+
+    def _split(self, gens: Sequence[Generation], now: float, running: bool, terms: tuple[float, float, dict]
+               ) -> tuple[list[Generation], list[Generation], bool, list[float], list[float], list[float], bool]:
+        """`_classify` but for the critical ones' priorities: (critical, deferrable, a critical
+        one is a first segment, their TUF slopes, estimated times and slacks for ATC, some
+        generation is a first segment); deferrable ones get −1 − slack.  The arithmetic of
+        `slack` and `deadline`, inlined (a scheduling point reads every ready generation)."""
         token_s, lead, pred = terms
         enter = 0.0 if running else token_s
         critical: list[Generation] = []
         deferrable: list[Generation] = []
-        conts: list[Generation] = []  # critical continuations (Eq. 4)
-        firsts: list[Generation] = []  # critical first segments and their (|alpha|, p, slack) for ATC
+        crit = critical.append
+        defer = deferrable.append
         alphas: list[float] = []
         ps: list[float] = []
         slacks: list[float] = []
+        first_critical = some_first = False
+        if pred is self._pred:  # by robot type: continuations, first segments
+            get_cont, get_first = self._pred_by[0].get, self._pred_by[1].get
+        else:
+            get_cont = lambda t, d: pred.get((t, False), d)  # noqa: E731
+            get_first = lambda t, d: pred.get((t, True), d)  # noqa: E731
         for g in gens:
             req = g.request
             segs = g.segments
             if segs:
-                due = g.prev_exec_end_estimate()
+                due = segs[-1].exec_end  # (prev_exec_end_estimate's first answer, inlined)
                 if due is None:
-                    due = now
+                    due = g.prev_exec_end_estimate()
+                    if due is None:
+                        due = now
+                left = get_cont(req.robot_type, 8.0) - g.seg_tokens
             else:
+                some_first = True
                 due = req.arrival + req.tuf.ert
-            left = pred.get((req.robot_type, not segs), 8.0) - g.seg_tokens
-            s = due - now - (left if left > 1.0 else 1.0) * token_s - enter
+                left = get_first(req.robot_type, 8.0) - g.seg_tokens
+            p = (left if left > 1.0 else 1.0) * token_s
+            s = due - now - p - enter
             if s <= lead:
-                critical.append(g)
+                crit(g)
                 if not segs:
-                    firsts.append(g)
+                    first_critical = True
                 alphas.append(req.tuf.alpha)
-                ps.append((left if left > 1.0 else 1.0) * token_s + enter)
+                ps.append(p + enter)
                 slacks.append(s)
             else:
                 g.priority = -1.0 - s
-                deferrable.append(g)
-        if critical:
-            set_priorities(critical, atc_priorities(alphas, ps, slacks, self.atc_k).tolist())
-        return critical, deferrable, bool(firsts)
+                defer(g)
+        return critical, deferrable, first_critical, alphas, ps, slacks, some_first
 
     def _select_reference(self, ready: Sequence[Generation], running: Sequence[Generation],
                           ctx: PolicyContext, now: float) -> Selection:
@@ -283,15 +380,18 @@ class Default(Policy):
         self._full = batch_was_full(ready) or self._mem_held  # a cap or KV memory binds (suspend_at)
         full = self._full or self._capped
         terms = self._point_terms(ctx)
-        critical, deferrable, protect = self._classify(ready, ctx, now, False, terms)
-        run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
+        critical, deferrable, protect, *atc_r, some_first = self._split(ready, now, False, terms)
+        run_crit, run_def, run_first, *atc_w, _ = self._split(running, now, True, terms)
+        if critical or run_crit:  # ATC priorities, each list on its own (one exp call for both)
+            pr, pw = atc_priority_lists((atc_r, atc_w), self.atc_k)
+            set_priorities(critical, pr)
+            set_priorities(run_crit, pw)
         protect = protect or run_first  # a critical first segment is running or waiting
-        order = priority_order(critical)  # ATC / Eq. 4 (> 0), best first
+        order = _small_order(critical)  # ATC (> 0), best first
         if not protect:
-            order += priority_order(deferrable)
-        sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now,
-                           ready_first=any(not g.segments for g in ready))
-        if not protect:
+            order += _small_order(deferrable)
+        sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now, ready_first=some_first)
+        if not protect or not self.pace:  # (rule 5 off: `_paced` returns sel as it is)
             return sel
         budget = math.inf  # rule 5's tightest per-token budget of the waiting critical first segments
         if self._pacing(ctx):
@@ -362,12 +462,20 @@ class Default(Policy):
         ci = np.flatnonzero(crit)
         gen = a["gen"][sl]
         critical = gen[ci].tolist()
-        idx = ci[ascending_perm(critical, -pri[ci], arrival=arrival[ci])]
         protect = bool(run_first or fc.any())  # a critical first segment runs or waits
-        if not protect:
+        head = self._head_needed(ctx, running, bool(first.any()), now, full and bool(critical))
+        if head is None or head >= len(critical):
+            idx = ci[ascending_perm(critical, -pri[ci], arrival=arrival[ci])]
+        else:  # only the head can be admitted: order only that
+            idx = ci[ascending_head(critical, -pri[ci], head, arrival=arrival[ci])]
+        if not protect and (head is None or head > len(idx)):
             di = np.flatnonzero(~crit)
             deferrable = gen[di].tolist()
-            idx = np.concatenate((idx, di[ascending_perm(deferrable, -pri[di], arrival=arrival[di])]))
+            if head is None:
+                more = ascending_perm(deferrable, -pri[di], arrival=arrival[di])
+            else:
+                more = ascending_head(deferrable, -pri[di], head - len(idx), arrival=arrival[di])
+            idx = np.concatenate((idx, di[more]))
         out_len = a["_out"][sl][idx].astype(np.int64)  # len(output_ids), as the table read it
         types = a["rtype"][sl][idx]
         order = gen[idx].tolist()
@@ -504,6 +612,29 @@ class Default(Policy):
                 self._capped = True
         return Selection(order=order, preempt=preempt)
 
+    def _head_needed(self, ctx: PolicyContext, running: Sequence[Generation], ready_first: bool, now: float,
+                     may_preempt: bool) -> int | None:
+        """How much of the admission order's head `_finish` can use (None: all of it): the
+        step-time cap's room for any number of preemptions it may make (one per running
+        generation, and only when the batch is full and a ready generation is critical), plus
+        one (whether the cap cut), and at least the running batch (the preemption walk pairs the
+        head with victims).  The KV budget cuts a prefix, so it keeps within that head; with
+        ``memory_full`` its verdict reads the whole order (None), as while the cap is lifted."""
+        if self.memory_full:
+            return None
+        first_seen = now if ready_first or any(not g.segments for g in running) else self._first_seen
+        if now - first_seen >= self.drain_after_s:  # `_finish` lifts the cap: rule 6
+            return None
+        n_run = len(running)
+        need = n_run
+        for pre in range(n_run + 1 if (self.preempt and may_preempt) else 1):
+            cap = self.step_cap(ctx, n_run - pre)
+            if cap is None:
+                return None
+            room = max(0, cap - n_run + pre)
+            need = max(need, room + 1)
+        return need
+
     def step_cap(self, ctx: PolicyContext, running: int, slow_start: int = 8, min_steps: int = 4) -> int | None:
         """The step-time cap: the largest batch whose step takes at most `step_ratio` times a one-generation
         step, by the step-time model (a + b·n); None when `step_ratio` is infinite or the step
@@ -530,18 +661,32 @@ class Default(Policy):
         if not st.kv_total_blocks or not order:
             return order
         bs = max(1, st.block_size)
-        seg = {name: r.max_segment_tokens + 1 for name, r in ctx.robots.items()}
-        if known is None:
-            types = list(map(_ROBOT_TYPE, order))
-            own = (np.array(list(map(len, map(_OUTPUT_IDS, order))), dtype=np.int64)
-                   + np.array(list(map(seg.get, types, repeat(17))), dtype=np.int64))
-            firsts = [(t, types.index(t)) for t in set(types)]
-        else:
-            out_len, rows = known
-            names = list(self._rtypes)  # row -> robot type
-            own = out_len + np.array(list(map(seg.get, names, repeat(17))), dtype=np.int64)[rows]
-            uniq, at = np.unique(rows, return_index=True)
-            firsts = [(names[r], i) for r, i in zip(uniq.tolist(), at.tolist())]
+        robots = ctx.robots
+        if self._mem_seg[0] is not robots or len(self._mem_seg[1]) != len(robots):
+            self._mem_seg = (robots, {name: r.max_segment_tokens + 1 for name, r in robots.items()})
+        seg = self._mem_seg[1]
+        if known is None:  # integer arithmetic in Python (a handful: numpy's overhead dominates)
+            busy = set(map(_ROBOT_TYPE, running))
+            free = st.kv_free_blocks
+            used = n = 0
+            for g in order:
+                t = g.request.robot_type
+                own = len(g.output_ids) + seg.get(t, 17)
+                if t not in busy:  # the first of its type brings the prompt
+                    own += len(g.prompt_ids)
+                    busy.add(t)
+                used += -(-own // bs)
+                if used > free:
+                    break
+                n += 1
+            if n == 0 and not running:
+                n = 1  # as below
+            return order[:n]
+        out_len, rows = known
+        names = list(self._rtypes)  # row -> robot type
+        own = out_len + np.array(list(map(seg.get, names, repeat(17))), dtype=np.int64)[rows]
+        uniq, at = np.unique(rows, return_index=True)
+        firsts = [(names[r], i) for r, i in zip(uniq.tolist(), at.tolist())]
         busy = set(map(_ROBOT_TYPE, running))
         for t, i in firsts:
             if t not in busy:  # the first of its type brings the prompt

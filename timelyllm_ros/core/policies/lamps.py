@@ -403,7 +403,18 @@ class LAMPS(WasteHandling, Policy):
                 elig[cand] = (ends == np.inf) | (now >= ends - ctx.seg_gen_s)
         # areas
         tau = max(ctx.token_s, 0.0)
-        c_other = float(sum(private_context(o, self.prefix) for o in running))  # C_other outside the batch
+        # C_other outside the batch: `private_context` of each running one (all observed above, so
+        # without its observe call; the shared prefix read once per robot type)
+        shared: dict[str, int] = {}
+        c_sum = 0
+        for o in running:
+            rt = o.request.robot_type
+            sh = shared.get(rt)
+            if sh is None:
+                sh = shared[rt] = self.prefix.shared(rt)
+            n_prompt = len(o.prompt_ids)
+            c_sum += max(0, n_prompt + len(o.output_ids) - min(sh, n_prompt))
+        c_other = float(c_sum)
         m = self.cost.bytes_per_token
         c2, fwd2, swp2, t_call = a["c2"][sl], a["fwd2"][sl], a["swp2"][sl], a["t_call"][sl]
         waste = {"preserve": a["wp"][sl], "discard": a["wd0"][sl] + fwd2 * c_other * m,
@@ -419,7 +430,8 @@ class LAMPS(WasteHandling, Policy):
         run_ids = {o.request.request_id for o in running}
         slow = np.flatnonzero(~a["ok"][sl]).tolist()
         if run_ids:  # a ready generation with a running one's id (hashes first, then the ids)
-            maybe = np.flatnonzero(np.isin(a["id_hash"][sl], [hash(r) for r in run_ids])).tolist()
+            hashes = {hash(r) for r in run_ids}  # (a set lookup per ready one: np.isin costs ~20 µs at 8)
+            maybe = [i for i, h in enumerate(a["id_hash"][sl].tolist()) if h in hashes]
             slow += [i for i in maybe if ready[i].gen_id in run_ids]
         for i in slow:  # C_other of a running one, or inputs waste() refuses: the plain formula
             area[i] = self.area(ready[i], ctx, running, None if ready[i].gen_id in run_ids else int(c_other))
