@@ -44,8 +44,8 @@ class SimulatedPool(EnginePool):
                                            scheduling_policy=scheduling_policy)
                            for _ in range(n)])
 
-    def set_script(self, gen_id: str, text: str) -> None:
-        next(iter(self._sims.values())).set_script(gen_id, text)  # shared by every member
+    def set_script(self, gen_id: str, text: str, prompt_len: int | None = None) -> None:
+        next(iter(self._sims.values())).set_script(gen_id, text, prompt_len)  # shared by every member
 
     @property
     def scheduling_policy(self) -> str:

@@ -39,6 +39,7 @@ class Scripts:
     ids: dict[str, list[int]] = field(default_factory=dict)
     pos: dict[str, int] = field(default_factory=dict)
     at: dict[str, list[int]] = field(default_factory=dict)  # sequence index of each script token output
+    prompt_len: dict[str, int] = field(default_factory=dict)  # the prompt's length, when set_script was told
 
 
 # --------------------------------------------------------------------------------------------
@@ -116,8 +117,9 @@ class SimulatedEngine(KVAccounting):
         self.step_log: list[StepRecord] | None = None  # a list records every iteration
 
     # --- scripting ----------------------------------------------------------------------------
-    def set_script(self, gen_id: str, text: str) -> None:
-        """What the simulated LLM will generate for gen_id (then EOS)."""
+    def set_script(self, gen_id: str, text: str, prompt_len: int | None = None) -> None:
+        """What the simulated LLM will generate for gen_id (then EOS).  `prompt_len`: the length
+        of its prompt; a first add with more ids than that continues the script after them."""
         if not isinstance(text, str):
             raise TypeError(f"script for {gen_id!r} must be a str, got {type(text).__name__}")
         ids = self.tokenizer.encode(text)
@@ -125,6 +127,20 @@ class SimulatedEngine(KVAccounting):
             raise ValueError(f"generation {gen_id!r} already produced tokens of another script")
         self._scripts[gen_id] = ids
         self._script_pos.setdefault(gen_id, 0)
+        if prompt_len is not None:
+            self.scripts.prompt_len[gen_id] = int(prompt_len)
+
+    def _continue(self, gen_id: str, prompt: list[int]) -> None:
+        """A first add whose prompt already holds the start of the script after the prompt it was
+        told (a planner restarted on its journal resumes from its token record): the script goes
+        on after them, as a model continues its context."""
+        base = self.scripts.prompt_len.get(gen_id)
+        if base is None or len(prompt) <= base or self._script_pos.get(gen_id, 0) or gen_id in self._started:
+            return
+        done = prompt[base:]
+        if done == self._scripts[gen_id][:len(done)]:
+            self._script_pos[gen_id] = len(done)
+            self.scripts.at[gen_id] = list(range(base, len(prompt)))
 
     def script_position(self, gen_id: str) -> int:
         """Script tokens already output for gen_id (resumption continues here)."""
@@ -173,6 +189,7 @@ class SimulatedEngine(KVAccounting):
         # prompt + output so far): only what follows it is checked.  The repeat is recognised by
         # equality, so a value equal to a validated id (True for 1, 5.0 for 5) in that part is not
         # re-checked; it hashes as that id, so the engine's behaviour is the same.
+        self._continue(gen_id, prompt)
         self._rewind(gen_id, prompt)
         known = self._known.get(gen_id)
         start = 0

@@ -67,8 +67,9 @@ class SimPromptSource:
         set_script = getattr(self.engine, "set_script", None)
         if set_script is None:
             raise TypeError("SimPromptSource needs an engine with set_script (the SimulatedEngine)")
-        set_script(request.request_id, request.reference_plan)
-        return self.prefix_ids(request.robot_type) + self.tokenizer.encode(self.request_text(request))
+        ids = self.prefix_ids(request.robot_type) + self.tokenizer.encode(self.request_text(request))
+        set_script(request.request_id, request.reference_plan, prompt_len=len(ids))
+        return ids
 
     def result_ids(self, request: PlanRequest, segment: Segment, value: Any) -> list[int]:
         return []
