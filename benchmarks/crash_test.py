@@ -234,7 +234,8 @@ def ros_run(args: argparse.Namespace, run: int, rng: random.Random) -> dict:
                if log2.exists() else 0)
     resumed_finished = sum(1 for a in answers.values() if getattr(a, "status", None) is not None
                            and "resumed after a planner restart" in a.status["reason"])
-    return {"resumed": resumed, "resumed_finished": resumed_finished,"open_at_kill": len(open_at_kill), "ended": len(ended), "never_ended": never,
+    return {"resumed": resumed, "resumed_finished": resumed_finished,
+            "open_at_kill": len(open_at_kill), "ended": len(ended), "never_ended": never,
             "max_end_s": max((dt for dt, _ in ended.values()), default=0.0),
             "stopped": sum(1 for _dt, st in ended.values() if st in (5, 6)),
             "succeeded_in_lease": sum(1 for dt, st in ended.values() if st == 4 and dt <= args.lease),
