@@ -15,9 +15,10 @@ requests (`timelyllm request`'s client: resent with the same id when the planner
 sent one every `--gap` s; the planner is SIGKILLed after U(min, max) s with plans in flight and
 restarted `--down` s later.  Watching `/<robot>/execute_segment/_action/status`, per run: goals of
 the dead planner open at the kill, how long until the last of them ended (stopped / aborted:
-the executors' planner lease), how many succeeded after the lease (must be 0); then every
-request's answer: finished, failed saying where the robot was left, other failures, rejected,
-lost (no answer: must be 0).
+the executors' planner lease), how many succeeded after the lease (must be 0); the requests the
+restarted planner resumed (every dispatched segment ran: generation goes on from the journaled
+token ids) and how many of them finished; then every request's answer: finished, failed saying
+where the robot was left, other failures, rejected, lost (no answer: must be 0).
 
     python benchmarks/crash_test.py --ros --runs 3 --requests 30
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -47,7 +49,8 @@ def child(args: argparse.Namespace) -> int:
     def setup(planner, arrivals):
         planner.listeners.append(journal)
         rep = recover(journal, planner)
-        print(f"recovered: resubmitted {len(rep.resubmitted)}, failed {len(rep.failed)}", flush=True)
+        print(f"recovered: resubmitted {len(rep.resubmitted)}, resumed {len(rep.resumed)}, failed {len(rep.failed)}",
+              flush=True)
         return [a for a in arrivals if not journal.known(a.request_id)]
 
     run_simulation(args.workload, args.policy, seed=args.seed, setup=setup)
@@ -70,7 +73,7 @@ def parent(args: argparse.Namespace) -> int:
             jpath = Path(tmp) / "journal.db"
             cmd = [sys.executable, __file__, "--child", "--journal", str(jpath), "--workload", args.workload,
                    "--policy", args.policy, "--seed", str(seed)]
-            kills = 0
+            kills = resumed = 0
             for attempt in range(args.kills + 1):
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                         env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -80,6 +83,7 @@ def parent(args: argparse.Namespace) -> int:
                         proc.send_signal(signal.SIGKILL)
                         kills += 1
                 out, _ = proc.communicate(timeout=600)
+                resumed += sum(int(m) for m in re.findall(r"^recovered: .*resumed (\d+)", out, re.M))
                 if attempt == args.kills and proc.returncode != 0:
                     print(out)
                     raise SystemExit(f"seed {seed}: final run failed with exit code {proc.returncode}")
@@ -91,13 +95,13 @@ def parent(args: argparse.Namespace) -> int:
         accepted = sum(states.values())
         lost = sum(v for k, v in states.items() if k not in ("finished", "failed", "cancelled"))
         rows.append((seed, kills, accepted, states.get("finished", 0), states.get("failed", 0),
-                     len(no_reason), lost, len(expected - seen)))
+                     len(no_reason), lost, len(expected - seen), resumed))
     print(f"crash test: workload {args.workload}, policy {args.policy}, simulator engine, SIGKILL after "
           f"U({args.min_delay}, {args.max_delay}) s wall, restart on the same SQLite journal")
-    print(f"{'seed':>4} {'kills':>5} {'accepted':>8} {'completed':>9} {'failed':>6} {'failed w/o reason':>17} "
-          f"{'lost':>4} {'never journaled':>15}")
+    print(f"{'seed':>4} {'kills':>5} {'accepted':>8} {'resumed':>7} {'completed':>9} {'failed':>6} "
+          f"{'failed w/o reason':>17} {'lost':>4} {'never journaled':>15}")
     for r in rows:
-        print(f"{r[0]:>4} {r[1]:>5} {r[2]:>8} {r[3]:>9} {r[4]:>6} {r[5]:>17} {r[6]:>4} {r[7]:>15}")
+        print(f"{r[0]:>4} {r[1]:>5} {r[2]:>8} {r[8]:>7} {r[3]:>9} {r[4]:>6} {r[5]:>17} {r[6]:>4} {r[7]:>15}")
     bad = [r for r in rows if r[5] or r[6] or r[7]]
     print("lost total:", sum(r[6] + r[7] for r in rows))
     return 1 if bad else 0
@@ -225,7 +229,13 @@ def ros_run(args: argparse.Namespace, run: int, rng: random.Random) -> dict:
                 where += 1
             reasons[st["reason"].split(";")[-1].strip()[:60]] += 1
     never = len(open_at_kill) - len(ended)
-    return {"open_at_kill": len(open_at_kill), "ended": len(ended), "never_ended": never,
+    log2 = logs / "planner2.log"
+    resumed = (log2.read_text(errors="replace").count("resumed from its journaled token ids")
+               if log2.exists() else 0)
+    resumed_finished = sum(1 for a in answers.values() if getattr(a, "status", None) is not None
+                           and "resumed after a planner restart" in a.status["reason"])
+    return {"resumed": resumed, "resumed_finished": resumed_finished,
+            "open_at_kill": len(open_at_kill), "ended": len(ended), "never_ended": never,
             "max_end_s": max((dt for dt, _ in ended.values()), default=0.0),
             "stopped": sum(1 for _dt, st in ended.values() if st in (5, 6)),
             "succeeded_in_lease": sum(1 for dt, st in ended.values() if st == 4 and dt <= args.lease),
@@ -244,17 +254,19 @@ def ros_parent(args: argparse.Namespace) -> int:
           f"one every {args.gap:g} s, planner SIGKILLed after U({args.min_delay:g}, {args.max_delay:g}) s, restarted "
           f"{args.down:g} s later on its journal; {time.monotonic() - wall0:.0f} s wall")
     print(f"{'run':>3} {'open@kill':>9} {'ended':>5} {'max end s':>9} {'stopped':>7} {'ok<lease':>8} {'ok later':>8} "
-          f"{'finished':>8} {'failed(where)':>13} {'failed':>6} {'rejected':>8} {'lost':>4} {'resent':>6}")
+          f"{'resumed':>7} {'(finished)':>10} {'finished':>8} {'failed(where)':>13} {'failed':>6} {'rejected':>8} "
+          f"{'lost':>4} {'resent':>6}")
     for i, r in enumerate(rows):
         st = r["states"]
         print(f"{i + 1:>3} {r['open_at_kill']:>9} {r['ended']:>5} {r['max_end_s']:>9.2f} {r['stopped']:>7} "
-              f"{r['succeeded_in_lease']:>8} {r['succeeded_later']:>8} {st.get('finished', 0):>8} "
+              f"{r['succeeded_in_lease']:>8} {r['succeeded_later']:>8} {r['resumed']:>7} {r['resumed_finished']:>10} "
+              f"{st.get('finished', 0):>8} "
               f"{r['failed_where']:>13} {st.get('failed', 0):>6} {st.get('rejected', 0):>8} {r['lost']:>4} "
               f"{r['resends']:>6}")
     for i, r in enumerate(rows):
         print(f"run {i + 1} failure reasons (end of text): {r['reasons']}  logs: {r['logs']}")
-    print("resumed: 0 in every run (resuming generation from journaled token ids is not implemented: plans whose "
-          "dispatched segments all ran end FAILED saying so)")
+    print("resumed: requests the restarted planner went on generating from their journaled token ids (every "
+          "dispatched segment had run); (finished): of them, ended FINISHED; finished counts them too")
     bad = [r for r in rows if r["lost"] or r["succeeded_later"] or r["never_ended"]]
     return 1 if bad else 0
 

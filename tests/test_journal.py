@@ -219,3 +219,240 @@ def test_a_journaled_request_id_is_answered_from_the_journal_never_run_twice(tmp
         node.close()
         client.close()
         shutdown()
+
+
+# ------------------------------------------------------------------ resume after a restart (issue 26)
+
+def _planner(journal, clock=None):
+    """A planner on a fresh simulated engine (a restarted process: nothing of the old one) whose
+    engine records every add, with the journal as its listener."""
+    from timelyllm_ros.core.clock import VirtualClock
+    from timelyllm_ros.core.exec_time import ExecTimeEstimator
+    from timelyllm_ros.core.planner import Planner
+    from timelyllm_ros.core.policies import make_policy
+    from timelyllm_ros.core.robots import load_robots
+    from timelyllm_ros.engines.simulated import SimulatedEngine
+    from timelyllm_ros.sim.prompts import SimPromptSource
+
+    class Engine(SimulatedEngine):
+        def add(self, gen_id, prompt_ids, max_tokens, priority=0):
+            self.adds.append((gen_id, list(prompt_ids)))
+            return super().add(gen_id, prompt_ids, max_tokens, priority)
+
+    class Dispatcher:
+        def __init__(self):
+            self.goals, self.cancelled = [], []
+
+        def dispatch(self, goal):
+            self.goals.append(goal)
+
+        def cancel(self, request_id):
+            self.cancelled.append(request_id)
+
+    robots = load_robots()
+    clock = clock or VirtualClock()
+    engine = Engine(clock)
+    engine.adds = []
+    disp = Dispatcher()
+    planner = Planner(clock=clock, engine=engine, dispatcher=disp, robots=robots, policy=make_policy("timelyllm"),
+                      estimator=ExecTimeEstimator(robots), prompts=SimPromptSource(engine, robots=robots),
+                      listeners=[journal])
+    return planner, engine, disp
+
+
+def _succeed(planner, goal, dur=0.5, value=None):
+    from timelyllm_ros.core.types import ResultCode, SegmentResult
+
+    t = planner.clock.now()
+    planner.post_result(SegmentResult(goal.request_id, goal.segment_index, ResultCode.OK, t, t + dur,
+                                      (dur,) * len(goal.calls), len(goal.calls), value))
+
+
+def _until(planner, cond, limit=20_000):
+    for _ in range(limit):
+        if cond():
+            return
+        planner.step()
+        planner.clock.advance(0.01)
+    raise AssertionError("condition not reached")
+
+
+def _crash_after_first_segment(path, plan="mf(100);tc(90);mf(50);"):
+    """A planner dispatches the plan's first segment, which succeeds (journaled), then dies
+    before dispatching the second."""
+    t = [1000.0]
+    j = Journal(path, wall=lambda: t[0])
+    p1, e1, d1 = _planner(j)
+    p1.submit(PlanRequest("r1", "d1", "tello", "patrol", "", NORMAL, p1.clock.now(), reference_plan=plan))
+    _until(p1, lambda: d1.goals)
+    assert [g.segment_index for g in d1.goals] == [0]
+    _succeed(p1, d1.goals[0])
+    p1._drain_inbox()  # the result is journaled; the planner dies before its next step
+    g1 = p1.generations["r1"]
+    assert g1.segments[0].ok and not g1.state.terminal
+    old_ids = list(g1.prompt_ids) + list(g1.output_ids[:g1.segments[0].out_len])
+    j.close()
+    t[0] += 30.0  # down for 30 s
+    return old_ids, t
+
+
+def test_a_plan_whose_dispatched_segments_all_ran_resumes_from_its_journaled_token_ids(tmp_path):
+    """Issue 26 item 2: restarted on its journal, the planner goes on generating the plan from
+    its token ids (the engine gets the old prompt + output ids as its prompt), dispatches the next
+    segments numbered after the old ones, and the plan FINISHES with every segment; its arrival
+    is kept, so the 30 s the planner was down count in its utility."""
+    from timelyllm_ros.core.metrics import plan_terms
+
+    path = tmp_path / "j.db"
+    old_ids, t = _crash_after_first_segment(path)
+    j = Journal(path, wall=lambda: t[0])
+    p2, e2, d2 = _planner(j)
+    rep = recover(j, p2)
+    assert rep.resumed == ["r1"] and rep.failed == [] and rep.resubmitted == []
+    g = p2.generations["r1"]
+    assert g.recovered and [s.index for s in g.segments] == [0] and g.segments[0].ok
+    assert g.request.arrival == pytest.approx(p2.clock.now() - 30.0)
+    _until(p2, lambda: d2.goals)
+    first_add = next(ids for gid, ids in e2.adds if gid == "r1")
+    assert first_add == old_ids  # generation goes on from the journaled token ids
+    while not g.state.terminal:
+        _until(p2, lambda: len(d2.goals) > sum(1 for s in g.segments if s.ok) - 1 or g.state.terminal)
+        for goal in d2.goals:
+            if g.segments[goal.segment_index].ok is None:
+                _succeed(p2, goal)
+        p2.step()
+        p2.clock.advance(0.01)
+    assert g.state is GenState.FINISHED and "resumed after a planner restart" in g.reason
+    assert [s.text for s in g.segments] == ["mf(100);", "tc(90);", "mf(50);"]
+    assert [goal.segment_index for goal in d2.goals] == [1, 2]  # segment 0 is never flown again
+    # the 30 s down (less the half second segment 0 still ran) are segment 1's wait: they count
+    assert plan_terms(g).continuation_waits_s[0] == pytest.approx(29.5, abs=0.1)
+    assert dict((r, s) for r, s, _ in j.rows())["r1"] == "finished"
+    j.close()
+
+
+def test_a_plan_whose_last_segment_ran_after_the_crash_resumes_from_the_executors_account(tmp_path):
+    """The result never reached the journal (the planner died first): the executor's goal record
+    says it succeeded, so the plan resumes; without an account it fails saying the state is unknown."""
+    from timelyllm_ros.journal import RobotAccount
+
+    path = tmp_path / "j.db"
+    t = [1000.0]
+    j = Journal(path, wall=lambda: t[0])
+    p1, _e1, d1 = _planner(j)
+    p1.submit(PlanRequest("r1", "d1", "tello", "patrol", "", NORMAL, 0.0, reference_plan="mf(100);tc(90);"))
+    _until(p1, lambda: d1.goals)
+    j.close()  # dies with segment 0 running
+    j = Journal(path, wall=lambda: t[0])
+    p2, _e2, d2 = _planner(j)
+    rep = recover(j, p2, lambda robot: RobotAccount("drone hovering", {("r1", 0): "succeeded"}))
+    assert rep.resumed == ["r1"]
+    _until(p2, lambda: d2.goals)
+    assert [goal.segment_index for goal in d2.goals] == [1] and d2.goals[0].text == "tc(90);"
+    j.close()
+
+
+def test_a_resumed_plan_is_refused_when_its_prompt_changed(tmp_path):
+    path = tmp_path / "j.db"
+    _old, t = _crash_after_first_segment(path)
+    j = Journal(path, wall=lambda: t[0])
+    with j._lock:
+        j._db.execute("UPDATE tokens SET prompt_digest='0' WHERE request_id='r1'")
+    p2, _e2, d2 = _planner(j)
+    rep = recover(j, p2)
+    assert rep.resumed == [] and "r1" not in p2.generations
+    assert "after 1 of 1 dispatched statement(s): all of them ran; plan not resumed: its prompt is not" in \
+        rep.failed[0][1]
+    j.close()
+
+
+def test_a_schema_1_journal_is_migrated(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(str(path))
+    db.executescript("""CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE segments (request_id TEXT NOT NULL, idx INTEGER NOT NULL, text TEXT NOT NULL,
+      dispatched INTEGER NOT NULL DEFAULT 1, ok INTEGER, error TEXT NOT NULL DEFAULT '', value TEXT,
+      PRIMARY KEY (request_id, idx));
+    INSERT INTO meta VALUES ('schema', '1');""")
+    db.commit()
+    db.close()
+    j = Journal(path)
+    g = gen("a")
+    j.on_request_update(g)
+    j.on_segment_dispatched(g, Segment(0, "mf(50);", (), False, 3, 0.0, 0.1, 2.0, dispatched_at=1.0))
+    assert j.segment_rows("a")[0].dispatched_at == 1.0
+    j.close()
+
+
+def _finish(planner, disp, g):
+    """Let every goal the planner dispatches succeed until g ends."""
+    done = set()
+    for _ in range(20_000):
+        if g.state.terminal:
+            return
+        for goal in disp.goals:
+            if (goal.request_id, goal.segment_index) not in done:
+                done.add((goal.request_id, goal.segment_index))
+                _succeed(planner, goal)
+        planner.step()
+        planner.clock.advance(0.01)
+    raise AssertionError("plan did not end")
+
+
+def test_a_plan_whose_later_goals_were_never_sent_resumes_after_the_last_that_ran(tmp_path):
+    """Segments dispatched ahead wait in the executor's queue; a lost planner's queued goals are
+    aborted with nothing sent ("refused" in the executor's record).  The plan resumes after the
+    last segment that ran, from the token ids journaled at its end: the never-sent segments are
+    generated and flown anew, under the same indices; nothing the robot did is redone."""
+    from timelyllm_ros.journal import RobotAccount
+
+    path = tmp_path / "j.db"
+    t = [1000.0]
+    j = Journal(path, wall=lambda: t[0])
+    p1, _e1, d1 = _planner(j)
+    p1.submit(PlanRequest("r1", "d1", "tello", "patrol", "", NORMAL, 0.0,
+                          reference_plan="mf(100);tc(90);mf(50);"))
+    _until(p1, lambda: len(d1.goals) == 3)  # the whole plan dispatched, queued on the robot
+    g1 = p1.generations["r1"]
+    old_ids = list(g1.prompt_ids) + list(g1.output_ids[:g1.segments[0].out_len])
+    assert len(old_ids) < len(g1.prompt_ids) + len(g1.output_ids)
+    j.close()  # dies: segment 0 then ran to its end (within the lease), 1 and 2 were aborted unsent
+    t[0] += 5.0
+    j = Journal(path, wall=lambda: t[0])
+    p2, e2, d2 = _planner(j)
+    account = RobotAccount("idle", {("r1", 0): "succeeded", ("r1", 1): "refused", ("r1", 2): "refused"})
+    rep = recover(j, p2, lambda robot: account)
+    assert rep.resumed == ["r1"] and not rep.failed
+    g = p2.generations["r1"]
+    assert [s.index for s in g.segments] == [0]
+    _finish(p2, d2, g)
+    assert next(ids for gid, ids in e2.adds if gid == "r1") == old_ids
+    assert g.state is GenState.FINISHED and [s.text for s in g.segments] == ["mf(100);", "tc(90);", "mf(50);"]
+    assert [goal.segment_index for goal in d2.goals] == [1, 2]
+    j.close()
+
+
+def test_a_plan_none_of_whose_goals_was_sent_is_resubmitted_and_a_cut_one_fails(tmp_path):
+    from timelyllm_ros.journal import RobotAccount
+
+    path = tmp_path / "j.db"
+    j = Journal(path)
+    p1, _e1, d1 = _planner(j)
+    for rid in ("queued-behind", "cut"):
+        p1.submit(PlanRequest(rid, "d1", "tello", "patrol", "", NORMAL, 0.0, reference_plan="mf(100);tc(90);"))
+    _until(p1, lambda: len(d1.goals) == 4)
+    j.close()
+    j = Journal(path)
+    p2, _e2, d2 = _planner(j)
+    goals = {("queued-behind", 0): "refused", ("queued-behind", 1): "refused",
+             ("cut", 0): "stopped", ("cut", 1): "refused"}
+    rep = recover(j, p2, lambda robot: RobotAccount("drone hovering (stop sent)", goals))
+    assert rep.resubmitted == ["queued-behind"] and rep.resumed == []
+    assert rep.failed == [("cut", "planner restarted after dispatching 2 segment(s); d1: drone hovering (stop sent), "
+                                  "after 0 of 2 dispatched statement(s): segment 0 stopped")]
+    assert not p2.generations["queued-behind"].segments and j.segment_rows("queued-behind") == []
+    _finish(p2, d2, p2.generations["queued-behind"])
+    assert p2.generations["queued-behind"].state is GenState.FINISHED
+    j.close()

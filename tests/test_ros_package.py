@@ -99,6 +99,24 @@ def test_build_executor_from_parameters():
         wiring.build_executor({})
 
 
+def test_executor_parameter_flight_window_s_sets_the_envelope_window():
+    """Issue 26 item 4: the executor node's envelope over everything the robot flies, since takeoff
+    (default) or over a sliding window (`flight_window_s`): a simulated robot has a flight account
+    only with a window, and 30 foreign mf(500) goals then fly at most the 5,000 cm envelope."""
+    from timelyllm_ros.core.types import ResultCode, SegmentGoal, SkillCall
+
+    plain, _ = wiring.build_executor({"robot_type": "tello", "time_scale": 0.0}, namespace="/d1")
+    ex, _ = wiring.build_executor({"robot_type": "tello", "time_scale": 0.0, "flight_window_s": 600.0},
+                                  namespace="/d1")
+    assert plain.flight is None and ex.config.flight_window_s == 600.0 and ex.flight.window_s == 600.0
+    codes = [ex.execute(SegmentGoal(f"foreign{i}", "d1", "tello", 0, "mf(500);",
+                                    (SkillCall("move_forward", "mf", (500,)),), 1.0, False)).code
+             for i in range(30)]
+    assert codes.count(ResultCode.OK) == 10 and codes.count(ResultCode.REJECTED) == 20
+    with pytest.raises(wiring.ConfigError, match="flight_window_s"):
+        wiring.build_executor({"robot_type": "tello", "flight_window_s": -1.0}, namespace="/d1")
+
+
 def test_build_planner_from_parameters():
     make_planner, clock, cfg, shutdown = wiring.build_planner({"policy": "fcfs", "max_batch": 4,
                                                               "status_period_s": 0.25})

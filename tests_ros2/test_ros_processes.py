@@ -231,8 +231,9 @@ def test_planner_restarted_on_its_journal_reports_every_accepted_request(graph, 
     restarted = None
     try:
         assert client.wait_for_planner(20)
-        # two that get dispatched (they will fail: the robot's state is unknown after the crash)
-        # and two queued behind an engine kept busy (resubmitted: they finish)
+        # two that get dispatched (the one cut mid-action fails saying where the robot was left; one
+        # none of whose goals reached the robot is resubmitted) and two queued behind an engine kept
+        # busy (resubmitted: they finish)
         rids = []
         for i in range(2):
             rid = f"j-run-{i}"

@@ -177,3 +177,62 @@ def test_plan_task_requests_outlive_a_planner_crash_with_an_answer_each(t, tmp_p
         if restarted is not None:
             restarted.kill()
         ex.kill()
+
+
+def test_a_restarted_planner_resumes_a_plan_from_its_journal_over_dds(t, tmp_path):
+    """Issue 26 item 2 over DDS: a journal left by a planner that died after its plan's first
+    segment ran (written by the node's own wiring, in this process); the planner node started on
+    it as a process resumes the plan from the journaled token ids: the executor process gets
+    segments 1 and 2 (never 0 again) from the new instance and the request ends finished."""
+    from timelyllm_ros.core.tuf import NORMAL
+    from timelyllm_ros.core.types import PlanRequest, ResultCode, SegmentResult
+    from timelyllm_ros.nodes.wiring import build_planner
+    from timelyllm_ros.transport.base import QOS_RELIABLE_ALL
+
+    ns, robot, rid = "/sup_r", "drone_sr", "sr-resume"
+    path = tmp_path / "j.db"
+
+    class Held:  # the dead planner's dispatcher: its goal "ran" (reported below)
+        def __init__(self):
+            self.goals = []
+
+        def dispatch(self, goal):
+            self.goals.append(goal)
+
+        def cancel(self, request_id):
+            pass
+
+    make_planner, clock, _cfg, shutdown = build_planner({"journal_path": str(path)})
+    held = Held()
+    p = make_planner(held, [])
+    p.submit(PlanRequest(rid, robot, "tello", "patrol", "", NORMAL, clock.now(),
+                         reference_plan="mf(50);tc(90);mf(50);"))
+    for _ in range(20_000):
+        if held.goals:
+            break
+        p.step()
+        clock.advance(0.01)
+    assert [g.segment_index for g in held.goals] == [0]
+    now = clock.now()
+    p.post_result(SegmentResult(rid, 0, ResultCode.OK, now, now + 0.5, (0.5,), 1))
+    p._drain_inbox()  # journaled; the planner "dies" here
+    shutdown()
+
+    status = Collector()
+    t.subscribe(f"{ns}/request_status", c.REQUEST_STATUS, status, qos=QOS_RELIABLE_ALL)
+    ex = NodeProcess("executor", ["-r", f"__ns:=/{robot}", "-p", "time_scale:=0.1"], tmp_path, robot).serving()
+    planner = NodeProcess("planner", ["-r", f"__ns:={ns}", "-p", f"journal_path:={path}", "-p", "server_wait_s:=6.0",
+                                      "-p", f"executors:={robot}"], tmp_path, "planner_r").serving()
+    try:
+        assert planner.wait_for_log(f"recovered request {rid} resumed from its journaled token ids", 10), \
+            planner.text()
+        assert wait_for(lambda: any(m["request_id"] == rid and m["state"] == "finished"
+                                    for m in status.snapshot()), 60), (planner.text(), ex.text())
+        final = next(m for m in status.snapshot() if m["request_id"] == rid and m["state"] == "finished")
+        assert "resumed after a planner restart" in final["reason"]
+        log = ex.text()
+        assert f"executing {rid}/1: tc(90);" in log and f"executing {rid}/2: mf(50);" in log, log
+        assert f"executing {rid}/0" not in log  # what the robot did is not done again
+    finally:
+        planner.kill()
+        ex.kill()

@@ -4,9 +4,10 @@ SQLite in WAL mode (stdlib `sqlite3`, no hand-rolled file format).  The planner 
 the listener hooks; every accepted request, every dispatched segment and every executor result is
 committed before the hook returns (`synchronous=FULL`: a committed row survives power loss, not
 only a process kill).  After a restart, `recover()` resubmits requests that had dispatched
-nothing and ends the others FAILED with a reason (the robot's state after a planner crash is not
-known to the planner, so continuing a half-executed plan silently would be unsafe); either way
-each ends in one terminal state the client can read.
+nothing, resumes plans every dispatched segment of which ran (from the token ids journaled at each
+dispatched statement: `Planner.resume`) and ends the others FAILED saying where the robot was left
+(continuing a half-executed plan behind the robot's back would be unsafe); either way each ends in
+one terminal state the client can read.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .core.tuf import TUF
-from .core.types import GenState, Generation, PlanRequest, Segment
+from .core.types import GenState, Generation, PlanRequest, RanSegment, Segment, TokenRecord, prompt_digest
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: segment times, token records (a journal of schema 1 is migrated on open)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS requests (
@@ -29,11 +30,20 @@ CREATE TABLE IF NOT EXISTS requests (
   accepted_wall REAL NOT NULL, updated_wall REAL NOT NULL, incarnation INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS segments (
   request_id TEXT NOT NULL, idx INTEGER NOT NULL, text TEXT NOT NULL, dispatched INTEGER NOT NULL DEFAULT 1,
-  ok INTEGER, error TEXT NOT NULL DEFAULT '', value TEXT, PRIMARY KEY (request_id, idx));
+  ok INTEGER, error TEXT NOT NULL DEFAULT '', value TEXT, dispatched_at REAL, exec_start REAL, exec_end REAL,
+  out_len INTEGER, out_text_len INTEGER, text_end INTEGER, PRIMARY KEY (request_id, idx));
 CREATE INDEX IF NOT EXISTS requests_state ON requests(state);
 CREATE TABLE IF NOT EXISTS parameter_changes (
   wall REAL NOT NULL, iteration INTEGER NOT NULL, incarnation INTEGER NOT NULL, changes TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tokens (
+  request_id TEXT PRIMARY KEY, prompt_digest TEXT NOT NULL, output_ids TEXT NOT NULL, text TEXT NOT NULL,
+  text_base INTEGER NOT NULL, engine_finished INTEGER NOT NULL DEFAULT 0, truncated TEXT NOT NULL DEFAULT '');
 """
+# segment times are journaled in seconds after the request's arrival (the planner's clock does not
+# survive a restart; the arrival is anchored to the wall clock by requests.accepted_wall)
+_MIGRATE_1 = tuple(f"ALTER TABLE segments ADD COLUMN {c}" for c in (
+    "dispatched_at REAL", "exec_start REAL", "exec_end REAL", "out_len INTEGER", "out_text_len INTEGER",
+    "text_end INTEGER"))
 TERMINAL = tuple(s.value for s in GenState if s.terminal)
 
 
@@ -65,13 +75,32 @@ class Unfinished:
     state: str
     segments_dispatched: int
     segments_done: int
+    accepted_wall: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class JournaledSegment:
+    """A dispatched segment's row; times in seconds after the request's arrival (None: unknown)."""
+
+    index: int
+    text: str
+    ok: bool | None  # None: no result journaled
+    value: Any
+    value_known: bool
+    dispatched_at: float | None
+    exec_start: float | None
+    exec_end: float | None
+    out_len: int | None = None  # where it ends in the token record (Segment.out_len, ...)
+    out_text_len: int | None = None
+    text_end: int | None = None
 
 
 @dataclass
 class RecoveryReport:
     resubmitted: list[str]
     failed: list[tuple[str, str]]
-    robots: dict[str, str] = field(default_factory=dict)  # request id -> robot id, all of the above
+    robots: dict[str, str] = field(default_factory=dict)  # request id -> robot id, all of these
+    resumed: list[str] = field(default_factory=list)  # every dispatched segment ran: generation goes on
 
 
 def request_body(r: PlanRequest) -> dict[str, Any]:
@@ -109,6 +138,10 @@ class Journal:
             row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:
                 self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            elif row[0] == "1":  # add the columns of schema 2 (its tables were created above)
+                for stmt in _MIGRATE_1:
+                    self._db.execute(stmt)
+                self._db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
             elif row[0] != str(SCHEMA_VERSION):
                 raise JournalError(f"journal {self.path} has schema {row[0]}, this planner needs "
                                    f"{SCHEMA_VERSION}; move it aside or migrate it")
@@ -130,16 +163,34 @@ class Journal:
                 " reason=excluded.reason, updated_wall=excluded.updated_wall",
                 (g.gen_id, json.dumps(request_body(g.request)), g.state.value, g.reason, now, now,
                  self.incarnation))
+            if g.state is GenState.DRAINING and g.segments:  # the LLM ended the plan: nothing to resume
+                self._db.execute("UPDATE tokens SET engine_finished=1, truncated=? WHERE request_id=?",
+                                 (str(g.extra.get("truncated", "")), g.gen_id))
 
     def on_segment_dispatched(self, g: Generation, seg: Segment) -> None:
+        """The segment, and the generation's token ids up to its end (one row, replaced at each
+        dispatched statement: what a restarted planner resumes from)."""
+        arrival = g.request.arrival
+        at = None if seg.dispatched_at is None else seg.dispatched_at - arrival
+        ids = json.dumps(g.output_ids[:seg.out_len])
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO segments (request_id, idx, text) VALUES (?, ?, ?)",
-                             (g.gen_id, seg.index, seg.text))
+            self._db.execute("INSERT OR REPLACE INTO segments (request_id, idx, text, dispatched_at, out_len, "
+                             "out_text_len, text_end) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                             (g.gen_id, seg.index, seg.text, at, seg.out_len, seg.out_text_len, seg.text_end))
+            self._db.execute(
+                "INSERT INTO tokens (request_id, prompt_digest, output_ids, text, text_base) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT(request_id) DO UPDATE SET output_ids=excluded.output_ids, text=excluded.text,"
+                " text_base=excluded.text_base",
+                (g.gen_id, prompt_digest(g.prompt_ids), ids, g.text[:seg.out_text_len], seg.text_end))
 
     def on_segment_result(self, g: Generation, seg: Segment) -> None:
+        arrival = g.request.arrival
+        start = None if seg.exec_start is None else seg.exec_start - arrival
+        end = None if seg.exec_end is None else seg.exec_end - arrival
         with self._lock:
-            self._db.execute("UPDATE segments SET ok=?, error=?, value=? WHERE request_id=? AND idx=?",
-                             (int(bool(seg.ok)), seg.error, json.dumps(seg.result), g.gen_id, seg.index))
+            self._db.execute("UPDATE segments SET ok=?, error=?, value=?, exec_start=?, exec_end=? "
+                             "WHERE request_id=? AND idx=?",
+                             (int(bool(seg.ok)), seg.error, json.dumps(seg.result), start, end, g.gen_id, seg.index))
 
     # -- queries -------------------------------------------------------------------------------
     def record_parameters(self, iteration: int, changes: dict[str, Any]) -> None:
@@ -172,10 +223,41 @@ class Journal:
             rows = self._db.execute(
                 f"SELECT r.request_id, r.body, r.state,"
                 f" (SELECT COUNT(*) FROM segments s WHERE s.request_id=r.request_id),"
-                f" (SELECT COUNT(*) FROM segments s WHERE s.request_id=r.request_id AND s.ok IS NOT NULL)"
-                f" FROM requests r WHERE r.state NOT IN ({','.join('?' * len(TERMINAL))})"
+                f" (SELECT COUNT(*) FROM segments s WHERE s.request_id=r.request_id AND s.ok IS NOT NULL),"
+                f" r.accepted_wall FROM requests r WHERE r.state NOT IN ({','.join('?' * len(TERMINAL))})"
                 f" ORDER BY r.accepted_wall, r.request_id", TERMINAL).fetchall()
-        return [Unfinished(json.loads(b), st, n, d) for _, b, st, n, d in rows]
+        return [Unfinished(json.loads(b), st, n, d, float(w)) for _, b, st, n, d, w in rows]
+
+    def segment_rows(self, request_id: str) -> list[JournaledSegment]:
+        with self._lock:
+            rows = self._db.execute("SELECT idx, text, ok, value, dispatched_at, exec_start, exec_end, out_len,"
+                                    " out_text_len, text_end FROM segments WHERE request_id=? ORDER BY idx",
+                                    (request_id,)).fetchall()
+        return [JournaledSegment(int(i), t, None if ok is None else bool(ok), None if v is None else json.loads(v),
+                                 v is not None, d, s, e, n, nt, te) for i, t, ok, v, d, s, e, n, nt, te in rows]
+
+    def token_row(self, request_id: str) -> tuple[str, list[int], str, int, bool, str] | None:
+        """(prompt digest, output ids, their text, end of the last dispatched statement in it,
+        engine finished, truncation reason) journaled at its last dispatched statement."""
+        with self._lock:
+            row = self._db.execute("SELECT prompt_digest, output_ids, text, text_base, engine_finished, truncated"
+                                   " FROM tokens WHERE request_id=?", (request_id,)).fetchone()
+        return None if row is None else (row[0], json.loads(row[1]), row[2], int(row[3]), bool(row[4]), row[5])
+
+    def forget_segments(self, request_id: str, first: int) -> None:
+        """Segments from `first` on never ran and will be generated anew (a restart resumed
+        before them, or resubmitted the request)."""
+        with self._lock:
+            self._db.execute("DELETE FROM segments WHERE request_id=? AND idx>=?", (request_id, first))
+            if first == 0:
+                self._db.execute("DELETE FROM tokens WHERE request_id=?", (request_id,))
+
+    def ran(self, request_id: str, index: int, at: float) -> None:
+        """Record that segment `index` succeeded, learnt after a restart (its executor's record:
+        no value, no times; `at` seconds after the arrival stands for both ends)."""
+        with self._lock:
+            self._db.execute("UPDATE segments SET ok=1, exec_start=?, exec_end=? WHERE request_id=? AND idx=?"
+                             " AND ok IS NULL", (at, at, request_id, index))
 
     def counts(self) -> dict[str, int]:
         with self._lock:
@@ -199,6 +281,7 @@ class Journal:
                 (cutoff, *TERMINAL)).fetchall()]
             for rid in ids:
                 self._db.execute("DELETE FROM segments WHERE request_id=?", (rid,))
+                self._db.execute("DELETE FROM tokens WHERE request_id=?", (rid,))
                 self._db.execute("DELETE FROM requests WHERE request_id=?", (rid,))
         return len(ids)
 
@@ -228,13 +311,13 @@ class RobotAccount:
 GoalStatesQuery = Callable[[str], "RobotAccount | None"]
 
 
-def _after_crash(robot: str, n: int, done: int, account: RobotAccount | None, rid: str) -> str:
-    """The FAILED reason of a plan that had dispatched `n` segments when the planner died."""
+def _after_crash(robot: str, n: int, done: int, account: RobotAccount | None, states: list[str | None]) -> str:
+    """The FAILED reason of a plan that had dispatched `n` segments when the planner died;
+    `states`: each segment's end (journaled, else its executor's account)."""
     head = f"planner restarted after dispatching {n} segment(s)"
     if account is None:
         return f"{head} ({done} reported); {robot} did not answer get_goal_states: robot state unknown, " \
                f"plan not continued"
-    states = [account.goals.get((rid, i)) for i in range(n)]
     if all(st is None for st in states):
         return f"{head}; {robot}'s executor has no record of them (never received, or it restarted since): " \
                f"robot state unknown, plan not continued"
@@ -243,40 +326,98 @@ def _after_crash(robot: str, n: int, done: int, account: RobotAccount | None, ri
     where = f"{robot}: {account.robot_state or 'state unknown'}, after {ok} of {n} dispatched statement(s)"
     if open_:
         return f"{head}; {where}, segment {open_[0]} still {states[open_[0]]} there (it ends on the executor)"
-    if ok == n:
-        return f"{head}; {where}: all of them ran; plan not continued (resuming generation is not implemented)"
     cut = next(i for i, st in enumerate(states) if st != "succeeded")
     return f"{head}; {where}: segment {cut} {states[cut] or 'never reached the executor'}"
+
+
+def _token_record(journal: Journal, rid: str, rows: list[JournaledSegment], ran_all: bool, arrival: float,
+                  now: float) -> TokenRecord | str:
+    """What `Planner.resume` goes on from, after `rows` (times on the new clock), or why the
+    journal lacks it.  `ran_all`: rows are every dispatched segment (else generation goes on
+    before the first that never ran, from the token ids at the end of the last that did)."""
+    tok = journal.token_row(rid)
+    last = rows[-1]
+    if tok is None or not tok[1] or last.out_len is None or last.out_text_len is None or last.text_end is None:
+        return "the journal holds no token ids for it (a journal of an older planner)"
+    digest, ids, text, _base, finished, truncated = tok
+    segs = []
+    for r in rows:
+        at = arrival + r.dispatched_at if r.dispatched_at is not None else now
+        if r.ok and r.exec_start is not None and r.exec_end is not None:
+            start, end = arrival + r.exec_start, arrival + r.exec_end
+        else:  # it ended after the crash: its times were lost with the planner; the wait runs to now
+            start = end = now
+        segs.append(RanSegment(r.index, r.text, r.value, r.value_known and bool(r.ok), at, start, end))
+    # token ids only grow along a plan: those at an earlier statement's end are a prefix
+    return TokenRecord(digest, tuple(ids[:last.out_len]), text[:last.out_text_len], last.text_end, tuple(segs),
+                       finished and ran_all, truncated if ran_all else "")
 
 
 def recover(journal: Journal, planner: Any, goal_states: GoalStatesQuery | None = None) -> RecoveryReport:
     """Bring every unfinished journaled request to a defined state in a fresh planner.
 
-    Nothing dispatched yet -> resubmitted (same request id; it starts over, which is safe because
-    no robot acted on it).  Some segments dispatched -> FAILED with a reason that says where the
-    robot was left, from its executor's account (`goal_states`, asked once per robot), e.g.
-    "drone1 hovering after 2 of 5 dispatched statement(s): segment 2 stopped"; the planner does
-    not continue a plan behind the robot's back.
+    The robot's account of each dispatched segment (journaled result, else its executor's record:
+    `goal_states`, asked once per robot) decides:
+    - nothing dispatched, or nothing of it ever sent to the robot (its executor "refused" every
+      goal: aborted while queued behind the crash) -> resubmitted (same request id; it starts
+      over, which is safe because no robot acted on it);
+    - the first k segments ran to success and the rest, if any, were never sent -> resumed:
+      generation goes on from the token ids journaled at the end of segment k-1
+      (`Planner.resume`), with its arrival and TUF (the wait the crash caused counts);
+    - otherwise (a segment cut mid-action, still running, or no account) -> FAILED with a reason
+      that says where the robot was left, e.g. "drone1 hovering after 2 of 5 dispatched
+      statement(s): segment 2 stopped"; the planner does not continue a plan behind the robot's back.
     """
     report = RecoveryReport([], [])
     accounts: dict[str, RobotAccount | None] = {}
+    wall_now = journal._wall()
     for u in journal.unfinished():
         rid = u.request["request_id"]
         robot = str(u.request.get("robot_id", ""))
         report.robots[rid] = robot
-        if u.segments_dispatched == 0:
-            res = planner.submit(request_from_body(u.request, planner.clock.now()))
+        now = planner.clock.now()
+        arrival = now - max(0.0, wall_now - u.accepted_wall)  # its arrival on the new clock
+        n = u.segments_dispatched
+        rows = journal.segment_rows(rid) if n else []
+        account = None
+        if goal_states is not None and not all(r.ok for r in rows):
+            if robot not in accounts:
+                accounts[robot] = goal_states(robot)
+            account = accounts[robot]
+        states = ["succeeded" if r.ok else account.goals.get((rid, r.index)) if account else None for r in rows]
+        k = next((i for i, st in enumerate(states) if st != "succeeded"), n)
+        # never sent to the robot: refused by its executor, or never received while it has others
+        never_sent = account is not None and any(st is not None for st in states) and \
+            all(st in ("refused", None) for st in states[k:])
+        if k == 0 and (n == 0 or never_sent):
+            if n:
+                journal.forget_segments(rid, 0)
+            res = planner.submit(request_from_body(u.request, now))
             if res.accepted:
                 report.resubmitted.append(rid)
                 continue
             reason = f"planner restarted; resubmission refused: {res.reason}"
+        elif k == n or (k > 0 and never_sent):
+            record = _token_record(journal, rid, rows[:k], k == n, arrival, now)
+            if isinstance(record, TokenRecord):
+                res = planner.resume(request_from_body(u.request, arrival), record)
+                if res.accepted:
+                    for r in rows[:k]:
+                        if not r.ok:
+                            journal.ran(rid, r.index, now - arrival)
+                    journal.forget_segments(rid, k)
+                    report.resumed.append(rid)
+                    continue
+                record = res.reason
+            state = f" {account.robot_state or 'state unknown'}," if account else ""
+            reason = (f"planner restarted after dispatching {n} segment(s); {robot}:{state} after {k} of {n} "
+                      f"dispatched statement(s)" + (": all of them ran" if k == n else ", the rest never sent")
+                      + f"; plan not resumed: {record}")
         elif goal_states is None:
-            reason = (f"planner restarted after dispatching {u.segments_dispatched} segment(s) "
+            reason = (f"planner restarted after dispatching {n} segment(s) "
                       f"({u.segments_done} reported); robot state unknown, plan not continued")
         else:
-            if robot not in accounts:
-                accounts[robot] = goal_states(robot)
-            reason = _after_crash(robot, u.segments_dispatched, u.segments_done, accounts[robot], rid)
+            reason = _after_crash(robot, n, u.segments_done, account, states)
         journal.mark(rid, GenState.FAILED, reason)
         report.failed.append((rid, reason))
     return report

@@ -116,6 +116,44 @@ class Segment:
     result: Value = None
     ok: bool | None = None
     error: str = ""
+    # Where the statement ends in the generation's token record (a restart resumes from there):
+    out_len: int = 0  # output ids through the token that completes it (earlier results included)
+    out_text_len: int = 0  # length of Generation.text those ids decode to (a token may run past the end)
+    text_end: int = 0  # offset in Generation.text just past the statement
+
+
+@dataclass(frozen=True, slots=True)
+class RanSegment:
+    """A segment of a plan, dispatched by a planner that died since, which ran to success."""
+
+    index: int
+    text: str
+    value: Value  # its result (`value_known` False: it ended after the crash, the value was lost)
+    value_known: bool
+    dispatched_at: float  # times on the restarted planner's clock
+    exec_start: float
+    exec_end: float
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """A generation as a planner restarted on its journal finds it (`Planner.resume`): its token
+    ids up to the end of its last dispatched statement and the segments that ran."""
+
+    prompt_digest: str  # `prompt_digest(prompt ids)`: the prompt it was generated from
+    output_ids: tuple[int, ...]
+    text: str  # what output_ids decode to
+    text_base: int  # offset in text just past the last dispatched statement
+    segments: tuple[RanSegment, ...]  # every dispatched segment, in order, all succeeded
+    engine_finished: bool = False  # the LLM had ended the plan (nothing more to generate)
+    truncated: str = ""  # ... cut by max_tokens (the reason), "" otherwise
+
+
+def prompt_digest(ids: Any) -> str:
+    """A short fingerprint of prompt token ids (the journal keeps it, not the prompt)."""
+    import hashlib
+
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:32]
 
 
 @dataclass(slots=True)
@@ -139,6 +177,7 @@ class Generation:
     spec_misses: int = 0  # ... that did not: the statement generated under it was thrown away
     cached_tokens: list[int] = field(default_factory=list)  # num_cached_tokens per (re)add
     finished_at: float | None = None
+    recovered: bool = False  # resumed by a planner restarted on its journal (`Planner.resume`)
     extra: dict[str, Any] = field(default_factory=dict)  # policy-private state (e.g. Trail prediction)
 
     @property

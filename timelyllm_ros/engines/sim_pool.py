@@ -44,8 +44,9 @@ class SimulatedPool(EnginePool):
                                            scheduling_policy=scheduling_policy)
                            for _ in range(n)])
 
-    def set_script(self, gen_id: str, text: str, notes: Sequence[tuple[int, int]] = ()) -> None:
-        next(iter(self._sims.values())).set_script(gen_id, text, notes)  # shared by every member
+    def set_script(self, gen_id: str, text: str, notes: Sequence[tuple[int, int]] = (),
+                   prompt_len: int | None = None) -> None:
+        next(iter(self._sims.values())).set_script(gen_id, text, notes, prompt_len)  # shared by every member
 
     @property
     def scheduling_policy(self) -> str:

@@ -43,6 +43,7 @@ class Scripts:
     # blocking statement (`#True\n`: streaming modes, sim/prompts.py `WrittenResults`); a rewind to
     # a span's start drops it: the planner has put the robot's real result there instead
     notes: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    prompt_len: dict[str, int] = field(default_factory=dict)  # the prompt's length, when set_script was told
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,10 +121,12 @@ class SimulatedEngine(KVAccounting):
         self.step_log: list[StepRecord] | None = None  # a list records every iteration
 
     # --- scripting ----------------------------------------------------------------------------
-    def set_script(self, gen_id: str, text: str, notes: Sequence[tuple[int, int]] = ()) -> None:
+    def set_script(self, gen_id: str, text: str, notes: Sequence[tuple[int, int]] = (),
+                   prompt_len: int | None = None) -> None:
         """What the simulated LLM will generate for gen_id (then EOS).  `notes`: character spans
         of `text` that are result annotations the model writes itself (`Scripts.notes`); each
-        piece is tokenised on its own, so a span is whole tokens."""
+        piece is tokenised on its own, so a span is whole tokens.  `prompt_len`: the length of
+        its prompt; a first add with more ids than that continues the script after them."""
         if not isinstance(text, str):
             raise TypeError(f"script for {gen_id!r} must be a str, got {type(text).__name__}")
         ids: list[int] = []
@@ -146,6 +149,20 @@ class SimulatedEngine(KVAccounting):
             self.scripts.notes[gen_id] = spans
         else:
             self.scripts.notes.pop(gen_id, None)
+        if prompt_len is not None:
+            self.scripts.prompt_len[gen_id] = int(prompt_len)
+
+    def _continue(self, gen_id: str, prompt: list[int]) -> None:
+        """A first add whose prompt already holds the start of the script after the prompt it was
+        told (a planner restarted on its journal resumes from its token record): the script goes
+        on after them, as a model continues its context."""
+        base = self.scripts.prompt_len.get(gen_id)
+        if base is None or len(prompt) <= base or self._script_pos.get(gen_id, 0) or gen_id in self._started:
+            return
+        done = prompt[base:]
+        if done == self._scripts[gen_id][:len(done)]:
+            self._script_pos[gen_id] = len(done)
+            self.scripts.at[gen_id] = list(range(base, len(prompt)))
 
     def script_position(self, gen_id: str) -> int:
         """Script tokens already output for gen_id (resumption continues here)."""
@@ -202,6 +219,7 @@ class SimulatedEngine(KVAccounting):
         # prompt + output so far): only what follows it is checked.  The repeat is recognised by
         # equality, so a value equal to a validated id (True for 1, 5.0 for 5) in that part is not
         # re-checked; it hashes as that id, so the engine's behaviour is the same.
+        self._continue(gen_id, prompt)
         self._rewind(gen_id, prompt)
         known = self._known.get(gen_id)
         start = 0

@@ -145,13 +145,16 @@ class ExecutorNode:
         if ticket is None:  # a transport without goal callbacks: take a turn now
             ticket = self._turns.take()
         stopped = False
+
+        def give_up() -> bool:
+            return handle.is_cancel_requested or sup.lost(pid) is not None or self._closing.is_set()
         try:
             if refusal:
                 self._turns.release(ticket)
                 log.warning("%s: refusing %s/%d: %s", self.robot_id, goal.request_id, goal.segment_index, refusal)
                 report = ExecReport(ResultCode.REJECTED, refusal)
-            elif (not self._turns.wait(ticket, lambda: handle.is_cancel_requested or sup.lost(pid) is not None
-                                       or self._closing.is_set())
+            elif (not self._turns.wait(ticket, give_up)
+                  or not sup.wait_fresh(pid, give_up)  # its planner silent: not started on its word
                   or sup.lost(pid) is not None or self._closing.is_set()):  # its planner was lost / we close
                 self._turns.release(ticket)
                 lost = sup.lost(pid)

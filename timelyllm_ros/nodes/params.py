@@ -142,6 +142,10 @@ EXECUTOR_PARAMS: tuple[Param, ...] = (
           "executor_lease_s; at most half of planner_lease_s)", min=0.001, max=60.0),
     Param("allowed_planners", "", "comma-separated planner node names whose goals are accepted, e.g. "
           "/timelyllm/planner ('' = any)"),
+    Param("flight_window_s", 0.0, "the robot's flight envelope (robot YAML envelope.flight) is charged over "
+          "every goal it runs, whoever sent it: 0 = since takeoff (backends that report flying: tello; a "
+          "simulated robot then has no flight account), > 0 = over a sliding window of that many seconds, "
+          "any backend", min=0.0, max=3.2e9),
 )
 
 

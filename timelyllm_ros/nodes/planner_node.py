@@ -529,8 +529,12 @@ class PlannerNode:
 
     def _report_recovery(self) -> None:
         rep, self._recovery = self._recovery, None
-        if rep is None or not (rep.failed or rep.resubmitted):
+        if rep is None or not (rep.failed or rep.resubmitted or rep.resumed):
             return
+        log.info("recovery: %d resubmitted, %d resumed, %d failed", len(rep.resubmitted), len(rep.resumed),
+                 len(rep.failed))
+        for rid in rep.resumed:
+            log.info("recovered request %s resumed from its journaled token ids", rid)
         end = time.monotonic() + self.config.recovery_wait_s
         while self._pub_status.matched_count() == 0 and time.monotonic() < end and not self._stop.is_set():
             time.sleep(0.02)

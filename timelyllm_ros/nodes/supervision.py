@@ -277,6 +277,21 @@ class ExecutorSupervisor:
         with self._lock:
             return self._lost.get(planner_id) if planner_id else None
 
+    def wait_fresh(self, planner_id: str, give_up: Callable[[], bool], poll_s: float = 0.01) -> bool:
+        """Before a goal's first command: wait until its planner was heard within half the lease
+        (True), or `give_up()` (False).  A planner silent that long may be dead: a goal it sent
+        is not started on its word -- if it is lost the goal is aborted with nothing sent, and a
+        restarted planner can go on from the goals that ran."""
+        if not planner_id:
+            return True  # not supervised
+        while True:
+            silent = self.planners.silent_for(planner_id)
+            if silent is not None and silent <= self.config.lease_s / 2:
+                return True
+            if give_up():
+                return False
+            time.sleep(poll_s)
+
     def must_stop(self, planner_id: str) -> bool:
         return self.robot.on_planner_lost != "finish_goal" and self.lost(planner_id) is not None
 
@@ -316,9 +331,14 @@ class ExecutorSupervisor:
 
     def ended(self, planner_id: str, request_id: str, segment_index: int, code: ResultCode, *,
               calls_done: int, reason: str, stopped: bool) -> None:
+        with self._lock:
+            prior = self._goals.get((request_id, segment_index))
+        never_ran = prior is not None and prior.state == "queued"  # aborted before its turn came
+        # "refused": nothing of it was sent to the robot (refused on arrival or before its first
+        # command, or aborted while it waited), so a restarted planner may generate it anew
         state = ("stopped" if stopped else "succeeded" if code == ResultCode.OK else
-                 "cancelled" if code == ResultCode.CANCELLED else "refused" if code == ResultCode.REJECTED and
-                 calls_done == 0 else "aborted")
+                 "cancelled" if code == ResultCode.CANCELLED else "refused" if calls_done == 0 and
+                 (code == ResultCode.REJECTED or never_ran) else "aborted")
         self.record(planner_id, request_id, segment_index, state, calls_done=calls_done, reason=reason)
         if not stopped:
             where = reason.rsplit("; ", 1)[1] if "; " in reason else ""

@@ -111,7 +111,9 @@ def build_executor(params: dict[str, Any], *, namespace: str = "") -> tuple[Any,
     else:
         raise ConfigError(f"backend must be simulated or tello, got {p['backend']!r}")
     cfg = ExecutorConfig(timeout_s=float(p["timeout_s"]), timeout_factor=float(p["timeout_factor"]),
-                         timeout_min_s=float(p["timeout_min_s"]))
+                         timeout_min_s=float(p["timeout_min_s"]), flight_window_s=float(p["flight_window_s"]))
+    if not 0.0 <= cfg.flight_window_s < float("inf"):
+        raise ConfigError(f"flight_window_s must be >= 0 s (0: since takeoff), got {cfg.flight_window_s!r}")
     return SegmentExecutor(robot, backend, cfg), robot_id
 
 
@@ -254,7 +256,8 @@ class PlannerSetup:
                 from .supervision import ask_goal_states
 
                 journal.prune()
-                # resubmit what dispatched nothing, fail the rest saying where each robot was left
+                # resubmit what dispatched nothing, resume plans whose dispatched segments all ran,
+                # fail the rest saying where each robot was left
                 transport = getattr(dispatcher, "transport", None)  # the node's ActionDispatcher: ask the executors
                 report = recover(journal, planner, goal_states=None if transport is None else
                                  (lambda robot: ask_goal_states(transport, robot)))

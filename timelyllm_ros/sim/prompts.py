@@ -126,13 +126,14 @@ class SimPromptSource:
         set_script = getattr(self.engine, "set_script", None)
         if set_script is None:
             raise TypeError("SimPromptSource needs an engine with set_script (the SimulatedEngine)")
+        ids = self.prefix_ids(request.robot_type) + self.tokenizer.encode(self.request_text(request))
         robot = self.robots.get(request.robot_type)
         if self.written is not None and self.written.true_p is not None and robot is not None:
             text, notes = self.written.annotate(robot, request.request_id, request.reference_plan)
-            set_script(request.request_id, text, notes)
+            set_script(request.request_id, text, notes, prompt_len=len(ids))
         else:
-            set_script(request.request_id, request.reference_plan)
-        return self.prefix_ids(request.robot_type) + self.tokenizer.encode(self.request_text(request))
+            set_script(request.request_id, request.reference_plan, prompt_len=len(ids))
+        return ids
 
     def result_ids(self, request: PlanRequest, segment: Segment, value: Any) -> list[int]:
         return []
