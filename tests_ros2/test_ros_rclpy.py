@@ -177,3 +177,42 @@ def test_messages_of_one_topic_are_handled_in_order(transports):
         pub.publish({"data": str(i)})
     assert wait_for(lambda: len(got) == 20, 10), got
     assert got == [str(i) for i in range(20)]
+
+
+def test_goals_waiting_their_turn_hold_no_executor_thread(transports):
+    """A robot runs one goal at a time: the goals queued behind it wait inside their execute
+    callback.  With more of them than the node's executor threads (16), the node must go on
+    serving its services, subscriptions (heartbeats) and cancels: each goal waits on a thread of
+    its own, ACCEPTED until it calls `executing()`.  (Before, 16 queued goals held every executor
+    thread: the executor's heartbeat subscription starved and its planner was declared lost.)"""
+    n = 40
+    server, client = transports("srv_many", "drone_q"), transports("cli_many")
+    release, lock, waiting = threading.Event(), threading.Lock(), []
+
+    def execute(h):
+        with lock:
+            waiting.append(h.request["segment_index"])
+        if not release.wait(60):
+            h.abort()
+            return c.execute_result_fields(code=2, error="never released")
+        time.sleep(0.05 * h.request["segment_index"])  # then one after another, as a robot ends them
+        h.executing()
+        h.succeed()
+        return c.execute_result_fields(code=0, calls_done=1)
+
+    server.action_server("execute_segment", c.EXECUTE_SEGMENT, execute)
+    server.service("get_goal_states", c.GET_GOAL_STATES, lambda req: {"goals": [], "robot_state": "idle"})
+    ac = client.action_client("/drone_q/execute_segment", c.EXECUTE_SEGMENT)
+    assert wait_for(ac.server_is_ready)
+    goal = {"request_id": "r", "robot_id": "drone_q", "robot_type": "tello", "segment_index": 0, "text": "mf(50);",
+            "calls": [{"name": "move_forward", "abbr": "mf", "args": ["50"], "arg_types": ["int"]}],
+            "est_exec_s": 1.0, "blocking": False}
+    results = []
+    for i in range(n):  # one at a time (a burst of goal requests beyond the goal service's depth, 10, is lost)
+        ac.send_goal(dict(goal, segment_index=i), on_result=results.append)
+        assert wait_for(lambda: len(waiting) == i + 1, 10), f"goal {i} never reached execute ({len(waiting)} did)"
+    answer = client.call_service("/drone_q/get_goal_states", c.GET_GOAL_STATES, {"request_id": ""}, timeout_s=10)
+    assert answer is not None and answer["robot_state"] == "idle"
+    release.set()
+    assert wait_for(lambda: len(results) == n, 30), f"{len(results)} of {n} results"
+    assert all(r.status == GoalStatus.SUCCEEDED and r.result["calls_done"] == 1 for r in results)

@@ -162,6 +162,7 @@ class ExecutorNode:
                           else ExecReport(ResultCode.ABORTED, f"{lost}: queued goal aborted, nothing sent") if lost
                           else ExecReport(ResultCode.ABORTED, "executor shutting down: goal aborted, nothing sent"))
             else:
+                handle.executing()  # its turn: EXECUTING (queued goals stay ACCEPTED)
                 log.info("%s: executing %s/%d: %s", self.robot_id, goal.request_id, goal.segment_index, goal.text)
                 sup.record(pid, goal.request_id, goal.segment_index, "running")
                 try:

@@ -161,6 +161,9 @@ class _ServerGoal:
         if self.is_active:
             self._client.feedback(fb)
 
+    def executing(self) -> None:
+        """No ACCEPTED state here: a goal is executing from its acceptance."""
+
     def _terminal(self, new: str) -> None:
         with self._lock:
             if self._state not in ("executing", "canceling"):

@@ -211,6 +211,59 @@ class _ServerGoal:
         self._h.canceled()
 
 
+class _ThreadedGoal(_ServerGoal):
+    """A goal whose execute callback runs on a thread of its own (`RclpyTransport.action_server`):
+    ACCEPTED while it waits its turn, EXECUTING from `executing()`, when one executor thread starts
+    waiting for its end (`run`); the terminal state it chose is applied there."""
+
+    def __init__(self, handle: Any, action_cls: Any) -> None:
+        super().__init__(handle, action_cls)
+        self._lock = threading.Lock()
+        self._started = False
+        self._ended = threading.Event()
+        self._end = "abort"
+        self._result: Fields = {}
+        handle._timelyllm_goal = self
+
+    def executing(self) -> None:
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        self._h.execute()  # EXECUTING now; `run` on the executor waits for the end
+
+    def succeed(self) -> None:
+        self._end = "succeed"
+
+    def abort(self) -> None:
+        self._end = "abort"
+
+    def canceled(self) -> None:
+        self._end = "canceled"
+
+    def work(self, execute: Callable[[Any], Fields | None]) -> None:
+        try:
+            self._result = execute(self) or {}
+        except Exception:  # as rclpy does with an execute callback that raises
+            log.exception("execute callback failed; aborting the goal")
+            self._end, self._result = "abort", {}
+        self._ended.set()
+        self.executing()  # a goal that never started ends here
+
+    @staticmethod
+    def run(handle: Any) -> Any:
+        """The server's execute callback: wait for the goal's thread, apply its terminal state."""
+        g: _ThreadedGoal = handle._timelyllm_goal
+        g._ended.wait()
+        if g._end == "succeed":
+            handle.succeed()
+        elif g._end == "canceled" and handle.is_cancel_requested:
+            handle.canceled()
+        else:
+            handle.abort()
+        return to_msg(g._cls.Result, g._result)
+
+
 class _DeferredGoal:
     def __init__(self, handle: Any, action_cls: Any, run: Callable[[Any], Any]) -> None:
         self._h, self._cls, self._run = handle, action_cls, run
@@ -503,12 +556,15 @@ class RclpyTransport:
                 log.exception("cancel callback failed; rejecting the cancel")
                 return CancelResponse.REJECT
 
-        def on_execute(handle: Any) -> Any:
-            result = execute(_ServerGoal(handle, cls))
-            return to_msg(cls.Result, result or {})
+        def accepted(handle: Any) -> None:
+            # `execute` on a thread of its own: goals queued behind a running one (a robot runs one
+            # at a time) hold no executor thread, so heartbeats, services and cancels stay served
+            # whatever the number of goals (they starved once every executor thread held a goal)
+            g = _ThreadedGoal(handle, cls)
+            threading.Thread(target=g.work, args=(execute,), name=f"goal-{name}", daemon=True).start()
 
-        server = ActionServer(self.node, cls, name, on_execute, callback_group=self.group,
-                              goal_callback=on_goal, cancel_callback=on_cancel)
+        server = ActionServer(self.node, cls, name, _ThreadedGoal.run, callback_group=self.group,
+                              goal_callback=on_goal, cancel_callback=on_cancel, handle_accepted_callback=accepted)
         h = Closer(server.destroy)
         self._handles.append(h)
         return h
