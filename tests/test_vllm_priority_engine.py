@@ -215,17 +215,25 @@ def test_remote_server_serves_the_urgent_request_first(prio_server) -> None:
     e = RemoteVllmEngine({"url": prio_server.url, "scheduling_policy": "priority", "ignore_eos": True})
     try:
         assert e.scheduling_policy == "priority"
-        e.add("n1", _ids(e, "look for the cat"), 30, priority=1)  # 30 steps: both later adds reach the server
-        e.add("n2", _ids(e, "look for the dog"), 200, priority=1)
+        # n1 runs 150 steps: both later requests reach the server (two HTTP requests) before a slot
+        # frees, however loaded the machine (with 30 steps, n3 was once admitted before u arrived)
+        e.add("n1", _ids(e, "look for the cat"), 150, priority=1)
+        e.add("n2", _ids(e, "look for the dog"), 400, priority=1)
         first: list[str] = []
+
+        def note_first_tokens() -> None:
+            for o in e.step():
+                if o.token_ids and o.gen_id not in first:
+                    first.append(o.gen_id)
+
         for _ in range(400):  # both running before the next two are sent
-            first += [o.gen_id for o in e.step() if o.token_ids and o.gen_id not in first]
+            note_first_tokens()
             if {"n1", "n2"} <= set(first):
                 break
         e.add("n3", _ids(e, "look for the keys"), 8, priority=1)
         e.add("u", _ids(e, "look for the fire"), 8, priority=0)
-        for _ in range(2000):
-            first += [o.gen_id for o in e.step() if o.token_ids and o.gen_id not in first]
+        for _ in range(4000):
+            note_first_tokens()
             if {"n3", "u"} <= set(first):
                 break
         assert first.index("u") < first.index("n3")

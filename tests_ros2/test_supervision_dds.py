@@ -169,8 +169,12 @@ def test_plan_task_requests_outlive_a_planner_crash_with_an_answer_each(t, tmp_p
         lost = [r for r, a in answers.items() if a.status is None]
         assert not lost, {r: answers[r].error for r in lost}
         assert answers["sc-late"].status["state"] == "finished", answers["sc-late"].status
-        cut = [a.status for r, a in answers.items() if r != "sc-late" and a.status["state"] == "failed"]
-        assert cut and all(f"{robot}: " in s["reason"] and "dispatched statement(s)" in s["reason"] for s in cut), cut
+        # in flight at the kill: cut mid-action -> failed saying where the robot was left; between
+        # two actions -> resumed from the journal and finished (which one depends on where the kill lands)
+        outcomes = {r: (a.status["state"], a.status.get("reason", "")) for r, a in answers.items() if r != "sc-late"}
+        assert all(state == "finished" or (state == "failed" and f"{robot}: " in reason
+                                           and "dispatched statement(s)" in reason)
+                   for state, reason in outcomes.values()), outcomes
     finally:
         watch.close()
         planner.kill()
