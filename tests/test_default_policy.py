@@ -335,6 +335,21 @@ def test_step_cap_cuts_admission_and_counts_as_a_full_batch():
     assert p.suspend_at(g, g.segments[0], ctx(), 10.05)
 
 
+def test_step_cap_holds_per_engine_of_a_pool():
+    """Behind an engine pool the step-time cap bounds each member's step, not the pool's: k
+    usable members (`PolicyContext.engines`) run up to k times one engine's cap side by side
+    (capped pool-wide, 8 engines ran one engine's batch and preempted continuations for it)."""
+    p = Default()
+    _feed(p._steps, a=0.022, b=0.004)
+    assert p.step_cap(ctx(), 0) == 14
+    running = [gen(f"r{i}", 9.0, URGENT, state=GenState.RUNNING) for i in range(12)]
+    ready = [gen(f"q{i:02d}", 10.0, URGENT) for i in range(60)]
+    assert len(p.select(ready, running, ctx(), 10.0).order) == 14 - 12
+    pool = dataclasses.replace(ctx(), engines=4)
+    sel = p.select(ready, running, pool, 10.0)
+    assert len(sel.order) == 4 * 14 - 12 and p._capped
+
+
 def test_step_cap_is_lifted_while_only_continuations_are_left():
     """Rule 6 protects response times: once no first segment has run or waited for drain_after_s
     (5 s) the cap no longer cuts admissions (late continuations: throughput decides); a new

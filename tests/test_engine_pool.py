@@ -3,6 +3,8 @@
 - a pool of one engine is that engine: byte-identical results, policies with preemption included;
 - N engines: deterministic, every request terminal, work spread over the engines, and each
   generation's text is the one a single engine produces (resumes elsewhere continue the script);
+- the default policy's step-time model learns one member's iterations (not the pool's steps, in
+  which members run side by side), so its step-time cap holds per engine;
 - an engine lost mid-run: its generations are re-queued on the others (counted), nothing is lost.
 """
 
@@ -21,7 +23,8 @@ def texts(result) -> dict[str, tuple[str, str]]:
     return {g.gen_id: (g.state.value, g.text) for g in result.generations}
 
 
-@pytest.mark.parametrize("workload,policy", [("WID1", "timelyllm"), ("WID2", "lamps"), ("WID3", "vllm")])
+@pytest.mark.parametrize("workload,policy", [("WID1", "timelyllm"), ("WID2", "lamps"), ("WID3", "vllm"),
+                                             ("drones:200", "default")])
 def test_a_pool_of_one_engine_is_that_engine(workload, policy):
     alone = run_simulation(workload, policy)
     pooled = run_simulation(workload, policy, pooled=True)
@@ -46,6 +49,55 @@ def test_n_engines_deterministic_spread_and_same_texts(policy):
     u1 = one.metrics["by_category"]["urgent"]["utility_pct_of_max"]
     u3 = a.metrics["by_category"]["urgent"]["utility_pct_of_max"]
     assert u3 >= u1
+
+
+def test_the_step_time_model_learns_one_members_iterations_behind_a_pool():
+    """A pool step ends when the first member's iteration ends, with that member's outputs: fed
+    to the step-time model it made the model's per-generation cost meaningless (fitted negative
+    at drones:1000 on 4 engines: no cap, or one engine's cap over the whole pool).  Fed each
+    member iteration (`EnginePool.member_steps`), the model of a pool is that of one engine."""
+    def run(n, engines):
+        box = {}
+
+        def keep(planner, arrivals):
+            box["planner"] = planner
+            return arrivals
+
+        run_simulation(f"drones:{n}", "default", engines=engines, engine_kind="stock", setup=keep)
+        return box["planner"]
+
+    one, pool = run(200, 1), run(600, 3)
+    a1, b1 = one.policy._steps.least_squares()
+    a3, b3 = pool.policy._steps.least_squares()
+    assert b1 > 0 and b3 == pytest.approx(b1, rel=0.1) and a3 == pytest.approx(a1, rel=0.1)
+    assert pool.context().engines == 3 and one.context().engines == 1
+    assert pool.policy.step_cap(pool.context(), 0) == one.policy.step_cap(one.context(), 0)
+
+
+def test_a_pool_reports_each_member_iteration():
+    """`EnginePool.member_steps` (the path of real engines: members stepped one after another):
+    one (duration, outputs) per member that stepped, timed on the pool's clock."""
+    from timelyllm_ros.core.clock import VirtualClock
+    from timelyllm_ros.engines.pool import EnginePool
+    from timelyllm_ros.engines.simulated import SimulatedEngine
+
+    clock = VirtualClock()
+    a, b = SimulatedEngine(clock), SimulatedEngine(clock)
+    pool = EnginePool({"a": a, "b": b}, clock=clock)
+    a.set_script("g1", "tp;")
+    b.set_script("g2", "tp;")
+    b.set_script("g3", "tp;")
+    pool.assign("g1", "a")
+    pool.add("g1", [1, 2, 3], 4)
+    pool.assign("g2", "b")
+    pool.add("g2", [1, 2, 3], 4)
+    pool.assign("g3", "b")
+    pool.add("g3", [4, 5, 6], 4)
+    t0 = clock.now()
+    outs = pool.step()
+    steps = pool.member_steps()
+    assert [n for _, n in steps] == [1, 2] and len(outs) == 3
+    assert all(dt > 0 for dt, _ in steps) and sum(dt for dt, _ in steps) == pytest.approx(clock.now() - t0)
 
 
 def test_a_lost_engine_moves_its_generations_to_the_others():

@@ -132,6 +132,11 @@ class EngineFleet(Engine, Protocol):
         """The next `add` of gen_id goes to this member."""
         ...
 
+    def member_steps(self) -> list[tuple[float, int]]:
+        """(duration s, outputs) of each member iteration that ended in the last `step` (the
+        policy's step-time model learns one engine's step from these, not from the pool's)."""
+        ...
+
     def take_lost(self) -> list[tuple[str, str]]:
         """(gen_id, reason) of running generations whose member failed since the last call."""
         ...

@@ -439,7 +439,11 @@ class Planner:
                 self._stepped = None
             on_step = self.policy.on_step
             if getattr(on_step, "__func__", None) is not Policy.on_step:
-                on_step(now - t_step, len(outs))
+                if self._fleet is not None:  # one engine's step each: a pool's members run side by side
+                    for dt, n in self._fleet.member_steps():
+                        on_step(dt, n)
+                else:
+                    on_step(now - t_step, len(outs))
             if self._fleet is not None:
                 self._requeue_lost(now)
             self._stats = None
@@ -463,7 +467,8 @@ class Planner:
     def context(self, running: Sequence[Generation] = ()) -> PolicyContext:
         return PolicyContext(estimator=self.estimator, robots=self.robots, stats=self._engine_stats(),
                              seg_gen_s=self.seg_gen_s, token_s=self.token_s, running=running,
-                             iteration=self.iteration, kv_modes=self._kv_modes())
+                             iteration=self.iteration, kv_modes=self._kv_modes(),
+                             engines=len(self._fleet.members()) if self._fleet is not None else 1)
 
     def _schedule(self, ready: list[Generation], running: list[Generation], now: float) -> list[Generation]:
         """Refresh priorities, preempt and admit; returns the generations now running."""

@@ -5,7 +5,8 @@ The planner sees one engine (the `EngineFleet` hooks of core/engine.py tell it t
   affinity); a new one goes to the least-loaded member, preferring one that already served its
   prompt prefix (the robot type's fixed part, cached there);
 - the planner runs its batch-size controller per member (`member_stats`), so every member keeps
-  the latency-guided batch of its own speed;
+  the latency-guided batch of its own speed; each member iteration's duration and outputs
+  (`member_steps`) feed the policy's step-time model, whose batch limits hold per member;
 - a member that raises `EngineError` (crash, server down, garbage) is dropped: the generations it
   was running are handed back through `take_lost` and the planner re-queues them (they resume
   from their token records elsewhere; `counters.lost` counts those re-prefills); when the last
@@ -21,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from ..core.clock import Clock, WallClock
 from ..core.engine import Engine, EngineError, EngineOutput, EngineStats, Tokenizer
 
 
@@ -36,7 +38,7 @@ class EnginePool:
     """Composite engine over named members (see the module docstring)."""
 
     def __init__(self, members: Mapping[str, Engine] | Sequence[Engine], *, prefix_tokens: int = 64,
-                 prefix_bonus: int = 1) -> None:
+                 prefix_bonus: int = 1, clock: Clock | None = None) -> None:
         named = dict(members) if isinstance(members, Mapping) else {f"e{i}": e for i, e in enumerate(members)}
         if not named:
             raise EngineError("an engine pool needs at least one engine")
@@ -58,6 +60,8 @@ class EnginePool:
         self._next: dict[str, str] = {}  # gen -> member chosen by assign()
         self._lost: list[tuple[str, str]] = []
         self._step_log: list | None = None
+        self._clock: Clock = clock if clock is not None else WallClock()  # times member iterations
+        self._member_steps: list[tuple[float, int]] = []  # (duration s, outputs) of the last step's iterations
 
     @property
     def step_log(self) -> list | None:
@@ -113,6 +117,12 @@ class EnginePool:
         if member not in self._members or member in self.down:
             raise EngineError(f"engine pool: no usable member {member!r}")
         self._next[gen_id] = member
+
+    def member_steps(self) -> list[tuple[float, int]]:
+        """(duration in seconds, outputs) of each member iteration that ended in the last `step`:
+        what one engine's step is to the policy's step-time model (a pool step is not one: its
+        members run side by side)."""
+        return self._member_steps
 
     def take_lost(self) -> list[tuple[str, str]]:
         lost, self._lost = self._lost, []
@@ -182,14 +192,21 @@ class EnginePool:
 
     def _step_members(self) -> list[EngineOutput]:
         outs: list[EngineOutput] = []
+        steps: list[tuple[float, int]] = []
+        now = self._clock.now
         for m in self.members():
             e = self._members[m]
             if not e.has_unfinished():
                 continue
+            t0 = now()
             try:
-                outs.extend(e.step())
+                got = e.step()
             except EngineError as err:
                 self._lose(m, str(err))
+                continue
+            outs.extend(got)
+            steps.append((now() - t0, len(got)))
+        self._member_steps = steps
         return outs
 
     def has_unfinished(self) -> bool:

@@ -31,7 +31,7 @@ class SimulatedPool(EnginePool):
         super().__init__({f"e{i}": m for i, m in enumerate(members)})
         self.clock = clock
         self._sims: dict[str, SimulatedEngine] = {f"e{i}": m for i, m in enumerate(members)}
-        self._inflight: dict[str, tuple[float, list[EngineOutput]]] = {}
+        self._inflight: dict[str, tuple[float, float, list[EngineOutput]]] = {}  # member -> (start, end, outputs)
 
     @classmethod
     def build(cls, clock: VirtualClock, n: int, profile: LatencyProfile | None = None,
@@ -68,11 +68,11 @@ class SimulatedPool(EnginePool):
         m = self.member_of(gen_id)
         held = self._inflight.get(m) if m is not None else None
         if held is not None:
-            keep = [o for o in held[1] if o.gen_id != gen_id]
-            for o in held[1]:
+            keep = [o for o in held[2] if o.gen_id != gen_id]
+            for o in held[2]:
                 if o.gen_id == gen_id and o.token_ids and not o.finished:
                     self._sims[m].unemit(gen_id, o.token_ids[-1])
-            self._inflight[m] = (held[0], keep)
+            self._inflight[m] = (held[0], held[1], keep)
         super().abort(gen_id, kv)
 
     def _step_members(self) -> list[EngineOutput]:
@@ -93,17 +93,19 @@ class SimulatedPool(EnginePool):
                 continue
             end = sim.clock.now()
             if outs or end > now:
-                self._inflight[name] = (end, outs)
+                self._inflight[name] = (now, end, outs)
+        self._member_steps = []
         if not self._inflight:
             return []
-        t = min(end for end, _ in self._inflight.values())
+        t = min(end for _, end, _ in self._inflight.values())
         self.clock.advance_to(t)
         delivered: list[EngineOutput] = []
         for name in list(self._inflight):
-            end, outs = self._inflight[name]
+            start, end, outs = self._inflight[name]
             if end <= t:
                 del self._inflight[name]
                 delivered.extend(outs)
+                self._member_steps.append((end - start, len(outs)))
         return delivered
 
     def has_unfinished(self) -> bool:

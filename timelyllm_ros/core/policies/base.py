@@ -40,6 +40,7 @@ class PolicyContext:
     running: Sequence[Generation] = ()
     iteration: int = 0
     kv_modes: frozenset[str] = frozenset({"cache"})  # KV modes the engine honours on abort (`Engine.kv_modes`)
+    engines: int = 1  # engines serving the batch (an engine pool's usable members): a policy's batch limit is per engine
 
 
 @dataclass

@@ -56,7 +56,9 @@ both below):
    ``pace_kv="cache"``).
 6. step-time cap (``step_ratio``): admissions also stop where a step would take more than 3 times
    a one-generation step, by the step-time model (``step_time.py``, least squares; until it has
-   seen 4 steps, at most twice the running batch, at least 8): beyond that every running
+   seen 4 steps, at most twice the running batch, at least 8) — per engine: behind an engine
+   pool the model learns one member's iterations and the pool's batch may hold the cap times
+   its usable members (pacing's limit, rule 5, too): beyond that every running
    generation gets its tokens slower than a newcomer gains by starting now — on an engine where
    each extra sequence is expensive (the edge board) a 256-wide batch makes every response late.
    The cap protects response times, so it is lifted while no first segment has run or waited
@@ -546,9 +548,11 @@ class Default(Policy):
         if budget == math.inf:
             return sel
         new = sum(1 for g in sel.order if not g.output_ids)
-        cap = self._steps.max_seqs(budget, new, ctx.token_s)
+        engines = max(1, ctx.engines)  # per engine, as the step-time cap
+        cap = self._steps.max_seqs(budget, -(-new // engines), ctx.token_s)
         if cap is None:
             return sel
+        cap *= engines
         held = {id(g) for g in sel.preempt}
         over = len(running) - len(held) + len(sel.order) - cap
         if over <= 0:
@@ -604,9 +608,10 @@ class Default(Policy):
         if ready_first or any(not g.segments for g in running):
             self._first_seen = now
         drain = now - self._first_seen >= self.drain_after_s  # rule 6 lifted: only continuations left
-        cap = None if drain else self.step_cap(ctx, len(running) - len(preempt))
+        engines = max(1, ctx.engines)  # the cap holds per engine: a pool's members step side by side
+        cap = None if drain else self.step_cap(ctx, -(-(len(running) - len(preempt)) // engines))
         if cap is not None:  # the step-time cap: no step longer than step_ratio x a one-generation step
-            room = max(0, cap - len(running) + len(preempt))
+            room = max(0, cap * engines - len(running) + len(preempt))
             if len(order) > room:
                 order = order[:room]
                 self._capped = True
