@@ -239,15 +239,7 @@ def _planner(journal, clock=None):
             self.adds.append((gen_id, list(prompt_ids)))
             return super().add(gen_id, prompt_ids, max_tokens, priority)
 
-    class Dispatcher:
-        def __init__(self):
-            self.goals, self.cancelled = [], []
-
-        def dispatch(self, goal):
-            self.goals.append(goal)
-
-        def cancel(self, request_id):
-            self.cancelled.append(request_id)
+    from test_planner import RecordingDispatcher as Dispatcher
 
     robots = load_robots()
     clock = clock or VirtualClock()

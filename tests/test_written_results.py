@@ -23,19 +23,10 @@ from timelyllm_ros.sim.prompts import SimPromptSource, WrittenResults
 from timelyllm_ros.sim.runner import run_simulation
 from timelyllm_ros.sim.tokenizer import SimTokenizer
 
+from test_planner import RecordingDispatcher as Dispatcher  # the planner tests' dispatcher port
+
 ROBOTS = load_robots()
 PLAN = "s('cat');g('cat');tp;"
-
-
-class Dispatcher:
-    def __init__(self):
-        self.goals, self.cancelled = [], []
-
-    def dispatch(self, goal):
-        self.goals.append(goal)
-
-    def cancel(self, request_id):
-        self.cancelled.append(request_id)
 
 
 def make(policy, written=None, **cfg):

@@ -21,6 +21,38 @@ _ema = None
 _at = None
 
 
+def _qoe_point(e, dli, sai, lai, pni, st, ui, T):  # pragma: no cover - compiled
+    """QoE so far at T of one request: `e` tokens expected by then, `dli` delivered, `sai` / `lai`
+    its sum of and last delivery times, `pni` its next delivery's time; tokens expected but not
+    delivered count as consumed at max(pni, T) (QoEBatch.at's operations, in its order)."""
+    missing = e - dli
+    if missing > 0:  # expected but not delivered: consumed "at T"
+        a1 = pni if pni > T else T
+        t = missing * a1
+        t += sai
+        sai = t
+        lai = a1
+        nn = e
+    else:
+        nn = dli
+    s_ideal = nn * st
+    t = ui * nn
+    t *= nn - 1
+    t /= 2
+    s_ideal += t
+    d = sai - s_ideal
+    s_delay = d if d > 0.0 else 0.0
+    s_whole = nn * lai
+    s_whole -= s_ideal
+    y = s_delay / s_whole
+    y = 1.0 - y
+    y = y if y > 0.0 else 0.0
+    return 1.0 if (nn == 0 or s_whole <= _EPS) else y
+
+
+_point = _qoe_point  # compiled by warm() before the loops that call it by this name
+
+
 def _loop(sa, pn, la, dl, start, u, expected, pending, s, cnt, iv, T, out):  # pragma: no cover - compiled
     """out[r, i] = QoE so far at T of request i with stream r = (s[r], pending[i] + cnt[r], iv[r])
     appended.  Written like QoEBatch.at's general branch per element (its shortcuts give the same
@@ -54,30 +86,7 @@ def _loop(sa, pn, la, dl, start, u, expected, pending, s, cnt, iv, T, out):  # p
                 sai, lai, pni, dli = sa2, la2, la2 + ui, dl[i] + c
             else:  # a zero-count or not yet started stream is dropped
                 sai, lai, pni, dli = sa[i], la[i], p, dl[i] + 0.0
-            e = expected[i]
-            missing = e - dli
-            if missing > 0:  # expected but not delivered: consumed "at T"
-                a1 = pni if pni > T else T
-                t = missing * a1
-                t += sai
-                sai = t
-                lai = a1
-                nn = e
-            else:
-                nn = dli
-            s_ideal = nn * start[i]
-            t = ui * nn
-            t *= nn - 1
-            t /= 2
-            s_ideal += t
-            d = sai - s_ideal
-            s_delay = d if d > 0.0 else 0.0
-            s_whole = nn * lai
-            s_whole -= s_ideal
-            y = s_delay / s_whole
-            y = 1.0 - y
-            y = y if y > 0.0 else 0.0
-            out[r, i] = 1.0 if (nn == 0 or s_whole <= _EPS) else y
+            out[r, i] = _point(expected[i], dli, sai, lai, pni, start[i], ui, T)
 
 
 def _at_loop(sa, pn, la, dl, start, u, T, out):  # pragma: no cover - compiled
@@ -94,32 +103,7 @@ def _at_loop(sa, pn, la, dl, start, u, T, out):  # pragma: no cover - compiled
                 e = 0.0
             else:
                 e = np.floor((at - st) / ui + _EPS) + 1
-            missing = e - dl[i]
-            if missing > 0:  # expected but not delivered: consumed "at T"
-                p = pn[i]
-                a0 = p if p > at else at
-                t = missing * a0
-                t += sa[i]
-                sai = t
-                lai = a0
-                nn = e
-            else:
-                sai = sa[i]
-                lai = la[i]
-                nn = dl[i]
-            s_ideal = nn * st
-            t = ui * nn
-            t *= nn - 1
-            t /= 2
-            s_ideal += t
-            d = sai - s_ideal
-            s_delay = d if d > 0.0 else 0.0
-            s_whole = nn * lai
-            s_whole -= s_ideal
-            y = s_delay / s_whole
-            y = 1.0 - y
-            y = y if y > 0.0 else 0.0
-            out[i, j] = 1.0 if (nn == 0 or s_whole <= _EPS) else y
+            out[i, j] = _point(e, dl[i], sa[i], la[i], pn[i], st, ui, at)
 
 
 def at_times(sa, pn, la, dl, start, u, times) -> np.ndarray | None:
@@ -163,8 +147,9 @@ def warm() -> bool:
         except ImportError:
             _kernel = False
         else:
-            global _ema, _at
+            global _ema, _at, _point
             jit = numba.njit(cache=True, error_model="numpy", nogil=True)
+            _point = jit(_qoe_point)
             _kernel, _ema, _at = jit(_loop), jit(_ema_loop), jit(_at_loop)
             one = np.ones(1)
             _kernel(one, one, one, one, one, one, one, one, one, one, one, 1.0, np.empty((1, 1)))
