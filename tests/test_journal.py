@@ -344,6 +344,36 @@ def test_a_plan_whose_last_segment_ran_after_the_crash_resumes_from_the_executor
     j.close()
 
 
+def test_a_blocking_result_the_executor_kept_lets_the_plan_resume(tmp_path):
+    """The planner died while its blocking `s('cat')` ran: the result never reached the journal.
+    The executor's goal record (GoalState value) gives it, so the plan resumes under the robot's
+    real answer; without the value the plan cannot continue (nothing to condition on) and fails."""
+    from timelyllm_ros.journal import RobotAccount
+
+    for values, resumed in (({("r1", 0): True}, True), ({}, False)):
+        path = tmp_path / f"j{int(resumed)}.db"
+        t = [1000.0]
+        j = Journal(path, wall=lambda: t[0])
+        p1, _e1, d1 = _planner(j)
+        p1.submit(PlanRequest("r1", "d1", "tello", "find the cat", "", NORMAL, 0.0,
+                              reference_plan="s('cat');g('cat');tp;"))
+        _until(p1, lambda: d1.goals)
+        assert d1.goals[0].blocking and d1.goals[0].text == "s('cat');"
+        j.close()  # dies while s('cat') runs
+        j = Journal(path, wall=lambda: t[0])
+        p2, _e2, d2 = _planner(j)
+        rep = recover(j, p2, lambda robot: RobotAccount("drone hovering", {("r1", 0): "succeeded"}, values))
+        if resumed:
+            assert rep.resumed == ["r1"]
+            _until(p2, lambda: d2.goals)
+            assert [goal.segment_index for goal in d2.goals] == [1] and d2.goals[0].text == "g('cat');"
+            assert p2.generations["r1"].segments[0].result is True
+            assert j.segment_rows("r1")[0].value is True  # journaled now: a second crash keeps it
+        else:
+            assert rep.resumed == [] and "r1" not in p2.generations, rep
+        j.close()
+
+
 def test_a_resumed_plan_is_refused_when_its_prompt_changed(tmp_path):
     path = tmp_path / "j.db"
     _old, t = _crash_after_first_segment(path)

@@ -284,3 +284,25 @@ def test_supervision_parameters_are_declared_read_only_and_checked_at_configure(
         executor_supervision({"planner_lease_s": 0.3, "heartbeat_period_s": 0.2})
     cfg = executor_supervision({"allowed_planners": " /timelyllm/planner, /b/planner "})
     assert cfg.allowed_planners == ("/timelyllm/planner", "/b/planner")
+
+
+def test_goal_states_carry_a_succeeded_goals_return_value_for_a_restarted_planner():
+    """A blocking goal's return value is kept in its record (GoalState value / value_type), and
+    `ask_goal_states` gives it back as a typed value: a planner that died before the result reached
+    its journal can resume the plan under the robot's real answer (tests/test_journal.py)."""
+    from timelyllm_ros.nodes.supervision import ask_goal_states
+
+    rig = Rig(scale=0.01)
+    beat = Heartbeat(rig.t, PLANNER_HEARTBEAT, "planner_a:h:1:abc", 0.05)
+    try:
+        out, _ = rig.send("s('cat');", 0)
+        assert wait_for(lambda: out, 15) and out[0].status == GoalStatus.SUCCEEDED, out
+        value = c.value_from_text(out[0].result["value"], out[0].result["value_type"])
+        assert isinstance(value, bool)
+        (g,) = rig.goal_states({"request_id": "r1"})["goals"]
+        assert g["state"] == "succeeded" and (g["value"], g["value_type"]) == (out[0].result["value"], "bool")
+        account = ask_goal_states(rig.t, "drone1")
+        assert account.goals[("r1", 0)] == "succeeded" and account.values == {("r1", 0): value}
+    finally:
+        beat.close()
+        rig.close()

@@ -252,12 +252,13 @@ class Journal:
             if first == 0:
                 self._db.execute("DELETE FROM tokens WHERE request_id=?", (request_id,))
 
-    def ran(self, request_id: str, index: int, at: float) -> None:
+    def ran(self, request_id: str, index: int, at: float, value: Any = None, value_known: bool = False) -> None:
         """Record that segment `index` succeeded, learnt after a restart (its executor's record:
-        no value, no times; `at` seconds after the arrival stands for both ends)."""
+        no times, its return value when the executor kept it; `at` seconds after the arrival
+        stands for both ends)."""
         with self._lock:
-            self._db.execute("UPDATE segments SET ok=1, exec_start=?, exec_end=? WHERE request_id=? AND idx=?"
-                             " AND ok IS NULL", (at, at, request_id, index))
+            self._db.execute("UPDATE segments SET ok=1, exec_start=?, exec_end=?, value=? WHERE request_id=? AND idx=?"
+                             " AND ok IS NULL", (at, at, json.dumps(value) if value_known else None, request_id, index))
 
     def counts(self) -> dict[str, int]:
         with self._lock:
@@ -305,6 +306,7 @@ class RobotAccount:
 
     robot_state: str
     goals: dict[tuple[str, int], str]
+    values: dict[tuple[str, int], Any] = field(default_factory=dict)  # return values of succeeded goals
 
 
 # robot id -> its executor's account, or None when it did not answer
@@ -331,10 +333,11 @@ def _after_crash(robot: str, n: int, done: int, account: RobotAccount | None, st
 
 
 def _token_record(journal: Journal, rid: str, rows: list[JournaledSegment], ran_all: bool, arrival: float,
-                  now: float) -> TokenRecord | str:
+                  now: float, account: RobotAccount | None = None) -> TokenRecord | str:
     """What `Planner.resume` goes on from, after `rows` (times on the new clock), or why the
     journal lacks it.  `ran_all`: rows are every dispatched segment (else generation goes on
-    before the first that never ran, from the token ids at the end of the last that did)."""
+    before the first that never ran, from the token ids at the end of the last that did).  A
+    segment that ended after the crash has the return value its executor recorded (`account`)."""
     tok = journal.token_row(rid)
     last = rows[-1]
     if tok is None or not tok[1] or last.out_len is None or last.out_text_len is None or last.text_end is None:
@@ -347,7 +350,10 @@ def _token_record(journal: Journal, rid: str, rows: list[JournaledSegment], ran_
             start, end = arrival + r.exec_start, arrival + r.exec_end
         else:  # it ended after the crash: its times were lost with the planner; the wait runs to now
             start = end = now
-        segs.append(RanSegment(r.index, r.text, r.value, r.value_known and bool(r.ok), at, start, end))
+        if not r.ok and account is not None and (rid, r.index) in account.values:
+            segs.append(RanSegment(r.index, r.text, account.values[(rid, r.index)], True, at, start, end))
+        else:
+            segs.append(RanSegment(r.index, r.text, r.value, r.value_known and bool(r.ok), at, start, end))
     # token ids only grow along a plan: those at an earlier statement's end are a prefix
     return TokenRecord(digest, tuple(ids[:last.out_len]), text[:last.out_text_len], last.text_end, tuple(segs),
                        finished and ran_all, truncated if ran_all else "")
@@ -398,13 +404,15 @@ def recover(journal: Journal, planner: Any, goal_states: GoalStatesQuery | None 
                 continue
             reason = f"planner restarted; resubmission refused: {res.reason}"
         elif k == n or (k > 0 and never_sent):
-            record = _token_record(journal, rid, rows[:k], k == n, arrival, now)
+            record = _token_record(journal, rid, rows[:k], k == n, arrival, now, account)
             if isinstance(record, TokenRecord):
                 res = planner.resume(request_from_body(u.request, arrival), record)
                 if res.accepted:
                     for r in rows[:k]:
                         if not r.ok:
-                            journal.ran(rid, r.index, now - arrival)
+                            known = account is not None and (rid, r.index) in account.values
+                            journal.ran(rid, r.index, now - arrival, account.values.get((rid, r.index)) if known
+                                        else None, known)
                     journal.forget_segments(rid, k)
                     report.resumed.append(rid)
                     continue

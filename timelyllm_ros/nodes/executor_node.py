@@ -188,7 +188,7 @@ class ExecutorNode:
             if not refusal:
                 sup.done(pid)
         sup.ended(pid, goal.request_id, goal.segment_index, report.code, calls_done=report.calls_done,
-                  reason=report.error, stopped=stopped)
+                  reason=report.error, stopped=stopped, value=report.value)
         self.reports.append((goal.request_id, goal.segment_index, report))
         if report.code == ResultCode.OK:
             handle.succeed()

@@ -205,11 +205,13 @@ class GoalRecord:
     state: str  # queued | running | succeeded | aborted | cancelled | stopped | refused
     calls_done: int = 0
     reason: str = ""
+    value: str = ""  # a succeeded goal's return value as text (convert.value_to_text)
+    value_type: str = "none"
 
     def fields(self) -> Fields:
         return {"planner_id": self.planner_id, "request_id": self.request_id,
                 "segment_index": self.segment_index, "state": self.state, "calls_done": self.calls_done,
-                "reason": self.reason}
+                "reason": self.reason, "value": self.value, "value_type": self.value_type}
 
 
 @dataclass
@@ -319,18 +321,20 @@ class ExecutorSupervisor:
 
     # -- goal records (GetGoalStates) -----------------------------------------------------------
     def record(self, planner_id: str, request_id: str, segment_index: int, state: str, *,
-               calls_done: int = 0, reason: str = "") -> None:
+               calls_done: int = 0, reason: str = "", value: Any = None) -> None:
         key = (request_id, segment_index)
+        text, typ = convert.value_to_text(value) if value is not None else ("", "none")
         with self._lock:
             self._goals.pop(key, None)
-            self._goals[key] = GoalRecord(planner_id, request_id, segment_index, state, calls_done, reason)
+            self._goals[key] = GoalRecord(planner_id, request_id, segment_index, state, calls_done, reason, text, typ)
             while len(self._goals) > GOALS_KEPT:
                 self._goals.popitem(last=False)
             if state == "running":
                 self.robot_state = f"running {request_id}/{segment_index}"
 
     def ended(self, planner_id: str, request_id: str, segment_index: int, code: ResultCode, *,
-              calls_done: int, reason: str, stopped: bool) -> None:
+              calls_done: int, reason: str, stopped: bool, value: Any = None) -> None:
+        """The goal ended (`value`: its return value; kept for a restarted planner when it succeeded)."""
         with self._lock:
             prior = self._goals.get((request_id, segment_index))
         never_ran = prior is not None and prior.state == "queued"  # aborted before its turn came
@@ -339,7 +343,8 @@ class ExecutorSupervisor:
         state = ("stopped" if stopped else "succeeded" if code == ResultCode.OK else
                  "cancelled" if code == ResultCode.CANCELLED else "refused" if calls_done == 0 and
                  (code == ResultCode.REJECTED or never_ran) else "aborted")
-        self.record(planner_id, request_id, segment_index, state, calls_done=calls_done, reason=reason)
+        self.record(planner_id, request_id, segment_index, state, calls_done=calls_done, reason=reason,
+                    value=value if state == "succeeded" else None)
         if not stopped:
             where = reason.rsplit("; ", 1)[1] if "; " in reason else ""
             with self._lock:
@@ -401,5 +406,14 @@ def ask_goal_states(transport: Transport, robot_id: str, timeout_s: float = 3.0)
                                   {"request_id": ""}, timeout_s=timeout_s)
     if resp is None:
         return None
+    goals = list(resp.get("goals", ()))
+    values = {}
+    for g in goals:
+        if g["state"] == "succeeded" and g.get("value_type", "none") not in ("", "none"):
+            try:
+                values[(g["request_id"], int(g["segment_index"]))] = convert.value_from_text(g["value"], g["value_type"])
+            except convert.MessageError as e:  # a bad record: that value is not known
+                log.warning("%s: goal state of %s/%s has a bad value: %s", robot_id, g["request_id"],
+                            g["segment_index"], e)
     return RobotAccount(str(resp.get("robot_state", "")),
-                        {(g["request_id"], int(g["segment_index"])): g["state"] for g in resp.get("goals", ())})
+                        {(g["request_id"], int(g["segment_index"])): g["state"] for g in goals}, values)
