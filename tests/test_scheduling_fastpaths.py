@@ -203,14 +203,14 @@ def _copy(gens):
             for g in gens]
 
 
-def _ctx(gens, it, token_s, free, kv_modes=frozenset({"cache"})):
+def _ctx(gens, it, token_s, free, kv_modes=frozenset({"cache"}), engines=1):
     running = [g for g in gens if g.state is GenState.RUNNING]
     return PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS,
                          stats=EngineStats(400, free, 16, len(running), 45.0), seg_gen_s=0.1,
-                         token_s=token_s, running=running, iteration=it, kv_modes=kv_modes)
+                         token_s=token_s, running=running, iteration=it, kv_modes=kv_modes, engines=engines)
 
 
-def _run(policy, gens, steps, blocked, kv_via_policy=False, kv_modes=frozenset({"cache"})):
+def _run(policy, gens, steps, blocked, kv_via_policy=False, kv_modes=frozenset({"cache"}), engines=1):
     """Scheduling points of `policy` over `gens`; returns what each point decided."""
     seen = []
     it = 0
@@ -237,7 +237,7 @@ def _run(policy, gens, steps, blocked, kv_via_policy=False, kv_modes=frozenset({
         running = [g for g in gens if g.state is GenState.RUNNING]
         if blocked and ready:
             ready[0].extra["blocked"] = "batch full"
-        sel = policy.select(ready, running, _ctx(gens, it, token_s, free, kv_modes), now)
+        sel = policy.select(ready, running, _ctx(gens, it, token_s, free, kv_modes, engines), now)
         seen.append(([g.gen_id for g in sel.order], [g.gen_id for g in sel.preempt],
                      [repr(g.priority) for g in gens],
                      sorted((g.gen_id, bool(g.extra.get("lamps_starving"))) for g in gens)))
@@ -582,12 +582,13 @@ def test_ascending_head_is_the_ascending_perm_prefix(items, k, own_arrival):
 @settings(max_examples=100, deadline=None)
 @given(specs=st.lists(_GEN, min_size=30, max_size=90), steps=st.lists(_STEP, min_size=1, max_size=3),
        blocked=st.booleans(), slope=st.sampled_from([0.001, 0.01, 0.05]), running_n=st.integers(0, 6),
-       drain=st.sampled_from([5.0, 0.001]), memory_full=st.booleans())
+       drain=st.sampled_from([5.0, 0.001]), memory_full=st.booleans(), engines=st.sampled_from([1, 3]))
 def test_default_fast_select_matches_reference_at_many_ready(specs, steps, blocked, slope, running_n, drain,
-                                                             memory_full):
+                                                             memory_full, engines):
     """Many ready generations and a step-time cap that binds: the numpy path orders only the
     head the cap can admit (`_head_needed`) and must still decide exactly as the plain path —
-    orders, preemptions, priorities, the cap's and the KV budget's verdicts."""
+    orders, preemptions, priorities, the cap's and the KV budget's verdicts; behind an engine
+    pool too, where the cap holds per engine."""
     from timelyllm_ros.core.policies.default import Default
 
     class Reference(Default):
@@ -604,7 +605,7 @@ def test_default_fast_select_matches_reference_at_many_ready(specs, steps, block
     for i, g in enumerate(gens):  # a few running, the rest ready
         g.state = GenState.RUNNING if i < running_n else (GenState.SUSPENDED if g.segments else GenState.QUEUED)
     a, b = _copy(gens), _copy(gens)
-    assert _run(fast, a, steps, blocked) == _run(ref, b, steps, blocked)
+    assert _run(fast, a, steps, blocked, engines=engines) == _run(ref, b, steps, blocked, engines=engines)
     assert (fast._full, fast._capped, fast._mem_held) == (ref._full, ref._capped, ref._mem_held)
 
 

@@ -608,14 +608,19 @@ class Default(Policy):
         if ready_first or any(not g.segments for g in running):
             self._first_seen = now
         drain = now - self._first_seen >= self.drain_after_s  # rule 6 lifted: only continuations left
-        engines = max(1, ctx.engines)  # the cap holds per engine: a pool's members step side by side
-        cap = None if drain else self.step_cap(ctx, -(-(len(running) - len(preempt)) // engines))
-        if cap is not None:  # the step-time cap: no step longer than step_ratio x a one-generation step
-            room = max(0, cap * engines - len(running) + len(preempt))
-            if len(order) > room:
-                order = order[:room]
-                self._capped = True
+        room = None if drain else self._cap_room(ctx, len(running), len(preempt))
+        if room is not None and len(order) > room:  # the step-time cap (rule 6)
+            order = order[:room]
+            self._capped = True
         return Selection(order=order, preempt=preempt)
+
+    def _cap_room(self, ctx: PolicyContext, n_running: int, n_preempt: int) -> int | None:
+        """Admissions the step-time cap leaves after `n_preempt` of `n_running` are preempted (None:
+        no cap): no step longer than step_ratio x a one-generation step, per engine (a pool's
+        members step side by side: the pool holds the cap times its usable members)."""
+        engines = max(1, ctx.engines)
+        cap = self.step_cap(ctx, -(-(n_running - n_preempt) // engines))
+        return None if cap is None else max(0, cap * engines - n_running + n_preempt)
 
     def _head_needed(self, ctx: PolicyContext, running: Sequence[Generation], ready_first: bool, now: float,
                      may_preempt: bool) -> int | None:
@@ -633,10 +638,9 @@ class Default(Policy):
         n_run = len(running)
         need = n_run
         for pre in range(n_run + 1 if (self.preempt and may_preempt) else 1):
-            cap = self.step_cap(ctx, n_run - pre)
-            if cap is None:
+            room = self._cap_room(ctx, n_run, pre)
+            if room is None:
                 return None
-            room = max(0, cap - n_run + pre)
             need = max(need, room + 1)
         return need
 
