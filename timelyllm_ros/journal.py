@@ -177,11 +177,13 @@ class Journal:
             self._db.execute("INSERT OR REPLACE INTO segments (request_id, idx, text, dispatched_at, out_len, "
                              "out_text_len, text_end) VALUES (?, ?, ?, ?, ?, ?, ?)",
                              (g.gen_id, seg.index, seg.text, at, seg.out_len, seg.out_text_len, seg.text_end))
-            self._db.execute(
-                "INSERT INTO tokens (request_id, prompt_digest, output_ids, text, text_base) VALUES (?, ?, ?, ?, ?)"
-                " ON CONFLICT(request_id) DO UPDATE SET output_ids=excluded.output_ids, text=excluded.text,"
-                " text_base=excluded.text_base",
-                (g.gen_id, prompt_digest(g.prompt_ids), ids, g.text[:seg.out_text_len], seg.text_end))
+            text = g.text[:seg.out_text_len]
+            if not self._db.execute("UPDATE tokens SET output_ids=?, text=?, text_base=? WHERE request_id=?",
+                                    (ids, text, seg.text_end, g.gen_id)).rowcount:
+                # the first dispatched statement: the prompt's digest, once (the prompt never changes)
+                self._db.execute("INSERT INTO tokens (request_id, prompt_digest, output_ids, text, text_base)"
+                                 " VALUES (?, ?, ?, ?, ?)",
+                                 (g.gen_id, prompt_digest(g.prompt_ids), ids, text, seg.text_end))
 
     def on_segment_result(self, g: Generation, seg: Segment) -> None:
         arrival = g.request.arrival
