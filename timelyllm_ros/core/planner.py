@@ -13,6 +13,7 @@ Pure: no I/O, time from the injected clock.  The planner is the only writer of `
 
 from __future__ import annotations
 
+import bisect
 import collections
 import operator
 import queue
@@ -42,6 +43,13 @@ _READY_IDS = frozenset({id(GenState.QUEUED), id(GenState.SUSPENDED)})
 
 _CACHE_ONLY = frozenset({"cache"})
 _UNCHECKED = object()  # `Planner._unwritten`: no result a continuation can be checked against
+
+
+def _tokens_through(tok_ends: list[int], end: int) -> int:
+    """How many output tokens it takes to reach text offset `end` (through the token whose text
+    reaches it; all of them if none does): `tok_ends` is the text length after each token."""
+    i = bisect.bisect_left(tok_ends, end)
+    return i + 1 if i < len(tok_ends) else len(tok_ends)
 
 
 def as_fleet(engine: Engine) -> EngineFleet | None:
@@ -690,7 +698,7 @@ class Planner:
         seg_tokens = g.seg_tokens
         gen_start = g.seg_start if g.seg_start is not None else now
         # the token whose text reaches the statement end: ids past it are not the statement's
-        keep = next((i + 1 for i, e in enumerate(live.tok_ends) if e >= abs_end), len(live.tok_ends))
+        keep = _tokens_through(live.tok_ends, abs_end)
         seg = Segment(index=g.k, text=cut.text, calls=tuple(cut.calls), blocking=bool(cut.blocking),
                       token_count=seg_tokens, gen_start=gen_start, gen_end=now,
                       est_exec_s=self.estimator.estimate(g.request.robot_type, cut.calls),
@@ -759,9 +767,7 @@ class Planner:
         """What to roll g back to if what follows blocking `seg` (ending at text offset `abs_end`)
         was generated under a result other than the robot's: the tokens up to the statement end."""
         ends = live.tok_ends
-        keep = next((i + 1 for i in range(len(ends) - 1, -1, -1) if ends[i] < abs_end), 0)
-        if keep < len(ends):
-            keep += 1  # the token whose text reaches the statement end
+        keep = _tokens_through(ends, abs_end)
         return ValueSpeculation(seg_index=seg.index, value=None, out_len=keep,
                                 text_len=ends[keep - 1] if keep else 0, tok_len=keep,
                                 text_base=abs_end, guard_plan=live.guard_plan)
