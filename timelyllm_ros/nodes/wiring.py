@@ -17,7 +17,7 @@ from timelyllm_ros.core.robots import ROBOTS_DIR, RobotSpec, RobotSpecError, loa
 from timelyllm_ros.inputs import InputError
 from timelyllm_ros.transport.base import join_name
 
-from .params import EXECUTOR_PARAMS, PLANNER_PARAMS, defaults
+from .params import EXECUTOR_PARAMS, PLANNER_PARAMS, coerce, defaults
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +79,7 @@ def build_executor(params: dict[str, Any], *, namespace: str = "") -> tuple[Any,
     """(SegmentExecutor, robot_id) from executor parameters."""
     from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor, SimulatedPerception
 
-    p = {**EXECUTOR_DEFAULTS, **params}
-    unknown = set(params) - set(EXECUTOR_DEFAULTS)
-    if unknown:
-        raise ConfigError(f"unknown executor parameters {sorted(unknown)}")
+    p = coerce(EXECUTOR_PARAMS, params)  # every value typed and in its declared range (one validation)
     robots = robots_from(p)
     robot = robots.get(p["robot_type"])
     if robot is None:
@@ -112,8 +109,6 @@ def build_executor(params: dict[str, Any], *, namespace: str = "") -> tuple[Any,
         raise ConfigError(f"backend must be simulated or tello, got {p['backend']!r}")
     cfg = ExecutorConfig(timeout_s=float(p["timeout_s"]), timeout_factor=float(p["timeout_factor"]),
                          timeout_min_s=float(p["timeout_min_s"]), flight_window_s=float(p["flight_window_s"]))
-    if not 0.0 <= cfg.flight_window_s < float("inf"):
-        raise ConfigError(f"flight_window_s must be >= 0 s (0: since takeoff), got {cfg.flight_window_s!r}")
     return SegmentExecutor(robot, backend, cfg), robot_id
 
 
