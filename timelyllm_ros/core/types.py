@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,8 +152,6 @@ class TokenRecord:
 
 def prompt_digest(ids: Any) -> str:
     """A short fingerprint of prompt token ids (the journal keeps it, not the prompt)."""
-    import hashlib
-
     return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:32]
 
 
