@@ -41,6 +41,7 @@ MF500 = SkillCall("move_forward", "mf", (500,))
 
 def run(goals: int, robot: str, logs: Path) -> dict:
     from timelyllm_ros.ros import convert as c
+    from timelyllm_ros.ros import interfaces as ifc
     from timelyllm_ros.transport.base import GoalStatus
     from timelyllm_ros.transport.rclpy_transport import RclpyTransport
 
@@ -67,7 +68,7 @@ def run(goals: int, robot: str, logs: Path) -> dict:
                 raise RuntimeError(f"executor did not start: {ex.log_tail()}")
             time.sleep(0.1)
         t = RclpyTransport("foreign_node")
-        ac = t.action_client(f"/{robot}/execute_segment", c.EXECUTE_SEGMENT)
+        ac = t.action_client(f"/{robot}/execute_segment", ifc.EXECUTE_SEGMENT)
         end = time.monotonic() + 30
         while not ac.server_is_ready():
             if time.monotonic() > end:

@@ -148,6 +148,7 @@ def test_arm_backend_runs_arm_skills():
 pytest.importorskip("rosbags")
 from timelyllm_ros.nodes.executor_node import ExecutorNode  # noqa: E402
 from timelyllm_ros.ros import convert as c  # noqa: E402
+from timelyllm_ros.ros import interfaces as ifc  # noqa: E402
 from timelyllm_ros.transport.base import GoalStatus  # noqa: E402
 from timelyllm_ros.transport.inprocess import InProcessBus, InProcessTransport  # noqa: E402
 
@@ -157,7 +158,7 @@ def graph():
     bus = InProcessBus()
     ex, be = make(scale=0.02)
     node = ExecutorNode(InProcessTransport(bus, "drone1"), ex, robot_id="drone1")
-    client = InProcessTransport(bus).action_client("/drone1/execute_segment", c.EXECUTE_SEGMENT)
+    client = InProcessTransport(bus).action_client("/drone1/execute_segment", ifc.EXECUTE_SEGMENT)
     yield node, be, client
     node.close()
 

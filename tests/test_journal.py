@@ -194,6 +194,7 @@ def test_a_journaled_request_id_is_answered_from_the_journal_never_run_twice(tmp
     from timelyllm_ros.nodes.planner_node import PlannerNode
     from timelyllm_ros.nodes.wiring import build_planner
     from timelyllm_ros.ros import convert as c
+    from timelyllm_ros.ros import interfaces as ifc
     from timelyllm_ros.transport.inprocess import InProcessBus, InProcessTransport
 
     path = tmp_path / "planner.db"
@@ -207,11 +208,11 @@ def test_a_journaled_request_id_is_answered_from_the_journal_never_run_twice(tmp
     node = PlannerNode(InProcessTransport(bus, "timelyllm"), make_planner, clock=clock, config=cfg).start()
     client = InProcessTransport(bus)
     got, ev = [], threading.Event()
-    client.subscribe("/timelyllm/request_status", c.REQUEST_STATUS, lambda m: (got.append(m), ev.set()))
+    client.subscribe("/timelyllm/request_status", ifc.REQUEST_STATUS, lambda m: (got.append(m), ev.set()))
     try:
         body = {"request_id": "done-before", "robot_id": "d1", "robot_type": "tello", "task": "t",
                 "tuf_ert": 1.0, "tuf_alpha": -2.0, "tuf_beta": 1.0, "reference_plan": "mf(50);"}
-        client.publish("/timelyllm/plan_requests", c.PLAN_REQUEST, body)
+        client.publish("/timelyllm/plan_requests", ifc.PLAN_REQUEST, body)
         assert ev.wait(10)
         assert got[0]["state"] == "finished" and got[0]["terminal"] and "journaled outcome" in got[0]["reason"]
         assert node.planner.submitted == 0

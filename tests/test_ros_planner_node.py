@@ -28,7 +28,7 @@ from timelyllm_ros.nodes.planner_node import (  # noqa: E402
     _Pose,
     path_points,
 )
-from timelyllm_ros.ros import convert as c  # noqa: E402
+from timelyllm_ros.ros import interfaces as ifc  # noqa: E402
 from timelyllm_ros.sim.prompts import SimPromptSource  # noqa: E402
 from timelyllm_ros.transport.inprocess import InProcessBus, InProcessTransport  # noqa: E402
 
@@ -66,10 +66,10 @@ class World:
         self.status: dict[str, list[dict]] = {}
         self.topics: dict[str, list[dict]] = {"planner_status": [], "diag": [], "paths": []}
         self._cv = threading.Condition()
-        self.client.subscribe("/timelyllm/request_status", c.REQUEST_STATUS, self._on_status, qos="reliable_deep")
-        self.client.subscribe("/timelyllm/planner_status", c.PLANNER_STATUS, self.topics["planner_status"].append)
-        self.client.subscribe("/diagnostics", c.DIAGNOSTIC_ARRAY, self.topics["diag"].append)
-        self.client.subscribe("/timelyllm/planned_paths", c.MARKER_ARRAY, self.topics["paths"].append,
+        self.client.subscribe("/timelyllm/request_status", ifc.REQUEST_STATUS, self._on_status, qos="reliable_deep")
+        self.client.subscribe("/timelyllm/planner_status", ifc.PLANNER_STATUS, self.topics["planner_status"].append)
+        self.client.subscribe("/diagnostics", ifc.DIAGNOSTIC_ARRAY, self.topics["diag"].append)
+        self.client.subscribe("/timelyllm/planned_paths", ifc.MARKER_ARRAY, self.topics["paths"].append,
                               qos="latched")
 
     def _on_status(self, m):
@@ -81,7 +81,7 @@ class World:
         fields = {"request_id": rid, "robot_id": robot_id, "robot_type": robot_type, "task": "do it",
                   "scene": "cat", "tuf_ert": 1.0, "tuf_alpha": -2.0, "tuf_beta": 1.0, "reference_plan": plan}
         fields.update(kw)
-        self.client.publish("/timelyllm/plan_requests", c.PLAN_REQUEST, fields, qos="reliable_deep")
+        self.client.publish("/timelyllm/plan_requests", ifc.PLAN_REQUEST, fields, qos="reliable_deep")
 
     def final(self, rid, timeout=20.0):
         end = time.monotonic() + timeout
@@ -302,16 +302,16 @@ def test_get_request_state_answers_late_joiners_and_is_bounded(world):
     w.request("s1", "drone1", "tello", "mf(50);tc(90);")
     w.request("bad", "drone1", "submarine", "mf(50);")
     assert w.final("s1")["state"] == "finished"
-    ans = w.client.call_service("/timelyllm/get_request_state", c.GET_REQUEST_STATE, {"request_id": "s1"})
+    ans = w.client.call_service("/timelyllm/get_request_state", ifc.GET_REQUEST_STATE, {"request_id": "s1"})
     assert ans["found"] and ans["status"]["state"] == "finished" and ans["segments"] == ["mf(50);", "tc(90);"]
-    bad = w.client.call_service("/timelyllm/get_request_state", c.GET_REQUEST_STATE, {"request_id": "bad"})
+    bad = w.client.call_service("/timelyllm/get_request_state", ifc.GET_REQUEST_STATE, {"request_id": "bad"})
     assert bad["found"] and bad["status"]["state"] == "rejected" and "submarine" in bad["status"]["reason"]
-    assert not w.client.call_service("/timelyllm/get_request_state", c.GET_REQUEST_STATE,
+    assert not w.client.call_service("/timelyllm/get_request_state", ifc.GET_REQUEST_STATE,
                                      {"request_id": "never"})["found"]
     for i in range(3):  # only the 2 newest ended requests are kept
         w.request(f"n{i}", "drone1", "tello", "mf(20);")
         w.final(f"n{i}")
-    assert not w.client.call_service("/timelyllm/get_request_state", c.GET_REQUEST_STATE,
+    assert not w.client.call_service("/timelyllm/get_request_state", ifc.GET_REQUEST_STATE,
                                      {"request_id": "s1"})["found"]
     assert len(w.planner_node._state) <= 2
 
@@ -340,7 +340,7 @@ def test_plan_task_action_in_process_feedback_result_and_idempotent_ids(world):
     from timelyllm_ros.transport.base import GoalStatus
 
     w = world()
-    ac = w.client.action_client("/timelyllm/plan_task", c.PLAN_TASK)
+    ac = w.client.action_client("/timelyllm/plan_task", ifc.PLAN_TASK)
     goal = {"request": {"request_id": "pt1", "robot_id": "drone1", "robot_type": "tello", "task": "t",
                         "tuf_ert": 1.0, "tuf_alpha": -2.0, "tuf_beta": 1.0, "reference_plan": "mf(50);tc(90);"}}
     outs, fbs, done = [], [], threading.Event()

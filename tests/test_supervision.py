@@ -22,6 +22,7 @@ from timelyllm_ros.nodes.supervision import (
     LeaseWatcher,
 )
 from timelyllm_ros.ros import convert as c
+from timelyllm_ros.ros import interfaces as ifc
 from timelyllm_ros.transport.base import GoalStatus
 from timelyllm_ros.transport.inprocess import InProcessBus, InProcessTransport
 
@@ -55,10 +56,10 @@ class Rig:
         ex = SegmentExecutor(robot, self.backend, ExecutorConfig(timeout_s=60))
         self.node = ExecutorNode(InProcessTransport(self.bus, "drone1"), ex, robot_id="drone1", supervision=config)
         self.t = InProcessTransport(self.bus)
-        self.client = self.t.action_client("/drone1/execute_segment", c.EXECUTE_SEGMENT)
+        self.client = self.t.action_client("/drone1/execute_segment", ifc.EXECUTE_SEGMENT)
 
     def goal_states(self, request):
-        return self.t.call_service("/drone1/get_goal_states", c.GET_GOAL_STATES, request, timeout_s=5)
+        return self.t.call_service("/drone1/get_goal_states", ifc.GET_GOAL_STATES, request, timeout_s=5)
 
     def send(self, text, idx, pid="planner_a:h:1:abc", rid="r1"):
         out, fb = [], []

@@ -198,13 +198,14 @@ def test_executor_node_with_tello_over_the_inprocess_port(rig_factory):
     pytest.importorskip("rosbags")
     from timelyllm_ros.nodes.executor_node import ExecutorNode
     from timelyllm_ros.ros import convert as c
+    from timelyllm_ros.ros import interfaces as ifc
     from timelyllm_ros.transport.base import GoalStatus
     from timelyllm_ros.transport.inprocess import InProcessBus, InProcessTransport
 
     rig = rig_factory()
     bus = InProcessBus()
     node = ExecutorNode(InProcessTransport(bus, "drone1"), rig.ex, robot_id="drone1")
-    client = InProcessTransport(bus).action_client("/drone1/execute_segment", c.EXECUTE_SEGMENT)
+    client = InProcessTransport(bus).action_client("/drone1/execute_segment", ifc.EXECUTE_SEGMENT)
     done, out = threading.Event(), []
     client.send_goal(c.segment_goal_to_fields(goal("mf(50);tc(90)")),
                      on_result=lambda o: (out.append(o), done.set()))
@@ -287,6 +288,7 @@ def test_a_lost_planner_stops_a_flying_tello_the_robots_way(rig_factory, mode, l
     from timelyllm_ros.nodes.executor_node import ExecutorNode
     from timelyllm_ros.nodes.supervision import PLANNER_HEARTBEAT, ExecutorSupervisionConfig, Heartbeat
     from timelyllm_ros.ros import convert as c
+    from timelyllm_ros.ros import interfaces as ifc
     from timelyllm_ros.transport.base import GoalStatus
     from timelyllm_ros.transport.inprocess import InProcessBus, InProcessTransport
 
@@ -298,7 +300,7 @@ def test_a_lost_planner_stops_a_flying_tello_the_robots_way(rig_factory, mode, l
     beat = Heartbeat(t, PLANNER_HEARTBEAT, "/p:h:1:a", 0.05)
     try:
         out, fb = [], []
-        t.action_client("/drone1/execute_segment", c.EXECUTE_SEGMENT).send_goal(
+        t.action_client("/drone1/execute_segment", ifc.EXECUTE_SEGMENT).send_goal(
             {"request_id": "r1", "robot_id": "drone1", "robot_type": "tello", "segment_index": 0,
              "text": "mf(400);", "est_exec_s": 9.0, "planner_id": "/p:h:1:a",
              "calls": [c.skill_call_to_fields(x) for x in parse_program("mf(400);", TELLO, check=False)[1]]},

@@ -9,7 +9,8 @@ import pytest
 
 pytest.importorskip("rosbags")
 
-from timelyllm_ros.ros import convert as c  # noqa: E402
+from timelyllm_ros.ros import cdr  # noqa: E402
+from timelyllm_ros.ros import interfaces as ifc  # noqa: E402
 from timelyllm_ros.transport.base import GoalStatus, join_name  # noqa: E402
 from timelyllm_ros.transport.inprocess import InProcessBus, InProcessTransport, TransportError  # noqa: E402
 
@@ -56,9 +57,9 @@ def test_join_name():
 def test_publish_subscribe_in_order_and_only_to_the_topic(nodes):
     a, b = nodes(), nodes("ns")
     got, other = [], []
-    a.subscribe("/request_status", c.REQUEST_STATUS, got.append)
-    a.subscribe("/elsewhere", c.REQUEST_STATUS, other.append)
-    pub = b.publisher("/request_status", c.REQUEST_STATUS)
+    a.subscribe("/request_status", ifc.REQUEST_STATUS, got.append)
+    a.subscribe("/elsewhere", ifc.REQUEST_STATUS, other.append)
+    pub = b.publisher("/request_status", ifc.REQUEST_STATUS)
     for i in range(50):
         pub.publish(status(i))
     assert wait_for(lambda: len(got) == 50)
@@ -70,8 +71,8 @@ def test_publish_subscribe_in_order_and_only_to_the_topic(nodes):
 def test_relative_topics_resolve_in_the_namespace(nodes):
     a, b = nodes("drone1"), nodes()
     got = []
-    b.subscribe("/drone1/request_status", c.REQUEST_STATUS, got.append)
-    a.publish("request_status", c.REQUEST_STATUS, status(1))
+    b.subscribe("/drone1/request_status", ifc.REQUEST_STATUS, got.append)
+    a.publish("request_status", ifc.REQUEST_STATUS, status(1))
     assert wait_for(lambda: len(got) == 1)
 
 
@@ -83,10 +84,10 @@ def test_subscribers_do_not_share_messages(nodes):
         m["request_id"] = "changed"
         seen1.append(m)
 
-    a.subscribe("/s", c.REQUEST_STATUS, mutate)
-    a.subscribe("/s", c.REQUEST_STATUS, seen2.append)
+    a.subscribe("/s", ifc.REQUEST_STATUS, mutate)
+    a.subscribe("/s", ifc.REQUEST_STATUS, seen2.append)
     sent = status(7)
-    a.publish("/s", c.REQUEST_STATUS, sent)
+    a.publish("/s", ifc.REQUEST_STATUS, sent)
     assert wait_for(lambda: seen1 and seen2)
     assert seen2[0]["request_id"] == "r7" and sent["request_id"] == "r7"
 
@@ -94,20 +95,20 @@ def test_subscribers_do_not_share_messages(nodes):
 def test_wire_check_rejects_what_ros_would(nodes):
     a = nodes()
     with pytest.raises(TransportError, match="no fields"):
-        a.publish("/s", c.REQUEST_STATUS, {"request": "x"})
+        a.publish("/s", ifc.REQUEST_STATUS, {"request": "x"})
     with pytest.raises(TransportError):
-        a.publish("/s", c.REQUEST_STATUS, {"segments_done": "three"})
+        a.publish("/s", ifc.REQUEST_STATUS, {"segments_done": "three"})
     with pytest.raises(TransportError, match="carries"):
-        a.publish("/s", c.PLANNER_STATUS, {})
+        a.publish("/s", ifc.PLANNER_STATUS, {})
     with pytest.raises(TransportError, match="unknown message type"):
         a.publish("/t", "timelyllm/msg/Nope", {})
 
 
 def test_latched_topic_reaches_late_subscriber(nodes):
     a, b = nodes(), nodes()
-    a.publish("/planner_status", c.PLANNER_STATUS, {"queued": 4}, qos="latched")
+    a.publish("/planner_status", ifc.PLANNER_STATUS, {"queued": 4}, qos="latched")
     got = []
-    b.subscribe("/planner_status", c.PLANNER_STATUS, got.append, qos="latched")
+    b.subscribe("/planner_status", ifc.PLANNER_STATUS, got.append, qos="latched")
     assert wait_for(lambda: got) and got[0]["queued"] == 4
 
 
@@ -115,10 +116,10 @@ def test_slow_subscriber_does_not_block_others(nodes):
     a = nodes()
     gate = threading.Event()
     fast = []
-    a.subscribe("/s", c.REQUEST_STATUS, lambda m: gate.wait(5))
-    a.subscribe("/s", c.REQUEST_STATUS, fast.append)
+    a.subscribe("/s", ifc.REQUEST_STATUS, lambda m: gate.wait(5))
+    a.subscribe("/s", ifc.REQUEST_STATUS, fast.append)
     for i in range(3):
-        a.publish("/s", c.REQUEST_STATUS, status(i))
+        a.publish("/s", ifc.REQUEST_STATUS, status(i))
     assert wait_for(lambda: len(fast) == 3, 2)
     gate.set()
 
@@ -132,18 +133,18 @@ def test_callback_exception_does_not_stop_delivery(nodes):
             raise RuntimeError("boom")
         got.append(m)
 
-    a.subscribe("/s", c.REQUEST_STATUS, cb)
-    a.publish("/s", c.REQUEST_STATUS, status(0))
-    a.publish("/s", c.REQUEST_STATUS, status(1))
+    a.subscribe("/s", ifc.REQUEST_STATUS, cb)
+    a.publish("/s", ifc.REQUEST_STATUS, status(0))
+    a.publish("/s", ifc.REQUEST_STATUS, status(1))
     assert wait_for(lambda: len(got) == 1)
 
 
 def test_closed_subscription_gets_nothing(nodes):
     a = nodes()
     got = []
-    h = a.subscribe("/s", c.REQUEST_STATUS, got.append)
+    h = a.subscribe("/s", ifc.REQUEST_STATUS, got.append)
     h.close()
-    a.publish("/s", c.REQUEST_STATUS, status(0))
+    a.publish("/s", ifc.REQUEST_STATUS, status(0))
     time.sleep(0.1)
     assert got == []
 
@@ -173,8 +174,8 @@ def test_action_success_with_feedback(nodes):
         h.succeed()
         return {"success": True, "calls_done": 1, "call_durations_s": [0.5], "value": "", "value_type": "none"}
 
-    server.action_server("execute_segment", c.EXECUTE_SEGMENT, execute)
-    ac = client.action_client("/drone1/execute_segment", c.EXECUTE_SEGMENT)
+    server.action_server("execute_segment", ifc.EXECUTE_SEGMENT, execute)
+    ac = client.action_client("/drone1/execute_segment", ifc.EXECUTE_SEGMENT)
     assert ac.server_is_ready()
     o = Outcomes()
     ac.send_goal(GOAL, on_result=o.on_result, on_feedback=o.feedback.append, on_accepted=o.accepted.append)
@@ -187,14 +188,14 @@ def test_action_success_with_feedback(nodes):
 
 def test_no_server_and_rejected_goals_still_get_one_result(nodes):
     a = nodes()
-    ac = a.action_client("/nobody/execute_segment", c.EXECUTE_SEGMENT)
+    ac = a.action_client("/nobody/execute_segment", ifc.EXECUTE_SEGMENT)
     assert not ac.server_is_ready()
     o = Outcomes()
     ac.send_goal(GOAL, on_result=o.on_result)
     assert o.done.wait(2) and o.results[0].status == GoalStatus.REJECTED and "no action server" in o.results[0].error
-    a.action_server("/picky", c.EXECUTE_SEGMENT, lambda h: {}, goal_callback=lambda req: req["segment_index"] > 0)
+    a.action_server("/picky", ifc.EXECUTE_SEGMENT, lambda h: {}, goal_callback=lambda req: req["segment_index"] > 0)
     o2 = Outcomes()
-    a.action_client("/picky", c.EXECUTE_SEGMENT).send_goal(GOAL, on_result=o2.on_result,
+    a.action_client("/picky", ifc.EXECUTE_SEGMENT).send_goal(GOAL, on_result=o2.on_result,
                                                           on_accepted=o2.accepted.append)
     assert o2.done.wait(2) and o2.results[0].status == GoalStatus.REJECTED and o2.accepted == [False]
 
@@ -210,9 +211,9 @@ def test_cancel_while_executing(nodes):
         h.canceled()
         return {"error_code": 4, "error_message": "cancelled"}
 
-    a.action_server("/x", c.EXECUTE_SEGMENT, execute)
+    a.action_server("/x", ifc.EXECUTE_SEGMENT, execute)
     o = Outcomes()
-    g = a.action_client("/x", c.EXECUTE_SEGMENT).send_goal(GOAL, on_result=o.on_result)
+    g = a.action_client("/x", ifc.EXECUTE_SEGMENT).send_goal(GOAL, on_result=o.on_result)
     assert started.wait(2)
     g.cancel()
     assert o.done.wait(2)
@@ -246,11 +247,11 @@ def test_rcl_state_machine_rules(nodes):
         return {"success": "very"}
 
     for name, fn in (("/a", no_terminal), ("/b", bad_cancel), ("/c", raises), ("/d", bad_result)):
-        a.action_server(name, c.EXECUTE_SEGMENT, fn)
+        a.action_server(name, ifc.EXECUTE_SEGMENT, fn)
     outs = {}
     for name in ("/a", "/b", "/c", "/d"):
         o = Outcomes()
-        a.action_client(name, c.EXECUTE_SEGMENT).send_goal(GOAL, on_result=o.on_result)
+        a.action_client(name, ifc.EXECUTE_SEGMENT).send_goal(GOAL, on_result=o.on_result)
         assert o.done.wait(2)
         outs[name] = o.results[0]
     assert outs["/a"].status == GoalStatus.ABORTED and "without a terminal state" in outs["/a"].error
@@ -259,8 +260,8 @@ def test_rcl_state_machine_rules(nodes):
     assert outs["/c"].result["success"] is False  # an empty Result, as rclpy sends
     # a result that does not fit the message: rclpy sends an empty Result with the state the
     # callback set (here succeeded); the client can tell from success=False / the error
-    assert outs["/d"].status == GoalStatus.SUCCEEDED and "bool field" in outs["/d"].error
-    assert outs["/d"].result == c.cdr_roundtrip(c.EXECUTE_SEGMENT_RESULT, {})
+    assert outs["/d"].status == GoalStatus.SUCCEEDED and "field 'success' must be a bool" in outs["/d"].error
+    assert outs["/d"].result == cdr.cdr_roundtrip(ifc.EXECUTE_SEGMENT_RESULT, {})
 
 
 def test_cancel_rejected_by_server_lets_goal_finish(nodes):
@@ -272,9 +273,9 @@ def test_cancel_rejected_by_server_lets_goal_finish(nodes):
         h.succeed() if not h.is_cancel_requested else h.canceled()
         return {"success": True}
 
-    a.action_server("/x", c.EXECUTE_SEGMENT, execute, cancel_callback=lambda h: False)
+    a.action_server("/x", ifc.EXECUTE_SEGMENT, execute, cancel_callback=lambda h: False)
     o = Outcomes()
-    g = a.action_client("/x", c.EXECUTE_SEGMENT).send_goal(GOAL, on_result=o.on_result)
+    g = a.action_client("/x", ifc.EXECUTE_SEGMENT).send_goal(GOAL, on_result=o.on_result)
     time.sleep(0.05)
     g.cancel()
     release.set()
@@ -295,8 +296,8 @@ def test_goals_execute_concurrently(nodes):
         h.succeed()
         return {"success": True}
 
-    a.action_server("/x", c.EXECUTE_SEGMENT, execute)
-    ac = a.action_client("/x", c.EXECUTE_SEGMENT)
+    a.action_server("/x", ifc.EXECUTE_SEGMENT, execute)
+    ac = a.action_client("/x", ifc.EXECUTE_SEGMENT)
     o0, o1 = Outcomes(), Outcomes()
     ac.send_goal(GOAL, on_result=o0.on_result)
     ac.send_goal(dict(GOAL, segment_index=1), on_result=o1.on_result)
@@ -305,11 +306,11 @@ def test_goals_execute_concurrently(nodes):
 
 def test_duplicate_server_and_malformed_goal(nodes):
     a = nodes()
-    a.action_server("/x", c.EXECUTE_SEGMENT, lambda h: {})
+    a.action_server("/x", ifc.EXECUTE_SEGMENT, lambda h: {})
     with pytest.raises(TransportError, match="already exists"):
-        a.action_server("/x", c.EXECUTE_SEGMENT, lambda h: {})
+        a.action_server("/x", ifc.EXECUTE_SEGMENT, lambda h: {})
     with pytest.raises(TransportError):
-        a.action_client("/x", c.EXECUTE_SEGMENT).send_goal({"segment_index": "zero"}, on_result=print)
+        a.action_client("/x", ifc.EXECUTE_SEGMENT).send_goal({"segment_index": "zero"}, on_result=print)
 
 
 def test_timer_ticks_and_stops(nodes):

@@ -27,7 +27,7 @@ from timelyllm_ros.lrtrace_tasks import load_tasks  # noqa: E402
 from timelyllm_ros.nodes.executor_node import ExecutorNode  # noqa: E402
 from timelyllm_ros.nodes.planner_node import DispatcherConfig, PlannerNode, PlannerNodeConfig  # noqa: E402
 from timelyllm_ros.prompts import PromptBuilder  # noqa: E402
-from timelyllm_ros.ros import convert as c  # noqa: E402
+from timelyllm_ros.ros import interfaces as ifc  # noqa: E402
 from timelyllm_ros.transport.inprocess import InProcessBus, InProcessTransport  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -82,10 +82,10 @@ def test_plan_requests_reach_the_right_executors_on_real_vllm(vllm_engine):
             ex = SegmentExecutor(ROBOTS[rtype], backend, ExecutorConfig(timeout_s=30))
             executors[rid] = ExecutorNode(InProcessTransport(bus, rid), ex, robot_id=rid)
         node.start()
-        client.subscribe("/timelyllm/request_status", c.REQUEST_STATUS, on_status, qos="reliable_deep")
+        client.subscribe("/timelyllm/request_status", ifc.REQUEST_STATUS, on_status, qos="reliable_deep")
         for rid, robot_id, task, scene in (("ros-drone", "drone1", drone_task, drone_scene),
                                            ("ros-arm", "arm1", arm_task, arm_scene)):
-            client.publish("/timelyllm/plan_requests", c.PLAN_REQUEST, {
+            client.publish("/timelyllm/plan_requests", ifc.PLAN_REQUEST, {
                 "request_id": rid, "robot_id": robot_id, "robot_type": task.robot_type, "task": task.task,
                 "scene": scene, "task_type": task.task_id, "category": task.category,
                 "tuf_ert": 1.0, "tuf_alpha": -2.0, "tuf_beta": 1.0}, qos="reliable_deep")

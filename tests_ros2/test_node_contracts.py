@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from timelyllm_ros.nodes.agent import RequestClient, plan_request_fields, request_state
-from timelyllm_ros.ros import convert as c
+from timelyllm_ros.ros import interfaces as ifc
 from timelyllm_ros.transport.rclpy_transport import RclpyTransport
 
 from nodeproc import Collector, NodeProcess, wait_for
@@ -119,7 +119,7 @@ def test_parameters_describe_get_set_over_the_standard_services(nodes):
     assert by["status_period_s"]["floating_point_range"][0]["from_value"] > 0
 
     diag = Collector()
-    t.subscribe("/diagnostics", c.DIAGNOSTIC_ARRAY, diag)
+    t.subscribe("/diagnostics", ifc.DIAGNOSTIC_ARRAY, diag)
     assert wait_for(lambda: _diag_value(diag, "policy") == "default", 15)
     assert get(t, node, "policy") == "default"
 
@@ -241,7 +241,7 @@ def test_a_client_that_joins_after_the_end_gets_the_terminal_state_and_the_plan(
 
     # a TRANSIENT_LOCAL subscriber that joins now still receives the terminal status
     got = Collector()
-    sub = t.subscribe(f"{NS}/request_status", c.REQUEST_STATUS, got, qos="history")
+    sub = t.subscribe(f"{NS}/request_status", ifc.REQUEST_STATUS, got, qos="history")
     try:
         assert wait_for(lambda: any(m["request_id"] == rid and m["terminal"] for m in got.snapshot()), 15)
     finally:
@@ -254,7 +254,7 @@ def test_the_installed_executable_starts_a_node(nodes, tmp_path):
     import os
     import signal
 
-    from timelyllm_ros.ros.convert import REPO_ROOT
+    from timelyllm_ros.ros.interfaces import REPO_ROOT
 
     t, _ = nodes
     prefix = tmp_path / "prefix"

@@ -12,7 +12,7 @@ import pytest
 
 from timelyllm_ros.nodes.agent import RequestClient, plan_request_fields
 from timelyllm_ros.nodes.plan_task import request_plan
-from timelyllm_ros.ros import convert as c
+from timelyllm_ros.ros import interfaces as ifc
 from timelyllm_ros.transport.base import GoalStatus
 from timelyllm_ros.transport.rclpy_transport import RclpyTransport
 
@@ -31,7 +31,7 @@ def graph(tmp_path_factory):
         for p in procs:
             p.serving()
         t = RclpyTransport("test_plan_task")
-        ac = t.action_client(f"{NS}/plan_task", c.PLAN_TASK)
+        ac = t.action_client(f"{NS}/plan_task", ifc.PLAN_TASK)
         assert wait_for(ac.server_is_ready, 20)
         yield t, ac, procs
     finally:

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from timelyllm_ros.nodes.agent import RequestClient, plan_request_fields
-from timelyllm_ros.ros import convert as c
+from timelyllm_ros.ros import interfaces as ifc
 from timelyllm_ros.transport.base import GoalStatus
 from timelyllm_ros.transport.rclpy_transport import RclpyTransport
 
@@ -56,9 +56,9 @@ class Graph:
         self.t, self.procs, self.logs = t, procs, logs
         self.client = RequestClient(t, NS)
         self.diag, self.planner_status, self.paths = Collector(), Collector(), Collector()
-        t.subscribe("/diagnostics", c.DIAGNOSTIC_ARRAY, self.diag)
-        t.subscribe(f"{NS}/planner_status", c.PLANNER_STATUS, self.planner_status, qos="latched")
-        t.subscribe(f"{NS}/planned_paths", c.MARKER_ARRAY, self.paths, qos="latched")
+        t.subscribe("/diagnostics", ifc.DIAGNOSTIC_ARRAY, self.diag)
+        t.subscribe(f"{NS}/planner_status", ifc.PLANNER_STATUS, self.planner_status, qos="latched")
+        t.subscribe(f"{NS}/planned_paths", ifc.MARKER_ARRAY, self.paths, qos="latched")
         self._n = 0
 
     def request(self, robot: str, plan: str, robot_type: str = "tello", **kw) -> str:
@@ -135,7 +135,7 @@ def test_cancel_over_dds_gives_one_terminal_status(graph):
 
 def test_action_goal_feedback_result_and_cancel_across_processes(graph):
     """This process is the action client; the drone1 executor process is the server."""
-    ac = graph.t.action_client("/drone1/execute_segment", c.EXECUTE_SEGMENT)
+    ac = graph.t.action_client("/drone1/execute_segment", ifc.EXECUTE_SEGMENT)
     assert wait_for(ac.server_is_ready, 20)
     goal = {"request_id": f"act-{time.monotonic_ns()}", "robot_id": "drone1", "robot_type": "tello",
             "segment_index": 0, "text": "tc(30);mf(20);",
@@ -279,9 +279,9 @@ def test_two_planners_in_different_namespaces_do_not_cross_talk(graph):
     try:
         b = RequestClient(graph.t, "/fleet_b")
         seen_b = Collector()
-        graph.t.subscribe("/fleet_b/request_status", c.REQUEST_STATUS, seen_b, qos="reliable_deep")
+        graph.t.subscribe("/fleet_b/request_status", ifc.REQUEST_STATUS, seen_b, qos="reliable_deep")
         seen_a = Collector()
-        graph.t.subscribe(f"{NS}/request_status", c.REQUEST_STATUS, seen_a, qos="reliable_deep")
+        graph.t.subscribe(f"{NS}/request_status", ifc.REQUEST_STATUS, seen_a, qos="reliable_deep")
         assert b.wait_for_planner(20)
         rid_b = f"fleet-b-{time.monotonic_ns()}"
         b.submit(plan_request_fields(request_id=rid_b, robot_id="arm1", robot_type="arm", task="t",

@@ -20,6 +20,7 @@ from timelyllm_ros.executors.simulated import SimulatedBackend
 from timelyllm_ros.nodes.executor_node import ExecutorNode
 from timelyllm_ros.nodes.planner_node import DispatcherConfig, PlannerNode, PlannerNodeConfig
 from timelyllm_ros.ros import convert as c
+from timelyllm_ros.ros import interfaces as ifc
 from timelyllm_ros.sim.prompts import SimPromptSource
 from timelyllm_ros.transport.base import GoalStatus
 from timelyllm_ros.transport.rclpy_transport import RclpyTransport
@@ -51,8 +52,8 @@ def wait_for(pred, timeout=10.0):
 def test_topic_roundtrip(transports):
     a, b = transports("a"), transports("b")
     got = []
-    b.subscribe("/timelyllm_test/requests", c.PLAN_REQUEST, got.append, qos="reliable_deep")
-    pub = a.publisher("/timelyllm_test/requests", c.PLAN_REQUEST, qos="reliable_deep")
+    b.subscribe("/timelyllm_test/requests", ifc.PLAN_REQUEST, got.append, qos="reliable_deep")
+    pub = a.publisher("/timelyllm_test/requests", ifc.PLAN_REQUEST, qos="reliable_deep")
     fields = {"request_id": "r1", "robot_id": "drone1", "robot_type": "tello", "task": "t",
               "tuf_ert": 1.0, "tuf_alpha": -2.0, "tuf_beta": 1.0, "stamp": c.time_fields(5.5)}
     assert wait_for(lambda: (pub.publish(fields) or got), 10)
@@ -74,8 +75,8 @@ def test_action_feedback_result_and_cancel(transports):
         h.succeed()
         return c.execute_result_fields(code=0, call_durations_s=[0.25], calls_done=1, value=True)
 
-    server.action_server("execute_segment", c.EXECUTE_SEGMENT, execute)
-    ac = client.action_client("/drone_t/execute_segment", c.EXECUTE_SEGMENT)
+    server.action_server("execute_segment", ifc.EXECUTE_SEGMENT, execute)
+    ac = client.action_client("/drone_t/execute_segment", ifc.EXECUTE_SEGMENT)
     assert wait_for(ac.server_is_ready)
     goal = {"request_id": "r", "robot_id": "drone_t", "robot_type": "tello", "segment_index": 0,
             "text": "mf(50);", "calls": [{"name": "move_forward", "abbr": "mf", "args": ["50"],
@@ -111,11 +112,11 @@ def test_planner_and_executor_nodes_end_to_end(transports):
                       SegmentExecutor(ROBOTS["tello"], be, ExecutorConfig(timeout_s=30)), robot_id="drone_e2e")
     client = transports("app")
     status = []
-    client.subscribe("/timelyllm_e2e/request_status", c.REQUEST_STATUS, status.append, qos="reliable_deep")
+    client.subscribe("/timelyllm_e2e/request_status", ifc.REQUEST_STATUS, status.append, qos="reliable_deep")
     fields = {"request_id": "e1", "robot_id": "drone_e2e", "robot_type": "tello", "task": "find the cat",
               "scene": "cat", "tuf_ert": 1.0, "tuf_alpha": -2.0, "tuf_beta": 1.0,
               "reference_plan": "mf(50);_1 = iv('cat');?_1 == True{tc(90)};"}
-    pub = client.publisher("/timelyllm_e2e/plan_requests", c.PLAN_REQUEST, qos="reliable_deep")
+    pub = client.publisher("/timelyllm_e2e/plan_requests", ifc.PLAN_REQUEST, qos="reliable_deep")
     time.sleep(1.0)  # discovery
     pub.publish(fields)
     assert wait_for(lambda: any(m["terminal"] for m in status), 30), status
@@ -200,9 +201,9 @@ def test_goals_waiting_their_turn_hold_no_executor_thread(transports):
         h.succeed()
         return c.execute_result_fields(code=0, calls_done=1)
 
-    server.action_server("execute_segment", c.EXECUTE_SEGMENT, execute)
-    server.service("get_goal_states", c.GET_GOAL_STATES, lambda req: {"goals": [], "robot_state": "idle"})
-    ac = client.action_client("/drone_q/execute_segment", c.EXECUTE_SEGMENT)
+    server.action_server("execute_segment", ifc.EXECUTE_SEGMENT, execute)
+    server.service("get_goal_states", ifc.GET_GOAL_STATES, lambda req: {"goals": [], "robot_state": "idle"})
+    ac = client.action_client("/drone_q/execute_segment", ifc.EXECUTE_SEGMENT)
     assert wait_for(ac.server_is_ready)
     goal = {"request_id": "r", "robot_id": "drone_q", "robot_type": "tello", "segment_index": 0, "text": "mf(50);",
             "calls": [{"name": "move_forward", "abbr": "mf", "args": ["50"], "arg_types": ["int"]}],
@@ -211,7 +212,7 @@ def test_goals_waiting_their_turn_hold_no_executor_thread(transports):
     for i in range(n):  # one at a time (a burst of goal requests beyond the goal service's depth, 10, is lost)
         ac.send_goal(dict(goal, segment_index=i), on_result=results.append)
         assert wait_for(lambda: len(waiting) == i + 1, 10), f"goal {i} never reached execute ({len(waiting)} did)"
-    answer = client.call_service("/drone_q/get_goal_states", c.GET_GOAL_STATES, {"request_id": ""}, timeout_s=10)
+    answer = client.call_service("/drone_q/get_goal_states", ifc.GET_GOAL_STATES, {"request_id": ""}, timeout_s=10)
     assert answer is not None and answer["robot_state"] == "idle"
     release.set()
     assert wait_for(lambda: len(results) == n, 30), f"{len(results)} of {n} results"

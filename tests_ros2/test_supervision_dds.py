@@ -13,6 +13,7 @@ from timelyllm_ros.core.robots import load_robots
 from timelyllm_ros.nodes.agent import RequestClient, plan_request_fields
 from timelyllm_ros.nodes.supervision import GOAL_STATES_SERVICE
 from timelyllm_ros.ros import convert as c
+from timelyllm_ros.ros import interfaces as ifc
 from timelyllm_ros.transport.base import GoalStatus
 from timelyllm_ros.transport.rclpy_transport import RclpyTransport
 
@@ -72,7 +73,7 @@ def test_killed_planner_goals_stop_within_the_lease_and_are_refused_later(t, tmp
         assert "lost: no heartbeat" in out and "trigger" not in out, out[-3000:]
 
         # the executor's own account: the stopped goal, the aborted queued ones, the robot's state
-        resp = t.call_service(f"/{robot}/{GOAL_STATES_SERVICE}", c.GET_GOAL_STATES, {"request_id": ""}, timeout_s=10)
+        resp = t.call_service(f"/{robot}/{GOAL_STATES_SERVICE}", ifc.GET_GOAL_STATES, {"request_id": ""}, timeout_s=10)
         assert resp is not None
         states = {(g["request_id"], g["segment_index"]): g for g in resp["goals"]}
         mine = [g for k, g in states.items() if k[0] in rids]
@@ -82,7 +83,7 @@ def test_killed_planner_goals_stop_within_the_lease_and_are_refused_later(t, tmp
         assert pid.startswith(f"{ns}/planner:"), pid
 
         # a goal that claims the dead instance is refused with the reason
-        ac = t.action_client(f"/{robot}/execute_segment", c.EXECUTE_SEGMENT)
+        ac = t.action_client(f"/{robot}/execute_segment", ifc.EXECUTE_SEGMENT)
         assert wait_for(ac.server_is_ready, 10)
         out2: list = []
         ac.send_goal({"request_id": "late", "robot_id": robot, "robot_type": "tello", "segment_index": 0,
@@ -223,7 +224,7 @@ def test_a_restarted_planner_resumes_a_plan_from_its_journal_over_dds(t, tmp_pat
     shutdown()
 
     status = Collector()
-    t.subscribe(f"{ns}/request_status", c.REQUEST_STATUS, status, qos=QOS_RELIABLE_ALL)
+    t.subscribe(f"{ns}/request_status", ifc.REQUEST_STATUS, status, qos=QOS_RELIABLE_ALL)
     ex = NodeProcess("executor", ["-r", f"__ns:=/{robot}", "-p", "time_scale:=0.1"], tmp_path, robot).serving()
     planner = NodeProcess("planner", ["-r", f"__ns:={ns}", "-p", f"journal_path:={path}", "-p", "server_wait_s:=6.0",
                                       "-p", f"executors:={robot}"], tmp_path, "planner_r").serving()

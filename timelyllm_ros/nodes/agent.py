@@ -13,6 +13,7 @@ import time
 from typing import Any, Callable
 
 from timelyllm_ros.ros import convert
+from timelyllm_ros.ros import interfaces
 from timelyllm_ros.transport.base import QOS_RELIABLE_ALL, QOS_RELIABLE_DEEP, Fields, Transport, join_name
 
 STRING = "std_msgs/msg/String"
@@ -26,10 +27,10 @@ class RequestClient:
         self._mine: set[str] = set()
         self._listeners: list[Callable[[Fields], None]] = []
         # keep all: a planner that falls behind back-pressures this publisher, nothing is overwritten
-        self._pub = transport.publisher(join_name(planner_ns, "plan_requests"), convert.PLAN_REQUEST,
+        self._pub = transport.publisher(join_name(planner_ns, "plan_requests"), interfaces.PLAN_REQUEST,
                                         qos=QOS_RELIABLE_ALL)
         self._cancel = transport.publisher(join_name(planner_ns, "cancel_requests"), STRING, qos=QOS_RELIABLE_DEEP)
-        self._sub = transport.subscribe(join_name(planner_ns, "request_status"), convert.REQUEST_STATUS,
+        self._sub = transport.subscribe(join_name(planner_ns, "request_status"), interfaces.REQUEST_STATUS,
                                         self._on_status, qos=QOS_RELIABLE_ALL)
 
     def wait_for_planner(self, timeout_s: float) -> bool:
@@ -101,7 +102,7 @@ def request_state(transport: Transport, planner_ns: str, request_id: str,
     """Ask the planner for a request's latest state (`<planner_ns>/get_request_state`): None if no
     planner answered; else {found, status (RequestStatus fields), segments (the plan's dispatched
     segment texts)} -- for a client that joined after the request ended."""
-    return transport.call_service(join_name(planner_ns, "get_request_state"), convert.GET_REQUEST_STATE,
+    return transport.call_service(join_name(planner_ns, "get_request_state"), interfaces.GET_REQUEST_STATE,
                                   {"request_id": request_id}, timeout_s)
 
 

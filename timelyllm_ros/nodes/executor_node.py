@@ -16,6 +16,8 @@ from typing import Any
 from timelyllm_ros.core.types import ResultCode
 from timelyllm_ros.executors.base import ExecReport, SegmentExecutor
 from timelyllm_ros.ros import convert
+from timelyllm_ros.ros import interfaces
+from timelyllm_ros.ros import walker
 from timelyllm_ros.transport.base import Fields, ServerGoalHandle, Transport
 
 from .supervision import ExecutorSupervisionConfig, ExecutorSupervisor
@@ -80,7 +82,7 @@ class ExecutorNode:
         # planner leases, on_planner_lost, goal records (get_goal_states): nodes/supervision.py
         self.supervisor = ExecutorSupervisor(transport, executor.robot, robot_id, executor.backend,
                                              supervision or ExecutorSupervisionConfig())
-        self._server = transport.action_server(action_name, convert.EXECUTE_SEGMENT, self._execute,
+        self._server = transport.action_server(action_name, interfaces.EXECUTE_SEGMENT, self._execute,
                                                goal_callback=self._on_goal)
 
     def close(self, wait_s: float = 5.0) -> None:
@@ -107,7 +109,7 @@ class ExecutorNode:
             return False
         try:
             goal = convert.segment_goal_from_fields(request)
-        except convert.MessageError as e:
+        except walker.MessageError as e:
             log.warning("%s: rejecting malformed goal: %s", self.robot_id, e)
             return False
         if goal.robot_id and goal.robot_id != self.robot_id:
@@ -125,7 +127,7 @@ class ExecutorNode:
         try:
             goal = convert.segment_goal_from_fields(handle.request)
             pid = convert.goal_planner_id(handle.request)
-        except convert.MessageError as e:  # the goal callback normally catches this
+        except walker.MessageError as e:  # the goal callback normally catches this
             handle.abort()
             return convert.execute_result_fields(code=ResultCode.REJECTED, error=str(e))
         key = (goal.request_id, goal.segment_index)

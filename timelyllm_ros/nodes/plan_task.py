@@ -19,6 +19,7 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from timelyllm_ros.ros import convert
+from timelyllm_ros.ros import interfaces
 from timelyllm_ros.transport.base import DeferredGoal, Fields, GoalStatus, Transport
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ class PlanTaskServer:
         self._ended: OrderedDict[str, None] = OrderedDict()  # ended ids, oldest first
         self._segments: dict[str, dict[int, str]] = {}
         self._submitted: set[str] = set()  # ids sent to the planner by this server, no status yet
-        self._server = transport.deferred_action_server(name, convert.PLAN_TASK, self._on_goal,
+        self._server = transport.deferred_action_server(name, interfaces.PLAN_TASK, self._on_goal,
                                                         cancel_callback=self._on_cancel)
 
     def close(self) -> None:
@@ -208,7 +209,7 @@ def request_plan(transport: Transport, planner_ns: str, request: Fields, *, time
 
     from timelyllm_ros.transport.base import join_name
 
-    client = transport.action_client(join_name(planner_ns, ACTION_NAME), convert.PLAN_TASK)
+    client = transport.action_client(join_name(planner_ns, ACTION_NAME), interfaces.PLAN_TASK)
     own = watch is None
     watch = watch or PlannerWatch(transport, planner_ns, lease_s)
     end = time.monotonic() + timeout_s

@@ -46,6 +46,8 @@ from timelyllm_ros.core.types import (
     SegmentResult,
 )
 from timelyllm_ros.ros import convert
+from timelyllm_ros.ros import interfaces
+from timelyllm_ros.ros import walker
 from timelyllm_ros.transport.base import (
     QOS_HISTORY,
     QOS_LATCHED,
@@ -124,7 +126,7 @@ class ActionDispatcher:
         with self._lock:
             c = self._clients.get(robot_id)
             if c is None:
-                c = self.transport.action_client(self.action_name(robot_id), convert.EXECUTE_SEGMENT)
+                c = self.transport.action_client(self.action_name(robot_id), interfaces.EXECUTE_SEGMENT)
                 self._clients[robot_id] = c
             return c
 
@@ -418,20 +420,20 @@ class PlannerNode:
         self._markers_dirty = False
         # the plan_task action beside the topic: it sees every status the topic gets (Tee)
         self.plan_task = PlanTaskServer(transport, self._on_request, self._cancel_request)
-        self._pub_status = Tee(transport.publisher(cfg.status_topic, convert.REQUEST_STATUS, qos=QOS_HISTORY),
+        self._pub_status = Tee(transport.publisher(cfg.status_topic, interfaces.REQUEST_STATUS, qos=QOS_HISTORY),
                                self.plan_task.on_status)
-        self._pub_segments = Tee(transport.publisher(cfg.segment_status_topic, convert.SEGMENT_STATUS,
+        self._pub_segments = Tee(transport.publisher(cfg.segment_status_topic, interfaces.SEGMENT_STATUS,
                                                      qos=QOS_RELIABLE_DEEP), self.plan_task.on_segment)
-        self._pub_planner = transport.publisher(cfg.planner_status_topic, convert.PLANNER_STATUS, qos=QOS_LATCHED)
-        self._pub_diag = transport.publisher(cfg.diagnostics_topic, convert.DIAGNOSTIC_ARRAY)
-        self._pub_markers = transport.publisher(cfg.markers_topic, convert.MARKER_ARRAY, qos=QOS_LATCHED)
+        self._pub_planner = transport.publisher(cfg.planner_status_topic, interfaces.PLANNER_STATUS, qos=QOS_LATCHED)
+        self._pub_diag = transport.publisher(cfg.diagnostics_topic, interfaces.DIAGNOSTIC_ARRAY)
+        self._pub_markers = transport.publisher(cfg.markers_topic, interfaces.MARKER_ARRAY, qos=QOS_LATCHED)
         # after the state and publishers: a journal recovery in make_planner already reports to us
         self.planner = make_planner(self.dispatcher, [self])
         self._subs = [
             # keep all: a burst back-pressures its senders instead of being overwritten in the history
-            transport.subscribe(cfg.request_topic, convert.PLAN_REQUEST, self._on_request, qos=QOS_RELIABLE_ALL),
+            transport.subscribe(cfg.request_topic, interfaces.PLAN_REQUEST, self._on_request, qos=QOS_RELIABLE_ALL),
             transport.subscribe(cfg.cancel_topic, STRING, self._on_cancel, qos=QOS_RELIABLE_DEEP),
-            transport.service(cfg.state_service, convert.GET_REQUEST_STATE, self._on_get_state),
+            transport.service(cfg.state_service, interfaces.GET_REQUEST_STATE, self._on_get_state),
         ]
         self._timer = transport.timer(cfg.status_period_s, self._publish_periodic)
         self._thread = threading.Thread(target=self._loop, name="planner-loop", daemon=True)
@@ -614,7 +616,7 @@ class PlannerNode:
         try:
             m = convert.plan_request_mapping(fields)
             req = PlanRequest.from_mapping(m, arrival=t_recv, robot_types=set(self.planner.robots))
-        except (convert.MessageError, RequestError) as e:
+        except (walker.MessageError, RequestError) as e:
             self._reject(str(rid), str(robot), f"malformed request: {e}")
             return
         if self.config.allowed_robots and req.robot_id not in self.config.allowed_robots:

@@ -36,6 +36,8 @@ from typing import Any, Callable, Protocol, runtime_checkable
 from timelyllm_ros.core.robots import RobotSpec
 from timelyllm_ros.core.types import ResultCode
 from timelyllm_ros.ros import convert
+from timelyllm_ros.ros import interfaces
+from timelyllm_ros.ros import walker
 from timelyllm_ros.transport.base import QOS_SENSOR, Fields, Transport
 
 log = logging.getLogger(__name__)
@@ -240,7 +242,7 @@ class ExecutorSupervisor:
         self.robot_state = "idle"
         self.planners = LeaseWatcher(transport, PLANNER_HEARTBEAT, cfg.lease_s, self._on_lost)
         self.heartbeat = Heartbeat(transport, EXECUTOR_HEARTBEAT, robot_id, cfg.heartbeat_period_s)
-        self._service = transport.service(GOAL_STATES_SERVICE, convert.GET_GOAL_STATES, self.goal_states)
+        self._service = transport.service(GOAL_STATES_SERVICE, interfaces.GET_GOAL_STATES, self.goal_states)
 
     def close(self) -> None:
         self.heartbeat.close()
@@ -402,7 +404,7 @@ def ask_goal_states(transport: Transport, robot_id: str, timeout_s: float = 3.0)
     from timelyllm_ros.journal import RobotAccount
     from timelyllm_ros.transport.base import join_name
 
-    resp = transport.call_service(join_name(robot_id, GOAL_STATES_SERVICE), convert.GET_GOAL_STATES,
+    resp = transport.call_service(join_name(robot_id, GOAL_STATES_SERVICE), interfaces.GET_GOAL_STATES,
                                   {"request_id": ""}, timeout_s=timeout_s)
     if resp is None:
         return None
@@ -412,7 +414,7 @@ def ask_goal_states(transport: Transport, robot_id: str, timeout_s: float = 3.0)
         if g["state"] == "succeeded" and g.get("value_type", "none") not in ("", "none"):
             try:
                 values[(g["request_id"], int(g["segment_index"]))] = convert.value_from_text(g["value"], g["value_type"])
-            except convert.MessageError as e:  # a bad record: that value is not known
+            except walker.MessageError as e:  # a bad record: that value is not known
                 log.warning("%s: goal state of %s/%s has a bad value: %s", robot_id, g["request_id"],
                             g["segment_index"], e)
     return RobotAccount(str(resp.get("robot_state", "")),

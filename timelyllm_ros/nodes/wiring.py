@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from timelyllm_ros import PACKAGE
 from timelyllm_ros.core.robots import ROBOTS_DIR, RobotSpec, RobotSpecError, load_robots
 from timelyllm_ros.inputs import InputError
 from timelyllm_ros.transport.base import join_name
@@ -20,8 +21,6 @@ from timelyllm_ros.transport.base import join_name
 from .params import EXECUTOR_PARAMS, PLANNER_PARAMS, coerce, defaults
 
 log = logging.getLogger(__name__)
-
-PACKAGE = "timelyllm"
 
 # every parameter, its type, range and meaning: nodes/params.py (declared and read there only)
 EXECUTOR_DEFAULTS: dict[str, Any] = defaults(EXECUTOR_PARAMS)

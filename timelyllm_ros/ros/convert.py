@@ -3,19 +3,17 @@
 The transport port carries plain *field dicts* shaped exactly like the ROS messages in msg/ and
 action/ (nested messages as dicts, sequences as lists, `byte` fields as 1-byte `bytes`, as rclpy
 has them).  One converter per message, here and nowhere else, so the in-process transport, the
-rclpy transport and the tests all agree on the wire format.  `rosbags` (pure Python) gives a CDR
-round-trip of the same dicts, which is how the formats are checked without ROS installed.
+rclpy transport and the tests all agree on the wire format.
 
 Untrusted input (a topic message from any node) is validated here before it becomes a core type;
-errors name the field.
+errors name the field.  The ROS type names are in `interfaces`, the message codecs in
+`message_fields` (rclpy) and `cdr` (rosbags), the checks both codecs share in `walker`.
 """
 
 from __future__ import annotations
 
 import math
 import time as _time
-from functools import lru_cache
-from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from timelyllm_ros.core.types import (
@@ -29,50 +27,11 @@ from timelyllm_ros.core.types import (
     SkillCall,
     Value,
 )
-
-PACKAGE = "timelyllm"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-# ROS type names (pkg/kind/Name), as `ros2 interface show` spells them.
-PLAN_REQUEST = f"{PACKAGE}/msg/PlanRequest"
-SKILL_CALL = f"{PACKAGE}/msg/SkillCall"
-SEGMENT = f"{PACKAGE}/msg/Segment"
-REQUEST_STATUS = f"{PACKAGE}/msg/RequestStatus"
-PLANNER_STATUS = f"{PACKAGE}/msg/PlannerStatus"
-SEGMENT_STATUS = f"{PACKAGE}/msg/SegmentStatus"
-EXECUTE_SEGMENT = f"{PACKAGE}/action/ExecuteSegment"
-EXECUTE_SEGMENT_GOAL = EXECUTE_SEGMENT + "_Goal"
-EXECUTE_SEGMENT_RESULT = EXECUTE_SEGMENT + "_Result"
-EXECUTE_SEGMENT_FEEDBACK = EXECUTE_SEGMENT + "_Feedback"
-PLAN_TASK = f"{PACKAGE}/action/PlanTask"
-GOAL_STATE = f"{PACKAGE}/msg/GoalState"
-GET_GOAL_STATES = f"{PACKAGE}/srv/GetGoalStates"
-GET_REQUEST_STATE = f"{PACKAGE}/srv/GetRequestState"
-DIAGNOSTIC_ARRAY = "diagnostic_msgs/msg/DiagnosticArray"
-MARKER_ARRAY = "visualization_msgs/msg/MarkerArray"
-
-MSG_FILES = ("SkillCall", "PlanRequest", "Segment", "RequestStatus", "PlannerStatus", "SegmentStatus",
-             "GoalState")
-ACTION_FILES = ("ExecuteSegment", "PlanTask")
-SRV_FILES = ("GetGoalStates", "GetRequestState")
+from timelyllm_ros.ros.walker import MessageError, nul_problem
 
 VALUE_TYPES = ("none", "bool", "int", "float", "str")
 MAX_ARGS = 16
 MAX_TEXT = 4000
-
-
-class MessageError(ValueError):
-    """A message's fields do not describe a valid core object; the text says which and why."""
-
-
-def nul_problem(path: str, v: str) -> str | None:
-    """Why a string cannot go into a ROS message as it is: a ROS string is a C string and ends
-    at its first NUL, so everything after it would be dropped silently (None if it can)."""
-    i = v.find("\x00")
-    if i < 0:
-        return None
-    return (f"field {path!r} contains a NUL character (U+0000) at position {i}: a ROS string ends there "
-            f"and the {len(v) - i - 1} character(s) after it would be lost; remove it")
 
 
 def _check_nul(fields: dict[str, Any]) -> dict[str, Any]:
@@ -463,194 +422,3 @@ def planner_status_fields(status: Any, *, stamp: float | None = None) -> dict[st
     out["tokens_per_s"] = float(_get(status, "tokens_per_s", 0.0) or 0.0)
     out["accrued_utility"] = float(_get(status, "accrued_utility", 0.0) or 0.0)
     return out
-
-
-# ----------------------------------------------------------------------------- rosbags (CDR)
-
-
-def interface_dir() -> Path:
-    """Where msg/ and action/ live: the source tree, else the installed ROS share directory."""
-    if (REPO_ROOT / "msg").is_dir():
-        return REPO_ROOT
-    try:  # installed with colcon: share/timelyllm/{msg,action}
-        from ament_index_python.packages import get_package_share_directory  # type: ignore
-
-        return Path(get_package_share_directory(PACKAGE))
-    except Exception as e:  # pragma: no cover - only without the source tree
-        raise FileNotFoundError(f"cannot find the {PACKAGE} msg/ and action/ directories") from e
-
-
-def _sections(text: str, count: int, kind: str) -> tuple[str, ...]:
-    """Message sections of an interface file, separated by `---` lines."""
-    parts: list[list[str]] = [[]]
-    for line in text.splitlines():
-        if line.strip() == "---":
-            parts.append([])
-        else:
-            parts[-1].append(line)
-    if len(parts) != count:
-        raise MessageError(f"{kind} needs exactly {count} sections separated by '---', got {len(parts)}")
-    return tuple("\n".join(p) + "\n" for p in parts)
-
-
-def split_action(text: str) -> tuple[str, str, str]:
-    """An .action file is goal, result and feedback message sections separated by `---` lines."""
-    goal, result, feedback = _sections(text, 3, "an action")
-    return goal, result, feedback
-
-
-def split_service(text: str) -> tuple[str, str]:
-    """A .srv file is request and response message sections separated by a `---` line."""
-    request, response = _sections(text, 2, "a service")
-    return request, response
-
-
-def interface_types(root: Path | None = None) -> dict[str, Any]:
-    """All of this package's interfaces parsed by rosbags (typename -> definition)."""
-    from rosbags.typesys import get_types_from_msg
-
-    root = interface_dir() if root is None else root
-    types: dict[str, Any] = {}
-    for name in MSG_FILES:
-        types.update(get_types_from_msg((root / "msg" / f"{name}.msg").read_text(), f"{PACKAGE}/msg/{name}"))
-    for name in ACTION_FILES:
-        sections = split_action((root / "action" / f"{name}.action").read_text())
-        for suffix, text in zip(("Goal", "Result", "Feedback"), sections):
-            # Parsed under msg/ so that unqualified names (SkillCall) resolve to this package's
-            # messages, as rosidl resolves them; then filed under the action's own name.
-            parsed = get_types_from_msg(text, f"{PACKAGE}/msg/{name}_{suffix}")
-            types[f"{PACKAGE}/action/{name}_{suffix}"] = parsed.pop(f"{PACKAGE}/msg/{name}_{suffix}")
-            types.update(parsed)
-    for name in SRV_FILES:
-        sections = split_service((root / "srv" / f"{name}.srv").read_text())
-        for suffix, text in zip(("Request", "Response"), sections):
-            parsed = get_types_from_msg(text, f"{PACKAGE}/msg/{name}_{suffix}")
-            types[f"{PACKAGE}/srv/{name}_{suffix}"] = parsed.pop(f"{PACKAGE}/msg/{name}_{suffix}")
-            types.update(parsed)
-    return types
-
-
-@lru_cache(maxsize=1)
-def typestore():
-    """A rosbags typestore for ROS 2 Jazzy (builtin_interfaces, diagnostic_msgs, ...) plus ours."""
-    from rosbags.typesys import Stores, get_typestore
-
-    ts = get_typestore(Stores.ROS2_JAZZY)
-    ts.register(interface_types())
-    return ts
-
-
-_NUMPY_DTYPES = {
-    "bool": "bool", "byte": "uint8", "char": "uint8", "uint8": "uint8", "int8": "int8",
-    "uint16": "uint16", "int16": "int16", "uint32": "uint32", "int32": "int32",
-    "uint64": "uint64", "int64": "int64", "float32": "float32", "float64": "float64",
-}
-
-
-_INT_RANGES = {f"{u}int{b}": ((0, 2**b - 1) if u else (-(2 ** (b - 1)), 2 ** (b - 1) - 1))
-               for u in ("", "u") for b in (8, 16, 32, 64)}
-_INT_RANGES.update({"char": (0, 255), "byte": (0, 255)})
-
-
-def _check_base(typ: str, value: Any) -> Any:
-    """Type-check one primitive the way the generated rclpy setters do (no silent coercion)."""
-    if typ == "byte" and isinstance(value, (bytes, bytearray)):
-        if len(value) != 1:
-            raise MessageError(f"byte field needs exactly 1 byte, got {value!r}")
-        return value[0] - 256 if value[0] > 127 else value[0]  # rosbags packs `byte` as signed
-    if typ == "bool":
-        if not isinstance(value, bool):
-            raise MessageError(f"bool field got {value!r}")
-    elif typ in ("string", "wstring"):
-        if not isinstance(value, str):
-            raise MessageError(f"string field got {type(value).__name__} {value!r}")
-    elif typ in _INT_RANGES:
-        lo, hi = _INT_RANGES[typ]
-        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-            raise MessageError(f"{typ} field got {value!r}")
-    elif typ.startswith("float"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise MessageError(f"{typ} field got {value!r}")
-        return float(value)
-    return value
-
-
-def _node_from_fields(ts, node: tuple, value: Any) -> Any:
-    import numpy as np
-
-    kind, detail = node
-    kind = int(kind)
-    if kind == 1:  # BASE
-        return _check_base(detail[0], value)
-    if kind == 2:  # NAME (nested message)
-        return to_rosbags(detail, value, ts)
-    # ARRAY (3) / SEQUENCE (4): detail = (element node, size)
-    elem, _size = detail
-    if int(elem[0]) == 1 and elem[1][0] in _NUMPY_DTYPES:
-        items = [_node_from_fields(ts, elem, v) for v in value]
-        return np.array(items, dtype=_NUMPY_DTYPES[elem[1][0]])
-    return [_node_from_fields(ts, elem, v) for v in value]
-
-
-def to_rosbags(typename: str, fields: Mapping[str, Any], ts=None) -> Any:
-    """Field dict -> rosbags message object (missing fields take ROS defaults)."""
-    ts = typestore() if ts is None else ts
-    cls = ts.types[typename]
-    _consts, defs = ts.fielddefs[typename]
-    unknown = set(fields) - {n for n, _ in defs}
-    if unknown:
-        raise MessageError(f"{typename} has no fields {sorted(unknown)}")
-    kwargs = {}
-    for name, node in defs:
-        if name in fields:
-            kwargs[name] = _node_from_fields(ts, node, fields[name])
-        else:
-            kwargs[name] = _default(ts, node)
-    return cls(**kwargs)
-
-
-def _default(ts, node: tuple) -> Any:
-    import numpy as np
-
-    kind, detail = int(node[0]), node[1]
-    if kind == 1:
-        typ = detail[0]
-        return "" if typ in ("string", "wstring") else (False if typ == "bool" else (0.0 if typ.startswith("float") else 0))
-    if kind == 2:
-        return to_rosbags(detail, {}, ts)
-    elem, size = detail
-    if kind == 3:
-        return np.zeros(size, dtype=_NUMPY_DTYPES[elem[1][0]]) if int(elem[0]) == 1 and elem[1][0] in _NUMPY_DTYPES \
-            else [_default(ts, elem) for _ in range(size)]
-    if int(elem[0]) == 1 and elem[1][0] in _NUMPY_DTYPES:
-        return np.zeros(0, dtype=_NUMPY_DTYPES[elem[1][0]])
-    return []
-
-
-def from_rosbags(msg: Any, ts=None) -> dict[str, Any]:
-    """rosbags message object -> field dict (the inverse of to_rosbags)."""
-    ts = typestore() if ts is None else ts
-    typename = msg.__msgtype__
-    _consts, defs = ts.fielddefs[typename]
-    return {name: _node_to_fields(ts, node, getattr(msg, name)) for name, node in defs}
-
-
-def _node_to_fields(ts, node: tuple, value: Any) -> Any:
-    kind, detail = int(node[0]), node[1]
-    if kind == 1:
-        if detail[0] == "byte":
-            return bytes([int(value) & 0xFF])
-        if hasattr(value, "item"):  # numpy scalar
-            return value.item()
-        return value
-    if kind == 2:
-        return from_rosbags(value, ts)
-    elem = detail[0]
-    return [_node_to_fields(ts, elem, v) for v in value]
-
-
-def cdr_roundtrip(typename: str, fields: Mapping[str, Any]) -> dict[str, Any]:
-    """Serialise fields as CDR (what DDS puts on the wire) and read them back."""
-    ts = typestore()
-    raw = ts.serialize_cdr(to_rosbags(typename, fields, ts), typename)
-    return from_rosbags(ts.deserialize_cdr(bytes(raw), typename), ts)

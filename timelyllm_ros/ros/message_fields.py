@@ -11,7 +11,8 @@ This module walks that description:
   it) is only read, never changed or stored, so one dict can be sent any number of times.
   Missing fields keep the message's defaults; unknown fields, wrong types, out-of-range
   integers, over-long bounded strings and sequences, strings holding a NUL (a ROS string ends at
-  its first NUL: the rest would be dropped silently) raise `MessageError` naming the field path.
+  its first NUL: the rest would be dropped silently) raise `MessageError` naming the field path
+  (each value checked by `walker`, as the rosbags codec checks it).
 - `from_msg(msg)` gives the field dict: nested messages as dicts, sequences and arrays as
   lists of Python values, `byte` (octet) as 1-byte `bytes` -- the shapes `convert` and the
   rosbags CDR checks use.
@@ -23,17 +24,12 @@ import themselves) are touched.
 from __future__ import annotations
 
 import importlib
-import math
 from functools import lru_cache
 from typing import Any, Mapping
 
-from timelyllm_ros.ros.convert import MessageError, nul_problem
+from timelyllm_ros.ros.walker import FLOAT_TYPES, MessageError, basic_in, sequence_in, string_in
 
 Fields = dict[str, Any]
-
-_INT_RANGES = {f"{u}int{b}": ((0, 2**b - 1) if u else (-(2 ** (b - 1)), 2 ** (b - 1) - 1))
-               for u in ("", "u") for b in (8, 16, 32, 64)}
-_FLOAT32_MAX = 3.4028234663852886e38
 
 
 def message_class(type_name: str) -> Any:
@@ -99,55 +95,14 @@ def _value_in(t: Any, v: Any, path: str) -> Any:
     if kind == "NamespacedType":
         return to_msg(_namespaced_class(t), v, path)
     if kind in ("UnboundedString", "BoundedString", "UnboundedWString", "BoundedWString"):
-        if not isinstance(v, str):
-            raise MessageError(f"field {path!r} must be a string, got {type(v).__name__}")
-        limit = getattr(t, "maximum_size", None)
-        if limit is not None and len(v) > limit:
-            raise MessageError(f"field {path!r} is longer than its bound of {limit} characters")
-        problem = nul_problem(path, v)  # rclpy would cut the string at its first NUL, silently
-        if problem:
-            raise MessageError(problem)
-        return v
+        return string_in(v, path, getattr(t, "maximum_size", None))
     if kind == "BasicType":
-        return _basic_in(t.typename, v, path)
+        return basic_in(t.typename, v, path)
     if kind in ("Array", "BoundedSequence", "UnboundedSequence"):
-        if isinstance(v, (str, bytes, Mapping)) or not hasattr(v, "__iter__"):
-            raise MessageError(f"field {path!r} must be a sequence, got {type(v).__name__}")
-        items = list(v)
-        if kind == "Array" and len(items) != t.size:
-            raise MessageError(f"field {path!r} must have exactly {t.size} items, got {len(items)}")
-        if kind == "BoundedSequence" and len(items) > t.maximum_size:
-            raise MessageError(f"field {path!r} may have at most {t.maximum_size} items, got {len(items)}")
+        items = sequence_in(v, path, size=t.size if kind == "Array" else None,
+                            bound=t.maximum_size if kind == "BoundedSequence" else None)
         return [_value_in(t.value_type, x, f"{path}[{i}]") for i, x in enumerate(items)]
     raise MessageError(f"field {path!r}: unsupported interface type {kind}")  # pragma: no cover
-
-
-def _basic_in(typ: str, v: Any, path: str) -> Any:
-    if typ == "boolean":
-        if not isinstance(v, bool):
-            raise MessageError(f"field {path!r} must be a bool, got {v!r}")
-        return v
-    if typ == "octet":  # rclpy: a 1-byte bytes object
-        if isinstance(v, (bytes, bytearray)) and len(v) == 1:
-            return bytes(v)
-        raise MessageError(f"field {path!r} must be exactly 1 byte, got {v!r}")
-    if typ == "char":  # rclpy: a 1-character str
-        if isinstance(v, str) and len(v) == 1 and ord(v) < 256:
-            return v
-        raise MessageError(f"field {path!r} must be 1 character, got {v!r}")
-    if typ in _INT_RANGES:
-        lo, hi = _INT_RANGES[typ]
-        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-            raise MessageError(f"field {path!r} must be a {typ} in [{lo}, {hi}], got {v!r}")
-        return int(v)
-    if typ in ("float", "double", "long double"):
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise MessageError(f"field {path!r} must be a number, got {v!r}")
-        f = float(v)
-        if typ == "float" and math.isfinite(f) and abs(f) > _FLOAT32_MAX:
-            raise MessageError(f"field {path!r} is out of float32 range: {v!r}")
-        return f
-    raise MessageError(f"field {path!r}: unsupported basic type {typ}")  # pragma: no cover
 
 
 # ----------------------------------------------------------------------------- message -> dict
@@ -168,6 +123,6 @@ def _value_out(t: Any, v: Any) -> Any:
     if kind == "BasicType":
         if hasattr(v, "item"):  # numpy scalar (fixed-size numeric arrays)
             return v.item()
-        if t.typename in ("float", "double", "long double"):
+        if t.typename in FLOAT_TYPES:
             return float(v)
     return v

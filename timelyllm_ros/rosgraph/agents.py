@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from timelyllm_ros.ros import convert
+from timelyllm_ros.ros import interfaces
 from timelyllm_ros.transport.base import QOS_LATCHED, QOS_RELIABLE_DEEP, join_name
 
 log = logging.getLogger("timelyllm.agents")
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     t = RclpyTransport("agents", args=["timelyllm-agents"])
     try:
-        pub = t.publisher(join_name(args.planner_ns, "plan_requests"), convert.PLAN_REQUEST, qos=QOS_RELIABLE_DEEP)
+        pub = t.publisher(join_name(args.planner_ns, "plan_requests"), interfaces.PLAN_REQUEST, qos=QOS_RELIABLE_DEEP)
         start: dict[str, float] = {}
         got = threading.Event()
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from timelyllm_ros.ros import convert
+from timelyllm_ros.ros import cdr
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class BagRecorder:
         self.counts: dict[str, int] = {t.name: 0 for t in topics}
         self._writer = Writer(self.path, version=9, storage_plugin=StoragePlugin.MCAP)
         self._writer.open()
-        ts = convert.typestore()
+        ts = cdr.typestore()
         self._subs = []
         for t in topics:
             conn = self._writer.add_connection(t.name, t.msg_type, typestore=ts)
@@ -76,11 +76,11 @@ def read_bag(path: str | Path) -> Iterator[tuple[str, str, int, dict[str, Any]]]
     """(topic, message type, timestamp ns, field dict) of every message in a rosbag2 bag."""
     from rosbags.rosbag2 import Reader
 
-    ts = convert.typestore()
+    ts = cdr.typestore()
     with Reader(Path(path)) as reader:
         for conn, stamp, raw in reader.messages():
             msg = ts.deserialize_cdr(raw, conn.msgtype)
-            yield conn.topic, conn.msgtype, stamp, convert.from_rosbags(msg, ts)
+            yield conn.topic, conn.msgtype, stamp, cdr.from_rosbags(msg, ts)
 
 
 __all__ = ["BagRecorder", "Topic", "read_bag"]

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 from timelyllm_ros.core.types import Generation, GenState, PlanRequest, RequestError
 from timelyllm_ros.ros import convert
+from timelyllm_ros.ros import interfaces
+from timelyllm_ros.ros import walker
 from timelyllm_ros.serve import Progress, drain_eta
 from timelyllm_ros.transport.base import QOS_LATCHED, QOS_RELIABLE_DEEP, Fields, Transport, join_name
 
@@ -47,15 +49,15 @@ class GraphMonitor:
         self.status_messages = 0
         ns = planner_ns
         self._subs = [
-            transport.subscribe(join_name(ns, "plan_requests"), convert.PLAN_REQUEST, self._on_request,
+            transport.subscribe(join_name(ns, "plan_requests"), interfaces.PLAN_REQUEST, self._on_request,
                                 qos=QOS_RELIABLE_DEEP),
-            transport.subscribe(join_name(ns, "request_status"), convert.REQUEST_STATUS, self._on_status,
+            transport.subscribe(join_name(ns, "request_status"), interfaces.REQUEST_STATUS, self._on_status,
                                 qos=QOS_RELIABLE_DEEP),
-            transport.subscribe(join_name(ns, "segment_status"), convert.SEGMENT_STATUS, self._on_segment,
+            transport.subscribe(join_name(ns, "segment_status"), interfaces.SEGMENT_STATUS, self._on_segment,
                                 qos=QOS_RELIABLE_DEEP),
-            transport.subscribe(join_name(ns, "planner_status"), convert.PLANNER_STATUS, self._on_planner,
+            transport.subscribe(join_name(ns, "planner_status"), interfaces.PLANNER_STATUS, self._on_planner,
                                 qos=QOS_LATCHED),
-            transport.subscribe("/diagnostics", convert.DIAGNOSTIC_ARRAY, self._on_diagnostics),
+            transport.subscribe("/diagnostics", interfaces.DIAGNOSTIC_ARRAY, self._on_diagnostics),
         ]
 
     def close(self) -> None:
@@ -170,7 +172,7 @@ class GraphMonitor:
                     continue
                 try:
                     req = PlanRequest.from_mapping(convert.plan_request_mapping(r.fields), arrival=r.arrival)
-                except (convert.MessageError, RequestError):
+                except (walker.MessageError, RequestError):
                     continue  # malformed: the planner answered it rejected
                 g = Generation(request=req)
                 for i in sorted(r.segments):

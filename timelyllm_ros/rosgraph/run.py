@@ -36,6 +36,7 @@ from timelyllm_ros.core.metrics import summarize, timeline_records
 from timelyllm_ros.core.types import Generation
 from timelyllm_ros.netns import NamespaceUnavailable, port_holder, private_network
 from timelyllm_ros.ros import convert
+from timelyllm_ros.ros import interfaces
 from timelyllm_ros.transport.base import QOS_DEFAULT, QOS_LATCHED, QOS_RELIABLE_DEEP
 
 from .agents import START_TOPIC, STRING
@@ -48,13 +49,13 @@ TELLO_EMULATOR_PORT = 9889
 TELLO_LOCAL_PORTS = (8889, 8890)  # djitellopy's own command / state ports
 
 RECORDED = (
-    Topic("/plan_requests", convert.PLAN_REQUEST, QOS_RELIABLE_DEEP),
-    Topic("/request_status", convert.REQUEST_STATUS, QOS_RELIABLE_DEEP),
-    Topic("/segment_status", convert.SEGMENT_STATUS, QOS_RELIABLE_DEEP),
+    Topic("/plan_requests", interfaces.PLAN_REQUEST, QOS_RELIABLE_DEEP),
+    Topic("/request_status", interfaces.REQUEST_STATUS, QOS_RELIABLE_DEEP),
+    Topic("/segment_status", interfaces.SEGMENT_STATUS, QOS_RELIABLE_DEEP),
     Topic("/cancel_requests", STRING, QOS_RELIABLE_DEEP),
-    Topic("/planner_status", convert.PLANNER_STATUS, QOS_LATCHED),
-    Topic("/planned_paths", convert.MARKER_ARRAY, QOS_LATCHED),
-    Topic("/diagnostics", convert.DIAGNOSTIC_ARRAY, QOS_DEFAULT),
+    Topic("/planner_status", interfaces.PLANNER_STATUS, QOS_LATCHED),
+    Topic("/planned_paths", interfaces.MARKER_ARRAY, QOS_LATCHED),
+    Topic("/diagnostics", interfaces.DIAGNOSTIC_ARRAY, QOS_DEFAULT),
     Topic(START_TOPIC, STRING, QOS_LATCHED),
 )
 

@@ -88,7 +88,7 @@ class InProcessBus:
             raise TransportError(f"{msg_type}: message must be a field dict, got {type(fields).__name__}")
         if not self.wire_check:
             return dict(fields)
-        from timelyllm_ros.ros.convert import cdr_roundtrip
+        from timelyllm_ros.ros.cdr import cdr_roundtrip
 
         try:
             return cdr_roundtrip(msg_type, fields)
