@@ -16,18 +16,13 @@ from timelyllm_ros.core.exec_time import ExecTimeEstimator  # noqa: E402
 from timelyllm_ros.core.planner import Planner  # noqa: E402
 from timelyllm_ros.core.policies import make_policy  # noqa: E402
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
-from timelyllm_ros.core.types import ResultCode, SkillCall  # noqa: E402
+from timelyllm_ros.core.types import ResultCode  # noqa: E402
 from timelyllm_ros.engines.simulated import SimulatedEngine  # noqa: E402
 from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor, SimulatedPerception  # noqa: E402
 from timelyllm_ros.executors.simulated import SimulatedBackend  # noqa: E402
 from timelyllm_ros.nodes.executor_node import ExecutorNode  # noqa: E402
-from timelyllm_ros.nodes.planner_node import (  # noqa: E402
-    DispatcherConfig,
-    PlannerNode,
-    PlannerNodeConfig,
-    _Pose,
-    path_points,
-)
+from timelyllm_ros.nodes.dispatcher import DispatcherConfig  # noqa: E402
+from timelyllm_ros.nodes.planner_node import PlannerNode, PlannerNodeConfig  # noqa: E402
 from timelyllm_ros.ros import interfaces as ifc  # noqa: E402
 from timelyllm_ros.sim.prompts import SimPromptSource  # noqa: E402
 from timelyllm_ros.transport.inprocess import InProcessBus, InProcessTransport  # noqa: E402
@@ -242,16 +237,6 @@ def test_executor_failure_fails_the_request(world):
     w.request("f1", "drone1", "tello", "mf(50);tc(90);")
     st = w.final("f1")
     assert st["state"] == "failed" and "segment 0 timeout" in st["reason"]
-
-
-def test_path_points_follow_turns():
-    pts, pose = path_points([SkillCall("move_forward", "mf", (100,)), SkillCall("turn_ccw", "tu", (90,)),
-                             SkillCall("move_forward", "mf", (50,)), SkillCall("move_right", "mr", (20,))],
-                            _Pose())
-    assert pts[0] == pytest.approx({"x": 1.0, "y": 0.0, "z": 0.8})
-    assert pts[1] == pytest.approx({"x": 1.0, "y": 0.5, "z": 0.8})
-    assert pts[2] == pytest.approx({"x": 1.2, "y": 0.5, "z": 0.8})  # right of +y heading is +x
-    assert len(pts) == 3
 
 
 def test_live_parameters_take_effect_at_the_next_scheduling_point(world):

@@ -216,7 +216,7 @@ def test_a_planner_its_executors_declared_lost_goes_on_as_a_new_instance():
 
     from timelyllm_ros.core.clock import WallClock
     from timelyllm_ros.core.types import SegmentGoal
-    from timelyllm_ros.nodes.planner_node import ActionDispatcher, DispatcherConfig
+    from timelyllm_ros.nodes.dispatcher import ActionDispatcher, DispatcherConfig
 
     rig = Rig(scale=0.05)
     results, got = [], threading.Event()

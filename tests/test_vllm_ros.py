@@ -25,7 +25,8 @@ from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor, Simula
 from timelyllm_ros.executors.simulated import SimulatedBackend  # noqa: E402
 from timelyllm_ros.lrtrace_tasks import load_tasks  # noqa: E402
 from timelyllm_ros.nodes.executor_node import ExecutorNode  # noqa: E402
-from timelyllm_ros.nodes.planner_node import DispatcherConfig, PlannerNode, PlannerNodeConfig  # noqa: E402
+from timelyllm_ros.nodes.dispatcher import DispatcherConfig  # noqa: E402
+from timelyllm_ros.nodes.planner_node import PlannerNode, PlannerNodeConfig  # noqa: E402
 from timelyllm_ros.prompts import PromptBuilder  # noqa: E402
 from timelyllm_ros.ros import interfaces as ifc  # noqa: E402
 from timelyllm_ros.transport.inprocess import InProcessBus, InProcessTransport  # noqa: E402

@@ -18,7 +18,8 @@ from timelyllm_ros.engines.simulated import SimulatedEngine
 from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor, SimulatedPerception
 from timelyllm_ros.executors.simulated import SimulatedBackend
 from timelyllm_ros.nodes.executor_node import ExecutorNode
-from timelyllm_ros.nodes.planner_node import DispatcherConfig, PlannerNode, PlannerNodeConfig
+from timelyllm_ros.nodes.dispatcher import DispatcherConfig
+from timelyllm_ros.nodes.planner_node import PlannerNode, PlannerNodeConfig
 from timelyllm_ros.ros import convert as c
 from timelyllm_ros.ros import interfaces as ifc
 from timelyllm_ros.sim.prompts import SimPromptSource

@@ -16,8 +16,6 @@ from timelyllm_ros.ros import convert
 from timelyllm_ros.ros import interfaces
 from timelyllm_ros.transport.base import QOS_RELIABLE_ALL, QOS_RELIABLE_DEEP, Fields, Transport, join_name
 
-STRING = "std_msgs/msg/String"
-
 
 class RequestClient:
     def __init__(self, transport: Transport, planner_ns: str = "/") -> None:
@@ -29,7 +27,7 @@ class RequestClient:
         # keep all: a planner that falls behind back-pressures this publisher, nothing is overwritten
         self._pub = transport.publisher(join_name(planner_ns, "plan_requests"), interfaces.PLAN_REQUEST,
                                         qos=QOS_RELIABLE_ALL)
-        self._cancel = transport.publisher(join_name(planner_ns, "cancel_requests"), STRING, qos=QOS_RELIABLE_DEEP)
+        self._cancel = transport.publisher(join_name(planner_ns, "cancel_requests"), interfaces.STRING, qos=QOS_RELIABLE_DEEP)
         self._sub = transport.subscribe(join_name(planner_ns, "request_status"), interfaces.REQUEST_STATUS,
                                         self._on_status, qos=QOS_RELIABLE_ALL)
 

@@ -42,7 +42,6 @@ from timelyllm_ros.transport.base import QOS_SENSOR, Fields, Transport
 
 log = logging.getLogger(__name__)
 
-STRING = "std_msgs/msg/String"
 PLANNER_HEARTBEAT = "/timelyllm/planner_heartbeat"
 EXECUTOR_HEARTBEAT = "/timelyllm/executor_heartbeat"
 GOAL_STATES_SERVICE = "get_goal_states"  # in the executor's namespace: /<robot_id>/get_goal_states
@@ -75,7 +74,7 @@ class Heartbeat:
     callback pool must not make a live node look dead)."""
 
     def __init__(self, transport: Transport, topic: str, ident: str, period_s: float) -> None:
-        self._pub = transport.publisher(topic, STRING, qos=QOS_SENSOR)
+        self._pub = transport.publisher(topic, interfaces.STRING, qos=QOS_SENSOR)
         self.ident = ident
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(period_s,), name="heartbeat", daemon=True)
@@ -108,7 +107,7 @@ class LeaseWatcher:
         self._heard: dict[str, float] = {}  # id -> last heard
         self._deadline: dict[str, float] = {}  # supervised id -> lease end
         self._stop = threading.Event()
-        self._sub = None if transport is None else transport.subscribe(topic, STRING, self._on_beat, qos=QOS_SENSOR)
+        self._sub = None if transport is None else transport.subscribe(topic, interfaces.STRING, self._on_beat, qos=QOS_SENSOR)
         self._poll = poll_s if poll_s is not None else min(0.05, self.lease_s / 10)
         self._thread = threading.Thread(target=self._run, name="lease-watch", daemon=True)
         self._thread.start()

@@ -194,7 +194,8 @@ class PlannerSetup:
         from timelyllm_ros.core.exec_time import ExecTimeEstimator
         from timelyllm_ros.core.planner import Planner, PlannerConfig
 
-        from .planner_node import DispatcherConfig, PlannerNodeConfig
+        from .dispatcher import DispatcherConfig
+        from .planner_node import PlannerNodeConfig
 
         p, robots, policy, journal = self.params, self.robots, self.policy, self.journal
         if p["engine"] == "simulated":

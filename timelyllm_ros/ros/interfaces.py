@@ -28,6 +28,7 @@ PLAN_TASK = f"{PACKAGE}/action/PlanTask"
 GOAL_STATE = f"{PACKAGE}/msg/GoalState"
 GET_GOAL_STATES = f"{PACKAGE}/srv/GetGoalStates"
 GET_REQUEST_STATE = f"{PACKAGE}/srv/GetRequestState"
+STRING = "std_msgs/msg/String"  # a request id (cancel_requests), a heartbeat, the demo's start signal
 DIAGNOSTIC_ARRAY = "diagnostic_msgs/msg/DiagnosticArray"
 MARKER_ARRAY = "visualization_msgs/msg/MarkerArray"
 

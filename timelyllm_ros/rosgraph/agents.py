@@ -25,7 +25,6 @@ from timelyllm_ros.transport.base import QOS_LATCHED, QOS_RELIABLE_DEEP, join_na
 
 log = logging.getLogger("timelyllm.agents")
 START_TOPIC = "/demo_start"
-STRING = "std_msgs/msg/String"
 
 
 def publish_schedule(pub: Any, arrivals: list[Any], t0: float, stop: threading.Event) -> int:
@@ -83,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             except (KeyError, ValueError):
                 log.error("bad start signal %r", m)
 
-        t.subscribe(START_TOPIC, STRING, on_start, qos=QOS_LATCHED)
+        t.subscribe(START_TOPIC, interfaces.STRING, on_start, qos=QOS_LATCHED)
         log.info("%d requests to publish; waiting for the start signal on %s", len(arrivals), START_TOPIC)
         end = time.monotonic() + args.start_timeout
         while not got.wait(0.1):

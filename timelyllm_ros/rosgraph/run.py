@@ -39,7 +39,7 @@ from timelyllm_ros.ros import convert
 from timelyllm_ros.ros import interfaces
 from timelyllm_ros.transport.base import QOS_DEFAULT, QOS_LATCHED, QOS_RELIABLE_DEEP
 
-from .agents import START_TOPIC, STRING
+from .agents import START_TOPIC
 from .bag import BagRecorder, Topic
 from .monitor import GraphMonitor
 from .processes import ChildExited, ProcessGroup, free_domain_id, graph_env
@@ -52,11 +52,11 @@ RECORDED = (
     Topic("/plan_requests", interfaces.PLAN_REQUEST, QOS_RELIABLE_DEEP),
     Topic("/request_status", interfaces.REQUEST_STATUS, QOS_RELIABLE_DEEP),
     Topic("/segment_status", interfaces.SEGMENT_STATUS, QOS_RELIABLE_DEEP),
-    Topic("/cancel_requests", STRING, QOS_RELIABLE_DEEP),
+    Topic("/cancel_requests", interfaces.STRING, QOS_RELIABLE_DEEP),
     Topic("/planner_status", interfaces.PLANNER_STATUS, QOS_LATCHED),
     Topic("/planned_paths", interfaces.MARKER_ARRAY, QOS_LATCHED),
     Topic("/diagnostics", interfaces.DIAGNOSTIC_ARRAY, QOS_DEFAULT),
-    Topic(START_TOPIC, STRING, QOS_LATCHED),
+    Topic(START_TOPIC, interfaces.STRING, QOS_LATCHED),
 )
 
 
@@ -258,8 +258,8 @@ def run_graph(inp: Any, opts: GraphOptions, *, say: Callable[[str], None],
         transport = RclpyTransport("demo_monitor", args=["timelyllm-demo"])
         monitor = GraphMonitor(transport, t0=time.time())
         recorder = BagRecorder(transport.node, bag_path, RECORDED)
-        start_pub = transport.publisher(START_TOPIC, STRING, qos=QOS_LATCHED)
-        cancel_pub = transport.publisher("/cancel_requests", STRING, qos=QOS_RELIABLE_DEEP)
+        start_pub = transport.publisher(START_TOPIC, interfaces.STRING, qos=QOS_LATCHED)
+        cancel_pub = transport.publisher("/cancel_requests", interfaces.STRING, qos=QOS_RELIABLE_DEEP)
         t_up = time.monotonic()
         _wait_until_up(group, transport.node, monitor, robots, opts.ready_timeout_s)
         say(f"graph up in {time.monotonic() - t_up:.0f} s (planner, {len(robots)} executors, agents discovered); "
