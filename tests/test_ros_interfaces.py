@@ -123,6 +123,23 @@ def test_plan_request_mapping_names_the_bad_field(bad):
         c.plan_request_mapping(fields)
 
 
+@pytest.mark.parametrize("key, n, match", [
+    ("task", 4001, "task is longer than 4000"), ("scene", 4001, "scene is longer than 4000"),
+    ("task", 1 << 21, "task is longer than 4000"), ("task_type", 257, "task_type is longer than 256"),
+    ("category", 65, "category is longer than 64"), ("robot_type", 257, "robot_type is longer than 256"),
+    ("reference_plan", (1 << 20) + 1, "reference_plan is longer than 1048576"),
+    ("request_id", 300, "request_id must match")])
+def test_a_request_is_validated_once_by_the_core(key, n, match):
+    """The message only gives the fields' shape; the core decides every limit (one validation:
+    PlanRequest.from_mapping), whichever way the request came."""
+    fields = c.plan_request_to_fields(_request())
+    fields[key] = "x" * n
+    m = c.plan_request_mapping(fields)  # no limit here
+    assert m[key] == fields[key]
+    with pytest.raises(RequestError, match=match):
+        PlanRequest.from_mapping(m, arrival=0.0)
+
+
 def test_values_keep_their_type():
     for v in (None, True, False, 0, -7, 2.5, 1e-300, "", "a 'quoted' str"):
         text, typ = c.value_to_text(v)

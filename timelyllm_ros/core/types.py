@@ -31,6 +31,13 @@ class SkillCall:
 
 _ID_RE = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
 
+# What a plan request may hold, whoever sends it (a topic message, the plan_task action): checked
+# once, by PlanRequest.from_mapping (ros/convert.py only turns message fields into its mapping).
+MAX_TEXT = 4000  # characters of the task and of the scene
+MAX_LABEL = 256  # characters of robot_type and task_type (ids: _ID_RE)
+MAX_CATEGORY = 64  # characters of category
+MAX_PLAN = 1 << 20  # characters of reference_plan (the simulated LLM's scripted text)
+
 
 @dataclass(frozen=True, slots=True)
 class PlanRequest:
@@ -50,8 +57,9 @@ class PlanRequest:
 
     @classmethod
     def from_mapping(cls, m: Any, *, arrival: float, robot_types: set[str] | None = None,
-                     max_text: int = 4000) -> "PlanRequest":
-        """Validate an untrusted request (topic message, workload line) and build it."""
+                     max_text: int = MAX_TEXT) -> "PlanRequest":
+        """Validate an untrusted request (topic message, workload line) and build it: THE
+        validation of a request (field types and the limits above)."""
         if not isinstance(m, dict):
             raise RequestError(f"request must be a mapping, got {type(m).__name__}")
         for key in ("request_id", "robot_id", "robot_type", "task", "tuf"):
@@ -68,6 +76,11 @@ class PlanRequest:
                 raise RequestError(f"{key} must be a string")
             if len(v) > max_text:
                 raise RequestError(f"{key} is longer than {max_text} characters")
+        for key, limit in (("robot_type", MAX_LABEL), ("task_type", MAX_LABEL), ("category", MAX_CATEGORY),
+                           ("reference_plan", MAX_PLAN)):
+            v = m.get(key)
+            if isinstance(v, str) and len(v) > limit:
+                raise RequestError(f"{key} is longer than {limit} characters")
         try:
             tuf = m["tuf"] if isinstance(m["tuf"], TUF) else TUF.from_mapping(m["tuf"])
         except TUFError as e:

@@ -105,11 +105,12 @@ def value_from_text(text: str, typ: str) -> Value:
     raise MessageError(f"value type must be one of {VALUE_TYPES}, got {typ!r}")
 
 
-def _str(d: Mapping[str, Any], key: str, *, max_len: int = MAX_TEXT) -> str:
+def _str(d: Mapping[str, Any], key: str, *, max_len: int | None = MAX_TEXT) -> str:
+    """A string field within `max_len` characters (None: the core decides, PlanRequest.from_mapping)."""
     v = d.get(key, "")
     if not isinstance(v, str):
         raise MessageError(f"field {key!r} must be a string, got {type(v).__name__}")
-    if len(v) > max_len:
+    if max_len is not None and len(v) > max_len:
         raise MessageError(f"field {key!r} is longer than {max_len} characters")
     return v
 
@@ -177,27 +178,27 @@ def plan_request_to_fields(r: PlanRequest, stamp: float | None = None) -> dict[s
 
 
 def plan_request_mapping(d: Mapping[str, Any]) -> dict[str, Any]:
-    """PlanRequest message fields -> the mapping `PlanRequest.from_mapping` /
-    `Planner.submit_mapping` validate (TUF nested, consume_rate 0 -> unset).
+    """PlanRequest message fields -> the mapping `PlanRequest.from_mapping` validates (TUF
+    nested, consume_rate 0 -> unset).
 
-    Only shape errors are raised here; the planner does the semantic validation so that there is
-    one place that decides what a valid request is.
+    Only shape errors are raised here (a field of the wrong type); what a valid request is (ids,
+    lengths, TUF, rates) is decided in one place, `PlanRequest.from_mapping` (core/types.py).
     """
     if not isinstance(d, Mapping):
         raise MessageError(f"plan request must be a message, got {type(d).__name__}")
     rate = _float(d, "consume_rate")
     m: dict[str, Any] = {
-        "request_id": _str(d, "request_id", max_len=256),
-        "robot_id": _str(d, "robot_id", max_len=256),
-        "robot_type": _str(d, "robot_type", max_len=256),
-        "task": _str(d, "task", max_len=1 << 20),
-        "scene": _str(d, "scene", max_len=1 << 20),
-        "task_type": _str(d, "task_type", max_len=256),
-        "category": _str(d, "category", max_len=64) or "normal",
+        "request_id": _str(d, "request_id", max_len=None),
+        "robot_id": _str(d, "robot_id", max_len=None),
+        "robot_type": _str(d, "robot_type", max_len=None),
+        "task": _str(d, "task", max_len=None),
+        "scene": _str(d, "scene", max_len=None),
+        "task_type": _str(d, "task_type", max_len=None),
+        "category": _str(d, "category", max_len=None) or "normal",
         "tuf": {"ert": _float(d, "tuf_ert"), "alpha": _float(d, "tuf_alpha"), "beta": _float(d, "tuf_beta")},
         "consume_rate": rate if rate != 0.0 else None,
     }
-    plan = _str(d, "reference_plan", max_len=1 << 20)
+    plan = _str(d, "reference_plan", max_len=None)
     if plan:
         m["reference_plan"] = plan
     return m
