@@ -1,9 +1,9 @@
 """Field dicts <-> rosbags message objects, and CDR (what DDS puts on the wire) via rosbags.
 
 rosbags is pure Python: with it the wire format of every interface is checked without ROS
-installed (the in-process transport's wire check, bags of a demo run, the tests).  The walk
-follows rosbags' own field definitions of each type; every value is checked by `walker`, as the
-rclpy codec (`message_fields`) checks it.
+installed (the in-process transport's wire check, bags of a demo run, the tests).  rosbags' own
+field definitions of each type, described as `walker.FieldType`s, are walked by `walker` (the
+same walk and checks as the rclpy codec, `message_fields`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 from timelyllm_ros.ros.interfaces import interface_types
-from timelyllm_ros.ros.walker import MessageError, basic_in, sequence_in, string_in
+from timelyllm_ros.ros.walker import FieldType, message_in
 
 
 @lru_cache(maxsize=1)
@@ -31,57 +31,61 @@ _NUMPY_DTYPES = {
     "uint64": "uint64", "int64": "int64", "float32": "float32", "float64": "float64",
 }
 
-# rosbags' (.msg) primitive names -> the IDL names `walker` checks under (rosbags keeps a `char`
-# as its 0..255 code)
+# rosbags' (.msg) primitive names -> the IDL names the walk checks under (rosbags keeps a `char`
+# as its 0..255 code), and back to numpy's dtypes for numeric arrays
 _IDL = {"bool": "boolean", "byte": "octet", "char": "uint8", "float32": "float", "float64": "double"}
+_IDL_DTYPES = {_IDL.get(k, k): v for k, v in _NUMPY_DTYPES.items() if k != "char"}
 
 
-def _check_base(typ: str, bound: int, value: Any, path: str) -> Any:
-    """One primitive: checked by `walker`, then as rosbags holds it."""
-    if typ in ("string", "wstring"):
-        return string_in(value, path, bound or None)
-    v = basic_in(_IDL.get(typ, typ), value, path)
-    if typ == "byte":
-        return v[0] - 256 if v[0] > 127 else v[0]  # rosbags packs `byte` as signed
-    return v
-
-
-def _node_from_fields(ts, node: tuple, value: Any, path: str) -> Any:
-    import numpy as np
-
-    kind, detail = node
-    kind = int(kind)
-    if kind == 1:  # BASE
-        return _check_base(detail[0], detail[1], value, path)
+def _field_type(node: tuple) -> FieldType:
+    """A rosbags field definition node as the walk's FieldType."""
+    kind, detail = int(node[0]), node[1]
+    if kind == 1:  # BASE: (type name, string bound; 0 = unbounded)
+        typ, bound = detail[0], detail[1]
+        if typ in ("string", "wstring"):
+            return FieldType("string", bound=bound or None)
+        return FieldType("basic", _IDL.get(typ, typ))
     if kind == 2:  # NAME (nested message)
-        return to_rosbags(detail, value, ts, path)
-    # ARRAY (3) / SEQUENCE (4): detail = (element node, size; a sequence's 0 = unbounded)
-    elem, size = detail
-    items = sequence_in(value, path, size=size if kind == 3 else None, bound=(size or None) if kind == 4 else None)
-    values = [_node_from_fields(ts, elem, v, f"{path}[{i}]") for i, v in enumerate(items)]
-    if int(elem[0]) == 1 and elem[1][0] in _NUMPY_DTYPES:
-        return np.array(values, dtype=_NUMPY_DTYPES[elem[1][0]])
-    return values
+        return FieldType("message", detail)
+    elem, size = detail  # ARRAY (3): exactly size items / SEQUENCE (4): at most size (0 = unbounded)
+    return FieldType("array" if kind == 3 else "sequence", bound=size if kind == 3 else (size or None),
+                     elem=_field_type(elem))
 
 
-def to_rosbags(typename: str, fields: Mapping[str, Any], ts=None, path: str = "") -> Any:
+class _Rosbags:
+    """The walk's Codec over a rosbags typestore (key: the type name)."""
+
+    def __init__(self, ts) -> None:
+        self.ts = ts
+
+    def fields(self, typename: str) -> tuple[tuple[str, FieldType], ...]:
+        return tuple((name, _field_type(node)) for name, node in self.ts.fielddefs[typename][1])
+
+    def label(self, typename: str) -> str:
+        return typename
+
+    def build(self, typename: str, values: dict[str, Any]) -> Any:
+        _consts, defs = self.ts.fielddefs[typename]
+        return self.ts.types[typename](**{name: values[name] if name in values else _default(self.ts, node)
+                                          for name, node in defs})
+
+    def basic(self, t: FieldType, v: Any) -> Any:
+        if t.name == "octet":
+            return v[0] - 256 if v[0] > 127 else v[0]  # rosbags packs `byte` as signed
+        return v
+
+    def sequence(self, t: FieldType, items: list) -> Any:
+        import numpy as np
+
+        if t.elem.kind == "basic" and t.elem.name in _IDL_DTYPES:
+            return np.array(items, dtype=_IDL_DTYPES[t.elem.name])
+        return items
+
+
+def to_rosbags(typename: str, fields: Mapping[str, Any], ts=None) -> Any:
     """Field dict -> rosbags message object (missing fields take ROS defaults)."""
     ts = typestore() if ts is None else ts
-    cls = ts.types[typename]
-    if not isinstance(fields, Mapping):
-        what = f"field {path!r}" if path else typename
-        raise MessageError(f"{what} must be a mapping of fields, got {type(fields).__name__}")
-    _consts, defs = ts.fielddefs[typename]
-    unknown = set(fields) - {n for n, _ in defs}
-    if unknown:
-        raise MessageError(f"{typename} has no fields {sorted(unknown)}")
-    kwargs = {}
-    for name, node in defs:
-        if name in fields:
-            kwargs[name] = _node_from_fields(ts, node, fields[name], f"{path}.{name}" if path else name)
-        else:
-            kwargs[name] = _default(ts, node)
-    return cls(**kwargs)
+    return message_in(_Rosbags(ts), typename, fields)
 
 
 def _default(ts, node: tuple) -> Any:

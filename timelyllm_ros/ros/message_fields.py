@@ -12,7 +12,7 @@ This module walks that description:
   Missing fields keep the message's defaults; unknown fields, wrong types, out-of-range
   integers, over-long bounded strings and sequences, strings holding a NUL (a ROS string ends at
   its first NUL: the rest would be dropped silently) raise `MessageError` naming the field path
-  (each value checked by `walker`, as the rosbags codec checks it).
+  (the walk and its checks: `walker`, the same for the rosbags codec).
 - `from_msg(msg)` gives the field dict: nested messages as dicts, sequences and arrays as
   lists of Python values, `byte` (octet) as 1-byte `bytes` -- the shapes `convert` and the
   rosbags CDR checks use.
@@ -27,7 +27,7 @@ import importlib
 from functools import lru_cache
 from typing import Any, Mapping
 
-from timelyllm_ros.ros.walker import FLOAT_TYPES, MessageError, basic_in, sequence_in, string_in
+from timelyllm_ros.ros.walker import FLOAT_TYPES, FieldType, message_in
 
 Fields = dict[str, Any]
 
@@ -73,36 +73,56 @@ def _kind(t: Any) -> str:
 # ----------------------------------------------------------------------------- dict -> message
 
 
-def to_msg(cls: Any, fields: Mapping[str, Any], path: str = "") -> Any:
-    """A new `cls` message from a field dict (see the module docstring)."""
-    if not isinstance(fields, Mapping):
-        what = f"field {path!r}" if path else cls.__name__
-        raise MessageError(f"{what} must be a mapping of fields, got {type(fields).__name__}")
-    layout = _layout(cls)
-    known = {n for n, _ in layout}
-    unknown = [k for k in fields if k not in known]
-    if unknown:
-        raise MessageError(f"{path or cls.__name__}: {cls.__name__} has no field(s) {sorted(map(str, unknown))}")
-    msg = cls()
-    for name, t in layout:
-        if name in fields:
-            setattr(msg, name, _value_in(t, fields[name], f"{path}.{name}" if path else name))
-    return msg
+_STRINGS = ("UnboundedString", "BoundedString", "UnboundedWString", "BoundedWString")
+_SEQUENCES = {"Array": "array", "BoundedSequence": "sequence", "UnboundedSequence": "sequence"}
 
 
-def _value_in(t: Any, v: Any, path: str) -> Any:
+def _field_type(t: Any) -> FieldType:
+    """A rosidl_parser type as the walk's FieldType."""
     kind = _kind(t)
     if kind == "NamespacedType":
-        return to_msg(_namespaced_class(t), v, path)
-    if kind in ("UnboundedString", "BoundedString", "UnboundedWString", "BoundedWString"):
-        return string_in(v, path, getattr(t, "maximum_size", None))
+        return FieldType("message", _namespaced_class(t))
+    if kind in _STRINGS:
+        return FieldType("string", bound=getattr(t, "maximum_size", None))
     if kind == "BasicType":
-        return basic_in(t.typename, v, path)
-    if kind in ("Array", "BoundedSequence", "UnboundedSequence"):
-        items = sequence_in(v, path, size=t.size if kind == "Array" else None,
-                            bound=t.maximum_size if kind == "BoundedSequence" else None)
-        return [_value_in(t.value_type, x, f"{path}[{i}]") for i, x in enumerate(items)]
-    raise MessageError(f"field {path!r}: unsupported interface type {kind}")  # pragma: no cover
+        return FieldType("basic", t.typename)
+    if kind in _SEQUENCES:
+        bound = t.size if kind == "Array" else (t.maximum_size if kind == "BoundedSequence" else None)
+        return FieldType(_SEQUENCES[kind], bound=bound, elem=_field_type(t.value_type))
+    return FieldType("unsupported", kind)
+
+
+class _Rclpy:
+    """The walk's Codec over rclpy's generated classes (key: the class)."""
+
+    @staticmethod
+    @lru_cache(maxsize=None)
+    def fields(cls: Any) -> tuple[tuple[str, FieldType], ...]:
+        return tuple((name, _field_type(t)) for name, t in _layout(cls))
+
+    @staticmethod
+    def label(cls: Any) -> str:
+        return cls.__name__
+
+    @staticmethod
+    def build(cls: Any, values: dict[str, Any]) -> Any:
+        msg = cls()
+        for name, v in values.items():
+            setattr(msg, name, v)
+        return msg
+
+    @staticmethod
+    def basic(t: FieldType, v: Any) -> Any:
+        return v
+
+    @staticmethod
+    def sequence(t: FieldType, items: list) -> list:
+        return items
+
+
+def to_msg(cls: Any, fields: Mapping[str, Any], path: str = "") -> Any:
+    """A new `cls` message from a field dict (see the module docstring)."""
+    return message_in(_Rclpy, cls, fields, path)
 
 
 # ----------------------------------------------------------------------------- message -> dict

@@ -1,18 +1,20 @@
-"""What a field dict may hold, checked once for both message codecs.
+"""THE walk of a field dict into a message, shared by both message codecs.
 
 The transport port carries plain field dicts (`timelyllm_ros.ros.convert`); two codecs turn
 them into messages: rclpy's generated classes (`message_fields`, the nodes) and rosbags' CDR
-(`cdr`, the in-process transport's wire check, bags, tests).  Each walks its own description of
-a message's fields (rosidl_parser types / rosbags field definitions), and both check each value
-here, under the interface-definition (IDL) name of its type: the same ranges (`INT_RANGES`), the
-same rules for bool, byte, float32, strings (bound, NUL), so a dict that one codec refuses the
-other refuses too, with the same text naming the field path.
+(`cdr`, the in-process transport's wire check, bags, tests).  Each describes its messages' fields
+in the neutral `FieldType` (from rosidl_parser types / rosbags field definitions) and builds its
+own message objects (`Codec`); the walk and every check are here: unknown fields, nested
+mappings, array sizes and sequence bounds, the same integer ranges (`INT_RANGES`), bool, byte,
+float32, strings (bound, NUL), under the interface-definition (IDL) name of each type, so a dict
+that one codec refuses the other refuses too, with the same text naming the field path.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol
 
 
 class MessageError(ValueError):
@@ -88,3 +90,72 @@ def sequence_in(v: Any, path: str, *, size: int | None = None, bound: int | None
     if bound is not None and len(items) > bound:
         raise MessageError(f"field {path!r} may have at most {bound} items, got {len(items)}")
     return items
+
+
+# ----------------------------------------------------------------------------- the walk
+
+
+@dataclass(frozen=True)
+class FieldType:
+    """One field's type, as both codecs describe it.  `kind`: "basic" (`name`: the IDL type name),
+    "string" (`bound`: its maximum length, None = unbounded), "message" (`name`: the codec's key
+    of the nested type), "array" (`bound`: its exact size) or "sequence" (`bound`: its maximum,
+    None = unbounded) of `elem`; anything else is refused when a value comes for it."""
+
+    kind: str
+    name: Any = ""
+    bound: int | None = None
+    elem: "FieldType | None" = None
+
+
+class Codec(Protocol):
+    """What a codec gives the walk: its description of a message type (`key`: a generated class,
+    a type name) and how it builds its objects from the checked values."""
+
+    def fields(self, key: Any) -> tuple[tuple[str, FieldType], ...]:
+        """The message's fields in their declared order."""
+
+    def label(self, key: Any) -> str:
+        """The message type as an error names it."""
+
+    def build(self, key: Any, values: dict[str, Any]) -> Any:
+        """A new message: the given fields (checked, in declared order) and defaults for the rest."""
+
+    def basic(self, t: FieldType, v: Any) -> Any:
+        """A checked primitive (as `basic_in` gives it) as the codec's message holds it."""
+
+    def sequence(self, t: FieldType, items: list) -> Any:
+        """Checked items of an array / a sequence as the codec's message holds them."""
+
+
+def message_in(codec: Codec, key: Any, fields: Any, path: str = "") -> Any:
+    """A new message of type `key` from a field dict; the dict is only read.  Raises MessageError
+    naming the field path."""
+    label = codec.label(key)
+    if not isinstance(fields, Mapping):
+        what = f"field {path!r}" if path else label
+        raise MessageError(f"{what} must be a mapping of fields, got {type(fields).__name__}")
+    layout = codec.fields(key)
+    known = {n for n, _ in layout}
+    unknown = [k for k in fields if k not in known]
+    if unknown:
+        where = f"field {path!r}: " if path else ""
+        raise MessageError(f"{where}{label} has no field(s) {sorted(map(str, unknown))}")
+    values = {name: value_in(codec, t, fields[name], f"{path}.{name}" if path else name)
+              for name, t in layout if name in fields}
+    return codec.build(key, values)
+
+
+def value_in(codec: Codec, t: FieldType, v: Any, path: str) -> Any:
+    """One field's value, checked, as the codec's message holds it."""
+    if t.kind == "message":
+        return message_in(codec, t.name, v, path)
+    if t.kind == "string":
+        return string_in(v, path, t.bound)
+    if t.kind == "basic":
+        return codec.basic(t, basic_in(t.name, v, path))
+    if t.kind in ("array", "sequence"):
+        items = sequence_in(v, path, size=t.bound if t.kind == "array" else None,
+                            bound=t.bound if t.kind == "sequence" else None)
+        return codec.sequence(t, [value_in(codec, t.elem, x, f"{path}[{i}]") for i, x in enumerate(items)])
+    raise MessageError(f"field {path!r}: unsupported interface type {t.name or t.kind}")  # pragma: no cover
