@@ -78,7 +78,7 @@ class NotHere:
 
 
 SROS2 = ("SROS2 enclaves need Fast DDS built with its security plugins; the PyPI Fast DDS here is built "
-         "without them (README \"Security\")")
+         "without them (docs/ros.md \"Security\")")
 ROS_INSTALL = ("needs a ROS 2 Jazzy install (colcon, the ros2 CLI, /opt/ros), which PyPI wheels do not provide; "
                ".github/workflows/ros.yml builds the package with colcon in a ros:jazzy container and runs "
                "`ros2 launch timelyllm planner.launch.py` with `ros2 topic pub/echo` there")
@@ -113,8 +113,8 @@ COMMANDS: dict[str, Run | Serve | Together | Covered | NotHere] = {
     "timelyllm request --robot drone1 --robot-type tello --task 'find the cat' --plan 'mf(50);tc(90);' --wait":
         Together("ros-request", expect=(r"finished",)),
     "colcon build --packages-select timelyllm && source install/setup.bash": NotHere(ROS_INSTALL),
-    "ros2 launch timelyllm planner.launch.py engine:=vllm model:=$PWD/models/tiny-planner policy:=timelyllm "
-    "num_drones:=2 num_arms:=1": NotHere(ROS_INSTALL + "; tello_hosts:= for real drones needs real Tellos"),
+    "ros2 launch timelyllm planner.launch.py engine:=vllm model:=$PWD/models/tiny-planner num_drones:=2 num_arms:=1":
+        NotHere(ROS_INSTALL + "; tello_hosts:= for real drones needs real Tellos"),
     # ------------------------------------------------------------------ docs/benchmarks.md
     f"timelyllm bench --workload WID1 {WID_POLICIES} --out wid1.json --plot wid1.png --timeline wid1_tl.png": Run(
         add=("--no-progress",), expect=(rf"WID1 / edf: {NUM} requests",),
@@ -165,7 +165,7 @@ COMMANDS: dict[str, Run | Serve | Together | Covered | NotHere] = {
     "robot_type: tello, task: 'find the cat', tuf_ert: 1.0, tuf_alpha: -2.0, tuf_beta: 1.0, "
     "reference_plan: 'mf(50);tc(90);'}\"": NotHere(ROS_INSTALL),
     "ros2 topic echo /timelyllm/request_status": NotHere(ROS_INSTALL),
-    # README "Security": SROS2 needs Fast DDS's security plugins, which the PyPI build lacks
+    # docs/ros.md "Security": SROS2 needs Fast DDS's security plugins, which the PyPI build lacks
     "ros2 security create_keystore '~/timelyllm_keys'": NotHere(ROS_INSTALL + "; " + SROS2),
     "ros2 security create_enclave '~/timelyllm_keys' /timelyllm/planner": NotHere(ROS_INSTALL + "; " + SROS2),
     "ros2 security create_enclave '~/timelyllm_keys' /drone1/executor": NotHere(ROS_INSTALL + "; " + SROS2),
