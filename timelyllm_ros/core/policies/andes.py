@@ -45,7 +45,6 @@ from .. import qoe_kernel
 from ..qoe import (_EPS, PAPER_TOKENS_PER_WORD, READING_TOK_S, SPEAKING_TOK_S, Run, consume_rate, delivery_runs,
                    QoEBatch, fold_runs, measured_tokens_per_word, qoe_of_runs, ttft_target)
 from ..types import Generation, Segment
-from . import register
 from .base import (DispatchMode, Policy, PolicyContext, Selection, arrival_order, batch_was_full,
                    set_priorities)
 from .slots import SlotTable
@@ -573,6 +572,3 @@ class Andes(Policy):
                 "speaking_types": list(self.speaking_types), "action_rate": self.action_rate,
                 "network_latency_s": self.network_latency_s, "max_b_candidates": self.max_b_candidates,
                 "mode": self._mode_name, "kv": self.kv, "tokens_per_word": self.tokens_per_word}
-
-
-register("andes", Andes)

@@ -6,6 +6,7 @@ touches the engine: it returns an order (and optional preemptions) and the plann
 
 from __future__ import annotations
 
+import abc
 import enum
 import math
 import operator
@@ -285,22 +286,30 @@ def ascending_head(gens: Sequence[Generation], keys: "np.ndarray", k: int,
     return cand[sub[:k]].tolist()
 
 
-class Policy:
-    """Base: priority-ordered, non-preemptive, suspend mode, vLLM's cache-style KV on suspend."""
+class Policy(abc.ABC):
+    """Base of every scheduling policy: priority-ordered, non-preemptive, suspend mode, vLLM's
+    cache-style KV on suspend.  The planner calls each method below at the point its docstring
+    names (it never probes for them); a policy overrides what it decides differently.  Policies
+    are built by name (`policies.make_policy`, `PolicyName`)."""
 
-    name = "base"
-    mode = DispatchMode.SUSPEND
+    name = "base"  # the policy's name in results (`PolicyName` value)
+    mode = DispatchMode.SUSPEND  # how statements reach the robots (read once, at planner construction)
     # The engine's own scheduler: "fcfs" (vLLM's default; the planner owns the order) or
     # "priority" (vLLM's priority scheduling: engines are started with it and every add carries
     # `engine_priority(g)`, which orders the engine's waiting queue and chooses its preemption victims).
     engine_scheduling = "fcfs"
 
     def priority(self, g: Generation, ctx: PolicyContext, now: float) -> float:
-        """Higher runs first."""
+        """g's priority at `now` (higher runs first), for the base `select`; policies that
+        override `select` need not give one."""
         raise NotImplementedError
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
+        """At every scheduling point: the ready generations in admission order (the planner admits
+        from the head while its batch-size controller and the engine take them) and the running
+        ones to suspend now.  Sets each ready generation's `priority` (status, ties).  Pure with
+        respect to the engine: it reads `ctx`, never acts."""
         for g in ready:
             g.priority = self.priority(g, ctx, now)
         return Selection(order=priority_order(ready))
@@ -345,4 +354,5 @@ class Policy:
         pinned memory stalled the engine); policies that track handlings update here."""
 
     def params(self) -> dict:
+        """The policy's parameters as built (results record them)."""
         return {}

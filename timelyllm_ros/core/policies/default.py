@@ -99,7 +99,6 @@ from typing import Sequence
 import numpy as np
 
 from ..types import Generation, Segment
-from . import register
 from .base import (DispatchMode, Policy, PolicyContext, Selection, _order_key, ascending_head, ascending_perm,
                    batch_was_full,
                    pairwise_sum, priority_order, set_priorities)
@@ -726,6 +725,3 @@ class Default(Policy):
                 "pace_min_free": self.pace_min_free, "pace_max_error": self.pace_max_error, "pace_kv": self.pace_kv,
                 "step_ratio": self.step_ratio, "memory_full": self.memory_full, "atc_k": self.atc_k,
                 "drain_after_s": self.drain_after_s, "speculate": self.speculate}
-
-
-register("default", Default)

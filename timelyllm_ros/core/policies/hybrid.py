@@ -25,7 +25,6 @@ import numpy as np
 
 from ..kv_handling import KVCostModel, SharedPrefix, private_context
 from ..types import Generation, GenState
-from . import register
 from .base import Policy, PolicyContext, Selection, arrival_order, ascending_perm, set_priorities
 from .slots import SlotTable
 from .lamps import _cost_from
@@ -158,6 +157,3 @@ class Hybrid(Policy):
 
     def params(self) -> dict:
         return {"pd_rule": self.pd_rule}
-
-
-register("hybrid", Hybrid)

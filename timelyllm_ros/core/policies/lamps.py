@@ -29,7 +29,7 @@ Robots executing skills are LAMPS's API calls.  Two ideas, both usable separatel
    `starvation_threshold` (100) the generation is marked starving and goes ahead of all
    non-starving ones (LAMPS order among the starving) until it completes.
 
-Registered policies:
+Its policies, by name (`PolicyName` in core/policies/__init__.py):
 
     lamps            LAMPS ranking + waste-based handling (+ just-in-time resume of non-blocking)
     infercept        FCFS + waste-based handling (InferCept: dynamic handling, FCFS scheduling)
@@ -52,7 +52,6 @@ import numpy as np
 from ..kv_handling import (HANDLINGS, KVCostModel, SharedPrefix, choose, other_context, predicted_idle,
                            private_context)
 from ..types import Generation, GenState, Segment
-from . import register
 from .base import Policy, PolicyContext, Selection, ascending_perm, set_priorities
 from .slots import SlotTable
 from .timelyllm import TimelyLLM
@@ -558,10 +557,3 @@ class TimelyLLMLAMPS(WasteHandling, TimelyLLM):
 
     def params(self) -> dict:
         return {**TimelyLLM.params(self), "allowed": list(self.allowed)}
-
-
-register("lamps", LAMPS)
-register("infercept", lambda **kw: FCFSHandling(handling="waste", **kw))
-for _h in HANDLINGS:
-    register(f"fcfs-{_h}", lambda _h=_h, **kw: FCFSHandling(handling=_h, **kw))
-register("timelyllm-lamps", TimelyLLMLAMPS)
