@@ -60,7 +60,7 @@ class KVCostModel:
 
     @classmethod
     def from_profile(cls, profile: Any, bytes_per_token: float = 1.0) -> "KVCostModel":
-        """From a latency profile (engines.simulated.LatencyProfile or a mapping with its keys)."""
+        """From a latency profile (core.latency_profile.LatencyProfile or a mapping with its keys)."""
         get = (lambda k, d=0.0: profile.get(k, d)) if isinstance(profile, dict) else (
             lambda k, d=0.0: getattr(profile, k, d))
         return cls(prefill_s_per_token=float(get("prefill_s_per_token")),

@@ -51,6 +51,7 @@ import numpy as np
 
 from ..kv_handling import (HANDLINGS, KVCostModel, SharedPrefix, choose, other_context, predicted_idle,
                            private_context)
+from ..latency_profile import LatencyProfile
 from ..types import Generation, GenState, Segment
 from .base import Policy, PolicyContext, Selection, ascending_perm, set_priorities
 from .slots import SlotTable
@@ -66,7 +67,6 @@ _INSTANCES = itertools.count()
 
 def _default_cost() -> KVCostModel:
     """The default latency profile's costs (read once, when a policy is built without one)."""
-    from ...engines.simulated import LatencyProfile  # engines import core, not the reverse at import time
     return KVCostModel.from_profile(LatencyProfile.from_yaml())
 
 
@@ -78,7 +78,6 @@ def _cost_from(cost: Any, profile: Any) -> KVCostModel:
     if cost is not None:
         raise ValueError(f"cost must be a KVCostModel or a mapping, got {type(cost).__name__}")
     if isinstance(profile, (str, Path)):
-        from ...engines.simulated import LatencyProfile
         return KVCostModel.from_profile(LatencyProfile.from_yaml(profile))
     if profile is not None:
         return KVCostModel.from_profile(profile)
