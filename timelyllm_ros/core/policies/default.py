@@ -286,19 +286,10 @@ class Default(Policy):
         """Slack at or below which a generation is critical."""
         return max(self.min_lead_s, self.lead_steps * ctx.token_s)
 
-    @staticmethod
-    def deadline(g: Generation, now: float) -> float:
-        """When g's next segment is due: ERT after arrival for the first, else the estimated end
-        of the robot's dispatched actions."""
-        if not g.segments:
-            return g.request.arrival + g.request.tuf.ert
-        prev = g.prev_exec_end_estimate()
-        return prev if prev is not None else now
-
     def slack(self, g: Generation, ctx: PolicyContext, now: float, running: bool) -> float:
         left = max(1.0, self.predicted_tokens(g, ctx) - g.seg_tokens)
         est = (left + (0.0 if running else 1.0)) * ctx.token_s  # +1 step to (re)enter the batch
-        return self.deadline(g, now) - now - est
+        return g.next_due(now) - now - est
 
     # --- the decision -----------------------------------------------------------------------------
     def _point_terms(self, ctx: PolicyContext) -> tuple[float, float, dict[tuple[str, bool], float]]:
@@ -329,8 +320,8 @@ class Default(Policy):
                ) -> tuple[list[Generation], list[Generation], bool, list[float], list[float], list[float], bool]:
         """`_classify` but for the critical ones' priorities: (critical, deferrable, a critical
         one is a first segment, their TUF slopes, estimated times and slacks for ATC, some
-        generation is a first segment); deferrable ones get −1 − slack.  The arithmetic of
-        `slack` and `deadline`, inlined (a scheduling point reads every ready generation)."""
+        generation is a first segment); deferrable ones get −1 − slack (`Generation.next_due` minus
+        the estimated time, with the per-point terms hoisted)."""
         token_s, lead, pred = terms
         enter = 0.0 if running else token_s
         critical: list[Generation] = []
@@ -349,16 +340,11 @@ class Default(Policy):
         for g in gens:
             req = g.request
             segs = g.segments
+            due = g.next_due(now)
             if segs:
-                due = segs[-1].exec_end  # (prev_exec_end_estimate's first answer, inlined)
-                if due is None:
-                    due = g.prev_exec_end_estimate()
-                    if due is None:
-                        due = now
                 left = get_cont(req.robot_type, 8.0) - g.seg_tokens
             else:
                 some_first = True
-                due = req.arrival + req.tuf.ert
                 left = get_first(req.robot_type, 8.0) - g.seg_tokens
             p = (left if left > 1.0 else 1.0) * token_s
             s = due - now - p - enter
@@ -401,7 +387,7 @@ class Default(Policy):
                 if not g.segments:
                     req = g.request
                     left = pred.get((req.robot_type, True), 8.0) - g.seg_tokens
-                    t = (req.arrival + req.tuf.ert - now) / (left if left > 1.0 else 1.0)
+                    t = (g.next_due(now) - now) / (left if left > 1.0 else 1.0)
                     if 0.0 < t < budget:
                         budget = t
         return self._paced(sel, run_crit, run_def, running, ctx, now, budget)
@@ -447,9 +433,9 @@ class Default(Policy):
         has = a["has"][sl]
         first = ~has
         arrival, ert, alpha, beta = a["arrival"][sl], a["ert"][sl], a["alpha"][sl], a["beta"][sl]
-        due = arrival + ert
+        due = arrival + ert  # `Generation.next_due` of a first segment, element-wise; the others below
         if has.any():
-            prev = [now if e is None else e for e in map(Generation.prev_exec_end_estimate, compress(ready, has))]
+            prev = [g.next_due(now) for g in compress(ready, has)]
             due[has] = prev
         left = P[a["rtype"][sl], first.astype(np.intp)] - a["seg_tokens"][sl]
         p = np.where(left > 1.0, left, 1.0) * token_s
@@ -539,9 +525,8 @@ class Default(Policy):
         for g in run_crit:  # `budget`: the same over the waiting ones
             if g.segments:
                 continue
-            req = g.request
             left = self.predicted_tokens(g, ctx) - g.seg_tokens
-            t = (req.arrival + req.tuf.ert - now) / (left if left > 1.0 else 1.0)
+            t = (g.next_due(now) - now) / (left if left > 1.0 else 1.0)
             if 0.0 < t < budget:  # one already late is not saved by a budget
                 budget = t
         if budget == math.inf:
