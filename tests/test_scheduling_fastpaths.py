@@ -2,7 +2,8 @@
 
 priority_order vs sorting by the (-priority, ready_since, arrival, gen_id) tuple; TimelyLLM's
 vectorised Eq. 4 vs the formula written out; the simulated engine's resume validation (only what
-follows the validated prompt is re-checked, but bad ids there are still refused).
+follows the validated prompt is re-checked, but bad ids there are still refused); each policy's
+`select` vs its reference written out plainly (tests/policy_oracles.py).
 """
 
 from __future__ import annotations
@@ -162,6 +163,7 @@ from timelyllm_ros.core.exec_time import ExecTimeEstimator  # noqa: E402
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
 from timelyllm_ros.core.types import GenState  # noqa: E402
 from timelyllm_ros.engines.base import EngineStats  # noqa: E402
+from policy_oracles import default_select_reference  # noqa: E402
 
 ROBOTS = load_robots()
 _TYPES = ("tello", "arm", "chat", "tello")
@@ -509,11 +511,10 @@ def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps
 
     class Reference(Default):
         def select(self, ready, running, ctx, now):
-            return self._select_reference(ready, running, ctx, now)
+            return default_select_reference(self, ready, running, ctx, now)
 
     kw = dict(lead_steps=lead_steps, min_lead_s=min_lead_s, kv_budget=kv_budget, pace_min_free=min_free, pace=pace)
     fast, ref = Default(**kw), Reference(**kw)
-    fast.fast_min = 0  # the numpy path at every size
     for p in (fast, ref):
         for t, first, tok in seen:  # learned segment lengths (some robot types still unseen)
             g = Generation(request=PlanRequest(request_id="o", robot_id="x", robot_type=_TYPES[t], task="t",
@@ -542,7 +543,7 @@ def test_pairwise_sum_is_numpy_sum(xs):
     8-value and 128-value blocks)."""
     import numpy as np
 
-    from timelyllm_ros.core.policies.base import pairwise_sum
+    from policy_oracles import pairwise_sum
     assert repr(pairwise_sum(xs)) == repr(float(np.sum(np.asarray(xs, dtype=float))))
 
 
@@ -551,11 +552,13 @@ def test_pairwise_sum_is_numpy_sum(xs):
                                    _FLOATS | st.floats(-5.0, 5.0)), max_size=70), min_size=1, max_size=3),
        st.sampled_from([0.5, 2.0, 3.0]))
 def test_default_atc_lists_equal_numpy_atc(groups, k):
-    """The default policy's small-list ATC (Python, numpy's exp) = the numpy function, bit for
+    """The oracle's ATC written in Python (numpy's exp) = the default's numpy function, bit for
     bit, per group, with late (slack <= 0), not yet late and non-finite terms mixed."""
     import numpy as np
 
-    from timelyllm_ros.core.policies.default import atc_priorities, atc_priority_lists
+    from policy_oracles import atc_priority_lists
+
+    from timelyllm_ros.core.policies.default import atc_priorities
     cols = [tuple(map(list, zip(*g))) if g else ([], [], []) for g in groups]
     got = atc_priority_lists(cols, k)
     with np.errstate(all="ignore"):
@@ -593,11 +596,10 @@ def test_default_fast_select_matches_reference_at_many_ready(specs, steps, block
 
     class Reference(Default):
         def select(self, ready, running, ctx, now):
-            return self._select_reference(ready, running, ctx, now)
+            return default_select_reference(self, ready, running, ctx, now)
 
     kw = dict(drain_after_s=drain, memory_full=memory_full)
     fast, ref = Default(**kw), Reference(**kw)
-    fast.fast_min = 0
     for p in (fast, ref):
         for n in (1, 5, 12, 40, 3):
             p.on_step(0.02 + slope * n, n)

@@ -73,44 +73,6 @@ def arrival_order(gens: Sequence[Generation]) -> list[Generation]:
     return order
 
 
-def pairwise_sum(xs: Sequence[float]) -> float:
-    """``float(np.sum(np.asarray(xs, dtype=float)))`` in Python, the same bits: numpy's pairwise
-    summation (8 accumulators per block of up to 128, blocks halved above that; under 8 values
-    one running sum).  Python's own sum() is not it (3.12 compensates its rounding).  For
-    policies that skip numpy's per-call overhead at a handful of values
-    (tests/test_scheduling_fastpaths.py checks it against np.sum)."""
-    return _pairwise(xs, 0, len(xs))
-
-
-def _pairwise(a: Sequence[float], lo: int, n: int) -> float:
-    if n < 8:
-        res = 0.0
-        for i in range(lo, lo + n):
-            res += a[i]
-        return res
-    if n <= 128:
-        r0, r1, r2, r3, r4, r5, r6, r7 = a[lo:lo + 8]
-        end = lo + n - n % 8
-        i = lo + 8
-        while i < end:
-            r0 += a[i]
-            r1 += a[i + 1]
-            r2 += a[i + 2]
-            r3 += a[i + 3]
-            r4 += a[i + 4]
-            r5 += a[i + 5]
-            r6 += a[i + 6]
-            r7 += a[i + 7]
-            i += 8
-        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-        for j in range(end, lo + n):
-            res += a[j]
-        return res
-    n2 = n // 2
-    n2 -= n2 % 8
-    return _pairwise(a, lo, n2) + _pairwise(a, lo + n2, n - n2)
-
-
 def set_priorities(gens: Sequence[Generation], values: Sequence[float]) -> None:
     """g.priority = value for each pair (a C-level loop)."""
     deque(map(setattr, gens, repeat("priority"), values), maxlen=0)

@@ -99,9 +99,8 @@ from typing import Sequence
 import numpy as np
 
 from ..types import Generation, Segment
-from .base import (DispatchMode, Policy, PolicyContext, Selection, _order_key, ascending_head, ascending_perm,
-                   batch_was_full,
-                   pairwise_sum, priority_order, set_priorities)
+from .base import (DispatchMode, Policy, PolicyContext, Selection, ascending_head, ascending_perm, batch_was_full,
+                   set_priorities)
 from .slots import SlotTable
 from .step_time import StepTimeModel
 
@@ -117,7 +116,7 @@ def atc_priorities(alphas: Sequence[float] | np.ndarray, ps: Sequence[float] | n
     the segment.  Past its deadline a request loses |alpha| utility per second of delay, so
     among late ones the order is weighted-shortest-processing-time (what minimises the sum of
     alpha x lateness); slack discounts one not yet late.  One numpy function for both `select`
-    paths (element-wise, same inputs in the same order: bit-identical results); always > 0."""
+    callers (the ready generations' arrays, the running ones' lists); always > 0."""
     a = np.asarray(alphas, dtype=float)
     p = np.asarray(ps, dtype=float)
     s = np.asarray(slacks, dtype=float)
@@ -127,75 +126,9 @@ def atc_priorities(alphas: Sequence[float] | np.ndarray, ps: Sequence[float] | n
     return np.where(w > 0.0, w, 5e-324)  # (exp underflow: still critical, last)
 
 
-_ATC_PY_MAX = 64  # below this many values `atc_priority_list` skips numpy but for exp
-
-
-def atc_priority_lists(groups: Sequence[tuple[Sequence[float], Sequence[float], Sequence[float]]],
-                       k: float) -> list[list[float]]:
-    """``atc_priorities(alphas, ps, slacks, k).tolist()`` for each (alphas, ps, slacks) of
-    `groups` (an empty group: []), the same bits: groups under `_ATC_PY_MAX` values in Python
-    (numpy's per-call overhead is most of the work at a handful), the mean by numpy's pairwise
-    summation (`pairwise_sum`) and exp still numpy's (its SIMD exp is not libm's: they differ in
-    the last bit on ~5 % of arguments) — one call for all groups, only where the argument is not 0
-    (exp(0) = 1 exactly).  tests/test_scheduling_fastpaths.py checks it against `atc_priorities`."""
-    out: list[list[float]] = []
-    todo = None  # small groups with a generation not yet late: (out index, exp arguments)
-    for alphas, ps, slacks in groups:
-        n = len(ps)
-        if not n or n >= _ATC_PY_MAX:
-            out.append(atc_priorities(alphas, ps, slacks, k).tolist() if n else [])
-            continue
-        res: list[float] = []
-        out.append(res)
-        for s in slacks:
-            if not s <= 0.0:  # (NaN too) exp of -np.maximum(s, 0.0) / scale != 0
-                break
-        else:  # all late: exp(0) = 1
-            put = res.append
-            for a, p in zip(alphas, ps):
-                w = (-a if a < 0.0 else 1e-12) / (p if not p < 1e-9 else 1e-9)
-                put(w if w > 0.0 else 5e-324)
-            continue
-        if n < 8:  # (pairwise_sum's first case)
-            tot = 0.0
-            for p in ps:
-                tot += p
-        else:
-            tot = pairwise_sum(ps)
-        scale = tot / n * k
-        scale = scale if scale > 1e-9 else 1e-9
-        if todo is None:
-            todo = []
-        todo.append((len(out) - 1, [-(s if not s <= 0.0 else 0.0) / scale for s in slacks]))
-    if todo is None:
-        return out
-    nz = [x for _, args in todo for x in args if x != 0.0]
-    e = iter(np.exp(nz).tolist())
-    for gi, args in todo:
-        alphas, ps, _ = groups[gi]
-        put = out[gi].append
-        for a, p, x in zip(alphas, ps, args):
-            w = (-a if a < 0.0 else 1e-12) / (p if not p < 1e-9 else 1e-9) * (next(e) if x != 0.0 else 1.0)
-            put(w if w > 0.0 else 5e-324)
-    return out
-
-
-def atc_priority_list(alphas: Sequence[float], ps: Sequence[float], slacks: Sequence[float],
-                      k: float) -> list[float]:
-    """``atc_priorities(alphas, ps, slacks, k).tolist()`` by `atc_priority_lists`."""
-    return atc_priority_lists(((alphas, ps, slacks),), k)[0]
-
-
-def _small_order(gens: list[Generation]) -> list[Generation]:
-    """`priority_order(gens)`: under 32 generations the plain tuple sort it is defined by (its
-    float-first shortcut pays only at hundreds)."""
-    return sorted(gens, key=_order_key) if len(gens) < 32 else priority_order(gens)
-
-
 class Default(Policy):
     name = "default"
     mode = DispatchMode.SUSPEND
-    fast_min = 64  # ready generations from which `select` takes the numpy path
 
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
                  preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True,
@@ -255,11 +188,9 @@ class Default(Policy):
         self._full = False  # the batch-size controller refused a ready generation at the last point
         # (not the step-time cap: suspending there trades a re-prefill per statement for a slot
         # the policy itself withholds — the edge board with chat_mixed lost 7 s of engine time to it)
-        # a request's constants (arrival, ERT, TUF slope and height, robot type) and what changes
-        # only when the generation runs (whether it has segments, tokens of the current one)
+        # a request's constants (arrival, ERT, TUF slope and height, robot type)
         self._table = SlotTable({"arrival": (float, 0.0), "ert": (float, 0.0), "alpha": (float, 0.0),
-                                 "beta": (float, 0.0), "rtype": (int, 0), "has": (bool, False),
-                                 "seg_tokens": (float, 0.0), "gen": (object, None)})
+                                 "beta": (float, 0.0), "rtype": (int, 0), "gen": (object, None)})
         self._rtypes: dict[str, int] = {}  # robot type -> row of the per-point prediction table
 
     # --- online estimates -------------------------------------------------------------------------
@@ -313,7 +244,7 @@ class Default(Policy):
         every priority: critical ones their ATC priority (> 0), deferrable ones −1 − slack."""
         part = self._split(gens, now, running, terms)
         if part[0]:
-            set_priorities(part[0], atc_priority_list(part[3], part[4], part[5], self.atc_k))
+            set_priorities(part[0], atc_priorities(part[3], part[4], part[5], self.atc_k).tolist())
         return part[0], part[1], part[2]
 
     def _split(self, gens: Sequence[Generation], now: float, running: bool, terms: tuple[float, float, dict]
@@ -360,47 +291,15 @@ class Default(Policy):
                 defer(g)
         return critical, deferrable, first_critical, alphas, ps, slacks, some_first
 
-    def _select_reference(self, ready: Sequence[Generation], running: Sequence[Generation],
-                          ctx: PolicyContext, now: float) -> Selection:
-        """The rule as written (two Python passes over the ready list); `select` gives the same
-        Selection and priorities bit for bit (tests/test_scheduling_fastpaths.py)."""
-        self._full = batch_was_full(ready) or self._mem_held  # a cap or KV memory binds (suspend_at)
-        full = self._full or self._capped
-        terms = self._point_terms(ctx)
-        critical, deferrable, protect, *atc_r, some_first = self._split(ready, now, False, terms)
-        run_crit, run_def, run_first, *atc_w, _ = self._split(running, now, True, terms)
-        if critical or run_crit:  # ATC priorities, each list on its own (one exp call for both)
-            pr, pw = atc_priority_lists((atc_r, atc_w), self.atc_k)
-            set_priorities(critical, pr)
-            set_priorities(run_crit, pw)
-        protect = protect or run_first  # a critical first segment is running or waiting
-        order = _small_order(critical)  # ATC (> 0), best first
-        if not protect:
-            order += _small_order(deferrable)
-        sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now, ready_first=some_first)
-        if not protect or not self.pace:  # (rule 5 off: `_paced` returns sel as it is)
-            return sel
-        budget = math.inf  # rule 5's tightest per-token budget of the waiting critical first segments
-        if self._pacing(ctx):
-            _, _, pred = terms
-            for g in critical:
-                if not g.segments:
-                    req = g.request
-                    left = pred.get((req.robot_type, True), 8.0) - g.seg_tokens
-                    t = (g.next_due(now) - now) / (left if left > 1.0 else 1.0)
-                    if 0.0 < t < budget:
-                        budget = t
-        return self._paced(sel, run_crit, run_def, running, ctx, now, budget)
-
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
-        """`_select_reference` with the ready generations' slack and Eq. 4 as numpy arithmetic
-        (the same operations in the same order, so bit for bit the same values): a request's
-        constants, whether it has segments and the current segment's tokens come from a
-        SlotTable (segments are cut, and seg_tokens counted, only from new output tokens); per
-        point only the previous action's estimated end is read (executor reports move it)."""
-        if len(ready) < self.fast_min:  # numpy's per-call overhead outweighs a short loop
-            return self._select_reference(ready, running, ctx, now)
+        """Rules 1-6 (module docstring) at one scheduling point.  The ready generations' slack and
+        ATC priority are numpy arithmetic: a request's constants come from a SlotTable; per point
+        whether it has segments, the current segment's tokens and, for those with segments, the
+        next due time (executor reports move it) are read.  Only the head the step-time cap can admit is ordered.
+        The rules written out plainly, one Python pass per generation, are the oracle of
+        tests/test_scheduling_fastpaths.py (tests/policy_oracles.py): the same Selection and
+        priorities bit for bit, at every size."""
         self._full = batch_was_full(ready) or self._mem_held  # a cap or KV memory binds (suspend_at)
         full = self._full or self._capped
         terms = self._point_terms(ctx)
@@ -421,8 +320,6 @@ class Default(Policy):
             a["alpha"][slot] = req.tuf.alpha
             a["beta"][slot] = req.tuf.beta
             a["rtype"][slot] = rtypes.setdefault(req.robot_type, len(rtypes))
-            a["has"][slot] = not not g.segments
-            a["seg_tokens"][slot] = g.seg_tokens
             a["gen"][slot] = g  # (gathering from an object array beats indexing a list)
 
         sl = self._table.lookup(ready, fill)
@@ -430,14 +327,15 @@ class Default(Policy):
         P = np.full((len(rtypes), 2), 8.0)  # predicted tokens by (robot type, first?)
         for (name, first), v in pred.items():
             P[rtypes[name], int(first)] = v
-        has = a["has"][sl]
+        has = np.array([not not g.segments for g in ready], dtype=bool)  # (read per point: what
+        seg_tokens = np.array([g.seg_tokens for g in ready], dtype=float)  # the planner last changed)
         first = ~has
         arrival, ert, alpha, beta = a["arrival"][sl], a["ert"][sl], a["alpha"][sl], a["beta"][sl]
         due = arrival + ert  # `Generation.next_due` of a first segment, element-wise; the others below
         if has.any():
             prev = [g.next_due(now) for g in compress(ready, has)]
             due[has] = prev
-        left = P[a["rtype"][sl], first.astype(np.intp)] - a["seg_tokens"][sl]
+        left = P[a["rtype"][sl], first.astype(np.intp)] - seg_tokens
         p = np.where(left > 1.0, left, 1.0) * token_s
         s = due - now - p - token_s
         crit = s <= lead
@@ -470,7 +368,7 @@ class Default(Policy):
                            bool(first.any()))
         if not protect:
             return sel
-        budget = math.inf  # as in `_select_reference`, element by element
+        budget = math.inf  # rule 5's tightest per-token budget of the waiting critical first segments
         if fc.any() and self._pacing(ctx):
             with np.errstate(all="ignore"):
                 t = (due[fc] - now) / np.where(left[fc] > 1.0, left[fc], 1.0)
