@@ -10,10 +10,14 @@ from typing import Sequence
 
 import numpy as np
 
-from timelyllm_ros.core.policies.base import (PolicyContext, Selection, _order_key, batch_was_full, priority_order,
-                                              set_priorities)
+from timelyllm_ros.core.policies.andes import _INF, _Item, _idle_engine_order, _paying_pairs
+from timelyllm_ros.core.policies.base import (DispatchMode, PolicyContext, Selection, _order_key, batch_was_full,
+                                              priority_order, set_priorities)
 from timelyllm_ros.core.policies.default import atc_priorities
-from timelyllm_ros.core.types import Generation
+from timelyllm_ros.core.policies.lamps import _SCORE, _STARVE
+from timelyllm_ros.core.kv_handling import other_context
+from timelyllm_ros.core.qoe import consume_rate, delivery_runs, measured_tokens_per_word, qoe_of_runs, ttft_target
+from timelyllm_ros.core.types import Generation, GenState
 
 
 # --- the default policy (core/policies/default.py) -----------------------------------------------
@@ -145,3 +149,194 @@ def default_select_reference(self, ready: Sequence[Generation], running: Sequenc
                 if 0.0 < t < budget:
                     budget = t
     return self._paced(sel, run_crit, run_def, running, ctx, now, budget)
+
+
+# --- Andes (core/policies/andes.py) ---------------------------------------------------------------
+def greedy_pack(items: Sequence[int], priority: Sequence[float], mem: Sequence[int], M: float,
+                B: int) -> list[int]:
+    """Algorithm 1: by priority descending, take while count < B and memory fits; stop at the
+    first request that does not fit.  Returns indices."""
+    out: list[int] = []
+    used = 0.0
+    for i in sorted(items, key=lambda i: -priority[i]):
+        if len(out) >= B or used + mem[i] > M:
+            break
+        out.append(i)
+        used += mem[i]
+    return out
+
+
+def andes_rate(self, g: Generation, ctx: PolicyContext) -> float:
+    """Consumption speed in this engine's tokens: reading/listening speeds are per word, so they
+    are rescaled by tokens per word — fixed by ``tokens_per_word``, else measured on the
+    request's delivered text, else the running average over requests seen so far."""
+    tpw = self.tokens_per_word
+    if tpw is None:
+        own = measured_tokens_per_word(g)
+        if own is not None:
+            self._tpw = 0.9 * self._tpw + 0.1 * own
+        tpw = own or self._tpw
+    return consume_rate(g.request, ctx.robots.get(g.request.robot_type), speaking_types=self.speaking_types,
+                        action_rate=self.action_rate, tokens_per_word=tpw)
+
+
+def andes_item(self, g: Generation, running: bool, ctx: PolicyContext, now: float) -> _Item:
+    runs = delivery_runs(g, self.network_latency_s)
+    start = g.request.arrival + ttft_target(g.request)
+    r = andes_rate(self, g, ctx)
+    pending = g.seg_tokens if self.mode is DispatchMode.STREAM else 0
+    q_cur = qoe_of_runs(runs, ideal_start=start, rate=r, now=now, complete=False).qoe
+    q_wait = qoe_of_runs(runs, ideal_start=start, rate=r, now=now + self.delta_t, complete=False).qoe
+    return _Item(g, running, max(1, len(g.prompt_ids) + len(g.output_ids)), runs, start, r, pending,
+                 q_cur, q_wait)
+
+
+def andes_triggered(self, items: Sequence[_Item], full: bool, ctx: PolicyContext) -> tuple[bool, str]:
+    st = ctx.stats
+    kv = 1.0 - st.kv_free_blocks / st.kv_total_blocks if st.kv_total_blocks else 0.0
+    if full:
+        return True, "batch full"
+    if kv > self.kv_trigger:
+        return True, f"kv {kv:.2f}"
+    if items and ctx.token_s > min(1.0 / it.rate for it in items):
+        return True, "token latency"
+    return False, ""
+
+
+def andes_batch_sizes(self, items: Sequence[_Item], n_running: int, full: bool, ctx: PolicyContext,
+                      M: float) -> list[int]:
+    n = len(items)
+    bmax = n
+    if self.max_batch is not None:
+        bmax = min(bmax, self.max_batch)
+    if full:
+        bmax = min(bmax, max(1, n_running))  # larger batches were refused: not realisable
+    used = fit = 0
+    for l in sorted(it.l for it in items):
+        if used + l > M:
+            break
+        used += l
+        fit += 1
+    return self._b_candidates(max(1, min(bmax, fit)), max(it.rate for it in items), n_running, ctx)
+
+
+def andes_select_reference(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
+                           now: float) -> Selection:
+    """`Andes.select` (`self`: the policy) as the paper's steps read: per request and candidate
+    batch size in Python (Algorithm 1's `greedy_pack`, the refiner pair by pair)."""
+    full = batch_was_full(ready)
+    fcfs = sorted(ready, key=lambda g: (-g.extra.get("andes_pri", _INF), g.request.arrival, g.gen_id))
+    if not ready:
+        return Selection(order=[])
+    items = [andes_item(self, g, True, ctx, now) for g in running] + [andes_item(self, g, False, ctx, now) for g in ready]
+    on, why = andes_triggered(self, items, full, ctx)
+    if not on:
+        for g in ready:
+            g.extra.pop("andes_pri", None)
+        return Selection(order=sorted(ready, key=lambda g: (g.request.arrival, g.gen_id)))
+    self._triggered += 1
+    if (self._triggered - 1) % self.solve_every:
+        return Selection(order=fcfs)
+    self.solves += 1
+    st = ctx.stats
+    M = float(st.kv_total_blocks * st.block_size) if st.kv_total_blocks else _INF
+    n_run = len(running)
+    idx = list(range(len(items)))
+    mem = [it.l for it in items]
+    best: tuple | None = None
+    for B in andes_batch_sizes(self, items, n_run, full, ctx, M):
+        lat = self.lat(B, ctx, n_run)
+        gains = [self.q_serve(it, lat, now) - it.q_wait for it in items]
+        pri = [gains[i] / mem[i] for i in idx]
+        chosen = greedy_pack(idx, pri, mem, M, B)
+        value = math.fsum(gains[i] for i in chosen)
+        key = (round(value, 12), -abs(B - n_run))
+        if best is None or key > best[0]:
+            best = (key, B, chosen, gains, pri)
+    assert best is not None
+    _, B, chosen, gains, pri = best
+    for i, it in enumerate(items):
+        it.g.priority = pri[i]
+        it.g.extra["andes_pri"] = pri[i]
+    cs = set(chosen)
+    admit = sorted((i for i in cs if not items[i].running), key=lambda i: -pri[i])
+    victims = sorted((i for i in idx if items[i].running and i not in cs), key=lambda i: pri[i])
+    acc_admit, acc_preempt = andes_refine(self, items, admit, victims, gains, cs, now)
+    if not n_run and not acc_admit:
+        acc_admit = _idle_engine_order(admit, pri)
+    self.last_decision = {"B": B, "why": why, "admit": len(acc_admit), "preempt": len(acc_preempt),
+                          "proposed_admit": len(admit), "proposed_preempt": len(victims)}
+    return Selection(order=[items[i].g for i in acc_admit], preempt=[items[i].g for i in acc_preempt])
+
+
+def andes_refine(self, items: list[_Item], admit: list[int], victims: list[int], gains: list[float],
+                 chosen: set[int], now: float) -> tuple[list[int], list[int]]:
+    """Overhead-aware refiner: keep admit/preempt pairs while they pay for the stall they
+    cause the requests that keep running."""
+    if not self.refine:
+        return admit, victims
+    kept = [it for i, it in enumerate(items) if it.running and i in chosen]
+    return _paying_pairs(admit, victims, gains, lambda k, j: math.fsum(
+        self.loss(it, self.prefill_s_per_token * items[j].l, now) for it in kept))
+
+
+# --- LAMPS (core/policies/lamps.py) ---------------------------------------------------------------
+_COUNT = "lamps_wait"
+_SEEN = "lamps_seen"
+
+
+def lamps_eligible(self, g: Generation, ctx: PolicyContext, now: float) -> bool:
+    """Just-in-time resume: a non-blocking suspended generation waits until its robot's
+    current action is about G from its end (nothing is gained by holding KV earlier)."""
+    if not self.jit_resume or g.state is not GenState.SUSPENDED or not g.segments:
+        return True
+    if g.segments[-1].blocking:
+        return True  # it came back from a result: run it
+    end = g.prev_exec_end_estimate()
+    return end is None or now >= end - ctx.seg_gen_s
+
+
+def lamps_count(self, g: Generation, it: int) -> None:
+    """Starvation counter: +1 per consecutive iteration spent ready; reset otherwise."""
+    if g.extra.get(_SEEN) == it - 1:
+        g.extra[_COUNT] = g.extra.get(_COUNT, 0) + 1
+    else:
+        g.extra[_COUNT] = 0  # newly ready: arrived, returned from a call, or was running
+    g.extra[_SEEN] = it
+    if g.extra[_COUNT] >= self.starvation_threshold and not g.extra.get(_STARVE):
+        g.extra[_STARVE] = True
+        g.extra["lamps_starved_at"] = it
+
+
+def lamps_select_reference(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
+                           now: float) -> Selection:
+    """`LAMPS.select` (`self`: the policy) per generation, as written; the starvation counters
+    in each generation's extra (`_COUNT`)."""
+    self.observe(running)
+    self.observe(ready)
+    it = ctx.iteration
+    order = []
+    # C_other of a generation outside the batch is the whole batch's private context, the
+    # same for every ready one at this point (prefixes were observed above): computed once.
+    run_ids = {o.gen_id for o in running}
+    batch_ctx: int | None = None
+    for g in ready:
+        lamps_count(self, g, it)
+        if not lamps_eligible(self, g, ctx, now):
+            continue
+        cached = g.extra.get(_SCORE)  # (policy, iteration, area, segments)
+        if (cached is None or cached[0] != self._token or it - cached[1] >= self.score_interval
+                or cached[3] != len(g.segments)):
+            c_other = None
+            if g.gen_id not in run_ids:
+                if batch_ctx is None:
+                    batch_ctx = other_context(g, running, self.prefix)
+                c_other = batch_ctx
+            g.extra[_SCORE] = (self._token, it, self.area(g, ctx, running, c_other), len(g.segments))
+        g.priority = -g.extra[_SCORE][2]
+        order.append(g)
+    order.sort(key=lambda g: (not g.extra.get(_STARVE, False), -g.priority, g.ready_since,
+                              g.request.arrival, g.gen_id))
+    if self.memory_admission:
+        order = self.admission_cut(order, running, ctx)
+    return Selection(order=order)

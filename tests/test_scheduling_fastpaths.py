@@ -163,7 +163,7 @@ from timelyllm_ros.core.exec_time import ExecTimeEstimator  # noqa: E402
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
 from timelyllm_ros.core.types import GenState  # noqa: E402
 from timelyllm_ros.engines.base import EngineStats  # noqa: E402
-from policy_oracles import default_select_reference  # noqa: E402
+from policy_oracles import andes_select_reference, default_select_reference, lamps_select_reference  # noqa: E402
 
 ROBOTS = load_robots()
 _TYPES = ("tello", "arm", "chat", "tello")
@@ -252,23 +252,24 @@ _SCEN = dict(specs=st.lists(_GEN, max_size=12), steps=st.lists(_STEP, min_size=1
 @settings(max_examples=300, deadline=None)
 @given(**_SCEN, threshold=st.integers(1, 3), allowed=st.sampled_from(
     [("preserve", "discard", "swap"), ("discard",), ("preserve", "swap"), ("swap", "discard")]),
-       jit=st.booleans(), admission=st.booleans())
-def test_lamps_fast_select_matches_reference(specs, steps, threshold, allowed, jit, admission):
+       jit=st.booleans(), admission=st.booleans(), interval=st.sampled_from([1, 1, 3]))
+def test_lamps_fast_select_matches_reference(specs, steps, threshold, allowed, jit, admission, interval):
+    """`interval`: LAMPS's score_interval (a score kept for that many iterations)."""
     from timelyllm_ros.core.kv_handling import KVCostModel
     from timelyllm_ros.core.policies.lamps import LAMPS
 
     class Reference(LAMPS):
-        def _fast_ok(self):
-            return False
+        def select(self, ready, running, ctx, now):
+            return lamps_select_reference(self, ready, running, ctx, now)
 
     cost = KVCostModel(prefill_s_per_token=1e-4, prefill_base_s=0.01, swap_s_per_block=3e-4, block_size=16)
     kw = dict(cost=cost, starvation_threshold=threshold, allowed=allowed, jit_resume=jit,
-              memory_admission=admission)
+              memory_admission=admission, score_interval=interval)
     fast, ref = LAMPS(**kw), Reference(**kw)
     gens = _scenario(specs)
     a, b = _copy(gens), _copy(gens)
     assert _run(fast, a, steps, False, True) == _run(ref, b, steps, False, True)
-    assert [fast.wait_count(g) for g in a] == [ref.wait_count(g) for g in b]
+    assert [fast.wait_count(g) for g in a] == [g.extra.get("lamps_wait", 0) for g in b]
 
 
 def _trail_reference(p, ready, running):
@@ -382,8 +383,8 @@ def test_andes_fast_select_matches_reference(specs, steps, blocked, net, tpw, mo
     from timelyllm_ros.core.policies.andes import Andes
 
     class Reference(Andes):
-        def _fast_ok(self):
-            return False
+        def select(self, ready, running, ctx, now):
+            return andes_select_reference(self, ready, running, ctx, now)
 
     kw = dict(network_latency_s=net, tokens_per_word=tpw, mode=mode, solve_every=solve_every, kv_trigger=kv_trigger,
               max_batch=max_batch, refine=refine, speaking_types=("chat",) if speaking else (),
