@@ -136,9 +136,9 @@ def default_select_reference(self, ready: Sequence[Generation], running: Sequenc
     if not protect:
         order += _small_order(deferrable)
     sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now, ready_first=some_first)
-    if not protect or not self.pace:  # (rule 5 off: `_paced` returns sel as it is)
+    if not protect or not self.pace:  # (rule 9 off: `_paced` returns sel as it is)
         return sel
-    budget = math.inf  # rule 5's tightest per-token budget of the waiting critical first segments
+    budget = math.inf  # rule 9's tightest per-token budget of the waiting critical first segments
     if self._pacing(ctx):
         _, _, pred = terms
         for g in critical:

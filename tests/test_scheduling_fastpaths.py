@@ -505,9 +505,9 @@ def test_andes_stable_heads_are_the_stable_argsort_prefixes(rows, k):
        min_free=st.sampled_from([0.0, 0.1, 0.25]))
 def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps, min_lead_s, kv_budget, pace,
                                                seen, slope, preserve, min_free):
-    """`slope`: the engine steps the policies saw (rule 5's step-time model: None: none, else
+    """`slope`: the engine steps the policies saw (rule 9's step-time model: None: none, else
     steps of 1..40 generations at 20 ms + slope per generation); `preserve`: the engine keeps a
-    paused generation's KV, so rule 5 may pause running generations."""
+    paused generation's KV, so rule 9 may pause running generations."""
     from timelyllm_ros.core.policies.default import Default
 
     class Reference(Default):

@@ -1,6 +1,7 @@
 """The default policy: urgent first segments protected, everything else streamed or just in time.
 
-Every live generation has a *deadline* for its next segment and an *estimated generation time*:
+Rule numbers are docs/policies.md's, where the same rules are stated in plain words.  Rules 1-2:
+every live generation has a *deadline* for its next segment and an *estimated generation time*:
 
   deadline   k = 0: arrival + ERT (the TUF starts to fall after it);
              k > 0: estimated end of the robot's dispatched actions (it idles after that)
@@ -13,11 +14,9 @@ Every live generation has a *deadline* for its next segment and an *estimated ge
 A generation is *critical* when its slack is at most ``lead`` = max(``min_lead_s``,
 ``lead_steps`` × time per token); otherwise it is *deferrable*.
 
-At each scheduling point (``select``) — docs/policies.md states the same rules in plain words and
-numbers them 1–10 (its 3 = rule 1 here, 4 = 2, 6 = 3, 7 = 4, 9 = 5, 10 = 6; its 5 is ``suspend_at``, its 8 ``speculates``;
-both below):
+At each scheduling point (``select``):
 
-1. critical generations are admitted first, first segments and continuations alike (Eq. 3
+3. critical generations are admitted first, first segments and continuations alike (Eq. 3
    scores a robot idling mid-plan, TUF1 of its wait, with the slope of its first action's TUF),
    by apparent tardiness cost (ATC, Vepsalainen & Morton 1987):
    |TUF slope| / p × exp(−max(0, slack) / (``atc_k`` × mean p)), p = est. time — once past its
@@ -25,22 +24,22 @@ both below):
    weighted shortest processing time first, which minimises the sum of alpha × lateness (under
    overload an urgent plan, 6.67 per second, goes before a chat reply, 2 per second, of the same
    length);
-2. deferrable ones (least slack first) are admitted only while no critical *first* segment is
+4. deferrable ones (least slack first) are admitted only while no critical *first* segment is
    running or waiting: spare engine time goes to work that is not due yet, but a step that
    decides a response time is not made longer by work that could wait (each extra sequence, each
    prompt to tokenise and prefill, lengthens the step for everyone in it);
-3. admissions stop where free KV memory runs out (``kv_budget``): a generation whose robot type
+6. admissions stop where free KV memory runs out (``kv_budget``): a generation whose robot type
    has nobody in the batch counts its whole prompt (its shared prefix is probably not cached),
    the others their own tokens plus one worst-case segment — over-admitting makes the engine
    preempt and re-prefill (memory thrash);
-4. when the batch is full (the planner's batch-size controller refused a ready generation at the
+7. when the batch is full (the planner's batch-size controller refused a ready generation at the
    previous point: a binding cap or KV memory) a waiting critical generation preempts a running
    one at token level, one for one (Andes-style): a deferrable one first, else a critical one
    that has more than 2 tokens of its segment left and a ``preempt_ratio`` times lower ATC
    priority;
-   the batch also counts as full here when the step-time cap (rule 6) — or, with ``memory_full``,
-   this policy's own KV budget (rule 3) — held a ready generation back at the previous point;
-5. pacing (``pace``, off by default: it pauses continuations, which Eq. 3 charges): while a critical first segment is running or waiting, each of those that can
+   the batch also counts as full here when the step-time cap (rule 10) — or, with ``memory_full``,
+   this policy's own KV budget (rule 6) — held a ready generation back at the previous point;
+9. pacing (``pace``, off by default: it pauses continuations, which Eq. 3 charges): while a critical first segment is running or waiting, each of those that can
    still make its deadline needs its remaining tokens in steps of at most (deadline − now) /
    tokens left; the tightest such budget, through an online model of the engine's step time
    (a + b·generations + c·new requests + d·prefilled tokens, least squares over the steps seen,
@@ -48,17 +47,17 @@ both below):
    gives the most generations the next step may hold.  Above it running generations are paused at
    token level: deferrable ones first (most slack first), then, after the waiting critical
    continuations are held back, critical continuations (least dense first); first segments never.
-   A paused generation keeps its KV in place (``preserve``) and comes back through rules 1–2 (it
+   A paused generation keeps its KV in place (``preserve``) and comes back through rules 3–4 (it
    costs one recomputed token) — so only where the engine honours ``preserve``, at least
    ``pace_min_free`` of the KV memory is free and the model predicts the steps (relative one-step
    error at most ``pace_max_error``): with vLLM's prefix cache a resume recomputes the
    last, partial KV block, which costs more than the pause saves (drones:800: 62.8 % urgent with
    ``pace_kv="cache"``).
-6. step-time cap (``step_ratio``): admissions also stop where a step would take more than 3 times
+10. step-time cap (``step_ratio``): admissions also stop where a step would take more than 3 times
    a one-generation step, by the step-time model (``step_time.py``, least squares; until it has
    seen 4 steps, at most twice the running batch, at least 8) — per engine: behind an engine
    pool the model learns one member's iterations and the pool's batch may hold the cap times
-   its usable members (pacing's limit, rule 5, too): beyond that every running
+   its usable members (pacing's limit, rule 9, too): beyond that every running
    generation gets its tokens slower than a newcomer gains by starting now — on an engine where
    each extra sequence is expensive (the edge board) a 256-wide batch makes every response late.
    The cap protects response times, so it is lifted while no first segment has run or waited
@@ -67,17 +66,17 @@ both below):
    batches of n finish in total about k² L (a/n + b) / 2, which falls as n grows); the edge
    board with drones:1600 spent 320 s draining 2,700 continuations 12 at a time (urgent
    −41,886 % with the cap held, −36,185 % lifted).  A new request brings the cap back at once
-   for admissions: it enters by preempting a continuation (rule 4) and the batch shrinks to the
+   for admissions: it enters by preempting a continuation (rule 7) and the batch shrinks to the
    cap as continuations end — the price: the first request after a quiet spell of 5 s may meet
    a wide batch.
 
-At each statement boundary (``suspend_at``) a generation keeps its slot and streams on, unless the
+At each statement boundary (``suspend_at``, rule 5) a generation keeps its slot and streams on, unless the
 batch is full — a batch cap or KV memory refused a ready generation (with ``memory_full``, also
 this policy's KV budget), *not* the step-time cap, a limit of the policy's own: suspending for it
 costs a re-add (prefill) per statement (the edge board with chat_mixed lost 7 s of engine time in
 120 s to that churn) — and its next segment is not due within the lead: then it is suspended (the
 slot goes to waiting work) and resumes when it is critical or the engine is free.  Blocking statements always
-suspend (the plan needs the value); with ``speculate`` (rule 7, `speculates`) the generation goes on
+suspend (the plan needs the value); with ``speculate`` (rule 8, `speculates`) the generation goes on
 under the predicted value, its next statement held until the robot's value confirms it
 (core/speculation.py).  So: uncontended, plain streaming (suspending costs a re-add,
 a prefill and more, smaller steps — measured in issue 15); under a binding cap or memory limit,
@@ -86,7 +85,9 @@ TimelyLLM's segmentation with preemption.
 Online by construction: it reads a request's arrival, TUF and robot type and what has been
 generated and executed so far — never ``reference_plan`` nor future arrivals
 (tests/test_default_policy.py checks this).  It never sheds: every request is served.
-KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM; a rule-5 pause: "preserve".
+KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM; a rule-9 pause: "preserve".
+(About 600 lines: the ten rules, stated here, and their one vectorised `select`; the step-time
+model is step_time.py.)
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ class Default(Policy):
             raise ValueError(f"drain_after_s must be a number > 0 (inf: the step-time cap always applies), "
                              f"got {drain_after_s!r}")
         self.drain_after_s = float(drain_after_s)
-        self._first_seen = -math.inf  # when a first segment last ran or waited (rule 6)
+        self._first_seen = -math.inf  # when a first segment last ran or waited (rule 10)
         if isinstance(atc_k, bool) or not isinstance(atc_k, (int, float)) or not 0 < atc_k < math.inf:
             raise ValueError(f"atc_k must be a finite number > 0, got {atc_k!r}")
         self.atc_k = float(atc_k)
@@ -157,7 +158,7 @@ class Default(Policy):
         self.pace = bool(pace)
         self.pace_kv = pace_kv  # KV of a paused generation ("cache": only to measure what it costs)
         self.pace_min_free = float(pace_min_free)
-        self._steps = StepTimeModel()  # the engine's step time against batch size (rule 5, the step-time cap)
+        self._steps = StepTimeModel()  # the engine's step time against batch size (rules 9 and 10)
         self._seen_new = 0  # new requests (their first output) in the engine step being reported
         self._seen_prefill = 0  # tokens that step prefilled (added generations' context - cache hits)
         if isinstance(step_ratio, bool) or not isinstance(step_ratio, (int, float)) or not 1 < step_ratio:
@@ -293,13 +294,13 @@ class Default(Policy):
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
-        """Rules 1-6 (module docstring) at one scheduling point.  The ready generations' slack and
-        ATC priority are numpy arithmetic: a request's constants come from a SlotTable; per point
-        whether it has segments, the current segment's tokens and, for those with segments, the
-        next due time (executor reports move it) are read.  Only the head the step-time cap can admit is ordered.
-        The rules written out plainly, one Python pass per generation, are the oracle of
-        tests/test_scheduling_fastpaths.py (tests/policy_oracles.py): the same Selection and
-        priorities bit for bit, at every size."""
+        """Rules 3, 4, 6, 7, 9 and 10 (module docstring) at one scheduling point.  The ready
+        generations' slack and ATC priority are numpy arithmetic: a request's constants come from
+        a SlotTable; per point whether it has segments, the current segment's tokens and, for
+        those with segments, the next due time (executor reports move it) are read.  Only the
+        head the step-time cap can admit is ordered.  The rules written out plainly, one Python
+        pass per generation, are the oracle of tests/test_scheduling_fastpaths.py
+        (tests/policy_oracles.py): the same Selection and priorities bit for bit, at every size."""
         self._full = batch_was_full(ready) or self._mem_held  # a cap or KV memory binds (suspend_at)
         full = self._full or self._capped
         terms = self._point_terms(ctx)
@@ -368,7 +369,7 @@ class Default(Policy):
                            bool(first.any()))
         if not protect:
             return sel
-        budget = math.inf  # rule 5's tightest per-token budget of the waiting critical first segments
+        budget = math.inf  # rule 9's tightest per-token budget of the waiting critical first segments
         if fc.any() and self._pacing(ctx):
             with np.errstate(all="ignore"):
                 t = (due[fc] - now) / np.where(left[fc] > 1.0, left[fc], 1.0)
@@ -377,7 +378,7 @@ class Default(Policy):
                 budget = float(t.min())
         return self._paced(sel, run_crit, run_def, running, ctx, now, budget)
 
-    # --- rule 5: pace the steps that generate critical first segments ---------------------------
+    # --- rule 9: pace the steps that generate critical first segments ---------------------------
     def on_token(self, g: Generation, n_new: int, ctx: PolicyContext) -> None:
         """Count the new requests of the engine step that just ran (their first output: the step
         tokenised and prefilled their prompts)."""
@@ -389,12 +390,12 @@ class Default(Policy):
             self._seen_prefill += max(0, len(g.prompt_ids) + len(g.output_ids) - n_new - g.cached_tokens[-1])
 
     def on_step(self, duration_s: float, outputs: int) -> None:
-        """Feed the step-time model (rule 5, the step-time cap) with the engine step that just ran."""
+        """Feed the step-time model (rules 9 and 10) with the engine step that just ran."""
         self._steps.observe(duration_s, outputs, self._seen_new, self._seen_prefill)
         self._seen_new = self._seen_prefill = 0
 
     def _pacing(self, ctx: PolicyContext) -> bool:
-        """Whether rule 5 may pause: enabled, the engine keeps a paused generation's KV in place,
+        """Whether rule 9 may pause: enabled, the engine keeps a paused generation's KV in place,
         free KV memory is at least `pace_min_free`, the step time grows with the batch, and the
         step-time model predicts it (root mean square one-step-ahead error at most
         `pace_max_error` of the mean step time: where uncached prefills dominate the step time —
@@ -409,7 +410,7 @@ class Default(Policy):
 
     def _paced(self, sel: Selection, run_crit: list[Generation], run_def: list[Generation],
                running: Sequence[Generation], ctx: PolicyContext, now: float, budget: float) -> Selection:
-        """Rule 5 (a critical first segment is running or waiting): each critical first segment
+        """Rule 9 (a critical first segment is running or waiting): each critical first segment
         that can still make its deadline needs its remaining tokens in steps of at most
         (deadline − now) / tokens left; the tightest of these budgets, through the step-time
         model, gives the most generations the next step may hold.  Above it, running
@@ -455,7 +456,7 @@ class Default(Policy):
         return Selection(order=order, preempt=list(sel.preempt) + paused)
 
     def kv_mode(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> str:
-        """A generation paused by rule 5 keeps its KV in place; any other suspension "cache"."""
+        """A generation paused by rule 9 keeps its KV in place; any other suspension "cache"."""
         if g.extra.pop("pause_kv", False) and seg is None:
             return self.pace_kv
         return super().kv_mode(g, seg, ctx)
@@ -463,8 +464,8 @@ class Default(Policy):
     def _finish(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
                 running: Sequence[Generation], ctx: PolicyContext, now: float,
                 known: tuple[np.ndarray, np.ndarray] | None = None, ready_first: bool = True) -> Selection:
-        """Rules 3 and 4: the memory cut, then token-level preemption (`critical`: whether a
-        ready generation is critical; `known`: see `_fit_memory`), then rule 6's step-time cap
+        """Rules 6 and 7: the memory cut, then token-level preemption (`critical`: whether a
+        ready generation is critical; `known`: see `_fit_memory`), then rule 10's step-time cap
         (`ready_first`: whether a first segment waits; with the running ones, whether it applies)."""
         held = False
         if self.kv_budget:
@@ -489,9 +490,9 @@ class Default(Policy):
         self._capped = self._mem_held = held
         if ready_first or any(not g.segments for g in running):
             self._first_seen = now
-        drain = now - self._first_seen >= self.drain_after_s  # rule 6 lifted: only continuations left
+        drain = now - self._first_seen >= self.drain_after_s  # rule 10 lifted: only continuations left
         room = None if drain else self._cap_room(ctx, len(running), len(preempt))
-        if room is not None and len(order) > room:  # the step-time cap (rule 6)
+        if room is not None and len(order) > room:  # the step-time cap (rule 10)
             order = order[:room]
             self._capped = True
         return Selection(order=order, preempt=preempt)
@@ -515,7 +516,7 @@ class Default(Policy):
         if self.memory_full:
             return None
         first_seen = now if ready_first or any(not g.segments for g in running) else self._first_seen
-        if now - first_seen >= self.drain_after_s:  # `_finish` lifts the cap: rule 6
+        if now - first_seen >= self.drain_after_s:  # `_finish` lifts the cap: rule 10
             return None
         n_run = len(running)
         need = n_run
@@ -594,7 +595,7 @@ class Default(Policy):
         return self._full and self.slack(g, ctx, now, running=False) > self.lead(ctx)
 
     def speculates(self, g: Generation, seg: Segment, ctx: PolicyContext) -> bool:
-        """Rule 7: after a blocking statement, generate the next one under the predicted result
+        """Rule 8: after a blocking statement, generate the next one under the predicted result
         (held until the robot answers: core/speculation.py) — the robot then waits only for the
         network after a call whose result was predicted, as long as without it otherwise."""
         return self.speculate
