@@ -6,16 +6,17 @@ to, bit for bit (tests/test_scheduling_fastpaths.py, test_andes.py, test_lamps.p
 from __future__ import annotations
 
 import math
+import operator
 from typing import Sequence
 
 import numpy as np
 
+from timelyllm_ros.core.kv_handling import other_context, private_context
 from timelyllm_ros.core.policies.andes import _INF, _Item, _idle_engine_order, _paying_pairs
-from timelyllm_ros.core.policies.base import (DispatchMode, PolicyContext, Selection, _order_key, batch_was_full,
-                                              priority_order, set_priorities)
+from timelyllm_ros.core.policies.base import (DispatchMode, PolicyContext, Selection, _order_key, arrival_order,
+                                              batch_was_full, priority_order, set_priorities)
 from timelyllm_ros.core.policies.default import atc_priorities
 from timelyllm_ros.core.policies.lamps import _SCORE, _STARVE
-from timelyllm_ros.core.kv_handling import other_context
 from timelyllm_ros.core.qoe import consume_rate, delivery_runs, measured_tokens_per_word, qoe_of_runs, ttft_target
 from timelyllm_ros.core.types import Generation, GenState
 
@@ -339,4 +340,61 @@ def lamps_select_reference(self, ready: Sequence[Generation], running: Sequence[
                               g.request.arrival, g.gen_id))
     if self.memory_admission:
         order = self.admission_cut(order, running, ctx)
+    return Selection(order=order)
+
+
+# --- Hybrid (core/policies/hybrid.py) -------------------------------------------------------------
+_PRIORITY = operator.attrgetter("priority")
+
+
+def longest_first(gens: Sequence[Generation]) -> list[Generation]:
+    """`gens` sorted by (-priority, arrival, gen_id).  Total lengths tie a lot, so instead of
+    `priority_order` (which re-sorts every run of equal priorities by the tuple) this sorts by
+    (arrival, gen_id), then stably by priority, descending — with C-level keys; the order is the
+    same.  Non-finite priorities take the plain tuple sort."""
+    try:
+        finite = math.isfinite(sum(map(_PRIORITY, gens)))
+    except TypeError:
+        finite = False
+    if not finite:
+        return sorted(gens, key=lambda g: (-g.priority, g.request.arrival, g.gen_id))
+    order = arrival_order(gens)
+    order.sort(key=_PRIORITY, reverse=True)  # stable: equal priorities keep the arrival order
+    return order
+
+
+def hybrid_prefill_cost(self, new: Sequence[Generation]) -> float:
+    """C_p: one prefill stage over the new generations' uncached (private) tokens."""
+    prefix = self.prefix
+    if not prefix.seen_all(new):  # observing changes the shared length: one at a time
+        return self.cost.t_fwd(sum(private_context(g, prefix) for g in new))
+    shared: dict[str, int] = {}
+    total = 0
+    for g in new:  # private_context(g, prefix), with the shared length looked up once per type
+        rt = g.request.robot_type
+        sh = shared.get(rt)
+        if sh is None:
+            sh = shared[rt] = prefix.shared(rt)
+        n_prompt = len(g.prompt_ids)
+        total += max(0, n_prompt + len(g.output_ids) - min(sh, n_prompt))
+    return self.cost.t_fwd(total)
+
+
+def hybrid_select_reference(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
+                            now: float) -> Selection:
+    """`Hybrid.select` (`self`: the policy) per generation: `priority()` and C_p written out."""
+    self.prefix.observe_all(list(running) + list(ready))
+    if self._last_now is not None and running:
+        self.decode_since_prefill += max(0.0, now - self._last_now)
+    self._last_now = now
+    for g in ready:
+        g.priority = self.priority(g, ctx, now)
+    order = longest_first(ready)  # = sorted by (-priority, arrival, gen_id)
+    new = [g for g in order if g.state is GenState.QUEUED]
+    if not new:
+        return Selection(order=order)
+    if self.pd_rule and running and hybrid_prefill_cost(self, new) >= self.decode_since_prefill:
+        self.held += 1
+        return Selection(order=[g for g in order if g.state is not GenState.QUEUED])
+    self.decode_since_prefill = 0.0
     return Selection(order=order)

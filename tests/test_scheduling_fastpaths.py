@@ -163,7 +163,8 @@ from timelyllm_ros.core.exec_time import ExecTimeEstimator  # noqa: E402
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
 from timelyllm_ros.core.types import GenState  # noqa: E402
 from timelyllm_ros.engines.base import EngineStats  # noqa: E402
-from policy_oracles import andes_select_reference, default_select_reference, lamps_select_reference  # noqa: E402
+from policy_oracles import (andes_select_reference, default_select_reference, hybrid_select_reference,  # noqa: E402
+                            lamps_select_reference)
 
 ROBOTS = load_robots()
 _TYPES = ("tello", "arm", "chat", "tello")
@@ -331,12 +332,12 @@ def test_trail_fast_select_sees_predictor_state_kept_across_a_suspension():
 
 @settings(max_examples=200, deadline=None)
 @given(**_SCEN, pd_rule=st.booleans())
-def test_hybrid_fast_select_matches_generic_path(specs, steps, pd_rule):
+def test_hybrid_fast_select_matches_reference(specs, steps, pd_rule):
     from timelyllm_ros.core.policies.hybrid import Hybrid
 
-    class Reference(Hybrid):  # overriding priority takes the generic path (priority(), prefill_cost())
-        def priority(self, g, ctx, now):
-            return Hybrid.total_length(self, g, ctx)
+    class Reference(Hybrid):
+        def select(self, ready, running, ctx, now):
+            return hybrid_select_reference(self, ready, running, ctx, now)
 
     gens = _scenario(specs)
     a, b = _copy(gens), _copy(gens)
@@ -352,7 +353,7 @@ def test_longest_first_and_ascending_perm_equal_tuple_sorts(items):
     import numpy as np
 
     from timelyllm_ros.core.policies.base import ascending_perm
-    from timelyllm_ros.core.policies.hybrid import longest_first
+    from policy_oracles import longest_first
     gens = [_gen(i, priority=p, ready_since=rs, arrival=a) for i, (p, rs, a) in enumerate(items)]
     plain = sorted(gens, key=lambda g: (-g.priority, g.request.arrival, g.gen_id))
     assert [g.gen_id for g in longest_first(gens)] == [g.gen_id for g in plain]

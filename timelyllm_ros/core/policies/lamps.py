@@ -44,14 +44,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from ..kv_handling import (HANDLINGS, KVCostModel, SharedPrefix, choose, other_context, predicted_idle,
+from ..kv_handling import (HANDLINGS, KVCostModel, SharedPrefix, choose, cost_model, other_context, predicted_idle,
                            private_context)
-from ..latency_profile import LatencyProfile
 from ..types import Generation, GenState, Segment
 from .base import Policy, PolicyContext, Selection, ascending_perm, set_priorities
 from .slots import SlotTable
@@ -61,25 +59,6 @@ _STARVE = "lamps_starving"
 _KV = "lamps_kv"  # handling chosen at the last suspension
 _SCORE = "lamps_score"
 _INSTANCES = itertools.count()
-
-
-def _default_cost() -> KVCostModel:
-    """The default latency profile's costs (read once, when a policy is built without one)."""
-    return KVCostModel.from_profile(LatencyProfile.from_yaml())
-
-
-def _cost_from(cost: Any, profile: Any) -> KVCostModel:
-    if isinstance(cost, KVCostModel):
-        return cost
-    if isinstance(cost, dict):
-        return KVCostModel(**cost)
-    if cost is not None:
-        raise ValueError(f"cost must be a KVCostModel or a mapping, got {type(cost).__name__}")
-    if isinstance(profile, (str, Path)):
-        return KVCostModel.from_profile(LatencyProfile.from_yaml(profile))
-    if profile is not None:
-        return KVCostModel.from_profile(profile)
-    return _default_cost()
 
 
 class WasteHandling:
@@ -213,7 +192,7 @@ class LAMPS(WasteHandling, Policy):
             raise ValueError(f"starvation_threshold must be an int >= 1, got {starvation_threshold!r}")
         if isinstance(score_interval, bool) or not isinstance(score_interval, int) or score_interval < 1:
             raise ValueError(f"score_interval must be an int >= 1, got {score_interval!r}")
-        self.cost = _cost_from(cost, profile)
+        self.cost = cost_model(cost, profile)
         self.allowed = _check_allowed(allowed)
         self.starvation_threshold = starvation_threshold
         self.score_interval = score_interval
@@ -460,7 +439,7 @@ class FCFSHandling(WasteHandling, Policy):
         if handling not in ("waste",) + HANDLINGS:
             raise ValueError(f"handling must be 'waste' or one of {HANDLINGS}, got {handling!r}")
         self.handling = handling
-        self.cost = _cost_from(cost, profile) if handling == "waste" else KVCostModel(0.0)
+        self.cost = cost_model(cost, profile) if handling == "waste" else KVCostModel(0.0)
         self.allowed = _check_allowed(allowed) if handling == "waste" else (handling,)
         self.max_pinned_frac = _frac(max_pinned_frac)
         self.memory_admission = bool(memory_admission)
@@ -491,7 +470,7 @@ class TimelyLLMLAMPS(WasteHandling, TimelyLLM):
                  min_slack_s: float | None = None, max_pinned_frac: float = 0.5) -> None:
         TimelyLLM.__init__(self, min_slack_s=min_slack_s)
         self.max_pinned_frac = _frac(max_pinned_frac)
-        self.cost = _cost_from(cost, profile)
+        self.cost = cost_model(cost, profile)
         self.allowed = _check_allowed(allowed)
 
     def select(self, ready, running, ctx, now):
