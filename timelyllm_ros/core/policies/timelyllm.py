@@ -6,9 +6,9 @@ W(s_k; t): the waiting time segment k would have if its generation started now a
   k = 0: t + G − arrival;  k > 0: t + G − (estimated end of segment k−1's action).
 L(s_k): slack = time left until the segment is due, minus G: due − (t + G), where due is
   arrival + ERT for k = 0 and the estimated end of the previous action for k > 0
-  (`Generation.next_due`).  The paper only
-  says "remaining time until the expected completion of generation"; we floor it at G so that
-  overdue generations keep a finite, comparable priority (their TUF term then decides).
+  (`Generation.next_due`).  The paper only says "remaining time until the expected completion of
+  generation"; we floor it at G so that overdue generations keep a finite, comparable priority
+  (their TUF term then decides).
 
 One implementation, `eq4`: a loop over the ready generations with the per-point constants
 hoisted; `priority` and `terms` call it for one generation.  tests/test_scheduling_fastpaths.py
