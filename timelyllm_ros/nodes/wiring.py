@@ -2,6 +2,7 @@
 
 The builders take plain parameter dicts (what `ros2 run ... --ros-args -p ...` / config/planner.yaml
 provide) so they are testable without ROS; `main_*` read the parameters through rclpy and spin.
+The planner itself is assembled by `timelyllm_ros/assembly.py` (`NodePlanner.make_planner`).
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ import logging
 import signal
 import sys
 import threading
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from timelyllm_ros.assembly import PlannerBuilder, PlannerParts, ServingEngines
+from timelyllm_ros.assembly import PlannerBuilder, PlannerParts, ServingEngines, warm_up
 from timelyllm_ros.core.clock import Clock
 from timelyllm_ros.core.planner import Planner, PlannerListener
 from timelyllm_ros.core.robots import ROBOTS_DIR, RobotSpec, RobotSpecError, load_robots
@@ -198,7 +199,6 @@ class PlannerSetup:
     def start(self) -> NodePlanner:
         """The engine starts (lifecycle `activate`); the node builds the planner with
         `NodePlanner.make_planner`."""
-        from timelyllm_ros.assembly import PlannerParts, ServingEngines
         from timelyllm_ros.core.planner import PlannerConfig
 
         from .planner_node import DispatcherConfig, PlannerNodeConfig
@@ -225,8 +225,6 @@ class PlannerSetup:
             engine = engines.engine
             prompts = PromptBuilder(robots, engine.tokenizer)
         if p["warm_up"]:  # as the in-process demo: no request pays for a robot type's first prefill
-            from timelyllm_ros.assembly import warm_up
-
             warm_up(engine, prompts, sorted(robots))
         step_log: list | None = [] if p["step_log_path"] else None
         engine.step_log = step_log  # serving steps only (not the warm-up)
