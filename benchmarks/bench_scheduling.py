@@ -53,8 +53,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from timelyllm_ros.assembly import PlannerBuilder, PlannerParts  # noqa: E402
 from timelyllm_ros.core.clock import VirtualClock  # noqa: E402
-from timelyllm_ros.core.exec_time import ExecTimeEstimator  # noqa: E402
 from timelyllm_ros.core.planner import Planner, PlannerConfig  # noqa: E402
 from timelyllm_ros.core.policies import Policy, make_policy, policy_names  # noqa: E402
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
@@ -64,7 +64,7 @@ from timelyllm_ros.engines.simulated import LatencyProfile, SimulatedEngine  # n
 from timelyllm_ros.lrtrace import default_catalog  # noqa: E402
 from timelyllm_ros.sim.prompts import SimPromptSource  # noqa: E402
 from timelyllm_ros.sim.robots import SimulatedRobots  # noqa: E402
-from timelyllm_ros.sim.runner import VLLM_MAX_NUM_SEQS, EventLoop, _RequestLanes  # noqa: E402
+from timelyllm_ros.sim.runner import VLLM_MAX_NUM_SEQS, EventLoop, RequestLanes  # noqa: E402
 from timelyllm_ros.sim.tokenizer import SimTokenizer  # noqa: E402
 
 # The mixed_small demo's traces: tello (normal + urgent), arm (long plans), chat.
@@ -85,7 +85,7 @@ class _FirstSegmentsFirst(Policy):
 
 
 class _Sim:
-    """A planner on the simulated engine and robots, as ``run_simulation`` wires them."""
+    """A planner on the simulated engine and robots, assembled as ``run_simulation`` does."""
 
     def __init__(self, policy_name: str | Policy, robots: dict, seed: int) -> None:
         self.clock = VirtualClock()
@@ -94,12 +94,12 @@ class _Sim:
         self.policy = make_policy(policy_name) if isinstance(policy_name, str) else policy_name
         self.engine = SimulatedEngine(self.clock, LatencyProfile.from_yaml(), tok,
                                       scheduling_policy=self.policy.engine_scheduling)  # vllm-priority
-        robots_sim = SimulatedRobots(self.loop.view, robots, lambda r: self.planner.post_result(r),
+        builder = PlannerBuilder(PlannerParts(clock=self.clock, engine=self.engine, robots=robots, policy=self.policy,
+                                              prompts=SimPromptSource(self.engine, tok, robots=robots),
+                                              config=PlannerConfig(max_queued=100_000, max_live=100_000)))
+        robots_sim = SimulatedRobots(self.loop.view, robots, builder.post_result,
                                      self.loop.schedule, seed=seed, network_latency_s=0.008)
-        self.planner = Planner(clock=self.clock, engine=self.engine, dispatcher=_RequestLanes(robots_sim),
-                               robots=robots, policy=self.policy, estimator=ExecTimeEstimator(robots),
-                               prompts=SimPromptSource(self.engine, tok, robots=robots),
-                               config=PlannerConfig(max_queued=100_000, max_live=100_000))
+        self.planner = builder.build(RequestLanes(robots_sim)).planner
 
     def batcher(self, cap: int):
         """The planner's own choice for this policy (`Planner.use_batching`, i.e.
@@ -214,11 +214,12 @@ def bench_point(sim: _Sim, mix: list[Generation], policy_name: str, n_ready: int
         engine.add(g.gen_id, g.prompt_ids + g.output_ids, 64)
         g.state = GenState.RUNNING
         g.seg_start = g.seg_start if g.seg_start is not None else engine.clock.now()
-    planner = Planner(clock=engine.clock, engine=engine, dispatcher=p.dispatcher, robots=p.robots,
-                      policy=policy, estimator=p.estimator, prompts=p.prompts, config=p.config)
+    # the controller the runner installs for this policy (max_num_seqs); results go to the mix's planner
+    planner = PlannerBuilder(PlannerParts(clock=engine.clock, engine=engine, robots=p.robots, policy=policy,
+                                          prompts=p.prompts, config=p.config, max_num_seqs=VLLM_MAX_NUM_SEQS,
+                                          estimator=p.estimator)).build(p.dispatcher).planner
     planner.seg_gen_s, planner.token_s = p.seg_gen_s, p.token_s
     planner.iteration = p.iteration
-    planner.use_batching(None, VLLM_MAX_NUM_SEQS)  # the controller the runner installs for this policy
     batcher = planner.batcher
     now = engine.clock.now()
     wall: list[float] = []

@@ -445,7 +445,8 @@ def serve_for_fit(eng, a, draws: list[tuple[str, int]] | None = None, *,
     from timelyllm_ros.engines.base import host_gaps
     from timelyllm_ros.lrtrace import default_catalog, expand, load_workload
     from timelyllm_ros.prompts import PromptBuilder
-    from timelyllm_ros.serve import serve_arrivals, warm_up
+    from timelyllm_ros.assembly import warm_up
+    from timelyllm_ros.serve import serve_arrivals
 
     robots = load_robots()
     recs, gaps, loads, served = [], [], [], []

@@ -139,7 +139,8 @@ def serve_real(args, engine, work: dict, robots, before_run=lambda: None, in_tur
     vLLM engine, in `run_order`, each from a cold prefix cache + warm-up (`before_run()` first:
     the interleaved fit serves its next draws there).  {name: (plans, runs, records, differ, loads)}."""
     from timelyllm_ros.prompts import PromptBuilder
-    from timelyllm_ros.serve import serve_arrivals, warm_up
+    from timelyllm_ros.assembly import warm_up
+    from timelyllm_ros.serve import serve_arrivals
 
     out = {name: ({}, [], [], 0, []) for name in work}
     prompts = PromptBuilder(robots, engine.tokenizer)

@@ -171,7 +171,8 @@ def main() -> int:
         from timelyllm_ros.demo import DEFAULT_ENGINE
         from timelyllm_ros.engines.vllm_engine import VllmEngine
         from timelyllm_ros.prompts import PromptBuilder
-        from timelyllm_ros.serve import serve_arrivals, warm_up
+        from timelyllm_ros.assembly import warm_up
+        from timelyllm_ros.serve import serve_arrivals
 
         from timelyllm_ros.core.policies import engine_scheduling
 

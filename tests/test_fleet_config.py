@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from timelyllm_ros.engines.fleet_config import parse_engines
-from timelyllm_ros.nodes.wiring import ConfigError, build_planner
+from timelyllm_ros.nodes.params import ConfigError
+from timelyllm_ros.nodes.wiring import build_planner
 
 
 def test_entries_parse_from_lists_yaml_text_and_files(tmp_path):

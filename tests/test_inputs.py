@@ -18,6 +18,7 @@ from timelyllm_ros.core.robots import ROBOTS_DIR, RobotSpecError, load_robots
 from timelyllm_ros.engines.vllm_engine import VllmEngine
 from timelyllm_ros.inputs import InputError, check_out_file, policy_param_names
 from timelyllm_ros.nodes import wiring
+from timelyllm_ros.nodes.params import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 TUF = "tuf:\n  normal: {ert: 1.0, alpha: -2.0, beta: 1.0}\n"
@@ -218,7 +219,7 @@ def test_planner_node_config_errors_are_one_line(files, tmp_path):
     os.utime(dup / "tello.yaml", (1_000_000, 1_000_000))
     cases.append(({"robots_dir": str(dup)}, f"robots_dir: {dup / 'tello2.yaml'}: robot_type 'tello' is already defined"))
     for params, expected in cases:
-        with pytest.raises(wiring.ConfigError) as e:
+        with pytest.raises(ConfigError) as e:
             wiring.build_planner(params)
         assert expected in str(e.value) and "\n" not in str(e.value), (params, str(e.value))
 

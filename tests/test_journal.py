@@ -94,7 +94,8 @@ def test_body_round_trip():
 def test_ros_planner_wiring_recovers_from_its_journal(tmp_path):
     """`journal_path` of the planner node: a request journaled by a crashed planner is resubmitted
     by the next one, which journals what it does."""
-    from timelyllm_ros.nodes.wiring import ConfigError, build_planner
+    from timelyllm_ros.nodes.params import ConfigError
+    from timelyllm_ros.nodes.wiring import build_planner
 
     path = tmp_path / "planner.db"
     j = Journal(path)
@@ -108,13 +109,13 @@ def test_ros_planner_wiring_recovers_from_its_journal(tmp_path):
         def cancel(self, request_id):
             pass
 
-    make_planner, clock, cfg, shutdown = build_planner({"journal_path": str(path)})
-    planner = make_planner(NullDispatcher(), [])
+    started = build_planner({"journal_path": str(path)})
+    planner = started.make_planner(NullDispatcher(), [])
     try:
         assert "left-behind" in planner.generations  # recovered at start
         assert not planner.generations["left-behind"].state.terminal
     finally:
-        shutdown()
+        started.shutdown()
     with pytest.raises(ConfigError, match="journal_path"):
         build_planner({"journal_path": str(tmp_path)})  # a directory: clear error at start
 
@@ -147,7 +148,8 @@ def test_journal_path_under_a_file_or_in_a_missing_folder_is_a_one_line_error(tm
 
 
 def test_ros_planner_journal_path_in_a_missing_folder_is_a_one_line_config_error(tmp_path):
-    from timelyllm_ros.nodes.wiring import ConfigError, build_planner
+    from timelyllm_ros.nodes.params import ConfigError
+    from timelyllm_ros.nodes.wiring import build_planner
 
     f = tmp_path / "file"
     f.write_text("x")
@@ -203,9 +205,10 @@ def test_a_journaled_request_id_is_answered_from_the_journal_never_run_twice(tmp
     done.reason = "plan executed"
     j.on_request_update(done)
     j.close()
-    make_planner, clock, cfg, shutdown = build_planner({"journal_path": str(path)})
+    started = build_planner({"journal_path": str(path)})
     bus = InProcessBus()
-    node = PlannerNode(InProcessTransport(bus, "timelyllm"), make_planner, clock=clock, config=cfg).start()
+    node = PlannerNode(InProcessTransport(bus, "timelyllm"), started.make_planner, clock=started.clock,
+                       config=started.node_config).start()
     client = InProcessTransport(bus)
     got, ev = [], threading.Event()
     client.subscribe("/timelyllm/request_status", ifc.REQUEST_STATUS, lambda m: (got.append(m), ev.set()))
@@ -219,7 +222,7 @@ def test_a_journaled_request_id_is_answered_from_the_journal_never_run_twice(tmp
     finally:
         node.close()
         client.close()
-        shutdown()
+        started.shutdown()
 
 
 # ------------------------------------------------------------------ resume after a restart (issue 26)

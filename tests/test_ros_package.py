@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from timelyllm_ros.nodes import wiring
+from timelyllm_ros.nodes.params import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,9 +94,9 @@ def test_build_executor_from_parameters():
     assert rid == "drone7" and tello.backend.config.host == "127.0.0.5" and tello.backend.tello is None
     for bad in ({"backend": "teleport"}, {"robot_type": "boat"}, {"backend": "tello", "robot_type": "arm"},
                 {"robot_typo": "tello"}):
-        with pytest.raises(wiring.ConfigError):
+        with pytest.raises(ConfigError):
             wiring.build_executor(bad, namespace="/x")
-    with pytest.raises(wiring.ConfigError, match="namespace"):
+    with pytest.raises(ConfigError, match="namespace"):
         wiring.build_executor({})
 
 
@@ -113,19 +114,18 @@ def test_executor_parameter_flight_window_s_sets_the_envelope_window():
                                     (SkillCall("move_forward", "mf", (500,)),), 1.0, False)).code
              for i in range(30)]
     assert codes.count(ResultCode.OK) == 10 and codes.count(ResultCode.REJECTED) == 20
-    with pytest.raises(wiring.ConfigError, match="flight_window_s"):
+    with pytest.raises(ConfigError, match="flight_window_s"):
         wiring.build_executor({"robot_type": "tello", "flight_window_s": -1.0}, namespace="/d1")
 
 
 def test_build_planner_from_parameters():
-    make_planner, clock, cfg, shutdown = wiring.build_planner({"policy": "fcfs", "max_batch": 4,
-                                                              "status_period_s": 0.25})
-    p = make_planner(dispatcher=None, listeners=[])
+    started = wiring.build_planner({"policy": "fcfs", "max_batch": 4, "status_period_s": 0.25})
+    p = started.make_planner(dispatcher=None, listeners=[])
     assert p.policy.name == "fcfs"
-    assert p.batcher.max_batch == 4 and cfg.status_period_s == 0.25
-    shutdown()
+    assert p.batcher.max_batch == 4 and started.node_config.status_period_s == 0.25
+    started.shutdown()
     for bad in ({"engine": "gpt"}, {"policy": "nope"}, {"engin": "vllm"}):
-        with pytest.raises(wiring.ConfigError):
+        with pytest.raises(ConfigError):
             wiring.build_planner(bad)
 
 
@@ -171,7 +171,7 @@ def test_coerce_converts_ints_for_doubles_and_refuses_the_rest_in_one_line():
     for bad, msg in [({"seed": 1.5}, "must be an integer"), ({"time_scale": "fast"}, "must be a number"),
                      ({"tello_port": 70000}, "must be in [1, 65535]"), ({"backend": "teleport"}, "one of"),
                      ({"robot_typo": "x"}, "unknown parameters ['robot_typo']")]:
-        with pytest.raises(wiring.ConfigError, match=re.escape(msg)):
+        with pytest.raises(ConfigError, match=re.escape(msg)):
             P.coerce(P.EXECUTOR_PARAMS, bad)
 
 

@@ -269,7 +269,8 @@ def test_supervision_parameters_are_declared_read_only_and_checked_at_configure(
     """The six supervision parameters are node parameters like the others (nodes/params.py: typed,
     ranged, read-only, in --help); a lease shorter than two heartbeats fails configure."""
     from timelyllm_ros.nodes import params as P
-    from timelyllm_ros.nodes.wiring import ConfigError, PlannerSetup, executor_supervision
+    from timelyllm_ros.nodes.params import ConfigError
+    from timelyllm_ros.nodes.wiring import PlannerSetup, executor_supervision
 
     planner = {p.name: p for p in P.PLANNER_PARAMS}
     executor = {p.name: p for p in P.EXECUTOR_PARAMS}

@@ -207,9 +207,10 @@ def test_a_restarted_planner_resumes_a_plan_from_its_journal_over_dds(t, tmp_pat
         def cancel(self, request_id):
             pass
 
-    make_planner, clock, _cfg, shutdown = build_planner({"journal_path": str(path)})
+    started = build_planner({"journal_path": str(path)})
+    clock = started.clock
     held = Held()
-    p = make_planner(held, [])
+    p = started.make_planner(held, [])
     p.submit(PlanRequest(rid, robot, "tello", "patrol", "", NORMAL, clock.now(),
                          reference_plan="mf(50);tc(90);mf(50);"))
     for _ in range(20_000):
@@ -221,7 +222,7 @@ def test_a_restarted_planner_resumes_a_plan_from_its_journal_over_dds(t, tmp_pat
     now = clock.now()
     p.post_result(SegmentResult(rid, 0, ResultCode.OK, now, now + 0.5, (0.5,), 1))
     p._drain_inbox()  # journaled; the planner "dies" here
-    shutdown()
+    started.shutdown()
 
     status = Collector()
     t.subscribe(f"{ns}/request_status", ifc.REQUEST_STATUS, status, qos=QOS_RELIABLE_ALL)

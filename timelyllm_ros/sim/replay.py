@@ -13,6 +13,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ..assembly import warm_up
 from ..core.robots import RobotSpec
 from ..engines.base import StepRecord
 from ..core.latency_profile import LatencyProfile
@@ -27,12 +28,11 @@ def replay(workload: Workload | str, plans: Mapping[str, str], *, profile_path: 
            step_log: list[StepRecord] | None = None, exclusive_agents: bool = False) -> SimResult:
     """``policy`` in the simulator on the workload's arrivals that ``keep`` accepts and that have
     a plan in ``plans`` (request id -> the text the real model generated), with the real prompts
-    (``tokenizer``: the model's) and the same warm-up as real serving (`serve.warm_up`: fixed
+    (``tokenizer``: the model's) and the same warm-up as real serving (`assembly.warm_up`: fixed
     prompt prefixes cached before the clock starts).  ``step_log`` receives the simulated steps;
     ``exclusive_agents``: each robot runs its goals one at a time (as a ROS 2 graph's executor
     nodes do) instead of one lane per request (`sim.runner`)."""
     from ..prompts import PromptBuilder
-    from ..serve import warm_up
 
     builder = PromptBuilder(robots, tokenizer)
 

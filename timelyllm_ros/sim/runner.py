@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ..assembly import PlannerBuilder, PlannerParts
 from ..core.clock import Clock, VirtualClock
-from ..core.exec_time import ExecTimeEstimator
 from ..core.metrics import summarize, terminal_count, timeline_records
 from ..core.planner import Planner, PlannerConfig, PromptSource
 from ..core.policies import DispatchMode, make_policy
@@ -143,7 +143,7 @@ class SimResult:
         return d
 
 
-class _RequestLanes:
+class RequestLanes:
     """Dispatcher adapter: each request runs on its own lane ``robot_id~request_id`` of the
     simulated robots, so requests never queue behind each other (see the module docstring)."""
 
@@ -233,24 +233,19 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
     written = WrittenResults(written_true_p, run_seed) if policy.mode is not DispatchMode.SUSPEND else None
     source = (prompts(engine) if prompts is not None
               else SimPromptSource(engine, tokenizer, robots=robots, written=written))
-    planner: Planner | None = None
-
-    def post_result(r):
-        assert planner is not None
-        planner.post_result(r)
-
     faults = faults or FaultConfig()
     if not exclusive_agents and (faults.disconnects or faults.slow_robots):
         raise ValueError("per-robot faults (disconnects, slow_robots) need exclusive_agents=True")
-    sim_robots = SimulatedRobots(loop.view, robots, post_result, loop.schedule, seed=run_seed,
-                                 network_latency_s=wl.network_latency_s, faults=faults)
-    dispatcher = sim_robots if exclusive_agents else _RequestLanes(sim_robots)
-    planner = Planner(clock=clock, engine=engine, dispatcher=dispatcher, robots=robots, policy=policy,
-                      estimator=ExecTimeEstimator(robots), prompts=source, config=config or PlannerConfig())
     if max_batch is not None:
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
-    batcher = planner.use_batching(max_batch, VLLM_MAX_NUM_SEQS)
+    builder = PlannerBuilder(PlannerParts(clock=clock, engine=engine, robots=robots, policy=policy, prompts=source,
+                                          config=config or PlannerConfig(), max_batch=max_batch,
+                                          max_num_seqs=VLLM_MAX_NUM_SEQS))
+    sim_robots = SimulatedRobots(loop.view, robots, builder.post_result, loop.schedule, seed=run_seed,
+                                 network_latency_s=wl.network_latency_s, faults=faults)
+    built = builder.build(sim_robots if exclusive_agents else RequestLanes(sim_robots))
+    planner, batcher = built.planner, built.batcher
 
     rejected: dict[str, Generation] = {}
 
