@@ -36,10 +36,10 @@ from .inputs import VLLM_DEFAULTS as DEFAULT_ENGINE  # noqa: F401 - benchmarks i
 from .inputs import InputError
 
 from .core.policies import DEFAULT_POLICY
+from .paths import data_dir
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_MODEL = REPO / "models" / "tiny-planner"
-DEFAULT_PROFILE = REPO / "profiles" / "vllm_cpu_tiny.yaml"
+DEFAULT_MODEL = data_dir("models") / "tiny-planner"
+DEFAULT_PROFILE = data_dir("profiles") / "vllm_cpu_tiny.yaml"
 DEMO_WORKLOAD = "mixed_burst"  # workloads/mixed_burst.yaml
 DEMO_MAX_BATCH = 4  # the burst of mixed_burst fills it: where the scheduler's order shows
 ROBOT_KIND = {"tello": "drone"}  # how the picture names a robot type (others: their own name)

@@ -45,8 +45,9 @@ import yaml
 from .core.robots import RobotSpec
 from .core.tuf import TUF, TUFError
 from .core.types import PlanRequest
+from .paths import data_dir
 
-WORKLOADS_DIR = Path(__file__).resolve().parents[1] / "workloads"
+WORKLOADS_DIR = data_dir("workloads")
 DEFAULT_NETWORK_LATENCY_S = 0.008
 DEFAULT_BUSY_MARGIN_S = 2.0
 _ID_RE = re.compile(r"^[A-Za-z0-9_.:/-]{1,64}$")

@@ -24,8 +24,9 @@ import yaml
 
 from .core.minispec import MiniSpecError, parse_program
 from .core.robots import RobotSpec, load_robots, read_yaml_file
+from .paths import data_dir
 
-TASKS_FILE = Path(__file__).resolve().parents[1] / "workloads" / "lrtrace_tasks.yaml"
+TASKS_FILE = data_dir("workloads") / "lrtrace_tasks.yaml"
 CATEGORIES = ("normal", "urgent", "chat")
 MIN_SCENES = 5
 _TASK_ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,15}$")

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..core.engine import StepRecord
+from ..paths import data_dir
 
-PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
+PROFILES_DIR = data_dir("profiles")
 DEFAULT_PROFILE = PROFILES_DIR / "rtx4090_llama3_8b.yaml"
 
 
