@@ -65,7 +65,7 @@ from timelyllm_ros.lrtrace import default_catalog  # noqa: E402
 from timelyllm_ros.sim.prompts import SimPromptSource  # noqa: E402
 from timelyllm_ros.sim.robots import SimulatedRobots  # noqa: E402
 from timelyllm_ros.sim.runner import VLLM_MAX_NUM_SEQS, EventLoop, _RequestLanes  # noqa: E402
-from timelyllm_ros.sim.tokenizer import SimTokenizer  # noqa: E402
+from timelyllm_ros.core.tokenizer import SimTokenizer  # noqa: E402
 
 # The mixed_small demo's traces: tello (normal + urgent), arm (long plans), chat.
 TRACES = ("T1", "T3", "T6", "T7", "T9", "T10", "C1", "C2", "C3")

@@ -44,7 +44,7 @@ from timelyllm_ros.core.length_predictor import (DEFAULT_MODEL_DIR, MLP, Bins, F
 from timelyllm_ros.core.tuf import NORMAL  # noqa: E402
 from timelyllm_ros.core.types import PlanRequest  # noqa: E402
 from timelyllm_ros.lrtrace_tasks import RULES, generate_many  # noqa: E402
-from timelyllm_ros.sim.tokenizer import SimTokenizer  # noqa: E402
+from timelyllm_ros.core.tokenizer import SimTokenizer  # noqa: E402
 
 # --------------------------------------------------------------------------------------------
 # Chat families: (task, scene) -> reply.  The scene carries the length signal (detail level,

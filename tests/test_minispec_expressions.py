@@ -161,7 +161,7 @@ def test_planner_guard_keeps_plan_state_across_segments():
     from timelyllm_ros.core.types import GenState, PlanRequest
     from timelyllm_ros.engines.simulated import SimulatedEngine
     from timelyllm_ros.sim.prompts import SimPromptSource
-    from timelyllm_ros.sim.tokenizer import SimTokenizer
+    from timelyllm_ros.core.tokenizer import SimTokenizer
 
     robots = load_robots()
 

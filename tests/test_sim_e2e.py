@@ -175,7 +175,7 @@ def test_custom_tokenizer_and_prompts_drive_the_simulation(short, robots, catalo
     """run_simulation(tokenizer=, prompts=): the given prompt source decides what each request's
     simulated LLM generates (sim_fidelity replays a real model's plans this way)."""
     from timelyllm_ros.sim.prompts import SimPromptSource
-    from timelyllm_ros.sim.tokenizer import SimTokenizer
+    from timelyllm_ros.core.tokenizer import SimTokenizer
 
     tok, asked = SimTokenizer(), []
 

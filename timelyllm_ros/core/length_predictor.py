@@ -72,7 +72,7 @@ def age(g: Generation) -> int:
 # --- oracle ---------------------------------------------------------------------------------------
 
 def _default_counter() -> Callable[[str], int]:
-    from ..sim.tokenizer import SimTokenizer
+    from .tokenizer import SimTokenizer
 
     tok = SimTokenizer()
     return tok.count
