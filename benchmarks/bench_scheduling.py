@@ -61,7 +61,7 @@ from timelyllm_ros.core.robots import load_robots  # noqa: E402
 from timelyllm_ros.core.tuf import NORMAL, URGENT  # noqa: E402
 from timelyllm_ros.core.types import GenState, Generation, PlanRequest  # noqa: E402
 from timelyllm_ros.engines.simulated import LatencyProfile, SimulatedEngine  # noqa: E402
-from timelyllm_ros.lrtrace import default_catalog  # noqa: E402
+from timelyllm_ros.workloads.format import default_catalog  # noqa: E402
 from timelyllm_ros.sim.prompts import SimPromptSource  # noqa: E402
 from timelyllm_ros.sim.robots import SimulatedRobots  # noqa: E402
 from timelyllm_ros.sim.runner import VLLM_MAX_NUM_SEQS, EventLoop, _RequestLanes  # noqa: E402

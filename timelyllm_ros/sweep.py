@@ -96,7 +96,7 @@ def _init_worker() -> None:
         os.environ.setdefault(v, "1")
     if "robots" not in _ctx:
         from .core.robots import load_robots
-        from .lrtrace import default_catalog
+        from .workloads.format import default_catalog
 
         _ctx["robots"] = load_robots()
         _ctx["catalog"] = default_catalog(_ctx["robots"])
@@ -177,7 +177,7 @@ def sweep(loads: Sequence[str], capacities: Sequence[str], profiles: Sequence[st
     nothing but the (cheap) isolated-service jobs; runs not in the cache are reported as
     ``pending`` (a look at a sweep still running elsewhere on the same cache)."""
     from .core.robots import load_robots
-    from .lrtrace import default_catalog
+    from .workloads.format import default_catalog
     from .sim import regime
 
     t_start = time.perf_counter()
@@ -281,7 +281,7 @@ def sweep(loads: Sequence[str], capacities: Sequence[str], profiles: Sequence[st
 
 
 # what a cell's figures depend on (package-relative): a change here invalidates the cache
-SIMULATION_CODE = ("core", "engines", "sim", "lrtrace.py", "lrtrace_tasks.py", "prompts.py")
+SIMULATION_CODE = ("core", "engines", "sim", "workloads", "prompts.py")
 
 
 class _Cache:

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from ..core.robots import RobotSpec, parse_robot
-from ..lrtrace_tasks import Scene, TaskDef, check_plan
+from ..workloads.catalog import Scene, TaskDef, check_plan
 from ..paths import data_dir
 
 TOOLBOT_FILE = data_dir("workloads") / "lamps_toolbot.yaml"

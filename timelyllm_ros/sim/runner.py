@@ -47,8 +47,8 @@ from ..core.types import Generation, GenState, SegmentGoal
 from ..engines.base import Tokenizer
 from ..engines.sim_pool import SimulatedPool
 from ..engines.simulated import DEFAULT_PROFILE, LatencyProfile, SimulatedEngine
-from ..lrtrace import Arrival, Workload, default_catalog, expand, load_workload
-from ..lrtrace_tasks import TaskDef
+from ..workloads.format import Arrival, Workload, default_catalog, expand, load_workload
+from ..workloads.catalog import TaskDef
 from .prompts import SimPromptSource, WrittenResults
 from .robots import FaultConfig, SimulatedRobots
 from ..core.tokenizer import SimTokenizer

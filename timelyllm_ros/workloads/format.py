@@ -42,10 +42,10 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import yaml
 
-from .core.robots import RobotSpec
-from .core.tuf import TUF, TUFError
-from .core.types import PlanRequest
-from .paths import data_dir
+from ..core.robots import RobotSpec
+from ..core.tuf import TUF, TUFError
+from ..core.types import PlanRequest
+from ..paths import data_dir
 
 WORKLOADS_DIR = data_dir("workloads")
 DEFAULT_NETWORK_LATENCY_S = 0.008
@@ -63,12 +63,12 @@ class WorkloadError(ValueError):
 
 # --- catalog (the tasks module): what a workload needs of a task --------------------------------
 
-class SceneLike(Protocol):  # lrtrace_tasks.Scene
+class SceneLike(Protocol):  # catalog.Scene
     scene: str
     plan: str
 
 
-class TaskLike(Protocol):  # lrtrace_tasks.TaskDef
+class TaskLike(Protocol):  # catalog.TaskDef
     task_id: str
     robot_type: str
     category: str
@@ -415,7 +415,7 @@ def default_catalog(robots: Mapping[str, RobotSpec] | None = None,
                     paths: Sequence[str | Path] | None = None) -> dict[str, Any]:
     """Task catalog for workloads: every bundled ``workloads/*_tasks.yaml`` (LRTrace T1-T11, C1-C3,
     chat tasks, ...) merged, or the given catalog files.  A task id defined twice is an error."""
-    from .lrtrace_tasks import load_tasks
+    from .catalog import load_tasks
 
     files = [Path(p) for p in paths] if paths else sorted(WORKLOADS_DIR.glob("*_tasks.yaml"))
     merged: dict[str, Any] = {}
