@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from timelyllm_ros.core.envelope import EnvelopeTracker
+from timelyllm_ros.core.flight import EnvelopeTracker
 from timelyllm_ros.core.guard import PlanState, check_segment
 from timelyllm_ros.core.minispec import (ArgumentError, BinOp, Call, MiniSpecRuntimeError, Var, parse_statement,
                                          run_statement)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-from ..envelope import ZERO, Travel, call_travel
+from ..envelope import ZERO, Travel
+from ..flight import call_travel
 from ..robots import RobotSpec
 from ..types import Value
 from . import syntax as m
