@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
 
 from timelyllm_ros.core.qoe import qoe_summary, request_qoe  # noqa: E402
 from timelyllm_ros.core.types import GenState  # noqa: E402
-from timelyllm_ros.lrtrace_tasks import load_tasks  # noqa: E402
+from timelyllm_ros.workloads.catalog import load_tasks  # noqa: E402
 
 CHAT_TASKS = ROOT / "workloads" / "chat_tasks.yaml"
 

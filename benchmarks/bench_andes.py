@@ -27,7 +27,7 @@ import time
 from _policy_bench import ROOT, Probe, catalog, fmt, latency_metrics, qoe_metrics
 
 from timelyllm_ros.core.robots import load_robots
-from timelyllm_ros.lrtrace import load_workload
+from timelyllm_ros.workloads.format import load_workload
 from timelyllm_ros.sim.runner import run_simulation
 
 

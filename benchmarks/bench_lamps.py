@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from timelyllm_ros.core.planner import PlannerConfig  # noqa: E402
-from timelyllm_ros.lrtrace import load_workload  # noqa: E402
+from timelyllm_ros.workloads.format import load_workload  # noqa: E402
 from timelyllm_ros.sim.lamps_workload import load_toolbot  # noqa: E402
 from timelyllm_ros.sim.runner import run_simulation  # noqa: E402
 

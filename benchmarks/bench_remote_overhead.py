@@ -45,7 +45,7 @@ def prompts_for(tokenizer, n: int) -> list[list[int]]:
     from timelyllm_ros.core.robots import load_robots
     from timelyllm_ros.core.tuf import TUF
     from timelyllm_ros.core.types import PlanRequest
-    from timelyllm_ros.lrtrace_tasks import load_tasks
+    from timelyllm_ros.workloads.catalog import load_tasks
     from timelyllm_ros.prompts import PromptBuilder
 
     robots, tasks = load_robots(), load_tasks()

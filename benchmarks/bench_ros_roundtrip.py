@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from timelyllm_ros.core.clock import WallClock  # noqa: E402
-from timelyllm_ros.core.envelope import EnvelopeTracker  # noqa: E402
+from timelyllm_ros.core.flight import EnvelopeTracker  # noqa: E402
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
 from timelyllm_ros.core.types import ResultCode, SegmentGoal, SegmentResult, SkillCall  # noqa: E402
 from timelyllm_ros.nodes.dispatcher import ActionDispatcher, DispatcherConfig  # noqa: E402

@@ -61,11 +61,11 @@ from timelyllm_ros.core.robots import load_robots  # noqa: E402
 from timelyllm_ros.core.tuf import NORMAL, URGENT  # noqa: E402
 from timelyllm_ros.core.types import GenState, Generation, PlanRequest  # noqa: E402
 from timelyllm_ros.engines.simulated import LatencyProfile, SimulatedEngine  # noqa: E402
-from timelyllm_ros.lrtrace import default_catalog  # noqa: E402
+from timelyllm_ros.workloads.format import default_catalog  # noqa: E402
 from timelyllm_ros.sim.prompts import SimPromptSource  # noqa: E402
 from timelyllm_ros.sim.robots import SimulatedRobots  # noqa: E402
 from timelyllm_ros.sim.runner import VLLM_MAX_NUM_SEQS, EventLoop, RequestLanes  # noqa: E402
-from timelyllm_ros.sim.tokenizer import SimTokenizer  # noqa: E402
+from timelyllm_ros.core.tokenizer import SimTokenizer  # noqa: E402
 
 # The mixed_small demo's traces: tello (normal + urgent), arm (long plans), chat.
 TRACES = ("T1", "T3", "T6", "T7", "T9", "T10", "C1", "C2", "C3")

@@ -23,7 +23,7 @@ import time
 
 from _policy_bench import ROOT, Probe, catalog, fmt, latency_metrics
 
-from timelyllm_ros.lrtrace import load_workload
+from timelyllm_ros.workloads.format import load_workload
 from timelyllm_ros.sim.runner import run_simulation
 
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from timelyllm_ros.core.planner import PlannerConfig  # noqa: E402
 from timelyllm_ros.core.types import GenState  # noqa: E402
-from timelyllm_ros.lrtrace import parse_workload  # noqa: E402
+from timelyllm_ros.workloads.format import parse_workload  # noqa: E402
 from timelyllm_ros.sim.runner import run_simulation  # noqa: E402
 
 

@@ -61,8 +61,8 @@ def child(args: argparse.Namespace) -> int:
 def parent(args: argparse.Namespace) -> int:
     from timelyllm_ros.core.robots import load_robots
     from timelyllm_ros.journal import Journal
-    from timelyllm_ros.lrtrace import expand, load_workload
-    from timelyllm_ros.lrtrace_tasks import load_tasks
+    from timelyllm_ros.workloads.format import expand, load_workload
+    from timelyllm_ros.workloads.catalog import load_tasks
 
     robots = load_robots()
     rows = []

@@ -140,7 +140,7 @@ def main() -> None:
         ap.error("--reps, --max-batch and --fit-runs must be >= 1")
     if not a.fit_duration > 0:
         ap.error("--fit-duration must be > 0")
-    from timelyllm_ros.lrtrace import WorkloadError, load_workload
+    from timelyllm_ros.workloads.format import WorkloadError, load_workload
     try:
         a.fit_workloads = [load_workload(w.strip()) and w.strip() for w in a.fit_workload.split(",") if w.strip()]
     except (WorkloadError, OSError) as e:
@@ -443,7 +443,7 @@ def serve_for_fit(eng, a, draws: list[tuple[str, int]] | None = None, *,
     Returns (iterations, host gaps, load averages, [workload, seed, iterations] per draw)."""
     from timelyllm_ros.core.robots import load_robots
     from timelyllm_ros.engines.base import host_gaps
-    from timelyllm_ros.lrtrace import default_catalog, expand, load_workload
+    from timelyllm_ros.workloads.format import default_catalog, expand, load_workload
     from timelyllm_ros.prompts import PromptBuilder
     from timelyllm_ros.assembly import warm_up
     from timelyllm_ros.serve import serve_arrivals

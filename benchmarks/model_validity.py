@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from timelyllm_ros.core.robots import RobotSpec, load_robots  # noqa: E402
 from timelyllm_ros.core.segmenter import Segmenter  # noqa: E402
-from timelyllm_ros.lrtrace_tasks import (EvalItem, PlanError, check_plan, count_sentences,  # noqa: E402
-                                         held_out, load_tasks, split_statements)
+from timelyllm_ros.workloads.catalog import PlanError, check_plan, count_sentences, load_tasks, split_statements  # noqa: E402
+from timelyllm_ros.workloads.examples import EvalItem, held_out  # noqa: E402
 from timelyllm_ros.prompts import DEFAULT_MODEL_DIR, PromptBuilder, TokenizerFile  # noqa: E402
 
 MAX_TOKENS = {"tello": 64, "arm": 200, "chat": 96}

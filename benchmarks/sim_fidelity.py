@@ -242,7 +242,7 @@ def main() -> int:
     from timelyllm_ros.engines.base import StepRecord
     from timelyllm_ros.engines.simulated import LatencyProfile
     from timelyllm_ros.engines.vllm_engine import VllmTokenizer
-    from timelyllm_ros.lrtrace import WorkloadError, default_catalog, expand, load_workload
+    from timelyllm_ros.workloads.format import WorkloadError, default_catalog, expand, load_workload
 
     robots = load_robots()
     names = [w.strip() for w in args.workload.split(",") if w.strip()]

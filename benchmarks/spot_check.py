@@ -139,7 +139,7 @@ def main() -> int:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     from timelyllm_ros.core.policies import policy_names
     from timelyllm_ros.core.robots import load_robots
-    from timelyllm_ros.lrtrace import WorkloadError, default_catalog, expand, load_workload
+    from timelyllm_ros.workloads.format import WorkloadError, default_catalog, expand, load_workload
     known = policy_names()
     real_pols = [p.strip() for p in a.policies.split(",") if p.strip()]
     sim_pols = [p.strip() for p in a.sim_policies.split(",")] if a.sim_policies else known

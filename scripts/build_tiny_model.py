@@ -30,7 +30,8 @@ import torch  # noqa: E402
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
-from timelyllm_ros.lrtrace_tasks import RULES, generate, held_out, load_tasks, outcome_paths  # noqa: E402
+from timelyllm_ros.workloads.catalog import load_tasks  # noqa: E402
+from timelyllm_ros.workloads.examples import RULES, generate, held_out, outcome_paths  # noqa: E402
 from timelyllm_ros.prompts import PromptBuilder, request_text, result_text  # noqa: E402
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]

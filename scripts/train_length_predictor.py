@@ -3,7 +3,7 @@
 
 Data: chat replies with a realistic length spread (the chat families below: 1-8 sentences, the
 length depends on the request's scene, with noise) plus the LRTrace robot tasks (T1-T11, C1-C3,
-``timelyllm_ros.lrtrace_tasks.generate_many``).  Lengths are counted with the simulator's tokenizer
+``timelyllm_ros.workloads.examples.generate_many``).  Lengths are counted with the simulator's tokenizer
 (+1 for EOS), the unit the simulated engine generates in.
 
     python scripts/train_length_predictor.py            # train, evaluate, write models/length-predictor/
@@ -43,8 +43,8 @@ from timelyllm_ros.core.length_predictor import (DEFAULT_MODEL_DIR, MLP, Bins, F
                                                  LearnedPredictor)
 from timelyllm_ros.core.tuf import NORMAL  # noqa: E402
 from timelyllm_ros.core.types import PlanRequest  # noqa: E402
-from timelyllm_ros.lrtrace_tasks import RULES, generate_many  # noqa: E402
-from timelyllm_ros.sim.tokenizer import SimTokenizer  # noqa: E402
+from timelyllm_ros.workloads.examples import RULES, generate_many  # noqa: E402
+from timelyllm_ros.core.tokenizer import SimTokenizer  # noqa: E402
 
 # --------------------------------------------------------------------------------------------
 # Chat families: (task, scene) -> reply.  The scene carries the length signal (detail level,

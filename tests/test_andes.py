@@ -1,4 +1,4 @@
-"""Andes policy: greedy packing, selective triggering, gain-per-memory decisions, the refiner; pacer."""
+"""Andes policy: greedy packing, selective triggering, gain-per-memory decisions, the refiner."""
 
 import pytest
 
@@ -9,7 +9,6 @@ from timelyllm_ros.core.robots import load_robots
 from timelyllm_ros.core.tuf import NORMAL
 from timelyllm_ros.core.types import Generation, GenState, PlanRequest, Segment
 from timelyllm_ros.engines.base import EngineStats
-from timelyllm_ros.pacer import PacerError, TokenPacer
 
 from policy_oracles import andes_rate, andes_select_reference, greedy_pack
 
@@ -127,38 +126,6 @@ def test_speaking_robots_consume_slower():
     g.request = PlanRequest("x", "u", "chat", "t", "", NORMAL, 0.0, category="chat")
     assert andes_rate(p, g, ctx()) == 3.3
     assert andes_rate(Andes(), g, ctx()) == 4.8
-
-
-# --- pacer ---------------------------------------------------------------------------------------
-
-def test_pacer_releases_sentences_at_the_consumers_pace():
-    p = TokenPacer(rate=2.0, ideal_start=1.0)
-    r0 = p.push(4, 0.5)  # early: starts at the ideal start, lasts 4 / 2 = 2 s
-    assert (r0.start, r0.end) == (1.0, 3.0)
-    r1 = p.push(2, 1.5)  # arrived while the first was being read: waits for it
-    assert (r1.start, r1.end) == (3.0, 4.0)
-    r2 = p.push(2, 6.0)  # arrived after a pause: starts on arrival
-    assert (r2.start, r2.end) == (6.0, 7.0)
-    assert p.released_tokens(0.9) == 0
-    assert p.released_tokens(1.0) == 1 and p.released_tokens(2.6) == 4
-    assert p.buffered_tokens(2.0) == 6 - 3  # 6 delivered by 2.0, 3 released
-    assert p.buffer_s(2.0) == pytest.approx(2.0)  # reading until 4.0
-    assert p.buffer_s(5.0) == 0.0
-    # its QoE is the core metric's: actual 1,1.5,2,2.5,3,3.5,6,6.5 vs ideal 1..4.5 step 0.5:
-    # S_delay = 2 + 2 = 4; S_whole = 8 * 6.5 - 22 = 30
-    q = p.qoe()
-    assert q.s_delay == pytest.approx(4.0) and q.qoe == pytest.approx(1 - 4 / 30)
-
-
-def test_pacer_rejects_bad_input():
-    with pytest.raises(PacerError):
-        TokenPacer(rate=0, ideal_start=0)
-    p = TokenPacer(rate=1, ideal_start=0)
-    p.push(1, 2.0)
-    with pytest.raises(PacerError):
-        p.push(1, 1.0)  # out of order
-    with pytest.raises(PacerError):
-        p.push(0, 3.0)
 
 
 def test_reading_rate_learns_tokens_per_word_from_delivered_text():

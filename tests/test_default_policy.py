@@ -13,7 +13,7 @@ from timelyllm_ros.core.robots import load_robots
 from timelyllm_ros.core.tuf import NORMAL, URGENT
 from timelyllm_ros.core.types import Generation, GenState, PlanRequest, Segment
 from timelyllm_ros.engines.base import EngineStats
-from timelyllm_ros.lrtrace import scaled_drones
+from timelyllm_ros.workloads.format import scaled_drones
 from timelyllm_ros.sim.runner import run_simulation
 
 ROBOTS = load_robots()

@@ -223,7 +223,7 @@ def test_hybrid_policy_in_simulator_every_request_terminal():
     """The hybrid policy drives the planner on a short LRTrace replay: nothing is held forever."""
     import dataclasses
 
-    from timelyllm_ros.lrtrace import load_workload
+    from timelyllm_ros.workloads.format import load_workload
     from timelyllm_ros.sim.runner import run_simulation
 
     wl = dataclasses.replace(load_workload("WID1"), duration_s=20.0)

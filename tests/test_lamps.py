@@ -221,7 +221,7 @@ def test_simulated_toolbot_run_every_request_terminal(policy):
     from pathlib import Path
 
     from timelyllm_ros.core.planner import PlannerConfig
-    from timelyllm_ros.lrtrace import load_workload
+    from timelyllm_ros.workloads.format import load_workload
     from timelyllm_ros.sim.lamps_workload import load_toolbot
     from timelyllm_ros.sim.runner import run_simulation
 

@@ -7,7 +7,7 @@ from timelyllm_ros.core.length_predictor import (DEFAULT_MODEL_DIR, MLP, Bins, F
                                                  OraclePredictor, PredictorError, bayes_update, make_predictor)
 from timelyllm_ros.core.tuf import NORMAL
 from timelyllm_ros.core.types import Generation, PlanRequest
-from timelyllm_ros.sim.tokenizer import SimTokenizer
+from timelyllm_ros.core.tokenizer import SimTokenizer
 
 
 def test_bins_and_transition_matrix():

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from timelyllm_ros.core.robots import load_robots
-from timelyllm_ros.lrtrace_tasks import (RULES, TASKS_FILE, PlanError, TaskFileError, check_plan, count_sentences,
-                                         false_path, generate, generate_many, held_out, load_tasks, outcome_paths,
-                                         parse_tasks, split_statements)
+from timelyllm_ros.workloads.catalog import (TASKS_FILE, PlanError, TaskFileError, check_plan, count_sentences, load_tasks,
+                                             parse_tasks, split_statements)
+from timelyllm_ros.workloads.examples import RULES, false_path, generate, generate_many, held_out, outcome_paths
 
 ROBOTS = load_robots()
 RAW = yaml.safe_load(TASKS_FILE.read_text())

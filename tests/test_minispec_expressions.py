@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from timelyllm_ros.core.envelope import EnvelopeTracker
+from timelyllm_ros.core.flight import EnvelopeTracker
 from timelyllm_ros.core.guard import PlanState, check_segment
 from timelyllm_ros.core.minispec import (ArgumentError, BinOp, Call, MiniSpecRuntimeError, Var, parse_statement,
                                          run_statement)
@@ -161,7 +161,7 @@ def test_planner_guard_keeps_plan_state_across_segments():
     from timelyllm_ros.core.types import GenState, PlanRequest
     from timelyllm_ros.engines.simulated import SimulatedEngine
     from timelyllm_ros.sim.prompts import SimPromptSource
-    from timelyllm_ros.sim.tokenizer import SimTokenizer
+    from timelyllm_ros.core.tokenizer import SimTokenizer
 
     robots = load_robots()
 

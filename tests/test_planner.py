@@ -12,7 +12,7 @@ from timelyllm_ros.core.types import GenState, PlanRequest, ResultCode, SegmentR
 from timelyllm_ros.engines.base import EngineError
 from timelyllm_ros.engines.simulated import SimulatedEngine
 from timelyllm_ros.sim.prompts import SimPromptSource
-from timelyllm_ros.sim.tokenizer import SimTokenizer
+from timelyllm_ros.core.tokenizer import SimTokenizer
 
 ROBOTS = load_robots()
 

@@ -9,7 +9,7 @@ import pytest
 from timelyllm_ros.core.robots import load_robots
 from timelyllm_ros.core.tuf import TUF
 from timelyllm_ros.core.types import PlanRequest, Segment, SkillCall
-from timelyllm_ros.lrtrace_tasks import check_plan, load_tasks
+from timelyllm_ros.workloads.catalog import check_plan, load_tasks
 from timelyllm_ros.prompts import (ANSWER_CUE, DEFAULT_MODEL_DIR, PromptBuilder, PromptError, request_text,
                                    result_text, skill_line)
 

@@ -10,8 +10,8 @@ import pytest
 from timelyllm_ros.core.metrics import to_json
 from timelyllm_ros.core.policies import policy_names
 from timelyllm_ros.core.robots import load_robots
-from timelyllm_ros.lrtrace import load_workload
-from timelyllm_ros.lrtrace_tasks import load_tasks
+from timelyllm_ros.workloads.format import load_workload
+from timelyllm_ros.workloads.catalog import load_tasks
 from timelyllm_ros.sim.runner import EventLoop, SimulationError, run_simulation
 
 SHORT = """
@@ -78,7 +78,7 @@ def _check_invariants(r, n_expected):
 
 
 def test_every_policy_finishes_with_sane_metrics(short, robots, catalog):
-    from timelyllm_ros.lrtrace import expand
+    from timelyllm_ros.workloads.format import expand
 
     n = len(expand(short, catalog, robots))
     assert n >= 8
@@ -175,7 +175,7 @@ def test_custom_tokenizer_and_prompts_drive_the_simulation(short, robots, catalo
     """run_simulation(tokenizer=, prompts=): the given prompt source decides what each request's
     simulated LLM generates (sim_fidelity replays a real model's plans this way)."""
     from timelyllm_ros.sim.prompts import SimPromptSource
-    from timelyllm_ros.sim.tokenizer import SimTokenizer
+    from timelyllm_ros.core.tokenizer import SimTokenizer
 
     tok, asked = SimTokenizer(), []
 

@@ -18,7 +18,7 @@ from timelyllm_ros.engines.base import EngineError
 from timelyllm_ros.engines.simulated import (DEFAULT_PROFILE, KV_MODES, KVCapacityError, LatencyProfile,
                                              ProfileError, SimulatedEngine)
 from timelyllm_ros.sim.prompts import SimPromptSource
-from timelyllm_ros.sim.tokenizer import SimTokenizer
+from timelyllm_ros.core.tokenizer import SimTokenizer
 
 DRONE_PLAN = "s('cat');g('cat');tp;"
 

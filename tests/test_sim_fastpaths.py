@@ -16,7 +16,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from timelyllm_ros import lrtrace
+from timelyllm_ros.workloads import format as workload_format
 from timelyllm_ros.core.batching import LatencyGuidedBatch
 from timelyllm_ros.core.clock import VirtualClock
 from timelyllm_ros.core.engine import EngineStats
@@ -79,28 +79,28 @@ def _plain_pick_expand(monkeypatch, wl, catalog, robots, seed):
             return min(idle or self.pool, key=lambda a: (last_used[a.robot_id], self.index[a.robot_id])).robot_id
 
     with monkeypatch.context() as m:
-        m.setattr(lrtrace, "_AgentPicker", Scan)
-        return lrtrace.expand(wl, catalog, robots, seed=seed)
+        m.setattr(workload_format, "_AgentPicker", Scan)
+        return workload_format.expand(wl, catalog, robots, seed=seed)
 
 
 def test_expand_agent_choice_equals_the_pool_scan(monkeypatch):
     from timelyllm_ros.core.robots import load_robots
 
     robots = load_robots()
-    catalog = lrtrace.default_catalog(robots)
+    catalog = workload_format.default_catalog(robots)
     # busy agents (a high rate over few agents: the all-busy fallback), idle ones, fixed robots
-    for wl in (lrtrace.scaled_drones(3, duration_s=40.0), lrtrace.scaled_drones(200, duration_s=20.0),
-               lrtrace.load_workload("WID2"), lrtrace.load_workload("chat_mixed")):
+    for wl in (workload_format.scaled_drones(3, duration_s=40.0), workload_format.scaled_drones(200, duration_s=20.0),
+               workload_format.load_workload("WID2"), workload_format.load_workload("chat_mixed")):
         for seed in (1, 7):
-            fast = lrtrace.expand(wl, catalog, robots, seed=seed)
+            fast = workload_format.expand(wl, catalog, robots, seed=seed)
             assert fast == _plain_pick_expand(monkeypatch, wl, catalog, robots, seed)
     # requests for fixed agents (they make agents busy outside the pick) mixed with the traces
-    wl = lrtrace.scaled_drones(4, duration_s=30.0)
+    wl = workload_format.scaled_drones(4, duration_s=30.0)
     task = wl.traces[0]
-    fixed = tuple(lrtrace.ExplicitRequest(time=float(t), task=task, scene=0, robot_id=f"tello{t % 4}",
+    fixed = tuple(workload_format.ExplicitRequest(time=float(t), task=task, scene=0, robot_id=f"tello{t % 4}",
                                           request_id=f"fixed{t}", path=("requests", t)) for t in range(0, 30, 3))
     wl = dataclasses.replace(wl, requests=fixed)
-    assert lrtrace.expand(wl, catalog, robots, seed=3) == _plain_pick_expand(monkeypatch, wl, catalog, robots, 3)
+    assert workload_format.expand(wl, catalog, robots, seed=3) == _plain_pick_expand(monkeypatch, wl, catalog, robots, 3)
 
 
 def _stats(tps: float) -> EngineStats:

@@ -11,7 +11,7 @@ import pytest
 from timelyllm_ros.cli import main
 from timelyllm_ros.core.metrics import to_json
 from timelyllm_ros.core.robots import load_robots
-from timelyllm_ros.lrtrace import default_catalog
+from timelyllm_ros.workloads.format import default_catalog
 from timelyllm_ros.sim import regime
 from timelyllm_ros.sweep import PLAN_CHUNK, sweep
 

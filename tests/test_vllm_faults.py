@@ -29,7 +29,7 @@ from timelyllm_ros.core.policies import make_policy
 from timelyllm_ros.core.robots import load_robots
 from timelyllm_ros.core.tuf import TUF
 from timelyllm_ros.core.types import GenState, PlanRequest, ResultCode, SegmentGoal, SegmentResult
-from timelyllm_ros.lrtrace_tasks import load_tasks
+from timelyllm_ros.workloads.catalog import load_tasks
 from timelyllm_ros.prompts import PromptBuilder
 
 pytestmark = pytest.mark.vllm

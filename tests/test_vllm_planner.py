@@ -28,7 +28,7 @@ from timelyllm_ros.core.segmenter import Cut, Segmenter, segment_text
 from timelyllm_ros.core.tuf import TUF
 from timelyllm_ros.core.types import GenState, PlanRequest, ResultCode, Segment, SegmentGoal, SegmentResult, SkillCall
 from timelyllm_ros.engines.base import EngineOutput
-from timelyllm_ros.lrtrace_tasks import load_tasks
+from timelyllm_ros.workloads.catalog import load_tasks
 from timelyllm_ros.prompts import PromptBuilder
 
 pytestmark = pytest.mark.vllm
@@ -418,7 +418,7 @@ def fast_robots(scale: float) -> dict[str, RobotSpec]:
 def test_serve_arrivals_on_real_engine(vllm_engine):
     """(d) serve.py in real time: a few arrivals of workloads/mixed_small.yaml (one per kind:
     drone, urgent drone, arm, chat) all end terminal, and the metrics cover them."""
-    from timelyllm_ros.lrtrace import expand, load_workload
+    from timelyllm_ros.workloads.format import expand, load_workload
     from timelyllm_ros.serve import serve_arrivals
 
     robots = fast_robots(0.02)

@@ -28,7 +28,7 @@ from timelyllm_ros.core.types import GenState, PlanRequest
 from timelyllm_ros.engines.simulated import LatencyProfile, SimulatedEngine
 from timelyllm_ros.inputs import InputError, check_policy_params
 from timelyllm_ros.sim.prompts import SimPromptSource
-from timelyllm_ros.sim.tokenizer import SimTokenizer
+from timelyllm_ros.core.tokenizer import SimTokenizer
 
 PLAN = "s('cat');g('cat');tp;"
 SMALL = dict(prefill_s_per_token=0.001, prefill_base_s=0.01, decode_base_s=0.02,

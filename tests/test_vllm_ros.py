@@ -23,7 +23,7 @@ from timelyllm_ros.core.robots import load_robots  # noqa: E402
 from timelyllm_ros.core.types import ResultCode  # noqa: E402
 from timelyllm_ros.executors.base import ExecutorConfig, SegmentExecutor, SimulatedPerception  # noqa: E402
 from timelyllm_ros.executors.simulated import SimulatedBackend  # noqa: E402
-from timelyllm_ros.lrtrace_tasks import load_tasks  # noqa: E402
+from timelyllm_ros.workloads.catalog import load_tasks  # noqa: E402
 from timelyllm_ros.nodes.executor_node import ExecutorNode  # noqa: E402
 from timelyllm_ros.nodes.dispatcher import DispatcherConfig  # noqa: E402
 from timelyllm_ros.nodes.planner_node import PlannerNode, PlannerNodeConfig  # noqa: E402

@@ -10,8 +10,8 @@ import pytest
 
 from timelyllm_ros.core.robots import load_robots
 from timelyllm_ros.core.tuf import NORMAL, URGENT
-from timelyllm_ros.lrtrace import WorkloadError, expand, list_workloads, load_workload, plan_exec_estimate
-from timelyllm_ros.lrtrace_tasks import load_tasks
+from timelyllm_ros.workloads.format import WorkloadError, expand, list_workloads, load_workload, plan_exec_estimate
+from timelyllm_ros.workloads.catalog import load_tasks
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,7 @@ def test_min_tasks_per_event_makes_bursts_and_is_checked(tmp_path, catalog, robo
 def test_issue25_workloads(catalog, robots):
     """The acceptance workloads of issue 25: arm-heavy long plans plus a few urgent drones, a chat
     flood (100+ chat users) plus urgent drones, a very bursty fleet (>= 32 tasks per event)."""
-    from timelyllm_ros.lrtrace import default_catalog
+    from timelyllm_ros.workloads.format import default_catalog
 
     full = default_catalog(robots)
     arm = expand(load_workload("arm_heavy"), full, robots)
@@ -224,8 +224,8 @@ def test_poisson_rate_is_respected_statistically(tmp_path, catalog, robots):
 
 
 def test_default_catalog_merges_bundled_catalogs_and_rejects_duplicates(tmp_path, robots):
-    from timelyllm_ros.lrtrace import default_catalog
-    from timelyllm_ros.lrtrace_tasks import TASKS_FILE
+    from timelyllm_ros.workloads.format import default_catalog
+    from timelyllm_ros.workloads.catalog import TASKS_FILE
 
     cat = default_catalog(robots)
     assert {f"T{i}" for i in range(1, 12)} | {"C1", "C2", "C3"} <= set(cat)
@@ -251,7 +251,7 @@ def test_agent_robot_type_must_exist(tmp_path, catalog, robots):
 
 
 def test_scaled_drone_load_matches_wid1_shape():
-    from timelyllm_ros.lrtrace import load_workload, scaled_drones
+    from timelyllm_ros.workloads.format import load_workload, scaled_drones
 
     base = load_workload("WID1")
     w = load_workload("drones:400")

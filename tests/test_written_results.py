@@ -21,7 +21,7 @@ from timelyllm_ros.core.types import GenState, PlanRequest, ResultCode, SegmentR
 from timelyllm_ros.engines.simulated import SimulatedEngine
 from timelyllm_ros.sim.prompts import SimPromptSource, WrittenResults
 from timelyllm_ros.sim.runner import run_simulation
-from timelyllm_ros.sim.tokenizer import SimTokenizer
+from timelyllm_ros.core.tokenizer import SimTokenizer
 
 from test_planner import RecordingDispatcher as Dispatcher  # the planner tests' dispatcher port
 

@@ -145,7 +145,7 @@ def run_bench(args: argparse.Namespace) -> int:
     from .core.metrics import to_json
     from .engines.simulated import DEFAULT_PROFILE, LatencyProfile, ProfileError
     from .inputs import catalog_for, check_out_file, check_policies, robots_from_dirs, workload_arrivals
-    from .lrtrace import WorkloadError
+    from .workloads.format import WorkloadError
     from .report import console as make_console
     from .report import print_table
     from .sim.runner import run_simulation

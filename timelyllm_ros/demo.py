@@ -36,10 +36,10 @@ from .inputs import VLLM_DEFAULTS as DEFAULT_ENGINE  # noqa: F401 - benchmarks i
 from .inputs import InputError
 
 from .core.policies import DEFAULT_POLICY
+from .paths import data_dir
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_MODEL = REPO / "models" / "tiny-planner"
-DEFAULT_PROFILE = REPO / "profiles" / "vllm_cpu_tiny.yaml"
+DEFAULT_MODEL = data_dir("models") / "tiny-planner"
+DEFAULT_PROFILE = data_dir("profiles") / "vllm_cpu_tiny.yaml"
 DEMO_WORKLOAD = "mixed_burst"  # workloads/mixed_burst.yaml
 DEMO_MAX_BATCH = 4  # the burst of mixed_burst fills it: where the scheduler's order shows
 ROBOT_KIND = {"tello": "drone"}  # how the picture names a robot type (others: their own name)
@@ -47,7 +47,7 @@ ROBOT_KIND = {"tello": "drone"}  # how the picture names a robot type (others: t
 
 def add_parser(sub: Any) -> None:
     from .cli import _param, _policy_names, _positive_float, _positive_int
-    from .lrtrace import list_workloads
+    from .workloads.format import list_workloads
 
     policies = ", ".join(_policy_names())
     p = sub.add_parser("demo", help="serve a mixed workload on real vLLM with the bundled model",
@@ -110,8 +110,8 @@ class DemoInputs:
     policy: str
     params: dict[str, Any]
     baseline: str | None
-    workload: Any  # lrtrace.Workload
-    arrivals: list[Any]  # lrtrace.Arrival, the ones served
+    workload: Any  # workloads.format.Workload
+    arrivals: list[Any]  # workloads.format.Arrival, the ones served
     robots: dict[str, Any]
     catalog: dict[str, Any]
     engine_config: dict[str, Any]

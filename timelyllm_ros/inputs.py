@@ -91,7 +91,7 @@ def robots_from_dirs(extra_dirs: Sequence[str | Path] = (), *, base: str | Path 
 
 
 def catalog_for(robots: Mapping[str, RobotSpec], files: Sequence[str | Path] | None = None) -> dict[str, Any]:
-    from .lrtrace import WorkloadError, default_catalog
+    from .workloads.format import WorkloadError, default_catalog
 
     try:
         return default_catalog(robots, files)
@@ -103,7 +103,7 @@ def workload_arrivals(workload: str, robots: Mapping[str, RobotSpec], catalog: M
                       seed: int | None = None, duration_s: float | None = None) -> tuple[Any, list[Any]]:
     """(workload, its arrivals up to ``duration_s``): the file parsed and expanded, so an unknown
     task or robot type is caught here with its line, not when the request arrives."""
-    from .lrtrace import WorkloadError, expand, load_workload
+    from .workloads.format import WorkloadError, expand, load_workload
 
     try:
         wl = load_workload(workload)

@@ -23,8 +23,9 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from .core.robots import ArgSpec, RobotSpec
 from .core.types import PlanRequest, Segment, Value
+from .paths import data_dir
 
-DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[1] / "models" / "tiny-planner"
+DEFAULT_MODEL_DIR = data_dir("models") / "tiny-planner"
 ANSWER_CUE = "Plan:\n"
 RESULT_MAX_CHARS = 60
 

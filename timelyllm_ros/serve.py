@@ -22,7 +22,7 @@ from .core.policies import DEFAULT_POLICY, make_policy
 from .core.robots import RobotSpec
 from .core.types import Generation
 from .engines.base import Engine, StepRecord
-from .lrtrace import Arrival
+from .workloads.format import Arrival
 from .sim.robots import SimulatedRobots
 from .sim.runner import EventLoop, RequestLanes
 

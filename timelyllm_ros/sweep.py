@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from .paths import data_dir
+
 FULL_LOADS = ("WID1", "WID2", "WID3", "chat_mixed", "drones:25", "drones:100", "drones:400", "drones:800",
               "drones:1600")
 FULL_CAPACITIES = ("default", "kv/2", "kv/4", "cap16", "cap8", "cap4")
@@ -94,7 +96,7 @@ def _init_worker() -> None:
         os.environ.setdefault(v, "1")
     if "robots" not in _ctx:
         from .core.robots import load_robots
-        from .lrtrace import default_catalog
+        from .workloads.format import default_catalog
 
         _ctx["robots"] = load_robots()
         _ctx["catalog"] = default_catalog(_ctx["robots"])
@@ -175,7 +177,7 @@ def sweep(loads: Sequence[str], capacities: Sequence[str], profiles: Sequence[st
     nothing but the (cheap) isolated-service jobs; runs not in the cache are reported as
     ``pending`` (a look at a sweep still running elsewhere on the same cache)."""
     from .core.robots import load_robots
-    from .lrtrace import default_catalog
+    from .workloads.format import default_catalog
     from .sim import regime
 
     t_start = time.perf_counter()
@@ -279,7 +281,7 @@ def sweep(loads: Sequence[str], capacities: Sequence[str], profiles: Sequence[st
 
 
 # what a cell's figures depend on (package-relative): a change here invalidates the cache
-SIMULATION_CODE = ("core", "engines", "sim", "lrtrace.py", "lrtrace_tasks.py", "prompts.py")
+SIMULATION_CODE = ("core", "engines", "sim", "workloads", "prompts.py")
 
 
 class _Cache:
@@ -292,13 +294,16 @@ class _Cache:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        base = Path(__file__).resolve().parents[1]
         h = hashlib.sha256()
-        pkg = base / "timelyllm_ros"
+        pkg = Path(__file__).resolve().parent
         code = [p for d in SIMULATION_CODE for p in ((pkg / d).rglob("*.py") if (pkg / d).is_dir() else [pkg / d])]
-        for f in sorted([*code, *base.glob("workloads/*.yaml"), *base.glob("robots/*.yaml"),
-                         *base.glob("profiles/*.yaml"), *base.glob("models/length-predictor/*")]):
-            h.update(str(f.relative_to(base)).encode() + b"\0" + f.read_bytes())
+        named = [(f"{pkg.name}/{p.relative_to(pkg)}", p) for p in code]
+        for sub, pattern in (("workloads", "*.yaml"), ("robots", "*.yaml"), ("profiles", "*.yaml"),
+                             ("models", "length-predictor/*")):
+            d = data_dir(sub)
+            named += [(f"{sub}/{f.relative_to(d)}", f) for f in d.glob(pattern)]
+        for name, f in sorted(named):
+            h.update(name.encode() + b"\0" + f.read_bytes())
         self.fingerprint = h.hexdigest()
 
     def _path(self, job: tuple) -> Path:

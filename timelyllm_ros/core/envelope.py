@@ -4,14 +4,14 @@ command, from the robot YAML (`envelope:` + each skill's `travel:`).  Pure; no I
 Per-call ranges (the schema, the SDK's hard limits) bound one call, not the motion: `10{100{mf(500)}}`
 is 5 km of valid calls.  The envelope bounds the sum, in two places:
 
-* statically (dispatch guard, `static_travel`): the travel of a segment's *worst path* (every loop
+* statically (dispatch guard, `minispec/travel.static_travel`): the travel of a segment's *worst path* (every loop
   run in full, every conditional taken, the costlier branch of an if/else), where an amount known
   only at run time counts at its *least* legal value -- so the guard rejects a segment that will
   exceed the envelope on some path whatever its variables hold, and leaves the rest to
-* run time (executor, `EnvelopeTracker.charge`): each resolved call is charged before it is sent;
+* run time (executor, `core/flight.EnvelopeTracker.charge`): each resolved call is charged before it is sent;
   the first call that would leave the segment's or the plan's envelope is refused, nothing is sent.
 
-The executor also keeps a *flight* account (`FlightAccount`): everything the robot flew since
+The executor also keeps a *flight* account (`core/flight.FlightAccount`): everything the robot flew since
 takeoff (or within a sliding time window), whoever sent the goals and whatever their request ids,
 bounded by `envelope.flight` (default: the plan's limits) -- so goals sent straight to an executor
 under fresh request ids cannot add up past the envelope -- and it checks each goal as a whole
@@ -20,19 +20,17 @@ under fresh request ids cannot add up past the envelope -- and it checks each go
 Axes: `distance_cm` (path length of moves, up/down included), `turn_deg` (total rotation),
 `climb_cm` (highest point above where the segment / plan started: net up minus down), and
 `duration_s` (the robot's exec-time model: nominal for parametric skills, max_s for variable ones).
+
+This module holds the limits and their parsing, below `core/robots.py` (a RobotSpec holds its
+Envelope) and importing nothing of the project; what a call commands and the run-time accounts are
+`core/flight.py`, the static worst path `core/minispec/travel.py`.
 """
 
 from __future__ import annotations
 
-import collections
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
-
-from .types import SkillCall, Value
-
-if TYPE_CHECKING:  # robots.py parses envelopes with this module
-    from .robots import RobotSpec, SkillSpec
+from typing import Any, Mapping
 
 AXES = ("distance_cm", "turn_deg", "climb_cm", "duration_s")
 TRAVEL_AXES = ("distance_cm", "turn_deg", "climb_cm")  # what a skill's `travel:` may name
@@ -145,236 +143,3 @@ def parse_travel(d: Any, where: str, arg_names: dict[str, str]) -> tuple[tuple[s
         raise EnvelopeError(f"{where}: travel.{axis} must be a number or a numeric argument's name "
                             f"(optionally '-name'), got {v!r}")
     return tuple(out)
-
-
-def call_travel(spec: SkillSpec, args: tuple[Value, ...] | None) -> Travel:
-    """The travel of one call; args None (or a None entry) = not known yet: the least legal amount."""
-    amounts = {"distance_cm": 0.0, "turn_deg": 0.0, "climb_cm": 0.0}
-    known: dict[str, float] = {}
-    for a, v in zip(spec.args, args or ()):
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            known[a.name] = float(v)
-    for axis, coef, arg in spec.travel:
-        if not arg:
-            amounts[axis] += coef
-        elif arg in known:
-            amounts[axis] += coef * known[arg] if axis == "climb_cm" else abs(coef * known[arg])
-        else:
-            a = next(x for x in spec.args if x.name == arg)
-            lo = float(a.min) if a.min is not None else 0.0
-            hi = float(a.max) if a.max is not None else lo
-            if axis == "climb_cm":
-                amounts[axis] += min(coef * lo, coef * hi)
-            else:
-                amounts[axis] += abs(coef) * max(0.0, lo)
-    model = spec.exec_time
-    if model.variable:
-        duration = float(model.max_s or 0.0)
-    else:
-        unit = spec.exec_time.unit_arg
-        if unit and unit not in known:
-            a = next(x for x in spec.args if x.name == unit)
-            known_for_time = {unit: float(a.min) if a.min is not None else 0.0}
-        else:
-            known_for_time = known
-        duration = model.nominal(known_for_time)
-    climb = amounts["climb_cm"]
-    return Travel(amounts["distance_cm"], amounts["turn_deg"], climb, max(0.0, climb), duration)
-
-
-# ---------------------------------------------------------------- static (over the MiniSpec AST)
-
-
-def static_travel(stmts: Iterable[Any], robot: RobotSpec) -> Travel:
-    """Worst-path travel of statements (see the module doc for what "worst" means)."""
-    from . import minispec as m
-
-    def expr(e: Any) -> Travel:
-        if isinstance(e, m.Call):
-            out = ZERO
-            for a in e.args:
-                out = out.then(expr(a))
-            spec = robot.skill(e.call.name)
-            if spec is None:
-                return out
-            values = tuple(_const(a) for a in e.args)
-            return out.then(call_travel(spec, values))
-        if isinstance(e, m.Neg):
-            return expr(e.operand)
-        if isinstance(e, m.SetVar):
-            return expr(e.value)
-        if isinstance(e, m.BinOp):
-            return expr(e.left).then(expr(e.right))
-        return ZERO
-
-    def block(body: Iterable[Any]) -> Travel:
-        out = ZERO
-        items = list(body)
-        i = 0
-        while i < len(items):
-            s = items[i]
-            if isinstance(s, m.Cond):  # an if / else-if / else chain: the costliest way through it
-                chain = [s]
-                while i + 1 < len(items) and isinstance(items[i + 1], m.Else):
-                    i += 1
-                    chain.append(items[i])
-                out = out.then(_chain(chain))
-            else:
-                out = out.then(stmt(s))
-            i += 1
-        return out
-
-    def _chain(chain: list[Any]) -> Travel:
-        """Tests run in order until one holds; then its body.  Worst: max over the exits."""
-        worst, tests = ZERO, ZERO
-        plain_else = False
-        for s in chain:
-            cond = s if isinstance(s, m.Cond) else s.cond
-            if cond is None:  # plain else
-                worst = worst.worst(tests.then(block(s.body)))
-                plain_else = True
-                continue
-            tests = tests.then(expr(cond.test))
-            worst = worst.worst(tests.then(block(cond.body)))
-        return worst if plain_else else worst.worst(tests)
-
-    def stmt(s: Any) -> Travel:
-        if isinstance(s, m.CallStmt):
-            return expr(s.call)
-        if isinstance(s, (m.Assign, m.Return)):
-            return expr(s.value) if s.value is not None else ZERO
-        if isinstance(s, m.Loop):
-            return block(s.body).repeat(min(s.count, m.MAX_LOOP))
-        if isinstance(s, m.Cond):
-            return _chain([s])
-        if isinstance(s, m.Else):  # an else whose conditional was an earlier segment: may run
-            return stmt(s.cond) if s.cond is not None else block(s.body).worst(ZERO)
-        return ZERO
-
-    return block(stmts)
-
-
-def _const(e: Any) -> Value:
-    """The value of a constant expression (literals and arithmetic on them), else None."""
-    from . import minispec as m
-
-    if isinstance(e, m.Lit):
-        return e.value
-    if isinstance(e, m.Neg):
-        v = _const(e.operand)
-        return -v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-    if isinstance(e, m.BinOp) and e.op in m.ARITH_OPS:
-        a, b = _const(e.left), _const(e.right)
-        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b)):
-            return None
-        try:
-            r = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b}[e.op]()
-        except (ZeroDivisionError, OverflowError):
-            return None
-        return r if math.isfinite(r) and abs(r) < 1e12 else None
-    return None
-
-
-def check_static(robot: RobotSpec, stmts: Iterable[Any], plan_so_far: Travel = ZERO) -> tuple[str | None, Travel]:
-    """(why the statements leave the envelope or None, plan travel including them)."""
-    seg = static_travel(stmts, robot)
-    plan = plan_so_far.then(seg)
-    env = robot.envelope
-    if env is None:
-        return None, plan
-    return env.segment.exceeded(seg, "segment") or env.plan.exceeded(plan, "plan"), plan
-
-
-def segment_problem(robot: RobotSpec, stmt: Any) -> str | None:
-    """Why one statement (a segment) leaves the robot's segment envelope on its worst path, or None."""
-    if robot.envelope is None:
-        return None
-    return robot.envelope.segment.exceeded(static_travel((stmt,), robot), "segment")
-
-
-# ---------------------------------------------------------------- run time
-
-
-class FlightAccount:
-    """What one robot has been commanded since takeoff, or within the last `window_s` seconds
-    (executor side; one per executor, shared by every goal whatever its request id)."""
-
-    def __init__(self, robot: RobotSpec, *, window_s: float = 0.0) -> None:
-        if not (isinstance(window_s, (int, float)) and math.isfinite(window_s) and window_s >= 0):
-            raise ValueError(f"flight window must be >= 0 seconds (0: since takeoff), got {window_s!r}")
-        self.robot = robot
-        self.window_s = float(window_s)
-        self._charges: collections.deque[tuple[float, Travel]] = collections.deque()  # window: (time, travel)
-        self._total = ZERO  # since takeoff (window_s == 0): the running sum
-
-    def reset(self) -> None:
-        """The robot landed: the next takeoff starts a new flight."""
-        self._charges.clear()
-        self._total = ZERO
-
-    def used(self, now: float) -> Travel:
-        """Travel commanded in the window (since takeoff when window_s is 0)."""
-        if self.window_s == 0:
-            return self._total
-        cutoff = now - self.window_s
-        while self._charges and self._charges[0][0] < cutoff:
-            self._charges.popleft()
-        out = ZERO
-        for _, t in self._charges:
-            out = out.then(t)
-        return out
-
-    def add(self, t: Travel, now: float) -> None:
-        if self.window_s == 0:
-            self._total = self._total.then(t)
-        else:
-            self._charges.append((now, t))
-
-    def scope(self) -> str:
-        return f"the last {self.window_s:g} s of flight" if self.window_s > 0 else "this flight (since takeoff)"
-
-
-class EnvelopeTracker:
-    """What one plan has commanded so far (executor side); `charge` before each call is sent.
-    With a `FlightAccount`, the robot's flight envelope is charged and checked as well."""
-
-    def __init__(self, robot: RobotSpec, flight: FlightAccount | None = None) -> None:
-        self.robot = robot
-        self.plan = ZERO
-        self.segment = ZERO
-        self.flight = flight
-
-    def begin_segment(self) -> None:
-        self.segment = ZERO
-
-    def precheck(self, seg: Travel, now: float = 0.0) -> str | None:
-        """Why a goal commanding `seg` as a whole (its worst path: `static_travel`) would leave the
-        segment's, the plan's or the flight's envelope -- before anything is sent (None if not)."""
-        env = self.robot.envelope
-        if env is None:
-            return None
-        reason = env.segment.exceeded(seg, "goal") or env.plan.exceeded(self.plan.then(seg), "plan")
-        return reason or self._flight_reason(seg, now)
-
-    def _flight_reason(self, t: Travel, now: float) -> str | None:
-        env = self.robot.envelope
-        if env is None or self.flight is None:
-            return None
-        used = self.flight.used(now)
-        reason = env.flight_limits.exceeded(used.then(t), self.flight.scope())
-        return f"{reason} (already flown: {used.distance_cm:g} cm, {used.turn_deg:g} deg)" if reason else None
-
-    def charge(self, call: SkillCall, spec: SkillSpec, now: float = 0.0) -> str | None:
-        """Add the resolved call's travel if it stays within the envelope; else say why (nothing added)."""
-        env = self.robot.envelope
-        t = call_travel(spec, call.args)
-        seg, plan = self.segment.then(t), self.plan.then(t)
-        if env is not None:
-            reason = (env.segment.exceeded(seg, "segment") or env.plan.exceeded(plan, "plan")
-                      or self._flight_reason(t, now))
-            if reason:
-                return f"{call}: {reason}; not sent"
-        self.segment, self.plan = seg, plan
-        if self.flight is not None:
-            self.flight.add(t, now)
-        return None

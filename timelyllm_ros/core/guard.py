@@ -16,7 +16,7 @@ Validation happens in two places, and only these two:
    segment's worst path and of the plan so far (`core.envelope`, amounts known only at run time
    counted at their least legal value);
 2. **at run time, in the executor, on resolved values before any robot command** -- a computed
-   argument once its value exists (`core.minispec_run.resolve_arg`: type, int-ness without
+   argument once its value exists (`core.minispec.run.resolve_arg`: type, int-ness without
    rounding, schema range; then `executors.base.SegmentExecutor` re-checks the resolved call, the
    backend's hard limits and the envelope with the actual amounts).  `mf(_1*1000)` after
    `_1=ox('x')` passes here (it may be `mf(300)`), and is refused there when `_1*1000` is 550 or
@@ -35,7 +35,8 @@ from typing import Any, Mapping
 from . import envelope
 from .minispec import (MAX_LOOP, MAX_LOOP_PRODUCT, MAX_STEPS, Call, Cond, Else, Lit, Loop, MiniSpecError, Stmt,
                        parse_statement, string_problem, text_problem)
-from .minispec_check import Types, iter_calls, statement_calls, static_types
+from .minispec import travel as static_envelope
+from .minispec.check import Types, iter_calls, statement_calls, static_types
 from .robots import RobotSpec, SkillSpec
 from .types import SkillCall
 
@@ -147,7 +148,7 @@ def _check(robot: RobotSpec, text: Any, calls: Any, plan: PlanState) -> str | Pl
         var_types = static_types((stmt,), robot, plan.var_types)
     except MiniSpecError as e:
         return f"invalid statement: {e}"
-    outside, travel = envelope.check_static(robot, (stmt,), plan.travel)
+    outside, travel = static_envelope.check_static(robot, (stmt,), plan.travel)
     if outside:
         return f"outside the flight envelope: {outside}"
     return PlanState(var_types, travel)

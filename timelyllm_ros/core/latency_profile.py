@@ -13,9 +13,10 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..paths import data_dir
 from .engine import StepRecord
 
-PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
+PROFILES_DIR = data_dir("profiles")
 DEFAULT_PROFILE = PROFILES_DIR / "rtx4090_llama3_8b.yaml"
 
 

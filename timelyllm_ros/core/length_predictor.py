@@ -30,9 +30,10 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
+from ..paths import data_dir
 from .types import Generation, PlanRequest
 
-DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "length-predictor"
+DEFAULT_MODEL_DIR = data_dir("models") / "length-predictor"
 _KEY = "lenpred"
 
 
@@ -71,7 +72,7 @@ def age(g: Generation) -> int:
 # --- oracle ---------------------------------------------------------------------------------------
 
 def _default_counter() -> Callable[[str], int]:
-    from ..sim.tokenizer import SimTokenizer
+    from .tokenizer import SimTokenizer
 
     tok = SimTokenizer()
     return tok.count

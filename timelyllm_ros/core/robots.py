@@ -14,9 +14,10 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from ..paths import data_dir
 from .envelope import Envelope, EnvelopeError, parse_envelope, parse_travel
 
-ROBOTS_DIR = Path(__file__).resolve().parents[2] / "robots"
+ROBOTS_DIR = data_dir("robots")
 ARG_TYPES = ("int", "float", "str")
 RETURN_TYPES = ("none", "bool", "float", "str")
 LANGUAGES = ("minispec", "sentence")

@@ -20,7 +20,7 @@ from typing import Sequence
 
 from ..core.clock import VirtualClock
 from ..core.engine import EngineOutput, EngineStats, StepRecord, Tokenizer
-from ..sim.tokenizer import SimTokenizer
+from ..core.tokenizer import SimTokenizer
 from .kv_blocks import _INT_ONLY, _BlockPool, block_hash
 from .kv_cache import (_HEADS_MAX, _KNOWN_MAX, ENGINE_KINDS, KV_MODES, EngineKind, KVAccounting, KVCapacityError,
                        _Known, _Seq, _Suspended, engine_kind)

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from timelyllm_ros.core import guard as _guard
-from timelyllm_ros.core.envelope import ZERO, EnvelopeTracker, FlightAccount, call_travel, static_travel
+from timelyllm_ros.core.envelope import ZERO
+from timelyllm_ros.core.flight import EnvelopeTracker, FlightAccount, call_travel
+from timelyllm_ros.core.minispec.travel import static_travel
 from timelyllm_ros.core.robots import RobotSpec, SkillSpec
 from timelyllm_ros.core.types import ResultCode, SegmentGoal, SkillCall, Value
 

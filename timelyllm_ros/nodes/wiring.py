@@ -19,8 +19,9 @@ from timelyllm_ros import PACKAGE
 from timelyllm_ros.assembly import PlannerBuilder, PlannerParts, ServingEngines, warm_up
 from timelyllm_ros.core.clock import Clock
 from timelyllm_ros.core.planner import Planner, PlannerListener
-from timelyllm_ros.core.robots import ROBOTS_DIR, RobotSpec, RobotSpecError, load_robots
+from timelyllm_ros.core.robots import RobotSpec, RobotSpecError, load_robots
 from timelyllm_ros.inputs import InputError
+from timelyllm_ros.paths import data_dir
 from timelyllm_ros.transport.base import join_name
 
 from .params import EXECUTOR_PARAMS, PLANNER_PARAMS, ConfigError, coerce, defaults
@@ -38,21 +39,17 @@ PLANNER_DEFAULTS: dict[str, Any] = defaults(PLANNER_PARAMS)
 
 
 def share_dir(sub: str) -> Path:
-    """A data directory: the source tree's, else the installed share/timelyllm/<sub>."""
-    src = Path(__file__).resolve().parents[2] / sub
-    if src.is_dir():
-        return src
-    try:
-        from ament_index_python.packages import get_package_share_directory
-
-        return Path(get_package_share_directory(PACKAGE)) / sub
-    except Exception as e:
-        raise ConfigError(f"cannot find the {sub}/ directory (source tree or share/{PACKAGE})") from e
+    """A data directory (timelyllm_ros.paths: the source tree's, else the installed
+    share/timelyllm/<sub>); ConfigError where neither has it."""
+    d = data_dir(sub)
+    if not d.is_dir():
+        raise ConfigError(f"cannot find the {sub}/ directory (source tree or share/{PACKAGE})")
+    return d
 
 
 def robots_from(params: dict[str, Any]) -> dict[str, RobotSpec]:
     d = params.get("robots_dir") or ""
-    path = Path(d) if d else (ROBOTS_DIR if ROBOTS_DIR.is_dir() else share_dir("robots"))
+    path = Path(d) if d else share_dir("robots")
     try:
         return load_robots(path)
     except RobotSpecError as e:

@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from ..lrtrace import WORKLOADS_DIR
+from ..workloads.format import WORKLOADS_DIR
 from .makespan import PlanError
 
 _ID_RE = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")

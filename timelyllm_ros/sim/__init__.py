@@ -1,1 +1,1 @@
-"""Simulation: virtual-time robots, prompts and tokeniser for the simulated engine."""
+"""Simulation: virtual-time robots and prompts for the simulated engine (its tokeniser: core/tokenizer.py)."""

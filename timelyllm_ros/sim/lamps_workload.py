@@ -17,9 +17,10 @@ from typing import Any
 import yaml
 
 from ..core.robots import RobotSpec, parse_robot
-from ..lrtrace_tasks import Scene, TaskDef, check_plan
+from ..workloads.catalog import Scene, TaskDef, check_plan
+from ..paths import data_dir
 
-TOOLBOT_FILE = Path(__file__).resolve().parents[2] / "workloads" / "lamps_toolbot.yaml"
+TOOLBOT_FILE = data_dir("workloads") / "lamps_toolbot.yaml"
 _WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november "
           "oscar papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu").split()
 

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from ..core.robots import RobotSpec
 from ..core.segmenter import Segmenter
 from ..core.types import PlanRequest, Segment
-from .tokenizer import SimTokenizer
+from ..core.tokenizer import SimTokenizer
 
 # Table 1: 2,884 prompt tokens.  The prefix is the fixed part; an LRTrace task + scene adds ~30-45
 # tokens with SimTokenizer, so requests land at ~2,880-2,895 tokens.

@@ -62,8 +62,8 @@ from ..core.robots import RobotSpec
 from ..core.types import Generation, GenState
 from ..engines.simulated import PROFILES_DIR, LatencyProfile
 from ..inputs import InputError
-from ..lrtrace import Arrival, Workload, expand, load_workload
-from ..lrtrace_tasks import TaskDef
+from ..workloads.format import Arrival, Workload, expand, load_workload
+from ..workloads.catalog import TaskDef
 from .runner import run_simulation
 
 CATEGORIES = ("urgent", "normal")
@@ -130,7 +130,7 @@ def resolve_profile(name: str) -> Path:
 
 
 def check_load(name: str) -> Workload:
-    from ..lrtrace import WorkloadError
+    from ..workloads.format import WorkloadError
 
     try:
         return load_workload(name)

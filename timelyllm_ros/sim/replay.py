@@ -17,7 +17,7 @@ from ..assembly import warm_up
 from ..core.robots import RobotSpec
 from ..engines.base import StepRecord
 from ..core.latency_profile import LatencyProfile
-from ..lrtrace import Arrival, Workload
+from ..workloads.format import Arrival, Workload
 from .runner import SimResult, run_simulation
 
 

@@ -47,11 +47,11 @@ from ..core.types import Generation, GenState, SegmentGoal
 from ..engines.base import Tokenizer
 from ..engines.sim_pool import SimulatedPool
 from ..engines.simulated import DEFAULT_PROFILE, LatencyProfile, SimulatedEngine
-from ..lrtrace import Arrival, Workload, default_catalog, expand, load_workload
-from ..lrtrace_tasks import TaskDef
+from ..workloads.format import Arrival, Workload, default_catalog, expand, load_workload
+from ..workloads.catalog import TaskDef
 from .prompts import SimPromptSource, WrittenResults
 from .robots import FaultConfig, SimulatedRobots
-from .tokenizer import SimTokenizer
+from ..core.tokenizer import SimTokenizer
 
 VLLM_MAX_NUM_SEQS = 256  # vLLM's default cap on sequences per iteration
 DEFAULT_OVERRUN_S = 3600.0  # virtual time allowed after the last arrival before giving up

@@ -1,10 +1,10 @@
-"""Static checks over the MiniSpec AST (no parsing here: the AST comes from `core.minispec`).
+"""Static checks over the MiniSpec AST (no parsing here: the AST comes from `syntax.py`).
 
 * static types: every expression gets the set of value types it may hold (`int`, `float`, `str`,
   `bool`); a computed argument is rejected before dispatch only when *none* of its possible types
   fits (a `str` from `p('...')` into `mf`, a `bool` into `tc`), comparisons `<`/`>` and arithmetic
   need numbers.  A variable whose type is unknown here (assigned by an earlier segment the caller
-  did not describe) may hold anything: its value is checked at run time (`minispec_run`).
+  did not describe) may hold anything: its value is checked at run time (`run.py`).
 * bounds: loop product and the number of skill calls one statement may execute.
 
 `var_types` carries what earlier segments of the same plan assigned (the dispatch guard keeps it
@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator, Mapping
 
-from .minispec import (ARITH_OPS, MAX_LOOP, MAX_LOOP_PRODUCT, MAX_STEPS, Assign, BinOp, Call, CallStmt, Cond, Else,
-                       Expr, Lit, Loop, MiniSpecError, Neg, Return, SetVar, Stmt, Var)
-from .robots import RobotSpec
+from .syntax import (ARITH_OPS, MAX_LOOP, MAX_LOOP_PRODUCT, MAX_STEPS, Assign, BinOp, Call, CallStmt, Cond, Else,
+                     Expr, Lit, Loop, MiniSpecError, Neg, Return, SetVar, Stmt, Var)
+from ..robots import RobotSpec
+from .travel import segment_problem
 
 Types = frozenset[str]
 NUM: Types = frozenset({"int", "float"})
@@ -148,8 +149,6 @@ def check_static(stmts: tuple[Stmt, ...], robot: RobotSpec, var_types: Mapping[s
     """All static checks of `core.minispec`'s check=True: types, loop product, calls per statement,
     and each statement's flight envelope (one statement = one segment; the plan's envelope needs
     the plan's history: the dispatch guard)."""
-    from .envelope import segment_problem
-
     for s in stmts:
         product = max_loop_product((s,))
         if product > MAX_LOOP_PRODUCT:

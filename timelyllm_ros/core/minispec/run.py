@@ -1,4 +1,4 @@
-"""MiniSpec interpreter: runs statements parsed by `core.minispec`, one skill call at a time.
+"""MiniSpec interpreter: runs statements parsed by `parse.py`, one skill call at a time.
 
 Computed arguments are checked here once their value is known, *before* the skill is called
 (run-time half of the validation described in `core.guard`):
@@ -17,11 +17,12 @@ from __future__ import annotations
 import math
 from typing import Callable, MutableMapping
 
-from .minispec import (COND_CHAIN, MAX_LOOP, MAX_STEPS, RETURN_VALUE, RETURNED, ArgumentError, Assign, BinOp, Call,
-                       CallStmt, Cond, Else, Expr, Lit, Loop, MiniSpecRuntimeError, Neg, Return, SetVar, Stmt, Var,
-                       check_call_args, parse_program, parse_statement)
-from .robots import ArgSpec, RobotSpec
-from .types import SkillCall, Value
+from ..robots import ArgSpec, RobotSpec
+from ..types import SkillCall, Value
+from .parse import parse_program, parse_statement
+from .syntax import (COND_CHAIN, MAX_LOOP, MAX_STEPS, RETURN_VALUE, RETURNED, ArgumentError, Assign, BinOp, Call,
+                     CallStmt, Cond, Else, Expr, Lit, Loop, MiniSpecRuntimeError, Neg, Return, SetVar, Stmt, Var,
+                     check_call_args)
 
 MAX_MAGNITUDE = 1e12  # largest |number| arithmetic may produce
 

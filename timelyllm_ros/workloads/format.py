@@ -29,6 +29,9 @@ its request until ``arrival + expected execution time of the reference plan + ag
 (a policy-independent estimate of when the request will finish).  Among idle agents the least
 recently used one is chosen; if all are busy, the least recently used agent overall (ties: the
 lowest index).  A busy agent that receives another request simply gets a second concurrent request.
+
+One module for one format (~610 lines): the YAML node walk with line numbers, the built-in scaled
+loads and the expansion into arrivals share the same dataclasses and error type.
 """
 
 from __future__ import annotations
@@ -42,11 +45,12 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import yaml
 
-from .core.robots import RobotSpec
-from .core.tuf import TUF, TUFError
-from .core.types import PlanRequest
+from ..core.robots import RobotSpec
+from ..core.tuf import TUF, TUFError
+from ..core.types import PlanRequest
+from ..paths import data_dir
 
-WORKLOADS_DIR = Path(__file__).resolve().parents[1] / "workloads"
+WORKLOADS_DIR = data_dir("workloads")
 DEFAULT_NETWORK_LATENCY_S = 0.008
 DEFAULT_BUSY_MARGIN_S = 2.0
 _ID_RE = re.compile(r"^[A-Za-z0-9_.:/-]{1,64}$")
@@ -62,12 +66,12 @@ class WorkloadError(ValueError):
 
 # --- catalog (the tasks module): what a workload needs of a task --------------------------------
 
-class SceneLike(Protocol):  # lrtrace_tasks.Scene
+class SceneLike(Protocol):  # catalog.Scene
     scene: str
     plan: str
 
 
-class TaskLike(Protocol):  # lrtrace_tasks.TaskDef
+class TaskLike(Protocol):  # catalog.TaskDef
     task_id: str
     robot_type: str
     category: str
@@ -414,7 +418,7 @@ def default_catalog(robots: Mapping[str, RobotSpec] | None = None,
                     paths: Sequence[str | Path] | None = None) -> dict[str, Any]:
     """Task catalog for workloads: every bundled ``workloads/*_tasks.yaml`` (LRTrace T1-T11, C1-C3,
     chat tasks, ...) merged, or the given catalog files.  A task id defined twice is an error."""
-    from .lrtrace_tasks import load_tasks
+    from .catalog import load_tasks
 
     files = [Path(p) for p in paths] if paths else sorted(WORKLOADS_DIR.glob("*_tasks.yaml"))
     merged: dict[str, Any] = {}

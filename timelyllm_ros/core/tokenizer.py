@@ -6,6 +6,10 @@ are stable, so that prefix-cache hashes match across requests.  It does not need
 vocabulary: pieces are cut by a regex (letter runs, digit runs, whitespace runs, single other
 characters), each piece split into chunks of at most 4 characters, and each distinct chunk gets
 the next free id the first time it is seen.
+
+It lives in core (pure: no I/O, no state beyond its vocabulary) because the oracle length
+predictor (core/length_predictor.py) counts its tokens; the simulated engine and sim/ import it
+from here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""MiniSpec (TypeFly's robot planning language): lexer, AST and THE parser.
+"""MiniSpec (TypeFly's robot planning language): lexer, AST and THE parser (syntax + literal schema).
 
 Grammar (one *statement* is the unit the segmenter cuts and a robot executes)::
 
@@ -31,9 +31,10 @@ semantics); the interpreter links it to the preceding conditional through the ex
 One parser for the whole project: the segmenter, the dispatch guard, the executors and the
 benchmarks all call `parse_statement` / `parse_program`.  What is checked where:
 
-* here (`check=True`): syntax, skill names, arity, every *literal* argument against the schema,
-  static types of computed arguments (`minispec_check`), loop bounds, calls per statement;
-* `minispec_run`: every *computed* argument once its value is known (type, int-ness, range),
+* here (`check=True`): syntax, skill names, arity, every *literal* argument against the schema;
+  then (`parse.py`, the `parse_statement` / `parse_program` everyone calls) static types of
+  computed arguments, loop bounds, calls per statement, the segment's envelope (`check.py`);
+* `run.py`: every *computed* argument once its value is known (type, int-ness, range),
   before the skill is called.
 
 A call's `SkillCall` (what goals carry) holds the literal value of each literal argument and
@@ -48,8 +49,8 @@ import unicodedata
 from dataclasses import dataclass
 from typing import NamedTuple, Union
 
-from .robots import ArgSpec, RobotSpec, SkillSpec
-from .types import SkillCall, Value
+from ..robots import ArgSpec, RobotSpec, SkillSpec
+from ..types import SkillCall, Value
 
 MAX_LOOP = 100  # largest loop bound a plan may use (keeps robots safe)
 MAX_DEPTH = 8  # nesting of blocks
@@ -551,46 +552,10 @@ def _desc(t: _Tok) -> str:
     return "end of statement" if t.kind == "end" else repr(t.text)
 
 
-_PARSED: dict[tuple[str, str, bool], tuple[RobotSpec, Parsed | MiniSpecError]] = {}
-_PARSED_MAX = 4096
-
-
-def parse_statement(text: str, robot: RobotSpec, *, check: bool = True) -> Parsed:
-    """Parse exactly one statement (optionally followed by one ';').
-
-    Every call is resolved against the robot (abbreviation or full name) and, with check=True,
-    checked against its schema (literals, static types of computed arguments, loop bounds).
-    Raises MiniSpecError with a message and column.
-
-    Memoised per (text, robot object, check): a segment's statement is parsed by the segmenter,
-    the dispatch guard and the executor, and plans repeat statements.  The AST is immutable, and
-    a hit requires the very same RobotSpec object, so a changed schema is never served a stale
-    verdict.
-    """
-    key = (text, getattr(robot, "robot_type", ""), check) if isinstance(text, str) else None
-    hit = _PARSED.get(key) if key is not None else None
-    if hit is not None and hit[0] is robot:
-        if isinstance(hit[1], MiniSpecError):
-            raise MiniSpecError(hit[1].message, hit[1].pos)
-        return hit[1]
-    try:
-        parsed = _parse_statement(text, robot, check)
-    except MiniSpecError as e:
-        if key is not None:
-            _remember(key, robot, e)
-        raise
-    if key is not None:
-        _remember(key, robot, parsed)
-    return parsed
-
-
-def _remember(key: tuple[str, str, bool], robot: RobotSpec, value: Parsed | MiniSpecError) -> None:
-    if len(_PARSED) >= _PARSED_MAX:
-        _PARSED.clear()
-    _PARSED[key] = (robot, value)
-
-
-def _parse_statement(text: str, robot: RobotSpec, check: bool) -> Parsed:
+def parse_statement_syntax(text: str, robot: RobotSpec, check: bool) -> Parsed:
+    """One statement (optionally followed by one ';'), its calls resolved against the robot and,
+    with check=True, every literal argument checked against its schema; no static analysis
+    (`minispec.parse.parse_statement` adds it)."""
     if not isinstance(text, str):
         raise MiniSpecError(f"statement must be a string, got {type(text).__name__}")
     if robot.language != "minispec":
@@ -604,48 +569,16 @@ def _parse_statement(text: str, robot: RobotSpec, check: bool) -> Parsed:
     t = p.peek()
     if t.kind != "end":
         raise MiniSpecError(f"expected end of statement, got {_desc(t)} (one statement per segment)", t.pos)
-    if check:
-        from .minispec_check import check_static  # static analysis over this parser's AST
-
-        check_static((stmt,), robot)
     return Parsed(stmt, tuple(p.calls))
 
 
-def parse_program(text: str, robot: RobotSpec, *, check: bool = True,
-                  max_calls: int = 100 * MAX_CALLS) -> tuple[tuple[Stmt, ...], tuple[SkillCall, ...]]:
-    """Parse a whole plan (a sequence of statements), e.g. a reference plan or a test fixture."""
+def parse_program_syntax(text: str, robot: RobotSpec, check: bool,
+                         max_calls: int) -> tuple[tuple[Stmt, ...], tuple[SkillCall, ...]]:
+    """A whole plan (a sequence of statements), as `parse_statement_syntax` reads one."""
     if not isinstance(text, str):
         raise MiniSpecError(f"program must be a string, got {type(text).__name__}")
     if robot.language != "minispec":
         raise MiniSpecError(f"robot type {robot.robot_type!r} does not speak MiniSpec")
     p = _Parser(text, robot, check, max_text=100 * MAX_TEXT, max_calls=max_calls)
     body = p.stmts(in_block=False)
-    if check:
-        from .minispec_check import check_static
-
-        check_static(body, robot, per_statement=True)
     return body, tuple(p.calls)
-
-
-# The interpreter and the static checks live in their own modules (they import this one); their
-# public names resolve here lazily so `core.minispec` stays the one import for MiniSpec.
-_LAZY = {"max_loop_product": "minispec_check", "statement_calls": "minispec_check",
-         "run_program": "minispec_run", "run_statement": "minispec_run"}
-
-
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f".{module}", __package__), name)
-
-
-__all__ = [
-    "ARITH_OPS", "BOOL_OPS", "CMP_OPS", "COND_CHAIN", "MAX_CALLS", "MAX_DEPTH", "MAX_LOOP", "MAX_LOOP_PRODUCT",
-    "MAX_OPERATORS", "MAX_STEPS", "MAX_TEXT", "RETURNED", "RETURN_VALUE", "ArgumentError", "Assign", "BinOp", "Call", "CallStmt",
-    "Cond", "Else", "Expr", "Lit", "Loop", "MiniSpecError", "MiniSpecRuntimeError", "Neg", "Parsed", "Return",
-    "SetVar", "Stmt", "Var", "arg_problem", "check_call_args", "max_loop_product", "parse_program", "parse_statement",
-    "run_program", "run_statement", "statement_calls", "string_problem", "text_problem",
-]
