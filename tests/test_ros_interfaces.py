@@ -14,6 +14,7 @@ import pytest
 rosbags = pytest.importorskip("rosbags")
 from rosbags.typesys import get_types_from_msg  # noqa: E402
 
+from timelyllm_ros.paths import SOURCE_ROOT  # noqa: E402
 from timelyllm_ros.core.tuf import NORMAL, TUF  # noqa: E402
 from timelyllm_ros.core.types import (  # noqa: E402
     GenState,
@@ -264,7 +265,7 @@ def test_rclpy_transport_imports_without_ros_and_says_what_to_run(tmp_path):
             "from timelyllm_ros.transport import rclpy_transport as r\n"
             "try:\n    r.RclpyTransport('t')\nexcept r.RclpyUnavailable as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ifc.REPO_ROOT)})
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(SOURCE_ROOT)})
     assert out.returncode == 0, out.stderr
     assert "run `make env`" in out.stdout and "setup.bash" not in out.stdout
 

@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from timelyllm_ros.ros.interfaces import REPO_ROOT
+from timelyllm_ros.paths import SOURCE_ROOT as REPO_ROOT
 
 
 class NodeProcess:

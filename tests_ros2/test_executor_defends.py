@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 
-from timelyllm_ros.ros.interfaces import REPO_ROOT
+from timelyllm_ros.paths import SOURCE_ROOT as REPO_ROOT
 
 
 def test_thirty_foreign_goals_fly_at_most_the_envelope_over_dds(tmp_path):

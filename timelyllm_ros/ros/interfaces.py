@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from timelyllm_ros import PACKAGE
+from timelyllm_ros.paths import data_dir
 from timelyllm_ros.ros.walker import MessageError
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # ROS type names (pkg/kind/Name), as `ros2 interface show` spells them.
 PLAN_REQUEST = f"{PACKAGE}/msg/PlanRequest"
@@ -39,15 +38,12 @@ SRV_FILES = ("GetGoalStates", "GetRequestState")
 
 
 def interface_dir() -> Path:
-    """Where msg/ and action/ live: the source tree, else the installed ROS share directory."""
-    if (REPO_ROOT / "msg").is_dir():
-        return REPO_ROOT
-    try:  # installed with colcon: share/timelyllm/{msg,action}
-        from ament_index_python.packages import get_package_share_directory  # type: ignore
-
-        return Path(get_package_share_directory(PACKAGE))
-    except Exception as e:  # pragma: no cover - only without the source tree
-        raise FileNotFoundError(f"cannot find the {PACKAGE} msg/ and action/ directories") from e
+    """Where msg/, action/ and srv/ live: the source tree, else the installed ROS share directory
+    (`paths.data_dir`)."""
+    msg = data_dir("msg")
+    if not msg.is_dir():
+        raise FileNotFoundError(f"cannot find the {PACKAGE} msg/ and action/ directories (looked at {msg})")
+    return msg.parent
 
 
 def _sections(text: str, count: int, kind: str) -> tuple[str, ...]:
