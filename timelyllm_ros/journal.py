@@ -165,7 +165,7 @@ class Journal:
                  self.incarnation))
             if g.state is GenState.DRAINING and g.segments:  # the LLM ended the plan: nothing to resume
                 self._db.execute("UPDATE tokens SET engine_finished=1, truncated=? WHERE request_id=?",
-                                 (str(g.extra.get("truncated", "")), g.gen_id))
+                                 (g.truncated, g.gen_id))
 
     def on_segment_dispatched(self, g: Generation, seg: Segment) -> None:
         """The segment, and the generation's token ids up to its end (one row, replaced at each

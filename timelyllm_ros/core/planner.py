@@ -298,7 +298,7 @@ class Planner:
             g = Generation(request=request, prompt_ids=prompt, output_ids=list(record.output_ids),
                            text=record.text, segments=segments, ready_since=now, recovered=True)
             if record.truncated:
-                g.extra["truncated"] = record.truncated
+                g.truncated = record.truncated
             self._register(g, live)
             last = segments[-1]
             if record.engine_finished:  # nothing left to generate: it ends when its segments have
@@ -487,7 +487,7 @@ class Planner:
                 self._suspend_kv(g, self.policy.kv_mode(g, None, ctx))
                 g.state = GenState.SUSPENDED if g.segments else GenState.QUEUED
                 g.ready_since = now
-                g.extra["preemptions"] = g.extra.get("preemptions", 0) + 1
+                g.num_preemptions += 1
                 self._notify(g)
         if sel.preempt:
             # the aborts freed KV: admission must see it (a snapshot from before them once left
@@ -512,7 +512,7 @@ class Planner:
                 continue
             ok, why = self.batcher.can_admit(running, g, self._engine_stats(), now)
             if not ok:
-                g.extra["blocked"] = why
+                g.blocked = why
                 return why  # strict priority: nobody overtakes the best waiting generation
             if self._admit(g, now):
                 running.append(g)
@@ -554,7 +554,7 @@ class Planner:
                 self.engine.abort(g.gen_id, "cache")
             except EngineError:
                 return 0  # the engine is failing: the caller gives up on it
-            g.extra["kv_released"] = g.extra.get("kv_released", 0) + 1
+            g.kv_released += 1
             self.policy.on_kv_released(g)
         self.kv_released += len(pinned)
         self._stats = None
@@ -583,7 +583,7 @@ class Planner:
                     continue
                 ok, why = self.batcher.can_admit(on[m], g, fleet.member_stats(m), now)
                 if not ok:
-                    g.extra["blocked"] = why
+                    g.blocked = why
                     closed.add(m)
                     continue
                 try:
@@ -632,7 +632,7 @@ class Planner:
         if g.output_ids or g.segments:
             g.resumes += 1
         g.state = GenState.RUNNING
-        g.extra["awaiting_cache_report"] = True
+        g.awaiting_cache_report = True
         self._notify(g)
         return True
 
@@ -642,7 +642,8 @@ class Planner:
         if g is None or g.state is not GenState.RUNNING:
             return  # output of an aborted generation: never reported
         live = self._live[g.gen_id]
-        if out.num_cached_tokens is not None and g.extra.pop("awaiting_cache_report", False):
+        if out.num_cached_tokens is not None and g.awaiting_cache_report:
+            g.awaiting_cache_report = False
             g.cached_tokens.append(out.num_cached_tokens)
         g.output_ids.extend(out.token_ids)
         g.seg_tokens += len(out.token_ids)
@@ -896,7 +897,7 @@ class Planner:
             self.engine.abort(g.gen_id, "discard")
         if reason == "length":  # cut by max_tokens: whatever was generated, the plan is not complete
             tail = g.text[live.cut_end:].strip()
-            g.extra["truncated"] = (
+            g.truncated = (
                 f"plan truncated at max_tokens ({self.config.max_tokens} tokens): "
                 f"{len(g.segments)} complete statement(s) before the cut"
                 + (f", the rest ({tail[:40]!r}{'...' if len(tail) > 40 else ''}) never completed" if tail else "")
@@ -905,7 +906,7 @@ class Planner:
             self._dispatch(g, seg, now)
         live.pending.clear()
         if not g.segments:
-            self._fail(g, g.extra.get("truncated") or
+            self._fail(g, g.truncated or
                        f"the LLM produced no executable statement (finish: {reason or 'eos'})")
             return
         g.state = GenState.DRAINING
@@ -995,7 +996,7 @@ class Planner:
 
     def _maybe_finished(self, g: Generation, now: float) -> None:
         if g.state is GenState.DRAINING and all(s.ok for s in g.segments):
-            truncated = g.extra.get("truncated")
+            truncated = g.truncated
             if truncated:  # what was generated ran; the plan did not end: the task is not known done
                 self._end(g, GenState.FAILED, f"{truncated}; the {len(g.segments)} executed")
             else:
@@ -1053,19 +1054,19 @@ class Planner:
                 self._pinned.clear()  # the old engine's KV is gone
                 now = self.clock.now()
                 for g in running:
-                    self._requeue(g, now, "engine_restarts")
+                    g.engine_restarts += 1
+                    self._requeue(g, now)
                 return
         self.engine_healthy = False  # from here on _end does not touch the engine
         for g in self.live():
             if g.state is not GenState.DRAINING:  # all that still needs the engine (DRAINING: plan done)
                 self._end(g, GenState.FAILED, f"engine failure: {reason}", cancel_robot=True)
 
-    def _requeue(self, g: Generation, now: float, counter: str) -> None:
+    def _requeue(self, g: Generation, now: float) -> None:
         """g's engine lost its KV: g waits again and resumes from its token record (re-prefill);
-        `counter` in g.extra counts why."""
+        the caller has counted why (`Generation.engine_restarts` / `engine_lost`)."""
         g.state = GenState.SUSPENDED if g.segments else GenState.QUEUED
         g.ready_since = now
-        g.extra[counter] = g.extra.get(counter, 0) + 1
         self._notify(g)
 
     def _requeue_lost(self, now: float) -> None:
@@ -1074,7 +1075,8 @@ class Planner:
         for gid, _why in self._fleet.take_lost():
             g = self.generations.get(gid)
             if g is not None and g.state is GenState.RUNNING:
-                self._requeue(g, now, "engine_lost")
+                g.engine_lost += 1
+                self._requeue(g, now)
         self._stats = None
 
     def replace_engine(self, engine: Engine) -> None:

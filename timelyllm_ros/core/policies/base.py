@@ -162,10 +162,11 @@ def priority_order(gens: Sequence[Generation],
 
 def batch_was_full(ready: Sequence[Generation]) -> bool:
     """Whether the planner's batch-size controller refused a ready generation at the previous
-    scheduling point (its ``extra["blocked"]`` mark, which this clears): the batch is full."""
+    scheduling point (its ``Generation.blocked`` mark, which this clears): the batch is full."""
     full = False
     for g in ready:
-        if g.extra.pop("blocked", None) is not None:
+        if g.blocked is not None:
+            g.blocked = None
             full = True
     return full
 

@@ -9,7 +9,7 @@ ahead of everything (SOAP rank −∞ in the paper) and is never preempted.  c =
 
 Preemption rule (the paper leaves it to vLLM's scheduler; ours, documented in docs/policies.md):
 the batch is *full* when the planner's batch-size controller refused a ready generation at the
-previous scheduling point (``Generation.extra["blocked"]``, set by the planner).  Then ready
+previous scheduling point (``Generation.blocked``, set by the planner).  Then ready
 generations, best rank first, are paired with preemptable running ones, worst rank first; each
 pair where the ready one ranks strictly better preempts the running one, one for one; the first
 pair that does not stops the pass.  The preempted generation is aborted with KV mode ``kv`` (cache:
