@@ -5,6 +5,7 @@ import pytest
 from timelyllm_ros.core.clock import VirtualClock
 from timelyllm_ros.core.exec_time import ExecTimeEstimator
 from timelyllm_ros.core.planner import Planner, PlannerConfig
+from timelyllm_ros.core.ports import PlannerListener
 from timelyllm_ros.core.policies import make_policy
 from timelyllm_ros.core.robots import load_robots
 from timelyllm_ros.core.tuf import NORMAL, URGENT
@@ -535,7 +536,7 @@ def test_a_fault_on_one_output_loses_no_token_of_the_others_in_the_same_step():
 def test_a_fault_while_handling_a_result_fails_only_that_request():
     planner, disp, clock = make("vllm-stream")
 
-    class Flaky:
+    class Flaky(PlannerListener):
         def on_segment_result(self, gen, seg):
             if gen.gen_id == "bad":
                 raise ValueError("listener broke")

@@ -29,7 +29,7 @@ from .exec_time import ExecTimeEstimator
 from .metrics import plan_terms
 from .guard import PlanState, check_segment
 from .policies import DispatchMode, Policy, PolicyContext
-from .ports import Dispatcher
+from .ports import Dispatcher, PlannerListener
 from .robots import RobotSpec
 from .segmenter import Segmenter
 from .speculation import ValuePredictor, ValueSpeculation, same_value, written_value
@@ -53,16 +53,16 @@ def _tokens_through(tok_ends: list[int], end: int) -> int:
 
 
 def as_fleet(engine: Engine) -> EngineFleet | None:
-    """The engine as an engine pool if it is one (it has the `EngineFleet` hooks)."""
-    return engine if callable(getattr(engine, "preference", None)) else None  # type: ignore[return-value]
+    """The engine as an engine pool if it is one (it subclasses `EngineFleet`)."""
+    return engine if isinstance(engine, EngineFleet) else None
 
 
 def check_engine_scheduling(engine: Engine, policy: Policy) -> None:
     """A policy that relies on the engine's priority scheduling (vllm-priority) needs an engine
     started with it; an engine that says how it schedules (`scheduling_policy`) is checked here,
     so the mistake is one clear error and not a silent FCFS run (or a refused add per request)."""
-    want = getattr(policy, "engine_scheduling", "fcfs")
-    have = getattr(engine, "scheduling_policy", None)
+    want = policy.engine_scheduling
+    have = engine.scheduling_policy
     if want == "priority" and isinstance(have, str) and have != want:
         raise ValueError(f"policy {policy.name!r} needs an engine with scheduling_policy='priority' "
                          f"(vLLM's priority scheduling); this engine has {have!r}")
@@ -72,14 +72,6 @@ class PromptSource(Protocol):
     def prompt_ids(self, request: PlanRequest) -> list[int]: ...
 
     def result_ids(self, request: PlanRequest, segment: Segment, value: Value) -> list[int]: ...
-
-
-class PlannerListener(Protocol):
-    def on_request_update(self, gen: Generation) -> None: ...
-
-    def on_segment_dispatched(self, gen: Generation, seg: Segment) -> None: ...
-
-    def on_segment_result(self, gen: Generation, seg: Segment) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +146,7 @@ class Planner:
         self.dispatcher = dispatcher
         self.robots = dict(robots)
         self.policy = policy
-        self._engine_priority = getattr(policy, "engine_scheduling", "fcfs") == "priority"
+        self._engine_priority = policy.engine_scheduling == "priority"
         check_engine_scheduling(engine, policy)
         self.estimator = estimator
         self.prompts = prompts
@@ -445,8 +437,8 @@ class Planner:
                         self._request_fault(out.gen_id, "its LLM output", e)
             finally:
                 self._stepped = None
-            on_step = self.policy.on_step
-            if getattr(on_step, "__func__", None) is not Policy.on_step:
+            if self.policy.observes_steps:
+                on_step = self.policy.on_step
                 if self._fleet is not None:  # one engine's step each: a pool's members run side by side
                     for dt, n in self._fleet.member_steps():
                         on_step(dt, n)
@@ -464,7 +456,7 @@ class Planner:
 
     def _kv_modes(self) -> frozenset[str]:
         """The KV modes the engine honours on abort (`Engine.kv_modes`; "cache" if it says none)."""
-        modes = getattr(self.engine, "kv_modes", None)
+        modes = self.engine.kv_modes
         if isinstance(modes, frozenset) and modes:
             return modes
         try:
@@ -649,9 +641,8 @@ class Planner:
         g.seg_tokens += len(out.token_ids)
         g.text += out.text
         live.tok_ends.extend([len(g.text)] * len(out.token_ids))
-        on_token = self.policy.on_token
-        if getattr(on_token, "__func__", None) is not Policy.on_token:
-            on_token(g, len(out.token_ids), self.context())
+        if self.policy.observes_tokens:
+            self.policy.on_token(g, len(out.token_ids), self.context())
         else:  # the base hook does nothing: skip building a context, keep its stats snapshot
             self._engine_stats()
         cuts = live.segmenter.feed(out.text) if out.text else []
@@ -708,7 +699,7 @@ class Planner:
             return self._hold(g, live, seg, abs_end)
         g.segments.append(seg)
         suspend = mode is DispatchMode.SUSPEND and not final
-        if suspend and not seg.blocking and type(self.policy).suspend_at is not Policy.suspend_at:
+        if suspend and not seg.blocking and self.policy.chooses_suspension:
             suspend = self.policy.suspend_at(g, seg, self.context(), now)  # per-statement choice
         if suspend:
             # Drop tokens past the statement end: keep up to the token whose text reaches it.
@@ -920,9 +911,7 @@ class Planner:
                            robot_type=g.request.robot_type, segment_index=seg.index, text=seg.text,
                            calls=seg.calls, est_exec_s=seg.est_exec_s, blocking=seg.blocking)
         for lst in self.listeners:
-            fn = getattr(lst, "on_segment_dispatched", None)
-            if fn:
-                fn(g, seg)
+            lst.on_segment_dispatched(g, seg)
         self.dispatcher.dispatch(goal)
 
     # ------------------------------------------------------------------ results and endings
@@ -958,9 +947,7 @@ class Planner:
         for call, d in zip(seg.calls, res.call_durations_s):
             self.estimator.update(g.request.robot_type, call, d)
         for lst in self.listeners:
-            fn = getattr(lst, "on_segment_result", None)
-            if fn:
-                fn(g, seg)
+            lst.on_segment_result(g, seg)
         if g.state.terminal:
             return
         now = self.clock.now()
@@ -1092,9 +1079,7 @@ class Planner:
     # ------------------------------------------------------------------ status
     def _notify(self, g: Generation) -> None:
         for lst in self.listeners:
-            fn = getattr(lst, "on_request_update", None)
-            if fn:
-                fn(g)
+            lst.on_request_update(g)
 
     def status(self) -> PlannerStatus:
         with self._lock:

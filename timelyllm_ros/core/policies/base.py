@@ -295,6 +295,14 @@ class Policy:
     # "priority" (vLLM's priority scheduling: engines are started with it and every add carries
     # `engine_priority(g)`, which orders the engine's waiting queue and chooses its preemption victims).
     engine_scheduling = "fcfs"
+    # Which optional hooks this policy implements: the planner calls `on_token` (after every
+    # engine output), `on_step` (after every engine step) and `suspend_at` (at every non-blocking
+    # statement) only where the class declares it here, so a policy without them costs nothing
+    # per token.  A policy that overrides one of them sets its flag (tests/test_policies.py
+    # checks every registered policy).
+    observes_tokens: bool = False
+    observes_steps: bool = False
+    chooses_suspension: bool = False
 
     def priority(self, g: Generation, ctx: PolicyContext, now: float) -> float:
         """Higher runs first."""

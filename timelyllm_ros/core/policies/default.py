@@ -195,6 +195,7 @@ def _small_order(gens: list[Generation]) -> list[Generation]:
 
 class Default(Policy):
     name = "default"
+    observes_tokens = observes_steps = chooses_suspension = True  # rule 5 pacing; per-statement suspend
     mode = DispatchMode.SUSPEND
     fast_min = 64  # ready generations from which `select` takes the numpy path
 

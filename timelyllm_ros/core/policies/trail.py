@@ -41,6 +41,7 @@ _MODES = {"stream": DispatchMode.STREAM, "suspend": DispatchMode.SUSPEND, "whole
 
 class Trail(Policy):
     name = "trail"
+    observes_tokens = True  # the length prediction is refined as tokens arrive
 
     def __init__(self, c: float = 0.8, predictor: str | LengthPredictor = "learned", noise_p: float = 0.3,
                  seed: int = 0, model_dir: str | None = None, refresh_every: int = 1,
