@@ -4,12 +4,14 @@ import pytest
 
 from timelyllm_ros.core.exec_time import ExecTimeEstimator
 from timelyllm_ros.core.policies import DispatchMode, PolicyContext, make_policy, policy_names
-from timelyllm_ros.core.policies.andes import Andes, greedy_pack
+from timelyllm_ros.core.policies.andes import Andes
 from timelyllm_ros.core.robots import load_robots
 from timelyllm_ros.core.tuf import NORMAL
 from timelyllm_ros.core.types import Generation, GenState, PlanRequest, Segment
 from timelyllm_ros.engines.base import EngineStats
 from timelyllm_ros.pacer import PacerError, TokenPacer
+
+from policy_oracles import andes_rate, andes_select_reference, greedy_pack
 
 ROBOTS = load_robots()
 
@@ -123,8 +125,8 @@ def test_speaking_robots_consume_slower():
     p = Andes(speaking_types=("chat",))
     g = chat("x", 0.0)
     g.request = PlanRequest("x", "u", "chat", "t", "", NORMAL, 0.0, category="chat")
-    assert p.rate(g, ctx()) == 3.3
-    assert Andes().rate(g, ctx()) == 4.8
+    assert andes_rate(p, g, ctx()) == 3.3
+    assert andes_rate(Andes(), g, ctx()) == 4.8
 
 
 # --- pacer ---------------------------------------------------------------------------------------
@@ -165,9 +167,9 @@ def test_reading_rate_learns_tokens_per_word_from_delivered_text():
     g.request = PlanRequest("x", "u", "chat", "t", "", NORMAL, 0.0, category="chat")
     g.segments.append(Segment(index=0, text="one two three four", calls=(), blocking=False, token_count=10,
                               gen_start=0, gen_end=0, est_exec_s=0, dispatched_at=0.5))
-    assert p.rate(g, ctx()) == pytest.approx(4.8 * 2.5 / 1.3)  # its own 2.5 tokens/word
+    assert andes_rate(p, g, ctx()) == pytest.approx(4.8 * 2.5 / 1.3)  # its own 2.5 tokens/word
     fixed = Andes(tokens_per_word=1.3)
-    assert fixed.rate(g, ctx()) == pytest.approx(4.8)
+    assert andes_rate(fixed, g, ctx()) == pytest.approx(4.8)
 
 
 def test_an_empty_engine_is_given_work_even_when_no_admission_gains():
@@ -180,10 +182,10 @@ def test_an_empty_engine_is_given_work_even_when_no_admission_gains():
         return [chat(f"r{i}", 995.0, GenState.SUSPENDED, delivered=[(995.5, 400)]) for i in range(3)]
 
     orders = []
-    for select in ("select", "_select_reference"):
+    for select in (Andes.select, andes_select_reference):
         p = Andes()
         gens = buffered()
-        sel = getattr(p, select)(gens, [], ctx(token_s=0.5), 1000.0)  # slow tokens: triggered
+        sel = select(p, gens, [], ctx(token_s=0.5), 1000.0)  # slow tokens: triggered
         assert p.solves == 1 and p.last_decision["proposed_admit"] >= 1
         assert all(g.priority == 0.0 for g in gens)  # nothing to gain: the refiner alone keeps none
         assert sel.order and sel.preempt == []

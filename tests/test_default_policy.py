@@ -351,7 +351,7 @@ def test_step_cap_holds_per_engine_of_a_pool():
 
 
 def test_step_cap_is_lifted_while_only_continuations_are_left():
-    """Rule 6 protects response times: once no first segment has run or waited for drain_after_s
+    """Rule 10 protects response times: once no first segment has run or waited for drain_after_s
     (5 s) the cap no longer cuts admissions (late continuations: throughput decides); a new
     request brings it back at the next point."""
     p = Default()
@@ -375,7 +375,7 @@ def test_step_cap_is_lifted_while_only_continuations_are_left():
 
 
 def test_memory_cut_counts_as_a_full_batch_only_with_memory_full():
-    """memory_full=True: a ready generation held back by the KV budget (rule 3) makes the batch
+    """memory_full=True: a ready generation held back by the KV budget (rule 6) makes the batch
     full at the next point, as a refusal by a batch cap does; by default (False) only the planner's
     refusals (and, for preemption only, the step-time cap) count: the memory cut alone suspends nobody."""
     c = PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS,
@@ -413,7 +413,7 @@ def _paced_setup(kv_modes=frozenset({"cache", "preserve"}), **kw):
     """A policy that has seen 1 ms per extra generation, 20 running continuations whose robots are
     busy for 2-4 s (deferrable) and an urgent request that just arrived (tello: 6 tokens predicted,
     so its budget is 0.2 s / 6 = 33 ms per step: 13 generations at 20 ms + 1 ms each)."""
-    p = Default(**{"pace": True, **kw})  # pacing is opt-in (rule 5)
+    p = Default(**{"pace": True, **kw})  # pacing is opt-in (rule 9)
     for b in range(1, 41):
         p.on_step(0.02 + 0.001 * b, b)
     c = dataclasses.replace(ctx(), kv_modes=kv_modes)
@@ -430,7 +430,7 @@ def test_pacing_pauses_deferrable_work_while_an_urgent_first_segment_is_generate
     assert ids(sel.preempt) == [f"c{i:02d}" for i in range(19, 11, -1)]
     assert {p.kv_mode(g, None, c) for g in sel.preempt} == {"preserve"}  # KV kept in place
     assert p.kv_mode(running[0], None, c) == "cache"  # anything else: the prefix cache
-    # the paused ones wait while the urgent one runs (the gate, rule 2) and come back after it
+    # the paused ones wait while the urgent one runs (the gate, rule 4) and come back after it
     for g in sel.preempt:
         g.state = GenState.SUSPENDED
     rest = [g for g in running if g.state is GenState.RUNNING]
@@ -469,7 +469,7 @@ def test_pacing_needs_preserve_memory_and_a_critical_first_segment():
 
 
 def test_speculated_results_never_reach_a_robot_before_they_are_confirmed():
-    """Value speculation (rule 7): the statement after a blocking one is generated under the
+    """Value speculation (rule 8): the statement after a blocking one is generated under the
     predicted result and dispatched only once the robot's real result equals it; a wrong
     prediction throws that statement away and regenerates it (the simulator's script is
     generated again).  Same plans as without speculation, every request finished, and the

@@ -68,7 +68,7 @@ def test_saved_steps_refit_offline_recovers_the_costs_and_is_reproducible(tmp_pa
     import yaml
 
     from fit_vllm_profile import refit_saved, save_steps
-    from timelyllm_ros.engines.latency_profile import LatencyProfile
+    from timelyllm_ros.core.latency_profile import LatencyProfile
 
     recs = _served()
     a = argparse.Namespace(fit_workloads=["mixed_small", "WID2"], fit_seed=101, fit_runs=2, fit_duration=40.0)
@@ -99,7 +99,7 @@ def test_every_fit_workload_weighs_the_same_and_host_work_grows_per_sequence(tmp
     import argparse
 
     from fit_vllm_profile import refit_saved, save_steps
-    from timelyllm_ros.engines.latency_profile import LatencyProfile
+    from timelyllm_ros.core.latency_profile import LatencyProfile
 
     many = _served(900, base=0.008, host_per_seq=5e-5)
     few = _served(100, base=0.012, host_per_seq=5e-5, t=many[-1].start_s + 10.0)  # 10 s later: idle between
@@ -134,7 +134,7 @@ def test_saved_sessions_fit_together_as_one(tmp_path, capsys):
     import json
 
     from fit_vllm_profile import refit_saved, save_steps
-    from timelyllm_ros.engines.latency_profile import LatencyProfile
+    from timelyllm_ros.core.latency_profile import LatencyProfile
 
     meta = dict(loads=[[1.0, 1.1]], tokenize_s=4e-5, detokenize_s=1e-6, n_tok=36,
                 which="models/tiny-planner", dtype="bfloat16", kv_block_size=32, kv_capacity_blocks=8191)

@@ -103,6 +103,21 @@ def test_modes_and_registry():
         make_policy("fcfs", c=0.3)
 
 
+def test_every_policy_name_has_a_factory():
+    """The explicit factory covers every `PolicyName`: each builds with its defaults (LAMPS's with
+    a cost model) and names the engine scheduling it needs."""
+    from timelyllm_ros.core.kv_handling import KVCostModel
+    from timelyllm_ros.core.policies import PolicyName, engine_scheduling, policy_class
+
+    cost = KVCostModel(prefill_s_per_token=1e-4)
+    for kind in PolicyName:
+        kw = {"cost": cost} if kind.value in ("lamps", "infercept", "timelyllm-lamps", "hybrid") else {}
+        p = make_policy(kind.value, **kw)
+        assert isinstance(p, policy_class(kind))
+        assert engine_scheduling(kind.value) == ("priority" if kind is PolicyName.VLLM_PRIORITY else "fcfs")
+    assert make_policy("fcfs-swap").name == "fcfs-swap" and make_policy("infercept", cost=cost).name == "infercept"
+
+
 def test_prev_exec_end_chains_queued_segments():
     g = gen("q", arrival=0.0, segments=[seg(0, 1.0, 2.0), seg(1, 1.5, 4.0)])
     # segment 1 cannot start before segment 0 ends at 3.0 -> ends at 7.0

@@ -2,7 +2,8 @@
 
 priority_order vs sorting by the (-priority, ready_since, arrival, gen_id) tuple; TimelyLLM's
 vectorised Eq. 4 vs the formula written out; the simulated engine's resume validation (only what
-follows the validated prompt is re-checked, but bad ids there are still refused).
+follows the validated prompt is re-checked, but bad ids there are still refused); each policy's
+`select` vs its reference written out plainly (tests/policy_oracles.py).
 """
 
 from __future__ import annotations
@@ -162,6 +163,8 @@ from timelyllm_ros.core.exec_time import ExecTimeEstimator  # noqa: E402
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
 from timelyllm_ros.core.types import GenState  # noqa: E402
 from timelyllm_ros.engines.base import EngineStats  # noqa: E402
+from policy_oracles import (andes_select_reference, default_select_reference, hybrid_select_reference,  # noqa: E402
+                            lamps_select_reference)
 
 ROBOTS = load_robots()
 _TYPES = ("tello", "arm", "chat", "tello")
@@ -250,23 +253,24 @@ _SCEN = dict(specs=st.lists(_GEN, max_size=12), steps=st.lists(_STEP, min_size=1
 @settings(max_examples=300, deadline=None)
 @given(**_SCEN, threshold=st.integers(1, 3), allowed=st.sampled_from(
     [("preserve", "discard", "swap"), ("discard",), ("preserve", "swap"), ("swap", "discard")]),
-       jit=st.booleans(), admission=st.booleans())
-def test_lamps_fast_select_matches_reference(specs, steps, threshold, allowed, jit, admission):
+       jit=st.booleans(), admission=st.booleans(), interval=st.sampled_from([1, 1, 3]))
+def test_lamps_fast_select_matches_reference(specs, steps, threshold, allowed, jit, admission, interval):
+    """`interval`: LAMPS's score_interval (a score kept for that many iterations)."""
     from timelyllm_ros.core.kv_handling import KVCostModel
     from timelyllm_ros.core.policies.lamps import LAMPS
 
     class Reference(LAMPS):
-        def _fast_ok(self):
-            return False
+        def select(self, ready, running, ctx, now):
+            return lamps_select_reference(self, ready, running, ctx, now)
 
     cost = KVCostModel(prefill_s_per_token=1e-4, prefill_base_s=0.01, swap_s_per_block=3e-4, block_size=16)
     kw = dict(cost=cost, starvation_threshold=threshold, allowed=allowed, jit_resume=jit,
-              memory_admission=admission)
+              memory_admission=admission, score_interval=interval)
     fast, ref = LAMPS(**kw), Reference(**kw)
     gens = _scenario(specs)
     a, b = _copy(gens), _copy(gens)
     assert _run(fast, a, steps, False, True) == _run(ref, b, steps, False, True)
-    assert [fast.wait_count(g) for g in a] == [ref.wait_count(g) for g in b]
+    assert [fast.wait_count(g) for g in a] == [g.extra.get("lamps_wait", 0) for g in b]
 
 
 def _trail_reference(p, ready, running):
@@ -329,12 +333,12 @@ def test_trail_fast_select_sees_predictor_state_kept_across_a_suspension():
 
 @settings(max_examples=200, deadline=None)
 @given(**_SCEN, pd_rule=st.booleans())
-def test_hybrid_fast_select_matches_generic_path(specs, steps, pd_rule):
+def test_hybrid_fast_select_matches_reference(specs, steps, pd_rule):
     from timelyllm_ros.core.policies.hybrid import Hybrid
 
-    class Reference(Hybrid):  # overriding priority takes the generic path (priority(), prefill_cost())
-        def priority(self, g, ctx, now):
-            return Hybrid.total_length(self, g, ctx)
+    class Reference(Hybrid):
+        def select(self, ready, running, ctx, now):
+            return hybrid_select_reference(self, ready, running, ctx, now)
 
     gens = _scenario(specs)
     a, b = _copy(gens), _copy(gens)
@@ -350,7 +354,7 @@ def test_longest_first_and_ascending_perm_equal_tuple_sorts(items):
     import numpy as np
 
     from timelyllm_ros.core.policies.base import ascending_perm
-    from timelyllm_ros.core.policies.hybrid import longest_first
+    from policy_oracles import longest_first
     gens = [_gen(i, priority=p, ready_since=rs, arrival=a) for i, (p, rs, a) in enumerate(items)]
     plain = sorted(gens, key=lambda g: (-g.priority, g.request.arrival, g.gen_id))
     assert [g.gen_id for g in longest_first(gens)] == [g.gen_id for g in plain]
@@ -381,8 +385,8 @@ def test_andes_fast_select_matches_reference(specs, steps, blocked, net, tpw, mo
     from timelyllm_ros.core.policies.andes import Andes
 
     class Reference(Andes):
-        def _fast_ok(self):
-            return False
+        def select(self, ready, running, ctx, now):
+            return andes_select_reference(self, ready, running, ctx, now)
 
     kw = dict(network_latency_s=net, tokens_per_word=tpw, mode=mode, solve_every=solve_every, kv_trigger=kv_trigger,
               max_batch=max_batch, refine=refine, speaking_types=("chat",) if speaking else (),
@@ -503,18 +507,17 @@ def test_andes_stable_heads_are_the_stable_argsort_prefixes(rows, k):
        min_free=st.sampled_from([0.0, 0.1, 0.25]))
 def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps, min_lead_s, kv_budget, pace,
                                                seen, slope, preserve, min_free):
-    """`slope`: the engine steps the policies saw (rule 5's step-time model: None: none, else
+    """`slope`: the engine steps the policies saw (rule 9's step-time model: None: none, else
     steps of 1..40 generations at 20 ms + slope per generation); `preserve`: the engine keeps a
-    paused generation's KV, so rule 5 may pause running generations."""
+    paused generation's KV, so rule 9 may pause running generations."""
     from timelyllm_ros.core.policies.default import Default
 
     class Reference(Default):
         def select(self, ready, running, ctx, now):
-            return self._select_reference(ready, running, ctx, now)
+            return default_select_reference(self, ready, running, ctx, now)
 
     kw = dict(lead_steps=lead_steps, min_lead_s=min_lead_s, kv_budget=kv_budget, pace_min_free=min_free, pace=pace)
     fast, ref = Default(**kw), Reference(**kw)
-    fast.fast_min = 0  # the numpy path at every size
     for p in (fast, ref):
         for t, first, tok in seen:  # learned segment lengths (some robot types still unseen)
             g = Generation(request=PlanRequest(request_id="o", robot_id="x", robot_type=_TYPES[t], task="t",
@@ -543,7 +546,7 @@ def test_pairwise_sum_is_numpy_sum(xs):
     8-value and 128-value blocks)."""
     import numpy as np
 
-    from timelyllm_ros.core.policies.base import pairwise_sum
+    from policy_oracles import pairwise_sum
     assert repr(pairwise_sum(xs)) == repr(float(np.sum(np.asarray(xs, dtype=float))))
 
 
@@ -552,11 +555,13 @@ def test_pairwise_sum_is_numpy_sum(xs):
                                    _FLOATS | st.floats(-5.0, 5.0)), max_size=70), min_size=1, max_size=3),
        st.sampled_from([0.5, 2.0, 3.0]))
 def test_default_atc_lists_equal_numpy_atc(groups, k):
-    """The default policy's small-list ATC (Python, numpy's exp) = the numpy function, bit for
+    """The oracle's ATC written in Python (numpy's exp) = the default's numpy function, bit for
     bit, per group, with late (slack <= 0), not yet late and non-finite terms mixed."""
     import numpy as np
 
-    from timelyllm_ros.core.policies.default import atc_priorities, atc_priority_lists
+    from policy_oracles import atc_priority_lists
+
+    from timelyllm_ros.core.policies.default import atc_priorities
     cols = [tuple(map(list, zip(*g))) if g else ([], [], []) for g in groups]
     got = atc_priority_lists(cols, k)
     with np.errstate(all="ignore"):
@@ -594,11 +599,10 @@ def test_default_fast_select_matches_reference_at_many_ready(specs, steps, block
 
     class Reference(Default):
         def select(self, ready, running, ctx, now):
-            return self._select_reference(ready, running, ctx, now)
+            return default_select_reference(self, ready, running, ctx, now)
 
     kw = dict(drain_after_s=drain, memory_full=memory_full)
     fast, ref = Default(**kw), Reference(**kw)
-    fast.fast_min = 0
     for p in (fast, ref):
         for n in (1, 5, 12, 40, 3):
             p.on_step(0.02 + slope * n, n)

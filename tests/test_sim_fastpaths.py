@@ -22,7 +22,7 @@ from timelyllm_ros.core.clock import VirtualClock
 from timelyllm_ros.core.engine import EngineStats
 from timelyllm_ros.core.tuf import NORMAL, TUF
 from timelyllm_ros.core.types import Generation, PlanRequest, Segment
-from timelyllm_ros.engines.latency_profile import LatencyProfile
+from timelyllm_ros.core.latency_profile import LatencyProfile
 from timelyllm_ros.engines.simulated import SimulatedEngine
 
 

@@ -32,8 +32,10 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from .latency_profile import LatencyProfile
 from .types import Generation, Segment
 
 HANDLINGS = ("preserve", "discard", "swap")
@@ -60,7 +62,7 @@ class KVCostModel:
 
     @classmethod
     def from_profile(cls, profile: Any, bytes_per_token: float = 1.0) -> "KVCostModel":
-        """From a latency profile (engines.simulated.LatencyProfile or a mapping with its keys)."""
+        """From a latency profile (core.latency_profile.LatencyProfile or a mapping with its keys)."""
         get = (lambda k, d=0.0: profile.get(k, d)) if isinstance(profile, dict) else (
             lambda k, d=0.0: getattr(profile, k, d))
         return cls(prefill_s_per_token=float(get("prefill_s_per_token")),
@@ -75,6 +77,27 @@ class KVCostModel:
     def t_swap(self, tokens: float) -> float:
         """Time to copy the blocks holding `tokens` one way between GPU and host."""
         return self.swap_s_per_block * math.ceil(tokens / self.block_size) if tokens > 0 else 0.0
+
+
+def _default_cost() -> KVCostModel:
+    """The default latency profile's costs (read once, when a policy is built without one)."""
+    return KVCostModel.from_profile(LatencyProfile.from_yaml())
+
+
+def cost_model(cost: Any = None, profile: Any = None) -> KVCostModel:
+    """A policy's `cost` / `profile` parameters as a KVCostModel: the model itself or its fields
+    (`cost`), else a latency profile (a YAML path or a profile object), else the default profile."""
+    if isinstance(cost, KVCostModel):
+        return cost
+    if isinstance(cost, dict):
+        return KVCostModel(**cost)
+    if cost is not None:
+        raise ValueError(f"cost must be a KVCostModel or a mapping, got {type(cost).__name__}")
+    if isinstance(profile, (str, Path)):
+        return KVCostModel.from_profile(LatencyProfile.from_yaml(profile))
+    if profile is not None:
+        return KVCostModel.from_profile(profile)
+    return _default_cost()
 
 
 @dataclass(frozen=True, slots=True)

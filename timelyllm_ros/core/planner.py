@@ -189,10 +189,7 @@ class Planner:
     def budget(self, g: Generation, now: float) -> float:
         """Time left before g's current segment is due (first: ERT after arrival; later: the
         estimated end of the previous action)."""
-        if g.k == 0:
-            return g.request.arrival + g.request.tuf.ert - now
-        prev = g.prev_exec_end_estimate()
-        return (prev if prev is not None else now) - now
+        return g.next_due(now) - now
 
     def latency_guided(self, max_batch: int = 256) -> LatencyGuidedBatch:
         return LatencyGuidedBatch(budget=self.budget, max_segment_tokens=self.max_segment_tokens,

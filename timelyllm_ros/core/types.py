@@ -199,6 +199,17 @@ class Generation:
         """Index of the next segment to generate."""
         return len(self.segments)
 
+    def next_due(self, now: float) -> float:
+        """When the next segment is due: the first at arrival + ERT (its TUF starts to fall
+        after it), a later one when the robot's dispatched actions are estimated to end (it idles
+        after that: `prev_exec_end_estimate`).  THE rule: the planner's batch-size budget, the
+        default policy's slack and Eq. 4 (core/policies/timelyllm.py) all read it."""
+        if not self.segments:
+            req = self.request
+            return req.arrival + req.tuf.ert
+        prev = self.prev_exec_end_estimate()
+        return prev if prev is not None else now
+
     def prev_exec_end_estimate(self) -> float | None:
         """Estimated end of the last dispatched segment's action (None before the first).
 

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from ..core.engine import EngineError
 from .kv_blocks import _BLOCK_PARENT, _BLOCK_TOKENS, _ROOT_HASH, _BlockPool, block_hash
-from .latency_profile import LatencyProfile
+from ..core.latency_profile import LatencyProfile
 
 KV_MODES = frozenset({"cache", "preserve", "discard", "swap"})
 

@@ -19,7 +19,7 @@ from typing import Sequence
 
 from ..core.clock import VirtualClock
 from ..core.engine import EngineError, EngineOutput, Tokenizer
-from .latency_profile import LatencyProfile
+from ..core.latency_profile import LatencyProfile
 from .pool import EnginePool
 from .simulated import EngineCounters, KVCapacityError, Scripts, SimulatedEngine
 

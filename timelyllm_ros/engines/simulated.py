@@ -3,7 +3,7 @@
 Why: the scheduling experiments of the paper (RTX 4090, Llama3-8B) cannot run on this machine's
 CPU, and a faithful *cost model* is what the scheduler reacts to anyway.  The engine therefore
 produces scripted text (`set_script`) but charges each iteration the time a real GPU would take
-(`LatencyProfile` in latency_profile.py, calibrated in profiles/*.yaml and docs/simulator.md), and
+(`LatencyProfile` in core/latency_profile.py, calibrated in profiles/*.yaml and docs/simulator.md), and
 keeps an exact account of KV blocks (`KVAccounting` in kv_cache.py over the block pool of
 kv_blocks.py: prefix cache, LRU eviction, recompute-preemption, the four context-switch modes of a
 suspended generation).
@@ -24,7 +24,7 @@ from ..sim.tokenizer import SimTokenizer
 from .kv_blocks import _INT_ONLY, _BlockPool, block_hash
 from .kv_cache import (_HEADS_MAX, _KNOWN_MAX, ENGINE_KINDS, KV_MODES, EngineKind, KVAccounting, KVCapacityError,
                        _Known, _Seq, _Suspended, engine_kind)
-from .latency_profile import DEFAULT_PROFILE, PROFILES_DIR, LatencyProfile, ProfileError
+from ..core.latency_profile import DEFAULT_PROFILE, PROFILES_DIR, LatencyProfile, ProfileError
 
 __all__ = ["DEFAULT_PROFILE", "PROFILES_DIR", "ENGINE_KINDS", "KV_MODES", "EngineCounters", "EngineKind",
            "engine_kind", "KVCapacityError",

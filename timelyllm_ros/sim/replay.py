@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 
 from ..core.robots import RobotSpec
 from ..engines.base import StepRecord
-from ..engines.latency_profile import LatencyProfile
+from ..core.latency_profile import LatencyProfile
 from ..lrtrace import Arrival, Workload
 from .runner import SimResult, run_simulation
 

@@ -42,10 +42,9 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .. import qoe_kernel
-from ..qoe import (_EPS, PAPER_TOKENS_PER_WORD, READING_TOK_S, SPEAKING_TOK_S, Run, consume_rate, delivery_runs,
+from ..qoe import (_EPS, PAPER_TOKENS_PER_WORD, READING_TOK_S, SPEAKING_TOK_S, Run, delivery_runs,
                    QoEBatch, fold_runs, measured_tokens_per_word, qoe_of_runs, ttft_target)
 from ..types import Generation, Segment
-from . import register
 from .base import (DispatchMode, Policy, PolicyContext, Selection, arrival_order, batch_was_full,
                    set_priorities)
 from .slots import SlotTable
@@ -135,20 +134,6 @@ def _stable_heads(x: np.ndarray, k: int) -> np.ndarray:
     return heads
 
 
-def greedy_pack(items: Sequence[int], priority: Sequence[float], mem: Sequence[int], M: float,
-                B: int) -> list[int]:
-    """Algorithm 1: by priority descending, take while count < B and memory fits; stop at the
-    first request that does not fit.  Returns indices."""
-    out: list[int] = []
-    used = 0.0
-    for i in sorted(items, key=lambda i: -priority[i]):
-        if len(out) >= B or used + mem[i] > M:
-            break
-        out.append(i)
-        used += mem[i]
-    return out
-
-
 class Andes(Policy):
     name = "andes"
 
@@ -194,32 +179,9 @@ class Andes(Policy):
         self.last_decision: dict = {}
 
     # --- per-request QoE terms --------------------------------------------------------------------
-    def rate(self, g: Generation, ctx: PolicyContext) -> float:
-        """Consumption speed in this engine's tokens: reading/listening speeds are per word, so they
-        are rescaled by tokens per word — fixed by ``tokens_per_word``, else measured on the
-        request's delivered text, else the running average over requests seen so far."""
-        tpw = self.tokens_per_word
-        if tpw is None:
-            own = measured_tokens_per_word(g)
-            if own is not None:
-                self._tpw = 0.9 * self._tpw + 0.1 * own
-            tpw = own or self._tpw
-        return consume_rate(g.request, ctx.robots.get(g.request.robot_type), speaking_types=self.speaking_types,
-                            action_rate=self.action_rate, tokens_per_word=tpw)
-
     def lat(self, B: int, ctx: PolicyContext, n_running: int) -> float:
         """Time per token at batch size B, anchored at the measured speed of the current batch."""
         return max(1e-4, ctx.token_s + self.lat_per_seq_s * (B - max(1, n_running)))
-
-    def _item(self, g: Generation, running: bool, ctx: PolicyContext, now: float) -> _Item:
-        runs = delivery_runs(g, self.network_latency_s)
-        start = g.request.arrival + ttft_target(g.request)
-        r = self.rate(g, ctx)
-        pending = g.seg_tokens if self.mode is DispatchMode.STREAM else 0
-        q_cur = qoe_of_runs(runs, ideal_start=start, rate=r, now=now, complete=False).qoe
-        q_wait = qoe_of_runs(runs, ideal_start=start, rate=r, now=now + self.delta_t, complete=False).qoe
-        return _Item(g, running, max(1, len(g.prompt_ids) + len(g.output_ids)), runs, start, r, pending,
-                     q_cur, q_wait)
 
     def q_serve(self, it: _Item, lat: float, now: float) -> float:
         n = int(self.delta_t / lat)
@@ -234,34 +196,6 @@ class Andes(Policy):
             return 0.0
         q = qoe_of_runs(it.runs, ideal_start=it.start, rate=it.rate, now=now + overhead_s, complete=False).qoe
         return max(0.0, it.q_cur - q)
-
-    # --- triggering -----------------------------------------------------------------------------
-    def triggered(self, items: Sequence[_Item], full: bool, ctx: PolicyContext) -> tuple[bool, str]:
-        st = ctx.stats
-        kv = 1.0 - st.kv_free_blocks / st.kv_total_blocks if st.kv_total_blocks else 0.0
-        if full:
-            return True, "batch full"
-        if kv > self.kv_trigger:
-            return True, f"kv {kv:.2f}"
-        if items and ctx.token_s > min(1.0 / it.rate for it in items):
-            return True, "token latency"
-        return False, ""
-
-    def batch_sizes(self, items: Sequence[_Item], n_running: int, full: bool, ctx: PolicyContext,
-                    M: float) -> list[int]:
-        n = len(items)
-        bmax = n
-        if self.max_batch is not None:
-            bmax = min(bmax, self.max_batch)
-        if full:
-            bmax = min(bmax, max(1, n_running))  # larger batches were refused: not realisable
-        used = fit = 0
-        for l in sorted(it.l for it in items):
-            if used + l > M:
-                break
-            used += l
-            fit += 1
-        return self._b_candidates(max(1, min(bmax, fit)), max(it.rate for it in items), n_running, ctx)
 
     def _b_candidates(self, bmax: int, r_max: float, n_running: int, ctx: PolicyContext) -> list[int]:
         """At most max_b_candidates sizes spaced geometrically in [B_min, bmax]; B_min: the largest
@@ -278,22 +212,17 @@ class Andes(Policy):
         return sorted(c for c in cands if bmin <= c <= bmax)
 
     # --- the decision ---------------------------------------------------------------------------
-    # `_select_reference` evaluates QoE per request and candidate batch size in Python: ~60-100 ms
-    # at 1,000 ready generations.  `select` computes the same numbers with numpy: a ready
-    # generation's delivery runs, context length, TTFT target and measured tokens per word only
-    # change when it runs, so they are folded once (`_static`, cached in its extra) and every
-    # point evaluates Q_cur, Q_wait and Q_serve(B) for all requests at once (qoe.QoEBatch;
-    # Q_serve of every candidate B in qoe_kernel's compiled loop), packs every B from its first
-    # B by priority (`_stable_heads`: no full sort per candidate), and prices the refiner's
-    # stalls for all admissions at once.  The running tokens-per-word average keeps its
-    # sequential update.  Requests the closed form does not cover (a delivered run not yet
-    # started at `now`) take the scalar formulas.  Bit for bit the reference's decisions:
-    # tests/test_scheduling_fastpaths.py.
-    def _fast_ok(self) -> bool:
-        cls = type(self)
-        return all(getattr(cls, m) is getattr(Andes, m)
-                   for m in ("rate", "lat", "_item", "q_serve", "loss", "triggered", "batch_sizes", "_refine"))
-
+    # Evaluated per request and candidate batch size in Python this is ~60-100 ms at 1,000 ready
+    # generations; `select` computes it with numpy: a ready generation's delivery runs, context
+    # length, TTFT target and measured tokens per word only change when it runs, so they are
+    # folded once (a SlotTable) and every point evaluates Q_cur, Q_wait and Q_serve(B) for all
+    # requests at once (qoe.QoEBatch; Q_serve of every candidate B in qoe_kernel's compiled
+    # loop), packs every B from its first B by priority (`_stable_heads`: no full sort per
+    # candidate; Algorithm 1's greedy packing), and prices the refiner's stalls for all
+    # admissions at once.  The running tokens-per-word average keeps its sequential update.
+    # Requests the closed form does not cover (a delivered run not yet started at `now`) take
+    # the scalar formulas (`q_serve`, `loss`).  Bit for bit the paper's steps written out plainly
+    # (tests/policy_oracles.py, the oracle of tests/test_scheduling_fastpaths.py).
     _ARRAYS = ("start", "l", "pending", "own", "fixed", "base", "fold_rate", "sa", "pn", "la", "dl", "last_start",
                "nseg")
 
@@ -341,8 +270,6 @@ class Andes(Policy):
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
-        if not self._fast_ok():
-            return self._select_reference(ready, running, ctx, now)
         full = batch_was_full(ready)
         if not ready:
             return Selection(order=[])
@@ -475,7 +402,8 @@ class Andes(Policy):
 
     def _batch_sizes(self, mem: np.ndarray, rate: np.ndarray, n_running: int, full: bool, ctx: PolicyContext,
                      M: float) -> list[int]:
-        """`batch_sizes` on arrays."""
+        """Candidate batch sizes: up to `max_batch`, up to the running batch when it is full (larger
+        batches were refused: not realisable), up to what fits memory M smallest first."""
         bmax = len(mem)
         if self.max_batch is not None:
             bmax = min(bmax, self.max_batch)
@@ -487,7 +415,9 @@ class Andes(Policy):
     def _refine_fast(self, admit: list[int], victims: list[int], g_l: list[float], chosen: set[int], n_run: int,
                      mem: np.ndarray, qb: QoEBatch, last_start: np.ndarray, item,
                      now: float) -> tuple[list[int], list[int]]:
-        """`_refine` with every kept request's stall loss for every admission priced at once."""
+        """Overhead-aware refiner: keep admit/preempt pairs while they pay for the stall they cause
+        the requests that keep running, with every kept request's stall loss for every admission
+        priced at once."""
         kept = [i for i in range(n_run) if i in chosen]
         over = self.prefill_s_per_token * mem[admit] if admit else np.zeros(0)
         if kept and admit:  # loss(): the QoE a kept request loses if the whole batch stalls `overhead` s
@@ -506,63 +436,6 @@ class Andes(Policy):
             loss = np.zeros((len(kept), len(admit)))
         return _paying_pairs(admit, victims, g_l, lambda k, j: math.fsum(loss[:, k].tolist()))
 
-    def _select_reference(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
-                          now: float) -> Selection:
-        """The plain path, as the paper's steps read (and the fast path's oracle in the tests)."""
-        full = batch_was_full(ready)
-        fcfs = sorted(ready, key=lambda g: (-g.extra.get("andes_pri", _INF), g.request.arrival, g.gen_id))
-        if not ready:
-            return Selection(order=[])
-        items = [self._item(g, True, ctx, now) for g in running] + [self._item(g, False, ctx, now) for g in ready]
-        on, why = self.triggered(items, full, ctx)
-        if not on:
-            for g in ready:
-                g.extra.pop("andes_pri", None)
-            return Selection(order=sorted(ready, key=lambda g: (g.request.arrival, g.gen_id)))
-        self._triggered += 1
-        if (self._triggered - 1) % self.solve_every:
-            return Selection(order=fcfs)
-        self.solves += 1
-        st = ctx.stats
-        M = float(st.kv_total_blocks * st.block_size) if st.kv_total_blocks else _INF
-        n_run = len(running)
-        idx = list(range(len(items)))
-        mem = [it.l for it in items]
-        best: tuple | None = None
-        for B in self.batch_sizes(items, n_run, full, ctx, M):
-            lat = self.lat(B, ctx, n_run)
-            gains = [self.q_serve(it, lat, now) - it.q_wait for it in items]
-            pri = [gains[i] / mem[i] for i in idx]
-            chosen = greedy_pack(idx, pri, mem, M, B)
-            value = math.fsum(gains[i] for i in chosen)
-            key = (round(value, 12), -abs(B - n_run))
-            if best is None or key > best[0]:
-                best = (key, B, chosen, gains, pri)
-        assert best is not None
-        _, B, chosen, gains, pri = best
-        for i, it in enumerate(items):
-            it.g.priority = pri[i]
-            it.g.extra["andes_pri"] = pri[i]
-        cs = set(chosen)
-        admit = sorted((i for i in cs if not items[i].running), key=lambda i: -pri[i])
-        victims = sorted((i for i in idx if items[i].running and i not in cs), key=lambda i: pri[i])
-        acc_admit, acc_preempt = self._refine(items, admit, victims, gains, cs, now)
-        if not n_run and not acc_admit:
-            acc_admit = _idle_engine_order(admit, pri)
-        self.last_decision = {"B": B, "why": why, "admit": len(acc_admit), "preempt": len(acc_preempt),
-                              "proposed_admit": len(admit), "proposed_preempt": len(victims)}
-        return Selection(order=[items[i].g for i in acc_admit], preempt=[items[i].g for i in acc_preempt])
-
-    def _refine(self, items: list[_Item], admit: list[int], victims: list[int], gains: list[float],
-                chosen: set[int], now: float) -> tuple[list[int], list[int]]:
-        """Overhead-aware refiner: keep admit/preempt pairs while they pay for the stall they
-        cause the requests that keep running."""
-        if not self.refine:
-            return admit, victims
-        kept = [it for i, it in enumerate(items) if it.running and i in chosen]
-        return _paying_pairs(admit, victims, gains, lambda k, j: math.fsum(
-            self.loss(it, self.prefill_s_per_token * items[j].l, now) for it in kept))
-
     def kv_mode(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> str:
         return self.kv if seg is None else "cache"
 
@@ -573,6 +446,3 @@ class Andes(Policy):
                 "speaking_types": list(self.speaking_types), "action_rate": self.action_rate,
                 "network_latency_s": self.network_latency_s, "max_b_candidates": self.max_b_candidates,
                 "mode": self._mode_name, "kv": self.kv, "tokens_per_word": self.tokens_per_word}
-
-
-register("andes", Andes)

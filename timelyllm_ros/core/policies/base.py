@@ -6,6 +6,7 @@ touches the engine: it returns an order (and optional preemptions) and the plann
 
 from __future__ import annotations
 
+import abc
 import enum
 import math
 import operator
@@ -70,44 +71,6 @@ def arrival_order(gens: Sequence[Generation]) -> list[Generation]:
                 order[i:j] = sorted(order[i:j], key=_ID)
             i = j
     return order
-
-
-def pairwise_sum(xs: Sequence[float]) -> float:
-    """``float(np.sum(np.asarray(xs, dtype=float)))`` in Python, the same bits: numpy's pairwise
-    summation (8 accumulators per block of up to 128, blocks halved above that; under 8 values
-    one running sum).  Python's own sum() is not it (3.12 compensates its rounding).  For
-    policies that skip numpy's per-call overhead at a handful of values
-    (tests/test_scheduling_fastpaths.py checks it against np.sum)."""
-    return _pairwise(xs, 0, len(xs))
-
-
-def _pairwise(a: Sequence[float], lo: int, n: int) -> float:
-    if n < 8:
-        res = 0.0
-        for i in range(lo, lo + n):
-            res += a[i]
-        return res
-    if n <= 128:
-        r0, r1, r2, r3, r4, r5, r6, r7 = a[lo:lo + 8]
-        end = lo + n - n % 8
-        i = lo + 8
-        while i < end:
-            r0 += a[i]
-            r1 += a[i + 1]
-            r2 += a[i + 2]
-            r3 += a[i + 3]
-            r4 += a[i + 4]
-            r5 += a[i + 5]
-            r6 += a[i + 6]
-            r7 += a[i + 7]
-            i += 8
-        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-        for j in range(end, lo + n):
-            res += a[j]
-        return res
-    n2 = n // 2
-    n2 -= n2 % 8
-    return _pairwise(a, lo, n2) + _pairwise(a, lo + n2, n - n2)
 
 
 def set_priorities(gens: Sequence[Generation], values: Sequence[float]) -> None:
@@ -286,11 +249,14 @@ def ascending_head(gens: Sequence[Generation], keys: "np.ndarray", k: int,
     return cand[sub[:k]].tolist()
 
 
-class Policy:
-    """Base: priority-ordered, non-preemptive, suspend mode, vLLM's cache-style KV on suspend."""
+class Policy(abc.ABC):
+    """Base of every scheduling policy: priority-ordered, non-preemptive, suspend mode, vLLM's
+    cache-style KV on suspend.  The planner calls each method below at the point its docstring
+    names (it never probes for them); a policy overrides what it decides differently.  Policies
+    are built by name (`policies.make_policy`, `PolicyName`)."""
 
-    name = "base"
-    mode = DispatchMode.SUSPEND
+    name = "base"  # the policy's name in results (`PolicyName` value)
+    mode = DispatchMode.SUSPEND  # how statements reach the robots (read once, at planner construction)
     # The engine's own scheduler: "fcfs" (vLLM's default; the planner owns the order) or
     # "priority" (vLLM's priority scheduling: engines are started with it and every add carries
     # `engine_priority(g)`, which orders the engine's waiting queue and chooses its preemption victims).
@@ -305,11 +271,16 @@ class Policy:
     chooses_suspension: bool = False
 
     def priority(self, g: Generation, ctx: PolicyContext, now: float) -> float:
-        """Higher runs first."""
+        """g's priority at `now` (higher runs first), for the base `select`; policies that
+        override `select` need not give one."""
         raise NotImplementedError
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
+        """At every scheduling point: the ready generations in admission order (the planner admits
+        from the head while its batch-size controller and the engine take them) and the running
+        ones to suspend now.  Sets each ready generation's `priority` (status, ties).  Pure with
+        respect to the engine: it reads `ctx`, never acts."""
         for g in ready:
             g.priority = self.priority(g, ctx, now)
         return Selection(order=priority_order(ready))
@@ -354,4 +325,5 @@ class Policy:
         pinned memory stalled the engine); policies that track handlings update here."""
 
     def params(self) -> dict:
+        """The policy's parameters as built (results record them)."""
         return {}

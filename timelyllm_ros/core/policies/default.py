@@ -1,6 +1,7 @@
 """The default policy: urgent first segments protected, everything else streamed or just in time.
 
-Every live generation has a *deadline* for its next segment and an *estimated generation time*:
+Rule numbers are docs/policies.md's, where the same rules are stated in plain words.  Rules 1-2:
+every live generation has a *deadline* for its next segment and an *estimated generation time*:
 
   deadline   k = 0: arrival + ERT (the TUF starts to fall after it);
              k > 0: estimated end of the robot's dispatched actions (it idles after that)
@@ -13,11 +14,9 @@ Every live generation has a *deadline* for its next segment and an *estimated ge
 A generation is *critical* when its slack is at most ``lead`` = max(``min_lead_s``,
 ``lead_steps`` × time per token); otherwise it is *deferrable*.
 
-At each scheduling point (``select``) — docs/policies.md states the same rules in plain words and
-numbers them 1–10 (its 3 = rule 1 here, 4 = 2, 6 = 3, 7 = 4, 9 = 5, 10 = 6; its 5 is ``suspend_at``, its 8 ``speculates``;
-both below):
+At each scheduling point (``select``):
 
-1. critical generations are admitted first, first segments and continuations alike (Eq. 3
+3. critical generations are admitted first, first segments and continuations alike (Eq. 3
    scores a robot idling mid-plan, TUF1 of its wait, with the slope of its first action's TUF),
    by apparent tardiness cost (ATC, Vepsalainen & Morton 1987):
    |TUF slope| / p × exp(−max(0, slack) / (``atc_k`` × mean p)), p = est. time — once past its
@@ -25,22 +24,22 @@ both below):
    weighted shortest processing time first, which minimises the sum of alpha × lateness (under
    overload an urgent plan, 6.67 per second, goes before a chat reply, 2 per second, of the same
    length);
-2. deferrable ones (least slack first) are admitted only while no critical *first* segment is
+4. deferrable ones (least slack first) are admitted only while no critical *first* segment is
    running or waiting: spare engine time goes to work that is not due yet, but a step that
    decides a response time is not made longer by work that could wait (each extra sequence, each
    prompt to tokenise and prefill, lengthens the step for everyone in it);
-3. admissions stop where free KV memory runs out (``kv_budget``): a generation whose robot type
+6. admissions stop where free KV memory runs out (``kv_budget``): a generation whose robot type
    has nobody in the batch counts its whole prompt (its shared prefix is probably not cached),
    the others their own tokens plus one worst-case segment — over-admitting makes the engine
    preempt and re-prefill (memory thrash);
-4. when the batch is full (the planner's batch-size controller refused a ready generation at the
+7. when the batch is full (the planner's batch-size controller refused a ready generation at the
    previous point: a binding cap or KV memory) a waiting critical generation preempts a running
    one at token level, one for one (Andes-style): a deferrable one first, else a critical one
    that has more than 2 tokens of its segment left and a ``preempt_ratio`` times lower ATC
    priority;
-   the batch also counts as full here when the step-time cap (rule 6) — or, with ``memory_full``,
-   this policy's own KV budget (rule 3) — held a ready generation back at the previous point;
-5. pacing (``pace``, off by default: it pauses continuations, which Eq. 3 charges): while a critical first segment is running or waiting, each of those that can
+   the batch also counts as full here when the step-time cap (rule 10) — or, with ``memory_full``,
+   this policy's own KV budget (rule 6) — held a ready generation back at the previous point;
+9. pacing (``pace``, off by default: it pauses continuations, which Eq. 3 charges): while a critical first segment is running or waiting, each of those that can
    still make its deadline needs its remaining tokens in steps of at most (deadline − now) /
    tokens left; the tightest such budget, through an online model of the engine's step time
    (a + b·generations + c·new requests + d·prefilled tokens, least squares over the steps seen,
@@ -48,17 +47,17 @@ both below):
    gives the most generations the next step may hold.  Above it running generations are paused at
    token level: deferrable ones first (most slack first), then, after the waiting critical
    continuations are held back, critical continuations (least dense first); first segments never.
-   A paused generation keeps its KV in place (``preserve``) and comes back through rules 1–2 (it
+   A paused generation keeps its KV in place (``preserve``) and comes back through rules 3–4 (it
    costs one recomputed token) — so only where the engine honours ``preserve``, at least
    ``pace_min_free`` of the KV memory is free and the model predicts the steps (relative one-step
    error at most ``pace_max_error``): with vLLM's prefix cache a resume recomputes the
    last, partial KV block, which costs more than the pause saves (drones:800: 62.8 % urgent with
    ``pace_kv="cache"``).
-6. step-time cap (``step_ratio``): admissions also stop where a step would take more than 3 times
+10. step-time cap (``step_ratio``): admissions also stop where a step would take more than 3 times
    a one-generation step, by the step-time model (``step_time.py``, least squares; until it has
    seen 4 steps, at most twice the running batch, at least 8) — per engine: behind an engine
    pool the model learns one member's iterations and the pool's batch may hold the cap times
-   its usable members (pacing's limit, rule 5, too): beyond that every running
+   its usable members (pacing's limit, rule 9, too): beyond that every running
    generation gets its tokens slower than a newcomer gains by starting now — on an engine where
    each extra sequence is expensive (the edge board) a 256-wide batch makes every response late.
    The cap protects response times, so it is lifted while no first segment has run or waited
@@ -67,17 +66,17 @@ both below):
    batches of n finish in total about k² L (a/n + b) / 2, which falls as n grows); the edge
    board with drones:1600 spent 320 s draining 2,700 continuations 12 at a time (urgent
    −41,886 % with the cap held, −36,185 % lifted).  A new request brings the cap back at once
-   for admissions: it enters by preempting a continuation (rule 4) and the batch shrinks to the
+   for admissions: it enters by preempting a continuation (rule 7) and the batch shrinks to the
    cap as continuations end — the price: the first request after a quiet spell of 5 s may meet
    a wide batch.
 
-At each statement boundary (``suspend_at``) a generation keeps its slot and streams on, unless the
+At each statement boundary (``suspend_at``, rule 5) a generation keeps its slot and streams on, unless the
 batch is full — a batch cap or KV memory refused a ready generation (with ``memory_full``, also
 this policy's KV budget), *not* the step-time cap, a limit of the policy's own: suspending for it
 costs a re-add (prefill) per statement (the edge board with chat_mixed lost 7 s of engine time in
 120 s to that churn) — and its next segment is not due within the lead: then it is suspended (the
 slot goes to waiting work) and resumes when it is critical or the engine is free.  Blocking statements always
-suspend (the plan needs the value); with ``speculate`` (rule 7, `speculates`) the generation goes on
+suspend (the plan needs the value); with ``speculate`` (rule 8, `speculates`) the generation goes on
 under the predicted value, its next statement held until the robot's value confirms it
 (core/speculation.py).  So: uncontended, plain streaming (suspending costs a re-add,
 a prefill and more, smaller steps — measured in issue 15); under a binding cap or memory limit,
@@ -86,7 +85,9 @@ TimelyLLM's segmentation with preemption.
 Online by construction: it reads a request's arrival, TUF and robot type and what has been
 generated and executed so far — never ``reference_plan`` nor future arrivals
 (tests/test_default_policy.py checks this).  It never sheds: every request is served.
-KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM; a rule-5 pause: "preserve".
+KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM; a rule-9 pause: "preserve".
+(About 600 lines: the ten rules, stated here, and their one vectorised `select`; the step-time
+model is step_time.py.)
 """
 
 from __future__ import annotations
@@ -99,10 +100,8 @@ from typing import Sequence
 import numpy as np
 
 from ..types import Generation, Segment
-from . import register
-from .base import (DispatchMode, Policy, PolicyContext, Selection, _order_key, ascending_head, ascending_perm,
-                   batch_was_full,
-                   pairwise_sum, priority_order, set_priorities)
+from .base import (DispatchMode, Policy, PolicyContext, Selection, ascending_head, ascending_perm, batch_was_full,
+                   set_priorities)
 from .slots import SlotTable
 from .step_time import StepTimeModel
 
@@ -118,7 +117,7 @@ def atc_priorities(alphas: Sequence[float] | np.ndarray, ps: Sequence[float] | n
     the segment.  Past its deadline a request loses |alpha| utility per second of delay, so
     among late ones the order is weighted-shortest-processing-time (what minimises the sum of
     alpha x lateness); slack discounts one not yet late.  One numpy function for both `select`
-    paths (element-wise, same inputs in the same order: bit-identical results); always > 0."""
+    callers (the ready generations' arrays, the running ones' lists); always > 0."""
     a = np.asarray(alphas, dtype=float)
     p = np.asarray(ps, dtype=float)
     s = np.asarray(slacks, dtype=float)
@@ -128,76 +127,10 @@ def atc_priorities(alphas: Sequence[float] | np.ndarray, ps: Sequence[float] | n
     return np.where(w > 0.0, w, 5e-324)  # (exp underflow: still critical, last)
 
 
-_ATC_PY_MAX = 64  # below this many values `atc_priority_list` skips numpy but for exp
-
-
-def atc_priority_lists(groups: Sequence[tuple[Sequence[float], Sequence[float], Sequence[float]]],
-                       k: float) -> list[list[float]]:
-    """``atc_priorities(alphas, ps, slacks, k).tolist()`` for each (alphas, ps, slacks) of
-    `groups` (an empty group: []), the same bits: groups under `_ATC_PY_MAX` values in Python
-    (numpy's per-call overhead is most of the work at a handful), the mean by numpy's pairwise
-    summation (`pairwise_sum`) and exp still numpy's (its SIMD exp is not libm's: they differ in
-    the last bit on ~5 % of arguments) — one call for all groups, only where the argument is not 0
-    (exp(0) = 1 exactly).  tests/test_scheduling_fastpaths.py checks it against `atc_priorities`."""
-    out: list[list[float]] = []
-    todo = None  # small groups with a generation not yet late: (out index, exp arguments)
-    for alphas, ps, slacks in groups:
-        n = len(ps)
-        if not n or n >= _ATC_PY_MAX:
-            out.append(atc_priorities(alphas, ps, slacks, k).tolist() if n else [])
-            continue
-        res: list[float] = []
-        out.append(res)
-        for s in slacks:
-            if not s <= 0.0:  # (NaN too) exp of -np.maximum(s, 0.0) / scale != 0
-                break
-        else:  # all late: exp(0) = 1
-            put = res.append
-            for a, p in zip(alphas, ps):
-                w = (-a if a < 0.0 else 1e-12) / (p if not p < 1e-9 else 1e-9)
-                put(w if w > 0.0 else 5e-324)
-            continue
-        if n < 8:  # (pairwise_sum's first case)
-            tot = 0.0
-            for p in ps:
-                tot += p
-        else:
-            tot = pairwise_sum(ps)
-        scale = tot / n * k
-        scale = scale if scale > 1e-9 else 1e-9
-        if todo is None:
-            todo = []
-        todo.append((len(out) - 1, [-(s if not s <= 0.0 else 0.0) / scale for s in slacks]))
-    if todo is None:
-        return out
-    nz = [x for _, args in todo for x in args if x != 0.0]
-    e = iter(np.exp(nz).tolist())
-    for gi, args in todo:
-        alphas, ps, _ = groups[gi]
-        put = out[gi].append
-        for a, p, x in zip(alphas, ps, args):
-            w = (-a if a < 0.0 else 1e-12) / (p if not p < 1e-9 else 1e-9) * (next(e) if x != 0.0 else 1.0)
-            put(w if w > 0.0 else 5e-324)
-    return out
-
-
-def atc_priority_list(alphas: Sequence[float], ps: Sequence[float], slacks: Sequence[float],
-                      k: float) -> list[float]:
-    """``atc_priorities(alphas, ps, slacks, k).tolist()`` by `atc_priority_lists`."""
-    return atc_priority_lists(((alphas, ps, slacks),), k)[0]
-
-
-def _small_order(gens: list[Generation]) -> list[Generation]:
-    """`priority_order(gens)`: under 32 generations the plain tuple sort it is defined by (its
-    float-first shortcut pays only at hundreds)."""
-    return sorted(gens, key=_order_key) if len(gens) < 32 else priority_order(gens)
-
-
 class Default(Policy):
     name = "default"
     observes_tokens = observes_steps = chooses_suspension = True  # rule 5 pacing; per-statement suspend
     mode = DispatchMode.SUSPEND
-    fast_min = 64  # ready generations from which `select` takes the numpy path
 
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
                  preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True,
@@ -210,7 +143,7 @@ class Default(Policy):
             raise ValueError(f"drain_after_s must be a number > 0 (inf: the step-time cap always applies), "
                              f"got {drain_after_s!r}")
         self.drain_after_s = float(drain_after_s)
-        self._first_seen = -math.inf  # when a first segment last ran or waited (rule 6)
+        self._first_seen = -math.inf  # when a first segment last ran or waited (rule 10)
         if isinstance(atc_k, bool) or not isinstance(atc_k, (int, float)) or not 0 < atc_k < math.inf:
             raise ValueError(f"atc_k must be a finite number > 0, got {atc_k!r}")
         self.atc_k = float(atc_k)
@@ -226,7 +159,7 @@ class Default(Policy):
         self.pace = bool(pace)
         self.pace_kv = pace_kv  # KV of a paused generation ("cache": only to measure what it costs)
         self.pace_min_free = float(pace_min_free)
-        self._steps = StepTimeModel()  # the engine's step time against batch size (rule 5, the step-time cap)
+        self._steps = StepTimeModel()  # the engine's step time against batch size (rules 9 and 10)
         self._seen_new = 0  # new requests (their first output) in the engine step being reported
         self._seen_prefill = 0  # tokens that step prefilled (added generations' context - cache hits)
         if isinstance(step_ratio, bool) or not isinstance(step_ratio, (int, float)) or not 1 < step_ratio:
@@ -257,11 +190,9 @@ class Default(Policy):
         self._full = False  # the batch-size controller refused a ready generation at the last point
         # (not the step-time cap: suspending there trades a re-prefill per statement for a slot
         # the policy itself withholds — the edge board with chat_mixed lost 7 s of engine time to it)
-        # a request's constants (arrival, ERT, TUF slope and height, robot type) and what changes
-        # only when the generation runs (whether it has segments, tokens of the current one)
+        # a request's constants (arrival, ERT, TUF slope and height, robot type)
         self._table = SlotTable({"arrival": (float, 0.0), "ert": (float, 0.0), "alpha": (float, 0.0),
-                                 "beta": (float, 0.0), "rtype": (int, 0), "has": (bool, False),
-                                 "seg_tokens": (float, 0.0), "gen": (object, None)})
+                                 "beta": (float, 0.0), "rtype": (int, 0), "gen": (object, None)})
         self._rtypes: dict[str, int] = {}  # robot type -> row of the per-point prediction table
 
     # --- online estimates -------------------------------------------------------------------------
@@ -288,19 +219,10 @@ class Default(Policy):
         """Slack at or below which a generation is critical."""
         return max(self.min_lead_s, self.lead_steps * ctx.token_s)
 
-    @staticmethod
-    def deadline(g: Generation, now: float) -> float:
-        """When g's next segment is due: ERT after arrival for the first, else the estimated end
-        of the robot's dispatched actions."""
-        if not g.segments:
-            return g.request.arrival + g.request.tuf.ert
-        prev = g.prev_exec_end_estimate()
-        return prev if prev is not None else now
-
     def slack(self, g: Generation, ctx: PolicyContext, now: float, running: bool) -> float:
         left = max(1.0, self.predicted_tokens(g, ctx) - g.seg_tokens)
         est = (left + (0.0 if running else 1.0)) * ctx.token_s  # +1 step to (re)enter the batch
-        return self.deadline(g, now) - now - est
+        return g.next_due(now) - now - est
 
     # --- the decision -----------------------------------------------------------------------------
     def _point_terms(self, ctx: PolicyContext) -> tuple[float, float, dict[tuple[str, bool], float]]:
@@ -324,15 +246,15 @@ class Default(Policy):
         every priority: critical ones their ATC priority (> 0), deferrable ones −1 − slack."""
         part = self._split(gens, now, running, terms)
         if part[0]:
-            set_priorities(part[0], atc_priority_list(part[3], part[4], part[5], self.atc_k))
+            set_priorities(part[0], atc_priorities(part[3], part[4], part[5], self.atc_k).tolist())
         return part[0], part[1], part[2]
 
     def _split(self, gens: Sequence[Generation], now: float, running: bool, terms: tuple[float, float, dict]
                ) -> tuple[list[Generation], list[Generation], bool, list[float], list[float], list[float], bool]:
         """`_classify` but for the critical ones' priorities: (critical, deferrable, a critical
         one is a first segment, their TUF slopes, estimated times and slacks for ATC, some
-        generation is a first segment); deferrable ones get −1 − slack.  The arithmetic of
-        `slack` and `deadline`, inlined (a scheduling point reads every ready generation)."""
+        generation is a first segment); deferrable ones get −1 − slack (`Generation.next_due` minus
+        the estimated time, with the per-point terms hoisted)."""
         token_s, lead, pred = terms
         enter = 0.0 if running else token_s
         critical: list[Generation] = []
@@ -351,16 +273,11 @@ class Default(Policy):
         for g in gens:
             req = g.request
             segs = g.segments
+            due = g.next_due(now)
             if segs:
-                due = segs[-1].exec_end  # (prev_exec_end_estimate's first answer, inlined)
-                if due is None:
-                    due = g.prev_exec_end_estimate()
-                    if due is None:
-                        due = now
                 left = get_cont(req.robot_type, 8.0) - g.seg_tokens
             else:
                 some_first = True
-                due = req.arrival + req.tuf.ert
                 left = get_first(req.robot_type, 8.0) - g.seg_tokens
             p = (left if left > 1.0 else 1.0) * token_s
             s = due - now - p - enter
@@ -376,47 +293,15 @@ class Default(Policy):
                 defer(g)
         return critical, deferrable, first_critical, alphas, ps, slacks, some_first
 
-    def _select_reference(self, ready: Sequence[Generation], running: Sequence[Generation],
-                          ctx: PolicyContext, now: float) -> Selection:
-        """The rule as written (two Python passes over the ready list); `select` gives the same
-        Selection and priorities bit for bit (tests/test_scheduling_fastpaths.py)."""
-        self._full = batch_was_full(ready) or self._mem_held  # a cap or KV memory binds (suspend_at)
-        full = self._full or self._capped
-        terms = self._point_terms(ctx)
-        critical, deferrable, protect, *atc_r, some_first = self._split(ready, now, False, terms)
-        run_crit, run_def, run_first, *atc_w, _ = self._split(running, now, True, terms)
-        if critical or run_crit:  # ATC priorities, each list on its own (one exp call for both)
-            pr, pw = atc_priority_lists((atc_r, atc_w), self.atc_k)
-            set_priorities(critical, pr)
-            set_priorities(run_crit, pw)
-        protect = protect or run_first  # a critical first segment is running or waiting
-        order = _small_order(critical)  # ATC (> 0), best first
-        if not protect:
-            order += _small_order(deferrable)
-        sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now, ready_first=some_first)
-        if not protect or not self.pace:  # (rule 5 off: `_paced` returns sel as it is)
-            return sel
-        budget = math.inf  # rule 5's tightest per-token budget of the waiting critical first segments
-        if self._pacing(ctx):
-            _, _, pred = terms
-            for g in critical:
-                if not g.segments:
-                    req = g.request
-                    left = pred.get((req.robot_type, True), 8.0) - g.seg_tokens
-                    t = (req.arrival + req.tuf.ert - now) / (left if left > 1.0 else 1.0)
-                    if 0.0 < t < budget:
-                        budget = t
-        return self._paced(sel, run_crit, run_def, running, ctx, now, budget)
-
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
-        """`_select_reference` with the ready generations' slack and Eq. 4 as numpy arithmetic
-        (the same operations in the same order, so bit for bit the same values): a request's
-        constants, whether it has segments and the current segment's tokens come from a
-        SlotTable (segments are cut, and seg_tokens counted, only from new output tokens); per
-        point only the previous action's estimated end is read (executor reports move it)."""
-        if len(ready) < self.fast_min:  # numpy's per-call overhead outweighs a short loop
-            return self._select_reference(ready, running, ctx, now)
+        """Rules 3, 4, 6, 7, 9 and 10 (module docstring) at one scheduling point.  The ready
+        generations' slack and ATC priority are numpy arithmetic: a request's constants come from
+        a SlotTable; per point whether it has segments, the current segment's tokens and, for
+        those with segments, the next due time (executor reports move it) are read.  Only the
+        head the step-time cap can admit is ordered.  The rules written out plainly, one Python
+        pass per generation, are the oracle of tests/test_scheduling_fastpaths.py
+        (tests/policy_oracles.py): the same Selection and priorities bit for bit, at every size."""
         self._full = batch_was_full(ready) or self._mem_held  # a cap or KV memory binds (suspend_at)
         full = self._full or self._capped
         terms = self._point_terms(ctx)
@@ -437,8 +322,6 @@ class Default(Policy):
             a["alpha"][slot] = req.tuf.alpha
             a["beta"][slot] = req.tuf.beta
             a["rtype"][slot] = rtypes.setdefault(req.robot_type, len(rtypes))
-            a["has"][slot] = not not g.segments
-            a["seg_tokens"][slot] = g.seg_tokens
             a["gen"][slot] = g  # (gathering from an object array beats indexing a list)
 
         sl = self._table.lookup(ready, fill)
@@ -446,14 +329,15 @@ class Default(Policy):
         P = np.full((len(rtypes), 2), 8.0)  # predicted tokens by (robot type, first?)
         for (name, first), v in pred.items():
             P[rtypes[name], int(first)] = v
-        has = a["has"][sl]
+        has = np.array([not not g.segments for g in ready], dtype=bool)  # (read per point: what
+        seg_tokens = np.array([g.seg_tokens for g in ready], dtype=float)  # the planner last changed)
         first = ~has
         arrival, ert, alpha, beta = a["arrival"][sl], a["ert"][sl], a["alpha"][sl], a["beta"][sl]
-        due = arrival + ert
+        due = arrival + ert  # `Generation.next_due` of a first segment, element-wise; the others below
         if has.any():
-            prev = [now if e is None else e for e in map(Generation.prev_exec_end_estimate, compress(ready, has))]
+            prev = [g.next_due(now) for g in compress(ready, has)]
             due[has] = prev
-        left = P[a["rtype"][sl], first.astype(np.intp)] - a["seg_tokens"][sl]
+        left = P[a["rtype"][sl], first.astype(np.intp)] - seg_tokens
         p = np.where(left > 1.0, left, 1.0) * token_s
         s = due - now - p - token_s
         crit = s <= lead
@@ -486,7 +370,7 @@ class Default(Policy):
                            bool(first.any()))
         if not protect:
             return sel
-        budget = math.inf  # as in `_select_reference`, element by element
+        budget = math.inf  # rule 9's tightest per-token budget of the waiting critical first segments
         if fc.any() and self._pacing(ctx):
             with np.errstate(all="ignore"):
                 t = (due[fc] - now) / np.where(left[fc] > 1.0, left[fc], 1.0)
@@ -495,7 +379,7 @@ class Default(Policy):
                 budget = float(t.min())
         return self._paced(sel, run_crit, run_def, running, ctx, now, budget)
 
-    # --- rule 5: pace the steps that generate critical first segments ---------------------------
+    # --- rule 9: pace the steps that generate critical first segments ---------------------------
     def on_token(self, g: Generation, n_new: int, ctx: PolicyContext) -> None:
         """Count the new requests of the engine step that just ran (their first output: the step
         tokenised and prefilled their prompts)."""
@@ -507,12 +391,12 @@ class Default(Policy):
             self._seen_prefill += max(0, len(g.prompt_ids) + len(g.output_ids) - n_new - g.cached_tokens[-1])
 
     def on_step(self, duration_s: float, outputs: int) -> None:
-        """Feed the step-time model (rule 5, the step-time cap) with the engine step that just ran."""
+        """Feed the step-time model (rules 9 and 10) with the engine step that just ran."""
         self._steps.observe(duration_s, outputs, self._seen_new, self._seen_prefill)
         self._seen_new = self._seen_prefill = 0
 
     def _pacing(self, ctx: PolicyContext) -> bool:
-        """Whether rule 5 may pause: enabled, the engine keeps a paused generation's KV in place,
+        """Whether rule 9 may pause: enabled, the engine keeps a paused generation's KV in place,
         free KV memory is at least `pace_min_free`, the step time grows with the batch, and the
         step-time model predicts it (root mean square one-step-ahead error at most
         `pace_max_error` of the mean step time: where uncached prefills dominate the step time —
@@ -527,7 +411,7 @@ class Default(Policy):
 
     def _paced(self, sel: Selection, run_crit: list[Generation], run_def: list[Generation],
                running: Sequence[Generation], ctx: PolicyContext, now: float, budget: float) -> Selection:
-        """Rule 5 (a critical first segment is running or waiting): each critical first segment
+        """Rule 9 (a critical first segment is running or waiting): each critical first segment
         that can still make its deadline needs its remaining tokens in steps of at most
         (deadline − now) / tokens left; the tightest of these budgets, through the step-time
         model, gives the most generations the next step may hold.  Above it, running
@@ -541,9 +425,8 @@ class Default(Policy):
         for g in run_crit:  # `budget`: the same over the waiting ones
             if g.segments:
                 continue
-            req = g.request
             left = self.predicted_tokens(g, ctx) - g.seg_tokens
-            t = (req.arrival + req.tuf.ert - now) / (left if left > 1.0 else 1.0)
+            t = (g.next_due(now) - now) / (left if left > 1.0 else 1.0)
             if 0.0 < t < budget:  # one already late is not saved by a budget
                 budget = t
         if budget == math.inf:
@@ -574,7 +457,7 @@ class Default(Policy):
         return Selection(order=order, preempt=list(sel.preempt) + paused)
 
     def kv_mode(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> str:
-        """A generation paused by rule 5 keeps its KV in place; any other suspension "cache"."""
+        """A generation paused by rule 9 keeps its KV in place; any other suspension "cache"."""
         if g.extra.pop("pause_kv", False) and seg is None:
             return self.pace_kv
         return super().kv_mode(g, seg, ctx)
@@ -582,8 +465,8 @@ class Default(Policy):
     def _finish(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
                 running: Sequence[Generation], ctx: PolicyContext, now: float,
                 known: tuple[np.ndarray, np.ndarray] | None = None, ready_first: bool = True) -> Selection:
-        """Rules 3 and 4: the memory cut, then token-level preemption (`critical`: whether a
-        ready generation is critical; `known`: see `_fit_memory`), then rule 6's step-time cap
+        """Rules 6 and 7: the memory cut, then token-level preemption (`critical`: whether a
+        ready generation is critical; `known`: see `_fit_memory`), then rule 10's step-time cap
         (`ready_first`: whether a first segment waits; with the running ones, whether it applies)."""
         held = False
         if self.kv_budget:
@@ -608,9 +491,9 @@ class Default(Policy):
         self._capped = self._mem_held = held
         if ready_first or any(not g.segments for g in running):
             self._first_seen = now
-        drain = now - self._first_seen >= self.drain_after_s  # rule 6 lifted: only continuations left
+        drain = now - self._first_seen >= self.drain_after_s  # rule 10 lifted: only continuations left
         room = None if drain else self._cap_room(ctx, len(running), len(preempt))
-        if room is not None and len(order) > room:  # the step-time cap (rule 6)
+        if room is not None and len(order) > room:  # the step-time cap (rule 10)
             order = order[:room]
             self._capped = True
         return Selection(order=order, preempt=preempt)
@@ -634,7 +517,7 @@ class Default(Policy):
         if self.memory_full:
             return None
         first_seen = now if ready_first or any(not g.segments for g in running) else self._first_seen
-        if now - first_seen >= self.drain_after_s:  # `_finish` lifts the cap: rule 6
+        if now - first_seen >= self.drain_after_s:  # `_finish` lifts the cap: rule 10
             return None
         n_run = len(running)
         need = n_run
@@ -713,7 +596,7 @@ class Default(Policy):
         return self._full and self.slack(g, ctx, now, running=False) > self.lead(ctx)
 
     def speculates(self, g: Generation, seg: Segment, ctx: PolicyContext) -> bool:
-        """Rule 7: after a blocking statement, generate the next one under the predicted result
+        """Rule 8: after a blocking statement, generate the next one under the predicted result
         (held until the robot answers: core/speculation.py) — the robot then waits only for the
         network after a call whose result was predicted, as long as without it otherwise."""
         return self.speculate
@@ -727,6 +610,3 @@ class Default(Policy):
                 "pace_min_free": self.pace_min_free, "pace_max_error": self.pace_max_error, "pace_kv": self.pace_kv,
                 "step_ratio": self.step_ratio, "memory_full": self.memory_full, "atc_k": self.atc_k,
                 "drain_after_s": self.drain_after_s, "speculate": self.speculate}
-
-
-register("default", Default)

@@ -17,48 +17,21 @@ This is a throughput (makespan) policy for known batches; it ignores TUFs on pur
 
 from __future__ import annotations
 
-import math
-import operator
 from typing import Any, Sequence
 
 import numpy as np
 
-from ..kv_handling import KVCostModel, SharedPrefix, private_context
+from ..kv_handling import KVCostModel, SharedPrefix, cost_model, private_context
 from ..types import Generation, GenState
-from . import register
-from .base import Policy, PolicyContext, Selection, arrival_order, ascending_perm, set_priorities
+from .base import Policy, PolicyContext, Selection, ascending_perm, set_priorities
 from .slots import SlotTable
-from .lamps import _cost_from
-
-
-def _arrival_id(g: Generation) -> tuple:
-    return (g.request.arrival, g.gen_id)
-
-
-_PRIORITY = operator.attrgetter("priority")
-
-
-def longest_first(gens: Sequence[Generation]) -> list[Generation]:
-    """`gens` sorted by (-priority, arrival, gen_id).  Total lengths tie a lot, so instead of
-    `priority_order` (which re-sorts every run of equal priorities by the tuple) this sorts by
-    (arrival, gen_id), then stably by priority, descending — with C-level keys; the order is the
-    same.  Non-finite priorities take the plain tuple sort."""
-    try:
-        finite = math.isfinite(sum(map(_PRIORITY, gens)))
-    except TypeError:
-        finite = False
-    if not finite:
-        return sorted(gens, key=lambda g: (-g.priority, g.request.arrival, g.gen_id))
-    order = arrival_order(gens)
-    order.sort(key=_PRIORITY, reverse=True)  # stable: equal priorities keep the arrival order
-    return order
 
 
 class Hybrid(Policy):
     name = "hybrid"
 
     def __init__(self, *, cost: Any = None, profile: Any = None, pd_rule: bool = True) -> None:
-        self.cost: KVCostModel = _cost_from(cost, profile)
+        self.cost: KVCostModel = cost_model(cost, profile)
         self.pd_rule = pd_rule
         self.prefix = SharedPrefix(self.cost.block_size)
         self._last_now: float | None = None
@@ -78,22 +51,6 @@ class Hybrid(Policy):
     def priority(self, g, ctx, now):
         return self.total_length(g, ctx)
 
-    def prefill_cost(self, new: Sequence[Generation]) -> float:
-        """C_p: one prefill stage over the new generations' uncached (private) tokens."""
-        prefix = self.prefix
-        if not prefix.seen_all(new):  # observing changes the shared length: one at a time
-            return self.cost.t_fwd(sum(private_context(g, prefix) for g in new))
-        shared: dict[str, int] = {}
-        total = 0
-        for g in new:  # private_context(g, prefix), with the shared length looked up once per type
-            rt = g.request.robot_type
-            sh = shared.get(rt)
-            if sh is None:
-                sh = shared[rt] = prefix.shared(rt)
-            n_prompt = len(g.prompt_ids)
-            total += max(0, n_prompt + len(g.output_ids) - min(sh, n_prompt))
-        return self.cost.t_fwd(total)
-
     def _fill(self, g: Generation, slot: int, ctx: PolicyContext) -> None:
         """g's total length (priority) and private (uncached) tokens: fixed while it is ready."""
         a = self._table.a
@@ -107,13 +64,10 @@ class Hybrid(Policy):
         if self._last_now is not None and running:
             self.decode_since_prefill += max(0.0, now - self._last_now)
         self._last_now = now
-        cls = type(self)
-        if not (cls.priority is Hybrid.priority and cls.total_length is Hybrid.total_length
-                and cls.predict_remaining is Hybrid.predict_remaining and cls.prefill_cost is Hybrid.prefill_cost):
-            return self._select_generic(ready, running, ctx, now)
-        # The same decisions on arrays: a ready generation's total length and private tokens
-        # only change when it runs (SlotTable), or, for the private tokens, when a shared prompt
-        # prefix changes (every slot refilled).
+        # On arrays: a ready generation's total length and private tokens only change when it
+        # runs (SlotTable), or, for the private tokens, when a shared prompt prefix changes (every
+        # slot refilled); C_p = T_fwd(the new generations' private tokens).  The rules written out
+        # per generation are the oracle of tests/test_scheduling_fastpaths.py (tests/policy_oracles.py).
         table = self.__dict__.get("_table")
         sig = (self.prefix.signature(), id(ctx.robots))
         if table is None:
@@ -141,23 +95,5 @@ class Hybrid(Policy):
         self.decode_since_prefill = 0.0
         return Selection(order=order)
 
-    def _select_generic(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
-                        now: float) -> Selection:
-        """Subclasses that change the priority or C_p: priority() and prefill_cost() per generation."""
-        for g in ready:
-            g.priority = self.priority(g, ctx, now)
-        order = longest_first(ready)  # = sorted by (-priority, arrival, gen_id)
-        new = [g for g in order if g.state is GenState.QUEUED]
-        if not new:
-            return Selection(order=order)
-        if self.pd_rule and running and self.prefill_cost(new) >= self.decode_since_prefill:
-            self.held += 1
-            return Selection(order=[g for g in order if g.state is not GenState.QUEUED])
-        self.decode_since_prefill = 0.0
-        return Selection(order=order)
-
     def params(self) -> dict:
         return {"pd_rule": self.pd_rule}
-
-
-register("hybrid", Hybrid)

@@ -29,7 +29,7 @@ Robots executing skills are LAMPS's API calls.  Two ideas, both usable separatel
    `starvation_threshold` (100) the generation is marked starving and goes ahead of all
    non-starving ones (LAMPS order among the starving) until it completes.
 
-Registered policies:
+Its policies, by name (`PolicyName` in core/policies/__init__.py):
 
     lamps            LAMPS ranking + waste-based handling (+ just-in-time resume of non-blocking)
     infercept        FCFS + waste-based handling (InferCept: dynamic handling, FCFS scheduling)
@@ -44,46 +44,21 @@ from __future__ import annotations
 
 import itertools
 import math
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from ..kv_handling import (HANDLINGS, KVCostModel, SharedPrefix, choose, other_context, predicted_idle,
+from ..kv_handling import (HANDLINGS, KVCostModel, SharedPrefix, choose, cost_model, other_context, predicted_idle,
                            private_context)
 from ..types import Generation, GenState, Segment
-from . import register
 from .base import Policy, PolicyContext, Selection, ascending_perm, set_priorities
 from .slots import SlotTable
 from .timelyllm import TimelyLLM
 
 _STARVE = "lamps_starving"
-_COUNT = "lamps_wait"
-_SEEN = "lamps_seen"
 _KV = "lamps_kv"  # handling chosen at the last suspension
 _SCORE = "lamps_score"
 _INSTANCES = itertools.count()
-
-
-def _default_cost() -> KVCostModel:
-    """The default latency profile's costs (read once, when a policy is built without one)."""
-    from ...engines.simulated import LatencyProfile  # engines import core, not the reverse at import time
-    return KVCostModel.from_profile(LatencyProfile.from_yaml())
-
-
-def _cost_from(cost: Any, profile: Any) -> KVCostModel:
-    if isinstance(cost, KVCostModel):
-        return cost
-    if isinstance(cost, dict):
-        return KVCostModel(**cost)
-    if cost is not None:
-        raise ValueError(f"cost must be a KVCostModel or a mapping, got {type(cost).__name__}")
-    if isinstance(profile, (str, Path)):
-        from ...engines.simulated import LatencyProfile
-        return KVCostModel.from_profile(LatencyProfile.from_yaml(profile))
-    if profile is not None:
-        return KVCostModel.from_profile(profile)
-    return _default_cost()
 
 
 class WasteHandling:
@@ -217,7 +192,7 @@ class LAMPS(WasteHandling, Policy):
             raise ValueError(f"starvation_threshold must be an int >= 1, got {starvation_threshold!r}")
         if isinstance(score_interval, bool) or not isinstance(score_interval, int) or score_interval < 1:
             raise ValueError(f"score_interval must be an int >= 1, got {score_interval!r}")
-        self.cost = _cost_from(cost, profile)
+        self.cost = cost_model(cost, profile)
         self.allowed = _check_allowed(allowed)
         self.starvation_threshold = starvation_threshold
         self.score_interval = score_interval
@@ -265,29 +240,7 @@ class LAMPS(WasteHandling, Policy):
         return resume + decode + call
 
     # ----------------------------------------------------------------- scheduling
-    def eligible(self, g: Generation, ctx: PolicyContext, now: float) -> bool:
-        """Just-in-time resume: a non-blocking suspended generation waits until its robot's
-        current action is about G from its end (nothing is gained by holding KV earlier)."""
-        if not self.jit_resume or g.state is not GenState.SUSPENDED or not g.segments:
-            return True
-        if g.segments[-1].blocking:
-            return True  # it came back from a result: run it
-        end = g.prev_exec_end_estimate()
-        return end is None or now >= end - ctx.seg_gen_s
-
-    def _count(self, g: Generation, it: int) -> None:
-        """Starvation counter: +1 per consecutive iteration spent ready; reset otherwise."""
-        if g.extra.get(_SEEN) == it - 1:
-            g.extra[_COUNT] = g.extra.get(_COUNT, 0) + 1
-        else:
-            g.extra[_COUNT] = 0  # newly ready: arrived, returned from a call, or was running
-        g.extra[_SEEN] = it
-        if g.extra[_COUNT] >= self.starvation_threshold and not g.extra.get(_STARVE):
-            g.extra[_STARVE] = True
-            g.extra["lamps_starved_at"] = it
-
-    # ----------------------------------------------------------------- the fast path
-    # At 1,000 ready generations the per-generation Python of `_select_reference` (area(),
+    # At 1,000 ready generations the per-generation Python of the rule as written (area(),
     # counters in `extra`) costs ~8 ms a scheduling point.  A generation's area differs between
     # points only through tau (the measured token time) and C_other (the running batch): the
     # rest (C, the resume term, n, T, the KV-growth term and the costs of the three handlings)
@@ -295,15 +248,11 @@ class LAMPS(WasteHandling, Policy):
     # counters live in a SlotTable (refilled when its output, segments or last KV handling
     # change, all of them when the shared prompt prefixes change); every point evaluates the
     # areas of all ready generations at once with the same operations in the same order as
-    # `area`: bit for bit (tests/test_scheduling_fastpaths.py checks it against
-    # `_select_reference`, the plain code kept as the oracle).
+    # `area`: bit for bit (tests/test_scheduling_fastpaths.py checks it against the plain code,
+    # tests/policy_oracles.py).  Just-in-time resume (`jit_resume`): a non-blocking suspended
+    # generation waits until its robot's current action is about G from its end (nothing is
+    # gained by holding KV earlier); starvation: a counter of consecutive iterations ready.
     _STATIC = ("c", "resume", "D", "c2", "t_call", "fwd2", "swp2", "wp", "wd0", "need")
-
-    def _fast_ok(self) -> bool:
-        cls = type(self)
-        return (self.score_interval == 1 and cls.area is LAMPS.area and cls.predict_tokens is LAMPS.predict_tokens
-                and cls.predict_call_s is LAMPS.predict_call_s and cls.eligible is LAMPS.eligible
-                and cls.private is WasteHandling.private and cls._count is LAMPS._count)
 
     def _table(self) -> SlotTable:
         t = self.__dict__.get("_slots")
@@ -349,16 +298,12 @@ class LAMPS(WasteHandling, Policy):
 
     def wait_count(self, g: Generation) -> int:
         """Consecutive scheduling iterations g has spent ready (the starvation counter)."""
-        if not self._fast_ok():
-            return int(g.extra.get(_COUNT, 0))
         t = self._table()
         slot = t.slot(g)
         return 0 if slot is None else int(t.a["count"][slot])
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
-        if not self._fast_ok():
-            return self._select_reference(ready, running, ctx, now)
         self.observe(running)
         if not ready:
             return Selection(order=self.admission_cut([], running, ctx) if self.memory_admission else [])
@@ -435,6 +380,15 @@ class LAMPS(WasteHandling, Policy):
             slow += [i for i in maybe if ready[i].gen_id in run_ids]
         for i in slow:  # C_other of a running one, or inputs waste() refuses: the plain formula
             area[i] = self.area(ready[i], ctx, running, None if ready[i].gen_id in run_ids else int(c_other))
+        if self.score_interval > 1:  # a score holds score_interval iterations, or until g's segments change
+            for i in np.flatnonzero(elig).tolist():
+                g = ready[i]
+                cached = g.extra.get(_SCORE)  # (policy, iteration, area, segments)
+                if (cached is None or cached[0] != self._token or it - cached[1] >= self.score_interval
+                        or cached[3] != len(g.segments)):
+                    g.extra[_SCORE] = (self._token, it, float(area[i]), len(g.segments))
+                else:
+                    area[i] = cached[2]
         if elig.all():
             keep, gens, area_k = np.arange(len(ready)), list(ready), area
         else:
@@ -462,38 +416,6 @@ class LAMPS(WasteHandling, Policy):
             order = order[: int(over[0]) if over.size else len(order)]
         return Selection(order=order)
 
-    def _select_reference(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
-                          now: float) -> Selection:
-        """The plain path (and the fast path's oracle in the tests): per generation, as written."""
-        self.observe(running)
-        self.observe(ready)
-        it = ctx.iteration
-        order = []
-        # C_other of a generation outside the batch is the whole batch's private context, the
-        # same for every ready one at this point (prefixes were observed above): computed once.
-        run_ids = {o.gen_id for o in running}
-        batch_ctx: int | None = None
-        for g in ready:
-            self._count(g, it)
-            if not self.eligible(g, ctx, now):
-                continue
-            cached = g.extra.get(_SCORE)  # (policy, iteration, area, segments)
-            if (cached is None or cached[0] != self._token or it - cached[1] >= self.score_interval
-                    or cached[3] != len(g.segments)):
-                c_other = None
-                if g.gen_id not in run_ids:
-                    if batch_ctx is None:
-                        batch_ctx = other_context(g, running, self.prefix)
-                    c_other = batch_ctx
-                g.extra[_SCORE] = (self._token, it, self.area(g, ctx, running, c_other), len(g.segments))
-            g.priority = -g.extra[_SCORE][2]
-            order.append(g)
-        order.sort(key=lambda g: (not g.extra.get(_STARVE, False), -g.priority, g.ready_since,
-                                  g.request.arrival, g.gen_id))
-        if self.memory_admission:
-            order = self.admission_cut(order, running, ctx)
-        return Selection(order=order)
-
     def priority(self, g, ctx, now):
         return -self.area(g, ctx, ctx.running)
 
@@ -517,7 +439,7 @@ class FCFSHandling(WasteHandling, Policy):
         if handling not in ("waste",) + HANDLINGS:
             raise ValueError(f"handling must be 'waste' or one of {HANDLINGS}, got {handling!r}")
         self.handling = handling
-        self.cost = _cost_from(cost, profile) if handling == "waste" else KVCostModel(0.0)
+        self.cost = cost_model(cost, profile) if handling == "waste" else KVCostModel(0.0)
         self.allowed = _check_allowed(allowed) if handling == "waste" else (handling,)
         self.max_pinned_frac = _frac(max_pinned_frac)
         self.memory_admission = bool(memory_admission)
@@ -548,7 +470,7 @@ class TimelyLLMLAMPS(WasteHandling, TimelyLLM):
                  min_slack_s: float | None = None, max_pinned_frac: float = 0.5) -> None:
         TimelyLLM.__init__(self, min_slack_s=min_slack_s)
         self.max_pinned_frac = _frac(max_pinned_frac)
-        self.cost = _cost_from(cost, profile)
+        self.cost = cost_model(cost, profile)
         self.allowed = _check_allowed(allowed)
 
     def select(self, ready, running, ctx, now):
@@ -558,10 +480,3 @@ class TimelyLLMLAMPS(WasteHandling, TimelyLLM):
 
     def params(self) -> dict:
         return {**TimelyLLM.params(self), "allowed": list(self.allowed)}
-
-
-register("lamps", LAMPS)
-register("infercept", lambda **kw: FCFSHandling(handling="waste", **kw))
-for _h in HANDLINGS:
-    register(f"fcfs-{_h}", lambda _h=_h, **kw: FCFSHandling(handling=_h, **kw))
-register("timelyllm-lamps", TimelyLLMLAMPS)

@@ -5,9 +5,10 @@
 W(s_k; t): the waiting time segment k would have if its generation started now and took G:
   k = 0: t + G − arrival;  k > 0: t + G − (estimated end of segment k−1's action).
 L(s_k): slack = time left until the segment is due, minus G: due − (t + G), where due is
-  arrival + ERT for k = 0 and the estimated end of the previous action for k > 0.  The paper only
-  says "remaining time until the expected completion of generation"; we floor it at G so that
-  overdue generations keep a finite, comparable priority (their TUF term then decides).
+  arrival + ERT for k = 0 and the estimated end of the previous action for k > 0
+  (`Generation.next_due`).  The paper only says "remaining time until the expected completion of
+  generation"; we floor it at G so that overdue generations keep a finite, comparable priority
+  (their TUF term then decides).
 
 One implementation, `eq4`: a loop over the ready generations with the per-point constants
 hoisted; `priority` and `terms` call it for one generation.  tests/test_scheduling_fastpaths.py
@@ -41,28 +42,11 @@ def eq4(gens: Sequence[Generation], now: float, G: float, floor: float, rescue_l
         req = g.request
         tuf = req.tuf
         beta = tuf.beta
-        segs = g.segments
-        if segs:
-            # g.prev_exec_end_estimate() inlined for its common cases (same arithmetic): the last
-            # segment measured, or only it unmeasured after a measured one (or alone)
-            last = segs[-1]
-            prev_end = last.exec_end
-            if prev_end is None:
-                pe = segs[-2].exec_end if len(segs) > 1 else None
-                if pe is None and len(segs) > 1:
-                    prev_end = g.prev_exec_end_estimate()
-                else:
-                    start = last.exec_start
-                    if start is None:
-                        start = last.dispatched_at or last.gen_end
-                    if pe is not None and pe > start:  # max(start, pe)
-                        start = pe
-                    prev_end = start + last.est_exec_s
-            due = prev_end if prev_end is not None else now
+        due = g.next_due(now)
+        if g.segments:
             t = now_g - due
             u = tuf.alpha * (0.0 if 0.0 > t else t) + beta  # TUF1: max(t, 0.0)
         else:
-            due = req.arrival + tuf.ert
             u = tuf.alpha * ((now_g - req.arrival) - tuf.ert) + beta  # TUF0
         if not u < beta:  # min(beta, u): u only if u < beta
             u = num = beta

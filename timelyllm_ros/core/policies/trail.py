@@ -26,7 +26,6 @@ from typing import Sequence
 from ..length_predictor import (LearnedPredictor, LengthPredictor, NoisyOraclePredictor, OraclePredictor,
                                 PredictorError, age, make_predictor)
 from ..types import Generation, Segment
-from . import register
 from .base import (DispatchMode, Policy, PolicyContext, Selection, ascending_perm, batch_was_full,
                    set_priorities)
 from .slots import SlotTable
@@ -172,6 +171,3 @@ class Trail(Policy):
 
     def params(self) -> dict:
         return dict(self._desc)
-
-
-register("trail", Trail)

@@ -1,6 +1,7 @@
 """Latency profiles: the cost model of one engine iteration and the KV memory it runs in.
 
-A profile (profiles/*.yaml) says what a GPU/model pair charges per iteration; the simulated engine
+A profile (profiles/*.yaml) says what a GPU/model pair charges per iteration (core: LAMPS prices KV
+handlings with it, core/policies/lamps.py); the simulated engine
 (engines/simulated.py) advances its virtual clock by it, and benchmarks/fit_vllm_profile.py fits
 one on real serving steps.
 """
@@ -12,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..core.engine import StepRecord
+from .engine import StepRecord
 
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
 DEFAULT_PROFILE = PROFILES_DIR / "rtx4090_llama3_8b.yaml"
@@ -99,7 +100,7 @@ class LatencyProfile:
     @classmethod
     def from_yaml(cls, path: str | Path = DEFAULT_PROFILE) -> "LatencyProfile":
         path = Path(path)
-        from ..core.robots import read_yaml_file
+        from .robots import read_yaml_file
 
         data = read_yaml_file(path, "latency profile", ProfileError)
         return cls.from_mapping(data, str(path))
