@@ -126,7 +126,7 @@ class EngineFleet(abc.ABC):
     (they resume from their token records on another member, re-prefilling).
 
     A pool declares itself by subclassing this (the planner admits per member only for an
-    engine that is an `EngineFleet`: `core.planner.as_fleet`) and implements `Engine` as well."""
+    engine that is an `EngineFleet`: `core.planner_engine.as_fleet`) and implements `Engine` as well."""
 
     @abc.abstractmethod
     def members(self) -> list[str]:
