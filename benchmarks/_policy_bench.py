@@ -97,7 +97,7 @@ class Probe:
         the robot type's shared prefix, cached once for everyone."""
         n = 0
         for g in self.planner.live():
-            if g.state in (GenState.QUEUED, GenState.SUSPENDED) and g.output_ids and g.extra.get("preemptions"):
+            if g.state in (GenState.QUEUED, GenState.SUSPENDED) and g.output_ids and g.num_preemptions:
                 n += len(g.output_ids)
         return n
 
@@ -117,7 +117,7 @@ def latency_metrics(result, probe: Probe) -> dict[str, Any]:
     ttft = [probe.first[g.gen_id] - g.request.arrival for g in gens if g.gen_id in probe.first]
     span = max(result.virtual_end_s, 1e-9)
     return {"latency": _stats(lat), "ttft": _stats(ttft), "finished": len(lat), "requests": len(gens),
-            "policy_preemptions": sum(g.extra.get("preemptions", 0) for g in gens),
+            "policy_preemptions": sum(g.num_preemptions for g in gens),
             "engine_preemptions": result.engine["preemptions"],
             "preempted_kv_tokens_mean": probe.kv_area / span, "preempted_kv_tokens_peak": probe.kv_peak,
             "select_ms_mean": 1e3 * statistics.fmean(probe.select_s) if probe.select_s else None,

@@ -12,7 +12,7 @@ policy context (engine stats), refresh every ready generation's priority and ord
 controller's decision for the head of that order (the controller the runner installs:
 ``Planner.use_batching``, i.e. the policy's ``batching()`` — latency-guided or continuous —
 capped at 256).  A refused head gets
-``extra["blocked"]`` as the planner sets it, so Trail and Andes see a full batch as they would.
+``Generation.blocked`` as the planner sets it, so Trail and Andes see a full batch as they would.
 
 The ready generations are a realistic mix, made by running the planner itself (batch cap 64,
 every first segment started before any resume) over a burst of tello / arm / chat requests until about half have dispatched segments;
@@ -238,7 +238,7 @@ def bench_point(sim: _Sim, mix: list[Generation], policy_name: str, n_ready: int
         if head is not None:
             ok, why = batcher.can_admit(running, head, planner._engine_stats(), now)
             if not ok:
-                head.extra["blocked"] = why
+                head.blocked = why
         # ---
         c1, w1 = time.thread_time_ns(), time.perf_counter_ns()
         wall.append((w1 - w0) / 1e3)

@@ -83,7 +83,7 @@ def main() -> int:
         for g in res.generations:
             states[g.state.value] = states.get(g.state.value, 0) + 1
         nonterminal = sum(1 for g in res.generations if not g.state.terminal)
-        unaffected = [g for g in res.generations if g.state.value == "finished" and not g.extra.get("engine_restarts")]
+        unaffected = [g for g in res.generations if g.state.value == "finished" and not g.engine_restarts]
         if faults is not None and faults.slow_factor != 1.0:
             unaffected = [g for g in res.generations if g.state.value == "finished"]
         u_now = sum(request_metrics(g).utility for g in unaffected)

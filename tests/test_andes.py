@@ -33,7 +33,7 @@ def chat(rid, arrival, state=GenState.QUEUED, delivered=(), prompt=100, rate=4.8
 
 
 def blocked(g):
-    g.extra["blocked"] = "batch full"
+    g.blocked = "batch full"
     return g
 
 

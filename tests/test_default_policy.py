@@ -123,23 +123,23 @@ def test_preemption_only_when_the_batch_is_full_and_victims_chosen_by_rule():
     # not full: nobody is preempted (the newcomer simply joins the batch)
     assert p.select([urgent], [busy, idle], ctx(), 10.0).preempt == []
     # full: the deferrable running one makes room, not the critical one
-    urgent.extra["blocked"] = "batch full (2)"
+    urgent.blocked = "batch full (2)"
     sel = p.select([urgent], [busy, idle], ctx(), 10.0)
     assert ids(sel.preempt) == ["idle"] and ids(sel.order) == ["u"]
     # full, only critical victims of similar density: no preemption (no churn)
-    urgent.extra["blocked"] = "batch full (1)"
+    urgent.blocked = "batch full (1)"
     assert p.select([urgent], [busy], ctx(), 10.0).preempt == []
     # ...unless the waiting one's ATC priority is preempt_ratio times higher: an overdue urgent
     # (6.67 per second, 7 steps to go) vs an overdue normal (2 per second, 6 steps): 2.86x
     late = gen("late", 9.5, URGENT)
-    late.extra["blocked"] = "batch full (1)"
+    late.blocked = "batch full (1)"
     normal = gen("nr", 9.1, NORMAL, state=GenState.RUNNING)  # due 10.1: critical
     assert p.select([late], [normal], ctx(), 10.0).preempt == []  # default ratio 4
-    late.extra["blocked"] = "batch full (1)"
+    late.blocked = "batch full (1)"
     assert ids(Default(preempt_ratio=2.5).select([late], [normal], ctx(), 10.0).preempt) == ["nr"]
     # deferrable work never preempts
     waiting = gen("w", 10.0, NORMAL)
-    waiting.extra["blocked"] = "batch full (1)"
+    waiting.blocked = "batch full (1)"
     assert p.select([waiting], [normal], ctx(), 10.0).preempt == []
 
 
@@ -151,7 +151,7 @@ def test_suspend_at_streams_unless_the_batch_is_full_and_the_next_segment_can_wa
     p.select([], [g], ctx(), 10.0)  # not full
     assert p.suspend_at(g, far, ctx(), 10.0) is False  # stream on: nothing waits for the slot
     blocked = gen("w", 10.0, NORMAL)
-    blocked.extra["blocked"] = "batch full (1)"
+    blocked.blocked = "batch full (1)"
     p.select([blocked], [g], ctx(), 10.0)
     assert p.suspend_at(g, far, ctx(), 10.0) is True  # full: free the slot
     h = gen("h", 0.0, NORMAL, state=GenState.RUNNING)
@@ -210,7 +210,7 @@ def test_every_request_ends_terminal_with_a_reason_under_overload():
     r = run_simulation(scaled_drones(400, duration_s=10.0), "default", max_batch=4)
     assert r.generations and all(g.state.terminal and g.reason for g in r.generations)
     assert r.metrics["overall"]["count"] == len(r.generations)
-    assert sum(g.extra.get("preemptions", 0) for g in r.generations) > 0  # the cap binds
+    assert sum(g.num_preemptions for g in r.generations) > 0  # the cap binds
 
 
 def test_bench_without_policy_runs_default(tmp_path, capsys):
@@ -255,12 +255,12 @@ def test_first_statements_and_continuations_are_weighed_alike():
     cont = gen("cont", 5.0, URGENT, [seg(0, 9.0, 1.4)], state=GenState.SUSPENDED)  # robot done 10.4
     sel = p.select([cont, first], [], ctx(), 10.45)
     assert ids(sel.order) == ["cont", "first"] and sel.preempt == []  # not full
-    first.extra["blocked"] = "batch full (1)"
+    first.blocked = "batch full (1)"
     assert ids(p.select([cont, first], [], ctx(), 10.45).order) == ["cont", "first"]
     running_cont = gen("rc", 5.0, URGENT, [seg(0, 9.0, 1.4)], state=GenState.RUNNING)
     assert p.select([first], [running_cont], ctx(), 10.45).preempt == []
     waiting_cont = gen("wc", 5.0, URGENT, [seg(0, 9.0, 1.4)], state=GenState.SUSPENDED)
-    waiting_cont.extra["blocked"] = "batch full (1)"
+    waiting_cont.blocked = "batch full (1)"
     running_first = gen("rf", 9.5, NORMAL, state=GenState.RUNNING)
     assert ids(Default(preempt_ratio=2.5).select([waiting_cont], [running_first], ctx(), 10.45).preempt) == ["rf"]
 
@@ -330,7 +330,7 @@ def test_step_cap_cuts_admission_and_counts_as_a_full_batch():
     # ...but at a statement boundary a continuation streams on: suspending it would trade a
     # re-add (prefill) per statement for a slot this policy itself withholds
     assert not p.suspend_at(g, g.segments[0], ctx(), 10.03)
-    g.extra["blocked"] = "batch full (12)"
+    g.blocked = "batch full (12)"
     p.select([g], running, ctx(), 10.04)  # a refusal by the batch cap / KV memory does suspend it
     assert p.suspend_at(g, g.segments[0], ctx(), 10.05)
 

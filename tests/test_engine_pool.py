@@ -120,7 +120,7 @@ def test_a_lost_engine_moves_its_generations_to_the_others():
     ok = run_simulation("WID1", "timelyllm", engines=2)
     hit = run_simulation("WID1", "timelyllm", engines=2, setup=crash_e1_later)
     assert hit.engine["generations_lost"] >= 1
-    lost = [g for g in hit.generations if g.extra.get("engine_lost")]
+    lost = [g for g in hit.generations if g.engine_lost]
     assert len(lost) == hit.engine["generations_lost"]
     assert all(g.state is GenState.FINISHED for g in lost)
     assert texts(hit) == texts(ok)  # every request ends as it does without the failure

@@ -5,6 +5,7 @@ import pytest
 from timelyllm_ros.core.clock import VirtualClock
 from timelyllm_ros.core.exec_time import ExecTimeEstimator
 from timelyllm_ros.core.planner import Planner, PlannerConfig
+from timelyllm_ros.core.ports import PlannerListener
 from timelyllm_ros.core.policies import make_policy
 from timelyllm_ros.core.robots import load_robots
 from timelyllm_ros.core.tuf import NORMAL, URGENT
@@ -229,7 +230,7 @@ def test_engine_restart_requeues_running_generations():
     planner.submit(req("a", "mf(50);tp;"))
     run_until(planner, lambda: disp.goals)
     g = planner.generations["a"]
-    assert planner.engine_restarts == 1 and g.extra["engine_restarts"] == 1
+    assert planner.engine_restarts == 1 and g.engine_restarts == 1
     assert not g.state.terminal and disp.goals[0].text == "mf(50);"
     assert planner.engine_healthy
 
@@ -334,7 +335,7 @@ def test_admission_sees_memory_freed_while_the_engine_was_idle():
     assert planner.submit(req("b", "tp;", robot="d2")).accepted
     planner.step()
     b = planner.generations["b"]
-    assert b.state is GenState.QUEUED and b.extra.get("blocked") == "kv memory"
+    assert b.state is GenState.QUEUED and b.blocked == "kv memory"
     planner.cancel("a")  # frees a's pinned KV; the engine does not step meanwhile
     run_until(planner, lambda: b.state is not GenState.QUEUED, limit=5)
     assert b.state in (GenState.RUNNING, GenState.SUSPENDED, GenState.DRAINING)
@@ -364,7 +365,7 @@ def test_admission_sees_memory_that_preemptions_at_the_same_point_freed():
     assert stats.kv_free_blocks - 1 < planner.batcher.kv_watermark * stats.kv_total_blocks
     assert planner.step()  # a preempted, b admitted at the same point: the engine runs
     b = planner.generations["b"]
-    assert a.state is GenState.QUEUED and b.state is not GenState.QUEUED, b.extra.get("blocked")
+    assert a.state is GenState.QUEUED and b.state is not GenState.QUEUED, b.blocked
 
 
 def _pinning_planner(policy, capacity=220, engine_cls=SimulatedEngine):
@@ -402,9 +403,9 @@ def test_pinned_kv_that_blocks_an_empty_engine_is_released():
     assert planner.submit(req("b", "tp;", robot="d2")).accepted
     planner.step()
     b = planner.generations["b"]
-    assert b.state is not GenState.QUEUED, b.extra.get("blocked")
+    assert b.state is not GenState.QUEUED, b.blocked
     assert engine.pinned_blocks == 0 and engine.suspended_mode("a") == "cache"
-    assert a.extra["kv_released"] == 1 and planner.kv_released == 1
+    assert a.kv_released == 1 and planner.kv_released == 1
     assert a.extra["lamps_kv"] == "cache"  # the policy was told (LAMPS's admission and ranking read it)
     ok(planner, disp.goals[0], clock, value=True)  # the scan's result: a resumes
     run_until(planner, lambda: a.state is GenState.DRAINING or a.state.terminal, limit=2000)
@@ -451,7 +452,7 @@ def test_engine_refusing_an_add_for_pinned_kv_releases_it_and_retries():
     run_until(planner, lambda: planner.generations["b"].state is not GenState.QUEUED, limit=10)
     b = planner.generations["b"]
     assert b.state is not GenState.FAILED, b.reason
-    assert planner.kv_released == 1 and planner.generations["a"].extra["kv_released"] == 1
+    assert planner.kv_released == 1 and planner.generations["a"].kv_released == 1
 
 
 # ---------------------------------------------------------------- isolation per request (issue 26)
@@ -535,7 +536,7 @@ def test_a_fault_on_one_output_loses_no_token_of_the_others_in_the_same_step():
 def test_a_fault_while_handling_a_result_fails_only_that_request():
     planner, disp, clock = make("vllm-stream")
 
-    class Flaky:
+    class Flaky(PlannerListener):
         def on_segment_result(self, gen, seg):
             if gen.gen_id == "bad":
                 raise ValueError("listener broke")

@@ -125,3 +125,16 @@ def test_prev_exec_end_chains_queued_segments():
     g.segments[0].exec_end = 2.5
     assert g.prev_exec_end_estimate() == pytest.approx(6.5)
     assert GenState.FINISHED.terminal and not GenState.WAITING.terminal
+
+
+def test_each_policy_declares_the_optional_hooks_it_implements():
+    """The planner calls on_token / on_step / suspend_at only where the policy class declares them
+    (`Policy.observes_tokens` / `observes_steps` / `chooses_suspension`): each flag says exactly
+    whether the class overrides the hook."""
+    from timelyllm_ros.core.policies import Policy, make_policy, policy_names
+
+    for name in policy_names():
+        cls = type(make_policy(name))
+        assert cls.observes_tokens == (cls.on_token is not Policy.on_token), name
+        assert cls.observes_steps == (cls.on_step is not Policy.on_step), name
+        assert cls.chooses_suspension == (cls.suspend_at is not Policy.suspend_at), name

@@ -239,7 +239,7 @@ def _run(policy, gens, steps, blocked, kv_via_policy=False, kv_modes=frozenset({
         ready = [g for g in gens if g.state is not GenState.RUNNING]
         running = [g for g in gens if g.state is GenState.RUNNING]
         if blocked and ready:
-            ready[0].extra["blocked"] = "batch full"
+            ready[0].blocked = "batch full"
         sel = policy.select(ready, running, _ctx(gens, it, token_s, free, kv_modes, engines), now)
         seen.append(([g.gen_id for g in sel.order], [g.gen_id for g in sel.preempt],
                      [repr(g.priority) for g in gens],
@@ -278,7 +278,8 @@ def _trail_reference(p, ready, running):
     from timelyllm_ros.core.policies.base import Selection
     full = False
     for g in ready:
-        if g.extra.pop("blocked", None) is not None:
+        if g.blocked is not None:
+            g.blocked = None
             full = True
     keyed = sorted(((p.rank(g), g) for g in ready), key=lambda kg: kg[0])
     preempt = []

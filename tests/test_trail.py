@@ -69,7 +69,7 @@ def test_limited_preemption_threshold():
 
 
 def _blocked(g):
-    g.extra["blocked"] = "batch full (2)"
+    g.blocked = "batch full (2)"
     return g
 
 
@@ -81,7 +81,7 @@ def test_preempts_longest_preemptable_when_batch_full():
     sel = p.select([short], [long_young, pinned], ctx(), 1.0)
     assert [g.gen_id for g in sel.preempt] == ["long"]
     assert [g.gen_id for g in sel.order] == ["short"]
-    assert "blocked" not in short.extra  # the flag is consumed
+    assert short.blocked is None  # the flag is consumed
 
 
 def test_no_preemption_without_full_batch_or_better_rank():

@@ -328,7 +328,7 @@ def test_resumes_are_served_from_the_prefix_cache(identity_run):
     for rid in run.requests:
         g = run.planner.generations[rid]
         adds = run.spy.adds[rid]
-        assert g.extra.get("preemptions", 0) == 0
+        assert g.num_preemptions == 0
         assert len(g.cached_tokens) == len(adds), (g.cached_tokens, adds)
         for cached, add in zip(g.cached_tokens[1:], adds[1:]):
             n_resumes += 1

@@ -196,7 +196,7 @@ def test_full_batch_is_not_displaced_and_urgent_goes_first_in_the_queue() -> Non
         if len(started) == 2:
             break
     assert started[0] == "u" and p.generations["b"].state is GenState.RUNNING  # u took a's slot; c waits for b's
-    assert p.generations["u"].extra.get("preemptions", 0) == 0
+    assert p.generations["u"].num_preemptions == 0
 
 
 def test_planner_refuses_an_fcfs_engine_for_vllm_priority() -> None:

@@ -233,7 +233,7 @@ def test_garbage_or_silence_from_a_server_reroutes_to_the_other(remotes, fake_se
     assert "fake" in pool.down
     assert ("malformed stream data" if mode == "garbage" else "slow: nothing streamed") in pool.down["fake"]
     assert pool.counters.lost >= 1
-    assert sum(planner.generations[r].extra.get("engine_lost", 0) for r in rids) >= 1
+    assert sum(planner.generations[r].engine_lost for r in rids) >= 1
     assert_same_as_reference(planner, disp, references(a, rids))
 
 
@@ -310,6 +310,6 @@ def test_killing_one_server_mid_run_moves_its_generations_to_the_other(vllm_serv
     assert "b" in pool.down and "b" not in pool.members()
     assert pool.counters.lost >= 1
     assert all(planner.generations[r].state.terminal for r in rids)
-    moved = [r for r in killed[0] if planner.generations[r].extra.get("engine_lost")]
+    moved = [r for r in killed[0] if planner.generations[r].engine_lost]
     assert moved, "no generation was running on the killed server"
     assert_same_as_reference(planner, disp, references(a, rids))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .core.ports import PlannerListener
 from .core.tuf import TUF
 from .core.types import GenState, Generation, PlanRequest, RanSegment, Segment, TokenRecord, prompt_digest
 
@@ -110,7 +111,7 @@ def request_body(r: PlanRequest) -> dict[str, Any]:
             "consume_rate": r.consume_rate}
 
 
-class Journal:
+class Journal(PlannerListener):
     """Planner listener that journals requests and segments (thread-safe, one connection)."""
 
     def __init__(self, path: str | Path, *, retention_s: float = 7 * 24 * 3600.0, wall=None,
@@ -165,7 +166,7 @@ class Journal:
                  self.incarnation))
             if g.state is GenState.DRAINING and g.segments:  # the LLM ended the plan: nothing to resume
                 self._db.execute("UPDATE tokens SET engine_finished=1, truncated=? WHERE request_id=?",
-                                 (str(g.extra.get("truncated", "")), g.gen_id))
+                                 (g.truncated, g.gen_id))
 
     def on_segment_dispatched(self, g: Generation, seg: Segment) -> None:
         """The segment, and the generation's token ids up to its end (one row, replaced at each

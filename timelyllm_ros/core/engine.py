@@ -11,6 +11,7 @@ prefix cache reuses its KV.
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -85,7 +86,11 @@ class Engine(Protocol):
     say so in `kv_modes`."""
 
     tokenizer: Tokenizer
-    kv_modes: frozenset[str]
+    kv_modes: frozenset[str]  # the KV modes `abort` honours (the others are served as "cache")
+    # how the engine orders what it holds: "fcfs" or "priority" (vLLM's priority scheduling: `add`
+    # takes `priority=`); None: it cannot say (a pool of engines that disagree).  The planner
+    # refuses a policy that needs "priority" on an engine that says otherwise.
+    scheduling_policy: str | None
 
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_tokens: int) -> None:
         """Start (or resume) a generation from these token ids.  Engines started with priority
@@ -101,42 +106,60 @@ class Engine(Protocol):
         """Run one engine iteration over the generations it holds; returns their new tokens."""
         ...
 
-    def has_unfinished(self) -> bool: ...
+    def has_unfinished(self) -> bool:
+        """Whether any generation it holds has tokens left to produce."""
+        ...
 
-    def stats(self) -> EngineStats: ...
+    def stats(self) -> EngineStats:
+        """KV capacity and usage now, recent decode speed, health (`healthy` False: it failed)."""
+        ...
 
-    def shutdown(self) -> None: ...
+    def shutdown(self) -> None:
+        """Release the engine (processes, memory); no call follows."""
+        ...
 
 
-class EngineFleet(Engine, Protocol):
+class EngineFleet(abc.ABC):
     """An `Engine` made of several member engines (an engine pool): the planner asks it where a
     generation may run and checks the batch-size controller per member.  A member that fails
     is dropped; the generations it was running come back from `take_lost` and are re-queued
-    (they resume from their token records on another member, re-prefilling)."""
+    (they resume from their token records on another member, re-prefilling).
 
+    A pool declares itself by subclassing this (the planner admits per member only for an
+    engine that is an `EngineFleet`: `core.planner_engine.as_fleet`) and implements `Engine` as well."""
+
+    @abc.abstractmethod
     def members(self) -> list[str]:
         """Names of the members that are still usable, in a fixed order."""
         ...
 
+    @abc.abstractmethod
     def member_of(self, gen_id: str) -> str | None:
         """The member running gen_id, or None."""
         ...
 
-    def member_stats(self, member: str) -> EngineStats: ...
+    @abc.abstractmethod
+    def member_stats(self, member: str) -> EngineStats:
+        """That member's `Engine.stats()` (the batch-size controller admits per member)."""
+        ...
 
+    @abc.abstractmethod
     def preference(self, gen_id: str, prompt_ids: Sequence[int]) -> list[str]:
         """Usable members for this generation, best first (KV affinity, then load and prefix)."""
         ...
 
+    @abc.abstractmethod
     def assign(self, gen_id: str, member: str) -> None:
         """The next `add` of gen_id goes to this member."""
         ...
 
+    @abc.abstractmethod
     def member_steps(self) -> list[tuple[float, int]]:
         """(duration s, outputs) of each member iteration that ended in the last `step` (the
         policy's step-time model learns one engine's step from these, not from the pool's)."""
         ...
 
+    @abc.abstractmethod
     def take_lost(self) -> list[tuple[str, str]]:
         """(gen_id, reason) of running generations whose member failed since the last call."""
         ...

@@ -9,84 +9,54 @@ One `step()` is one scheduling point followed by one engine iteration:
      drop tokens past the statement end, dispatch the segment and queue the generation again.
 
 Pure: no I/O, time from the injected clock.  The planner is the only writer of `Generation`s.
+
+`Planner` is one class; its parts live beside it by concept, as mixins over its state:
+planner_live.py (per-generation bookkeeping, `SubmitResult`), planner_resume.py (`resume` after a
+restart), planner_speculation.py (value speculation and rollback), planner_engine.py (pinned KV,
+engine supervisor, pool members lost), planner_results.py (results, cancellations, endings).  This
+file keeps the loop: submission and admission control, the scheduling point, the engine step, the
+statement cuts and dispatch, status.  It is ~650 lines because the loop (`step`, `_schedule`,
+`_admit*`, `_on_output`, `_on_cut`) is one hot path whose pieces share locals and ordering.
 """
 
 from __future__ import annotations
 
-import bisect
 import collections
 import operator
 import queue
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import compress, repeat
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from .engine import Engine, EngineError, EngineFleet, EngineOutput, EngineStats
+from .engine import Engine, EngineError, EngineOutput, EngineStats
 from .batching import BatchSizer, FixedBatch, LatencyGuidedBatch
 from .clock import Clock
 from .exec_time import ExecTimeEstimator
 from .metrics import plan_terms
-from .guard import PlanState, check_segment
+from .guard import check_segment
 from .policies import DispatchMode, Policy, PolicyContext
-from .ports import Dispatcher
+from .planner_engine import EngineSupervision, as_fleet, check_engine_scheduling
+from .planner_live import SubmitResult, _Live, _tokens_through
+from .planner_results import ResultsAndEndings
+from .planner_resume import JournalResume
+from .planner_speculation import Speculation
+from .ports import Dispatcher, PlannerListener
 from .robots import RobotSpec
 from .segmenter import Segmenter
-from .speculation import ValuePredictor, ValueSpeculation, same_value, written_value
-from .types import (GenState, Generation, PlanRequest, RequestError, ResultCode, Segment, SegmentGoal,
-                    SegmentResult, TokenRecord, Value, prompt_digest)
+from .speculation import ValuePredictor, written_value
+from .types import (GenState, Generation, PlanRequest, RequestError, Segment, SegmentGoal, SegmentResult,
+                    Value)
 
 _STATE = operator.attrgetter("state")
 # ids of the states the policy may (re)admit (ints: Enum.__hash__ is a Python call in 3.11)
 _READY_IDS = frozenset({id(GenState.QUEUED), id(GenState.SUSPENDED)})
 
 
-_CACHE_ONLY = frozenset({"cache"})
-_UNCHECKED = object()  # `Planner._unwritten`: no result a continuation can be checked against
-
-
-def _tokens_through(tok_ends: list[int], end: int) -> int:
-    """How many output tokens it takes to reach text offset `end` (through the token whose text
-    reaches it; all of them if none does): `tok_ends` is the text length after each token."""
-    i = bisect.bisect_left(tok_ends, end)
-    return i + 1 if i < len(tok_ends) else len(tok_ends)
-
-
-def as_fleet(engine: Engine) -> EngineFleet | None:
-    """The engine as an engine pool if it is one (it has the `EngineFleet` hooks)."""
-    return engine if callable(getattr(engine, "preference", None)) else None  # type: ignore[return-value]
-
-
-def check_engine_scheduling(engine: Engine, policy: Policy) -> None:
-    """A policy that relies on the engine's priority scheduling (vllm-priority) needs an engine
-    started with it; an engine that says how it schedules (`scheduling_policy`) is checked here,
-    so the mistake is one clear error and not a silent FCFS run (or a refused add per request)."""
-    want = getattr(policy, "engine_scheduling", "fcfs")
-    have = getattr(engine, "scheduling_policy", None)
-    if want == "priority" and isinstance(have, str) and have != want:
-        raise ValueError(f"policy {policy.name!r} needs an engine with scheduling_policy='priority' "
-                         f"(vLLM's priority scheduling); this engine has {have!r}")
-
-
 class PromptSource(Protocol):
     def prompt_ids(self, request: PlanRequest) -> list[int]: ...
 
     def result_ids(self, request: PlanRequest, segment: Segment, value: Value) -> list[int]: ...
-
-
-class PlannerListener(Protocol):
-    def on_request_update(self, gen: Generation) -> None: ...
-
-    def on_segment_dispatched(self, gen: Generation, seg: Segment) -> None: ...
-
-    def on_segment_result(self, gen: Generation, seg: Segment) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class SubmitResult:
-    accepted: bool
-    request_id: str
-    reason: str = ""
 
 
 @dataclass
@@ -124,25 +94,7 @@ class PlannerStatus:
     rejected: int
 
 
-@dataclass(slots=True)
-class _Live:
-    """Planner-private per-generation bookkeeping that is not part of the public record."""
-
-    new_segmenter: Callable[[], Any]
-    segmenter: Any = None
-    text_base: int = 0  # offset in Generation.text where the current segmenter started
-    tok_ends: list[int] = field(default_factory=list)  # text length after each output token (1:1)
-    pending: list[Segment] = field(default_factory=list)  # WHOLE mode: cut, not yet dispatched
-    guard_plan: PlanState | None = None  # what the dispatch guard knows of the plan's accepted segments
-    order: int = 0  # position in Planner._live (submission order)
-    cut_end: int = 0  # offset in Generation.text just past the last complete statement
-    spec: ValueSpeculation | None = None  # a blocking result being speculated on (core/speculation.py)
-    # STREAM / WHOLE: the last blocking statement, whose continuation's assumed result (written by
-    # the model, or not) is not known yet: where to roll back to (core/speculation.py)
-    blind: ValueSpeculation | None = None
-
-
-class Planner:
+class Planner(JournalResume, Speculation, EngineSupervision, ResultsAndEndings):
     def __init__(self, *, clock: Clock, engine: Engine, dispatcher: Dispatcher,
                  robots: Mapping[str, RobotSpec], policy: Policy, estimator: ExecTimeEstimator,
                  prompts: PromptSource, batcher: BatchSizer | None = None,
@@ -154,7 +106,7 @@ class Planner:
         self.dispatcher = dispatcher
         self.robots = dict(robots)
         self.policy = policy
-        self._engine_priority = getattr(policy, "engine_scheduling", "fcfs") == "priority"
+        self._engine_priority = policy.engine_scheduling == "priority"
         check_engine_scheduling(engine, policy)
         self.estimator = estimator
         self.prompts = prompts
@@ -268,89 +220,6 @@ class Planner:
         self._per_agent[request.robot_id] = self._per_agent.get(request.robot_id, 0) + 1
         self.submitted += 1
 
-    def resume(self, request: PlanRequest, record: TokenRecord) -> SubmitResult:
-        """Go on with a plan left by a planner that died, every dispatched segment of which ran
-        (`journal.recover`): generation continues from its token record -- the same prompt, the
-        ids generated up to its last dispatched statement, and that statement's result appended
-        as a live result is (`_resume_after`) when it was blocking -- with its segments (the next
-        one is numbered after them), its arrival and its TUF, so its utility counts the crash.
-        Refused with a reason, nothing changed, if the record does not fit this planner."""
-        with self._lock:
-            why = self._admission_reason(request)
-            prompt: list[int] = []
-            if not why:
-                try:
-                    prompt = list(self.prompts.prompt_ids(request))
-                except Exception as e:  # noqa: BLE001 - as submit: reported, never raised
-                    why = f"cannot build prompt: {e}"
-            if not why and prompt_digest(prompt) != record.prompt_digest:
-                why = ("its prompt is not the one this planner builds (model, tokenizer or robot "
-                       "prompt changed since)")
-            built = None if why else self._rebuild(request, record)
-            if isinstance(built, str) or built is None:
-                self.rejected += 1
-                return SubmitResult(False, request.request_id, why or str(built))
-            segments, live = built
-            now = self.clock.now()
-            g = Generation(request=request, prompt_ids=prompt, output_ids=list(record.output_ids),
-                           text=record.text, segments=segments, ready_since=now, recovered=True)
-            if record.truncated:
-                g.extra["truncated"] = record.truncated
-            self._register(g, live)
-            last = segments[-1]
-            if record.engine_finished:  # nothing left to generate: it ends when its segments have
-                g.engine_finished, g.state = True, GenState.DRAINING
-                self._notify(g)
-                self._maybe_finished(g, now)
-            elif last.blocking:
-                self._resume_after(g, live, last, last.result, now)
-            else:
-                g.state, g.ready_since = GenState.SUSPENDED, now
-                self._notify(g)
-            return SubmitResult(True, request.request_id)
-
-    def _rebuild(self, request: PlanRequest, record: TokenRecord) -> tuple[list[Segment], _Live] | str:
-        """The segments of `record` (re-read by the segmenter and the dispatch guard, as when they
-        were generated) and the planner's bookkeeping to go on from its token record; or why not."""
-        robot = self.robots[request.robot_type]
-        new_segmenter = self._segmenters(request)
-        plan: PlanState | None = None
-        segments: list[Segment] = []
-        for r in record.segments:
-            if r.index != len(segments):
-                return f"segment {len(segments)} is missing from its journal record"
-            seg = new_segmenter()
-            cuts = list(seg.feed(r.text)) + list(seg.finish())
-            if len(cuts) != 1 or cuts[0].error:
-                return f"segment {r.index} {r.text!r} does not read as one statement"
-            cut = cuts[0]
-            verdict = check_segment(robot, cut.text, cut.calls, plan)
-            if not verdict.ok:
-                return f"segment {r.index} {r.text!r} no longer passes the dispatch guard: {verdict.reason}"
-            plan = verdict.plan
-            segments.append(Segment(
-                index=r.index, text=cut.text, calls=tuple(cut.calls), blocking=bool(cut.blocking),
-                token_count=0, gen_start=r.dispatched_at, gen_end=r.dispatched_at,
-                est_exec_s=self.estimator.estimate(request.robot_type, cut.calls), dispatched_at=r.dispatched_at,
-                exec_start=r.exec_start, exec_end=r.exec_end, result=r.value, ok=True))
-        if not segments:
-            return "no dispatched segment in its journal record"
-        last = record.segments[-1]
-        if segments[-1].blocking and not last.value_known and not record.engine_finished:
-            return (f"segment {last.index} ran, but its result, which the plan waits on, was lost with the "
-                    f"planner (an executor's goal record holds no value)")
-        text, base, n = record.text, record.text_base, len(record.output_ids)
-        if not 0 <= base <= len(text) or not n:
-            return "its token record is inconsistent"
-        segments[-1].out_len, segments[-1].out_text_len, segments[-1].text_end = n, len(text), base
-        # the ids before the last all end before the next statement (what _on_cut keeps)
-        live = _Live(new_segmenter=new_segmenter, segmenter=new_segmenter(), text_base=base, cut_end=base,
-                     tok_ends=[0] * (n - 1) + [len(text)], guard_plan=plan)
-        overflow = text[base:]  # the part of the last token past the statement: the next one's start
-        if overflow and live.segmenter.feed(overflow):
-            return "its token record holds a statement past the last dispatched one"
-        return segments, live
-
     def _admission_reason(self, r: PlanRequest) -> str:
         if r.robot_type not in self.robots:
             return f"unknown robot_type {r.robot_type!r}"
@@ -442,8 +311,8 @@ class Planner:
                         self._request_fault(out.gen_id, "its LLM output", e)
             finally:
                 self._stepped = None
-            on_step = self.policy.on_step
-            if getattr(on_step, "__func__", None) is not Policy.on_step:
+            if self.policy.observes_steps:
+                on_step = self.policy.on_step
                 if self._fleet is not None:  # one engine's step each: a pool's members run side by side
                     for dt, n in self._fleet.member_steps():
                         on_step(dt, n)
@@ -458,16 +327,6 @@ class Planner:
         if self._stats is None:
             self._stats = self.engine.stats()
         return self._stats
-
-    def _kv_modes(self) -> frozenset[str]:
-        """The KV modes the engine honours on abort (`Engine.kv_modes`; "cache" if it says none)."""
-        modes = getattr(self.engine, "kv_modes", None)
-        if isinstance(modes, frozenset) and modes:
-            return modes
-        try:
-            return frozenset(modes) or _CACHE_ONLY
-        except TypeError:
-            return _CACHE_ONLY
 
     def context(self, running: Sequence[Generation] = ()) -> PolicyContext:
         return PolicyContext(estimator=self.estimator, robots=self.robots, stats=self._engine_stats(),
@@ -484,7 +343,7 @@ class Planner:
                 self._suspend_kv(g, self.policy.kv_mode(g, None, ctx))
                 g.state = GenState.SUSPENDED if g.segments else GenState.QUEUED
                 g.ready_since = now
-                g.extra["preemptions"] = g.extra.get("preemptions", 0) + 1
+                g.num_preemptions += 1
                 self._notify(g)
         if sel.preempt:
             # the aborts freed KV: admission must see it (a snapshot from before them once left
@@ -509,53 +368,12 @@ class Planner:
                 continue
             ok, why = self.batcher.can_admit(running, g, self._engine_stats(), now)
             if not ok:
-                g.extra["blocked"] = why
+                g.blocked = why
                 return why  # strict priority: nobody overtakes the best waiting generation
             if self._admit(g, now):
                 running.append(g)
             self._stats = None
         return ""
-
-    # ------------------------------------------------------------------ pinned KV
-    def _suspend_kv(self, g: Generation, mode: str) -> None:
-        """Suspend g in the engine with KV handling `mode`; remember who holds preserved KV."""
-        live = self._live.get(g.gen_id)
-        if mode == "preserve" and live is not None and live.spec is not None:
-            mode = "cache"  # its tokens past the blocking statement may be rolled back
-        self.engine.abort(g.gen_id, mode)
-        if mode == "preserve":
-            self._pinned[g.gen_id] = None
-        else:
-            self._pinned.pop(g.gen_id, None)
-
-    def _release_pinned(self) -> int:
-        """Turn the preserved KV of every suspended generation into cached KV (vLLM's "cache":
-        freed, reused on resume unless evicted first) and return how many were released.
-
-        Called only when pinned memory stalls the engine: the best waiting generation does not
-        fit in an empty engine, or the engine cannot run the generations it holds.  Preserving
-        (LAMPS / InferCept) is chosen because it wastes the least memory × time while the robot
-        acts; once it keeps the engine idle it wastes all of it, more than any recompute.
-        Released in order of expected resume, latest first (a generation waiting for a blocking
-        skill's result before a ready one; otherwise oldest suspension first), so the prefix
-        cache evicts the KV needed last first."""
-        if not self._pinned:
-            return 0
-        gens = self.generations
-        pinned = [g for gid in self._pinned if (g := gens.get(gid)) is not None
-                  and g.state in (GenState.SUSPENDED, GenState.WAITING)]
-        self._pinned.clear()
-        pinned.sort(key=lambda g: g.state is not GenState.WAITING)  # stable: WAITING first
-        for g in pinned:
-            try:
-                self.engine.abort(g.gen_id, "cache")
-            except EngineError:
-                return 0  # the engine is failing: the caller gives up on it
-            g.extra["kv_released"] = g.extra.get("kv_released", 0) + 1
-            self.policy.on_kv_released(g)
-        self.kv_released += len(pinned)
-        self._stats = None
-        return len(pinned)
 
     def _admit_fleet(self, order: list[Generation], running: list[Generation], now: float) -> list[Generation]:
         """Admission over an engine pool: each generation goes to the first member in the pool's
@@ -580,7 +398,7 @@ class Planner:
                     continue
                 ok, why = self.batcher.can_admit(on[m], g, fleet.member_stats(m), now)
                 if not ok:
-                    g.extra["blocked"] = why
+                    g.blocked = why
                     closed.add(m)
                     continue
                 try:
@@ -629,7 +447,7 @@ class Planner:
         if g.output_ids or g.segments:
             g.resumes += 1
         g.state = GenState.RUNNING
-        g.extra["awaiting_cache_report"] = True
+        g.awaiting_cache_report = True
         self._notify(g)
         return True
 
@@ -639,15 +457,15 @@ class Planner:
         if g is None or g.state is not GenState.RUNNING:
             return  # output of an aborted generation: never reported
         live = self._live[g.gen_id]
-        if out.num_cached_tokens is not None and g.extra.pop("awaiting_cache_report", False):
+        if out.num_cached_tokens is not None and g.awaiting_cache_report:
+            g.awaiting_cache_report = False
             g.cached_tokens.append(out.num_cached_tokens)
         g.output_ids.extend(out.token_ids)
         g.seg_tokens += len(out.token_ids)
         g.text += out.text
         live.tok_ends.extend([len(g.text)] * len(out.token_ids))
-        on_token = self.policy.on_token
-        if getattr(on_token, "__func__", None) is not Policy.on_token:
-            on_token(g, len(out.token_ids), self.context())
+        if self.policy.observes_tokens:
+            self.policy.on_token(g, len(out.token_ids), self.context())
         else:  # the base hook does nothing: skip building a context, keep its stats snapshot
             self._engine_stats()
         cuts = live.segmenter.feed(out.text) if out.text else []
@@ -704,7 +522,7 @@ class Planner:
             return self._hold(g, live, seg, abs_end)
         g.segments.append(seg)
         suspend = mode is DispatchMode.SUSPEND and not final
-        if suspend and not seg.blocking and type(self.policy).suspend_at is not Policy.suspend_at:
+        if suspend and not seg.blocking and self.policy.chooses_suspension:
             suspend = self.policy.suspend_at(g, seg, self.context(), now)  # per-statement choice
         if suspend:
             # Drop tokens past the statement end: keep up to the token whose text reaches it.
@@ -759,122 +577,7 @@ class Planner:
                 self._speculate(g, live, seg, now)
         return True
 
-    # ------------------------------------------------------------------ value speculation
-    def _rollback_point(self, g: Generation, live: _Live, seg: Segment, abs_end: int) -> ValueSpeculation:
-        """What to roll g back to if what follows blocking `seg` (ending at text offset `abs_end`)
-        was generated under a result other than the robot's: the tokens up to the statement end."""
-        ends = live.tok_ends
-        keep = _tokens_through(ends, abs_end)
-        return ValueSpeculation(seg_index=seg.index, value=None, out_len=keep,
-                                text_len=ends[keep - 1] if keep else 0, tok_len=keep,
-                                text_base=abs_end, guard_plan=live.guard_plan)
-
-    def _unwritten(self, g: Generation, seg: Segment) -> Any:
-        """The result an unsegmented model that wrote no annotation after blocking `seg` went on
-        under (`PlannerConfig.unwritten_result` for a bool skill), or `_UNCHECKED`."""
-        spec = self.robots[g.request.robot_type].skills.get(seg.calls[-1].name) if seg.calls else None
-        value = self.config.unwritten_result
-        return value if value is not None and spec is not None and spec.returns == "bool" else _UNCHECKED
-
-    def _assume(self, g: Generation, live: _Live, value: Any, now: float) -> None:
-        """STREAM / WHOLE: g goes on after the blocking statement `live.blind` under `value` (written
-        by the model or assumed without a word): that is a speculation like the planner's own
-        (`_speculate`), held and checked against the robot's result the same way.  `_UNCHECKED`:
-        not checked (a non-bool result the model did not write: executed as generated)."""
-        spec, live.blind = live.blind, None
-        assert spec is not None
-        if value is _UNCHECKED:
-            return
-        spec.value = value
-        if live.pending:  # WHOLE: what leads up to the blocking statement goes now; its result decides the rest
-            for s in live.pending:
-                self._dispatch(g, s, now)
-            live.pending.clear()
-        seg = g.segments[spec.seg_index]
-        live.spec = spec
-        if seg.ok is not None:  # the robot has already answered
-            self._resolve_speculation(g, live, seg.result, now)
-
-    def _speculate(self, g: Generation, live: _Live, seg: Segment, now: float) -> None:
-        """At blocking `seg`: append the predicted result and let g generate its next statement
-        (held, not dispatched, until the real result decides: `_resolve_speculation`).  STREAM /
-        WHOLE modes: the model goes on by itself, under a result it writes or assumes (`_assume`)."""
-        if self.policy.mode is not DispatchMode.SUSPEND:
-            live.blind = self._rollback_point(g, live, seg, live.text_base)
-            return
-        if not self.policy.speculates(g, seg, self.context()):
-            return
-        value = self.values.predict(g.request.robot_type, seg)
-        if value is None:
-            return
-        live.spec = ValueSpeculation(seg_index=seg.index, value=value, out_len=len(g.output_ids),
-                                     text_len=len(g.text), tok_len=len(live.tok_ends),
-                                     text_base=live.text_base, guard_plan=live.guard_plan)
-        self._resume_after(g, live, seg, value, now)
-
-    def _resume_after(self, g: Generation, live: _Live, seg: Segment, value: Value, now: float) -> None:
-        """Append blocking `seg`'s result `value` (real or predicted) to g's token record and make g
-        ready to generate on from it."""
-        extra = list(self.prompts.result_ids(g.request, seg, value))
-        if extra:
-            g.output_ids.extend(extra)
-            live.tok_ends.extend([len(g.text)] * len(extra))
-        g.state = GenState.SUSPENDED
-        g.ready_since = now
-        self._notify(g)
-
-    def _hold(self, g: Generation, live: _Live, seg: Segment, abs_end: int) -> bool:
-        """A statement generated under a predicted result: keep it (and the tokens up to its
-        end), park g until the result arrives."""
-        assert live.spec is not None
-        keep = seg.out_len
-        if keep < len(g.output_ids):
-            del g.output_ids[keep:]
-            del live.tok_ends[keep:]
-            g.text = g.text[: live.tok_ends[-1] if live.tok_ends else 0]
-        live.spec.held = seg
-        live.segmenter = live.new_segmenter()
-        live.text_base = abs_end
-        g.seg_tokens = 0
-        g.seg_start = None
-        if g.state is GenState.RUNNING:
-            self._suspend_kv(g, "cache")
-        g.state = GenState.WAITING
-        self._notify(g)
-        return True
-
-    def _resolve_speculation(self, g: Generation, live: _Live, value: Value, now: float) -> None:
-        """The real result of the speculated blocking segment arrived (g is not terminal)."""
-        spec = live.spec
-        assert spec is not None
-        live.spec = None
-        if same_value(value, spec.value):
-            g.spec_hits += 1
-            held = spec.held
-            if held is not None:
-                g.segments.append(held)
-                self._dispatch(g, held, now)
-                waits = held.blocking and self.policy.mode is DispatchMode.SUSPEND
-                g.state = GenState.WAITING if waits else GenState.SUSPENDED
-                g.ready_since = now
-                self._notify(g)
-                if held.blocking:
-                    self._speculate(g, live, held, now)
-            elif spec.ended:
-                self._engine_done(g, live, now, spec.end_reason)
-            return
-        g.spec_misses += 1
-        if g.state is GenState.RUNNING:
-            self._suspend_kv(g, "cache")
-        del g.output_ids[spec.out_len:]
-        del live.tok_ends[spec.tok_len:]
-        g.text = g.text[:spec.text_len]
-        live.text_base, live.guard_plan, live.cut_end = spec.text_base, spec.guard_plan, spec.text_base
-        live.segmenter = live.new_segmenter()
-        g.seg_tokens, g.seg_start, g.engine_finished = 0, None, False
-        seg = g.segments[spec.seg_index]
-        self._resume_after(g, live, seg, value, now)
-
+    # ------------------------------------------------------------------ end of generation, dispatch
     def _engine_done(self, g: Generation, live: _Live, now: float, reason: str) -> None:
         if live.blind is not None:  # the plan ended right after a blocking statement: under a result too
             self._assume(g, live, self._unwritten(g, g.segments[live.blind.seg_index]), now)
@@ -893,7 +596,7 @@ class Planner:
             self.engine.abort(g.gen_id, "discard")
         if reason == "length":  # cut by max_tokens: whatever was generated, the plan is not complete
             tail = g.text[live.cut_end:].strip()
-            g.extra["truncated"] = (
+            g.truncated = (
                 f"plan truncated at max_tokens ({self.config.max_tokens} tokens): "
                 f"{len(g.segments)} complete statement(s) before the cut"
                 + (f", the rest ({tail[:40]!r}{'...' if len(tail) > 40 else ''}) never completed" if tail else "")
@@ -902,7 +605,7 @@ class Planner:
             self._dispatch(g, seg, now)
         live.pending.clear()
         if not g.segments:
-            self._fail(g, g.extra.get("truncated") or
+            self._fail(g, g.truncated or
                        f"the LLM produced no executable statement (finish: {reason or 'eos'})")
             return
         g.state = GenState.DRAINING
@@ -916,180 +619,16 @@ class Planner:
                            robot_type=g.request.robot_type, segment_index=seg.index, text=seg.text,
                            calls=seg.calls, est_exec_s=seg.est_exec_s, blocking=seg.blocking)
         for lst in self.listeners:
-            fn = getattr(lst, "on_segment_dispatched", None)
-            if fn:
-                fn(g, seg)
+            lst.on_segment_dispatched(g, seg)
         self.dispatcher.dispatch(goal)
-
-    # ------------------------------------------------------------------ results and endings
-    def _drain_inbox(self) -> None:
-        while True:
-            try:
-                kind, item = self._inbox.get_nowait()
-            except queue.Empty:
-                return
-            if kind == "result":
-                try:
-                    self._on_result(item)
-                except EngineError:
-                    raise
-                except Exception as e:  # noqa: BLE001 - isolated to the result's request
-                    self._request_fault(item.request_id, f"segment {item.segment_index}'s result", e)
-            elif kind == "cancel":
-                rid, reason = item
-                g = self.generations.get(rid)
-                if g is not None and not g.state.terminal:
-                    self._end(g, GenState.CANCELLED, reason, cancel_robot=True)
-
-    def _on_result(self, res: SegmentResult) -> None:
-        g = self.generations.get(res.request_id)
-        if g is None or not (0 <= res.segment_index < len(g.segments)):
-            return  # unknown or stale result: nothing to attach it to
-        seg = g.segments[res.segment_index]
-        if seg.ok is not None:
-            return  # duplicate result
-        seg.exec_start, seg.exec_end = res.exec_start, res.exec_end
-        seg.measured_s, seg.result, seg.ok, seg.error = res.call_durations_s, res.value, res.ok, res.error
-        self._ended_utility.pop(g.gen_id, None)  # a late result of an ended request changes its score
-        for call, d in zip(seg.calls, res.call_durations_s):
-            self.estimator.update(g.request.robot_type, call, d)
-        for lst in self.listeners:
-            fn = getattr(lst, "on_segment_result", None)
-            if fn:
-                fn(g, seg)
-        if g.state.terminal:
-            return
-        now = self.clock.now()
-        if not res.ok:
-            self._end(g, GenState.FAILED,
-                      f"segment {res.segment_index} {ResultCode(res.code).name.lower()}: {res.error}",
-                      cancel_robot=True)
-            return
-        live = self._live.get(g.gen_id)
-        if seg.blocking:
-            self.values.observe(g.request.robot_type, seg, res.value)
-        if live is not None and live.spec is not None and live.spec.seg_index == res.segment_index:
-            self._resolve_speculation(g, live, res.value, now)
-        elif g.state is GenState.WAITING and res.segment_index == len(g.segments) - 1:
-            self._resume_after(g, self._live[g.gen_id], seg, res.value, now)
-        self._maybe_finished(g, now)
-
-    def _request_fault(self, gen_id: str, what: str, e: Exception) -> None:
-        """An unexpected exception while handling one request's output or result: that request
-        alone fails, with the exception as its reason; the other requests of the step go on."""
-        self.request_faults += 1
-        g = self.generations.get(gen_id)
-        if g is None or g.state.terminal:
-            return
-        reason = f"planner fault while handling {what}: {type(e).__name__}: {e}"
-        try:
-            self._fail(g, reason)
-        except EngineError:
-            raise
-        except Exception:  # noqa: BLE001 - a listener / dispatcher failing again: end it anyway
-            if not g.state.terminal:
-                self._set_terminal(g, GenState.FAILED, reason)
-
-    def _maybe_finished(self, g: Generation, now: float) -> None:
-        if g.state is GenState.DRAINING and all(s.ok for s in g.segments):
-            truncated = g.extra.get("truncated")
-            if truncated:  # what was generated ran; the plan did not end: the task is not known done
-                self._end(g, GenState.FAILED, f"{truncated}; the {len(g.segments)} executed")
-            else:
-                self._end(g, GenState.FINISHED, "plan executed" +
-                          (" (resumed after a planner restart)" if g.recovered else ""))
-
-    def _fail(self, g: Generation, reason: str) -> None:
-        self._end(g, GenState.FAILED, reason, cancel_robot=True)
-
-    def _end(self, g: Generation, state: GenState, reason: str, *, cancel_robot: bool = False) -> None:
-        if self.engine_healthy and (g.state is GenState.RUNNING or g.output_ids):
-            # running: free its slot; suspended/waiting: release KV a policy may have pinned
-            try:
-                self.engine.abort(g.gen_id, "discard")
-            except EngineError:
-                pass  # the engine is failing; _engine_failed deals with it at the next step
-        if cancel_robot and any(s.ok is None for s in g.segments):
-            self.dispatcher.cancel(g.gen_id)
-        self._set_terminal(g, state, reason)
-        self._notify(g)
-        self._terminal.append(g.gen_id)
-        while len(self._terminal) > self.config.keep_terminal:  # bounded memory
-            old = self._terminal.popleft()
-            self.generations.pop(old, None)
-            self._ended_utility.pop(old, None)
-
-    def _set_terminal(self, g: Generation, state: GenState, reason: str) -> None:
-        """Record g's end and release its live bookkeeping (admission counts, pinned KV)."""
-        g.state, g.reason, g.finished_at = state, reason, self.clock.now()
-        self._pinned.pop(g.gen_id, None)
-        if self._live.pop(g.gen_id, None) is not None:
-            n = self._per_agent.get(g.request.robot_id, 1) - 1
-            if n > 0:
-                self._per_agent[g.request.robot_id] = n
-            else:
-                self._per_agent.pop(g.request.robot_id, None)
 
     def _queued_count(self) -> int:
         return list(map(_STATE, map(self.generations.__getitem__, self._live))).count(GenState.QUEUED)
 
-    def _engine_failed(self, reason: str) -> None:
-        """The engine raised: its KV is lost, our token records are not.  With a supervisor
-        (`engine_restart`) and restarts left, the engine is rebuilt and the generations it was
-        running are re-queued (they resume from their token ids, re-prefilling); otherwise they
-        fail with the reason and new requests are refused until `replace_engine`."""
-        running = [g for g in self.live() if g.state is GenState.RUNNING]
-        if self.engine_restart is not None and self.engine_restarts < self.config.max_engine_restarts:
-            try:
-                engine = self.engine_restart(self.engine)
-            except Exception as e:  # noqa: BLE001 - a failed restart is reported, not raised
-                reason = f"{reason}; restart failed: {e}"
-            else:
-                self.engine_restarts += 1
-                self.engine, self._fleet, self._stats = engine, as_fleet(engine), None
-                self._pinned.clear()  # the old engine's KV is gone
-                now = self.clock.now()
-                for g in running:
-                    self._requeue(g, now, "engine_restarts")
-                return
-        self.engine_healthy = False  # from here on _end does not touch the engine
-        for g in self.live():
-            if g.state is not GenState.DRAINING:  # all that still needs the engine (DRAINING: plan done)
-                self._end(g, GenState.FAILED, f"engine failure: {reason}", cancel_robot=True)
-
-    def _requeue(self, g: Generation, now: float, counter: str) -> None:
-        """g's engine lost its KV: g waits again and resumes from its token record (re-prefill);
-        `counter` in g.extra counts why."""
-        g.state = GenState.SUSPENDED if g.segments else GenState.QUEUED
-        g.ready_since = now
-        g.extra[counter] = g.extra.get(counter, 0) + 1
-        self._notify(g)
-
-    def _requeue_lost(self, now: float) -> None:
-        """Re-queue the running generations of pool members that failed."""
-        assert self._fleet is not None
-        for gid, _why in self._fleet.take_lost():
-            g = self.generations.get(gid)
-            if g is not None and g.state is GenState.RUNNING:
-                self._requeue(g, now, "engine_lost")
-        self._stats = None
-
-    def replace_engine(self, engine: Engine) -> None:
-        """After an engine restart: serve the remaining generations on the new one."""
-        with self._lock:
-            check_engine_scheduling(engine, self.policy)
-            self.engine = engine
-            self._fleet = as_fleet(engine)
-            self.engine_healthy = True
-            self._stats = None
-            self._pinned.clear()
-
     # ------------------------------------------------------------------ status
     def _notify(self, g: Generation) -> None:
         for lst in self.listeners:
-            fn = getattr(lst, "on_request_update", None)
-            if fn:
-                fn(g)
+            lst.on_request_update(g)
 
     def status(self) -> PlannerStatus:
         with self._lock:

@@ -190,7 +190,18 @@ class Generation:
     cached_tokens: list[int] = field(default_factory=list)  # num_cached_tokens per (re)add
     finished_at: float | None = None
     recovered: bool = False  # resumed by a planner restarted on its journal (`Planner.resume`)
-    extra: dict[str, Any] = field(default_factory=dict)  # policy-private state (e.g. Trail prediction)
+    # the planner's own counters and marks (typed: read by policies, the journal, the simulator)
+    num_preemptions: int = 0  # times a policy's select preempted it while running
+    blocked: str | None = None  # why the batch-size controller refused it at the last scheduling
+    # point (None: not refused); a policy that reads it clears it (`policies.base.batch_was_full`)
+    kv_released: int = 0  # times its preserved KV was released to break a memory stall
+    awaiting_cache_report: bool = False  # (re)added: the engine's next output reports its cached tokens
+    truncated: str = ""  # cut by max_tokens: why (the plan is not complete); "" otherwise
+    engine_restarts: int = 0  # times it was re-queued because the engine was restarted
+    engine_lost: int = 0  # times it was re-queued because its engine-pool member failed
+    # policy-private state, written and read by the policy alone (Trail's prediction, LAMPS' KV
+    # mode and starvation count, Andes' priority, the default's pacing marks); never the planner's
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def gen_id(self) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from ..core.clock import Clock, WallClock
-from ..core.engine import Engine, EngineError, EngineOutput, EngineStats, Tokenizer
+from ..core.engine import Engine, EngineError, EngineFleet, EngineOutput, EngineStats, Tokenizer
 
 
 @dataclass
@@ -34,7 +34,7 @@ class PoolCounters:
     served: dict[str, int] = field(default_factory=dict)  # adds per member
 
 
-class EnginePool:
+class EnginePool(EngineFleet):
     """Composite engine over named members (see the module docstring)."""
 
     def __init__(self, members: Mapping[str, Engine] | Sequence[Engine], *, prefix_tokens: int = 64,

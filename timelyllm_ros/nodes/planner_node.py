@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 from timelyllm_ros.core.clock import Clock, VirtualClock
 from timelyllm_ros.core.planner import Planner
+from timelyllm_ros.core.ports import PlannerListener
 from timelyllm_ros.core.types import (
     GenState,
     Generation,
@@ -104,7 +105,7 @@ class PlannerNodeConfig:
             raise ValueError(f"ended_status_kept must be an int >= 0, got {n!r}")
 
 
-class PlannerNode:
+class PlannerNode(PlannerListener):
     """Build with `PlannerNode(transport, make_planner, clock=...)` where
     `make_planner(dispatcher, listeners)` returns the Planner (it needs the dispatcher, and the
     dispatcher posts into the planner)."""

@@ -324,10 +324,7 @@ def generation_utility(gen: Generation) -> float:
     """Utility accrued so far by the whole plan (TimelyLLM Eq. 3: TUF0 of the first action's
     response plus TUF1 of each later wait, over the actions that executed; a request that ended
     early is charged the continuation it never got): ``core.metrics.plan_terms``, the one
-    implementation.  A planner that tracks utility itself (gen.extra['utility']) is believed
-    instead."""
-    if "utility" in gen.extra:
-        return float(gen.extra["utility"])
+    implementation."""
     from ..core.metrics import plan_terms
 
     return plan_terms(gen).accrued

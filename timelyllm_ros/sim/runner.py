@@ -318,7 +318,7 @@ def _stuck_message(why: str, planner: Planner) -> str:
     counts: dict[str, int] = {}
     for g in planner.live():
         counts[g.state.value] = counts.get(g.state.value, 0) + 1
-    blocked = {g.gen_id: g.extra.get("blocked") for g in planner.live() if g.extra.get("blocked")}
+    blocked = {g.gen_id: g.blocked for g in planner.live() if g.blocked}
     sample = dict(itertools.islice(blocked.items(), 3))
     return (f"simulation cannot finish: {why}; t={planner.clock.now():.3f}, unfinished requests by "
             f"state {counts}; admission blocked: {sample}")

@@ -22,7 +22,7 @@ at 1.3 tokens per word, rescaled to this engine's tokens per word); action robot
 
 Selective triggering: only when KV occupancy > ``kv_trigger`` (0.9), the measured token latency
 exceeds the strictest 1/r, or the batch is full (the planner's batch-size controller refused a ready
-generation at the previous point: ``extra["blocked"]``; in this planner the controller is where
+generation at the previous point: ``Generation.blocked``; in this planner the controller is where
 vLLM's max_num_seqs / KV admission lives).  Otherwise it is FCFS (vLLM's default), no preemption.
 The solver runs every ``solve_every`` triggered points (the authors' fork: every few iterations);
 in between, ready generations are admitted by their last priority.

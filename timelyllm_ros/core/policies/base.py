@@ -125,10 +125,11 @@ def priority_order(gens: Sequence[Generation],
 
 def batch_was_full(ready: Sequence[Generation]) -> bool:
     """Whether the planner's batch-size controller refused a ready generation at the previous
-    scheduling point (its ``extra["blocked"]`` mark, which this clears): the batch is full."""
+    scheduling point (its ``Generation.blocked`` mark, which this clears): the batch is full."""
     full = False
     for g in ready:
-        if g.extra.pop("blocked", None) is not None:
+        if g.blocked is not None:
+            g.blocked = None
             full = True
     return full
 
@@ -260,6 +261,14 @@ class Policy(abc.ABC):
     # "priority" (vLLM's priority scheduling: engines are started with it and every add carries
     # `engine_priority(g)`, which orders the engine's waiting queue and chooses its preemption victims).
     engine_scheduling = "fcfs"
+    # Which optional hooks this policy implements: the planner calls `on_token` (after every
+    # engine output), `on_step` (after every engine step) and `suspend_at` (at every non-blocking
+    # statement) only where the class declares it here, so a policy without them costs nothing
+    # per token.  A policy that overrides one of them sets its flag (tests/test_policies.py
+    # checks every registered policy).
+    observes_tokens: bool = False
+    observes_steps: bool = False
+    chooses_suspension: bool = False
 
     def priority(self, g: Generation, ctx: PolicyContext, now: float) -> float:
         """g's priority at `now` (higher runs first), for the base `select`; policies that

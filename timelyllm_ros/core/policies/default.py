@@ -129,6 +129,7 @@ def atc_priorities(alphas: Sequence[float] | np.ndarray, ps: Sequence[float] | n
 
 class Default(Policy):
     name = "default"
+    observes_tokens = observes_steps = chooses_suspension = True  # rule 5 pacing; per-statement suspend
     mode = DispatchMode.SUSPEND
 
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,

@@ -9,7 +9,7 @@ ahead of everything (SOAP rank −∞ in the paper) and is never preempted.  c =
 
 Preemption rule (the paper leaves it to vLLM's scheduler; ours, documented in docs/policies.md):
 the batch is *full* when the planner's batch-size controller refused a ready generation at the
-previous scheduling point (``Generation.extra["blocked"]``, set by the planner).  Then ready
+previous scheduling point (``Generation.blocked``, set by the planner).  Then ready
 generations, best rank first, are paired with preemptable running ones, worst rank first; each
 pair where the ready one ranks strictly better preempts the running one, one for one; the first
 pair that does not stops the pass.  The preempted generation is aborted with KV mode ``kv`` (cache:
@@ -40,6 +40,7 @@ _MODES = {"stream": DispatchMode.STREAM, "suspend": DispatchMode.SUSPEND, "whole
 
 class Trail(Policy):
     name = "trail"
+    observes_tokens = True  # the length prediction is refined as tokens arrive
 
     def __init__(self, c: float = 0.8, predictor: str | LengthPredictor = "learned", noise_p: float = 0.3,
                  seed: int = 0, model_dir: str | None = None, refresh_every: int = 1,
