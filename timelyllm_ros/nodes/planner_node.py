@@ -105,7 +105,18 @@ class PlannerNodeConfig:
             raise ValueError(f"ended_status_kept must be an int >= 0, got {n!r}")
 
 
-class PlannerNode(PlannerListener):
+class RecoveryListener(PlannerListener):
+    """What the planner node is to its planner (`wiring.NodePlanner.make_planner`): a listener that is
+    also told what the journal's recovery did and handed the journal itself."""
+
+    def on_recovery(self, report: Any) -> None:
+        """report (journal.RecoveryReport): the requests recovery failed, resubmitted or resumed."""
+
+    def on_journal(self, journal: Any) -> None:
+        """journal (journal.Journal): where a resent request id's journaled outcome is looked up."""
+
+
+class PlannerNode(RecoveryListener):
     """Build with `PlannerNode(transport, make_planner, clock=...)` where
     `make_planner(dispatcher, listeners)` returns the Planner (it needs the dispatcher, and the
     dispatcher posts into the planner)."""

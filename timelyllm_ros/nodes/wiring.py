@@ -13,12 +13,12 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable
 
 from timelyllm_ros import PACKAGE
 from timelyllm_ros.assembly import PlannerBuilder, PlannerParts, ServingEngines, warm_up
 from timelyllm_ros.core.clock import Clock
-from timelyllm_ros.core.planner import Planner, PlannerListener
+from timelyllm_ros.core.planner import Planner
 from timelyllm_ros.core.robots import RobotSpec, RobotSpecError, load_robots
 from timelyllm_ros.inputs import InputError
 from timelyllm_ros.paths import data_dir
@@ -29,7 +29,8 @@ from .params import EXECUTOR_PARAMS, PLANNER_PARAMS, ConfigError, coerce, defaul
 if TYPE_CHECKING:
     from timelyllm_ros.journal import Journal, RecoveryReport
 
-    from .planner_node import ActionDispatcher, PlannerNodeConfig
+    from .dispatcher import ActionDispatcher
+    from .planner_node import PlannerNodeConfig, RecoveryListener
 
 log = logging.getLogger(__name__)
 
@@ -243,14 +244,6 @@ class PlannerSetup:
                                         executor_lease_s=float(p["executor_lease_s"])))
         return NodePlanner(parts=parts, node_config=node_cfg, engines=engines, step_log=step_log,
                            step_log_path=str(p["step_log_path"]))
-
-
-class RecoveryListener(PlannerListener, Protocol):
-    """What the planner node is to its planner: a listener, told what the journal's recovery did."""
-
-    def on_recovery(self, report: RecoveryReport) -> None: ...
-
-    def on_journal(self, journal: Journal) -> None: ...
 
 
 @dataclass
