@@ -358,7 +358,7 @@ def test_worker_death_mid_run_is_engine_error():
 
 @pytest.mark.vllm
 def test_step_log_records_what_each_iteration_did(vllm_engine):
-    """StepRecord (what fit_vllm_profile --from-serving and sim_fidelity read): the first
+    """StepRecord (what `timelyllm profile fit --from-serving` and `profile check` read): the first
     iteration after add() is a prefill of the uncached part over the cached part, later ones decode
     one token each with the context growing by one."""
     eng = vllm_engine

@@ -1,7 +1,7 @@
 """Latency profiles: the cost model of one engine iteration and the KV memory it runs in.
 
 A profile (profiles/*.yaml) says what a GPU/model pair charges per iteration; the simulated engine
-(engines/simulated.py) advances its virtual clock by it, and benchmarks/fit_vllm_profile.py fits
+(engines/simulated.py) advances its virtual clock by it, and `timelyllm profile fit` fits
 one on real serving steps.
 """
 
