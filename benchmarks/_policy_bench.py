@@ -16,14 +16,11 @@ for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import math
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 from timelyllm_ros.core.qoe import qoe_summary, request_qoe  # noqa: E402
 from timelyllm_ros.core.types import GenState  # noqa: E402

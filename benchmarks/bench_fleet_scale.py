@@ -31,8 +31,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
 from timelyllm_ros.core.latency_profile import DEFAULT_PROFILE  # noqa: E402
 from timelyllm_ros.workloads.catalog import load_tasks  # noqa: E402

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from timelyllm_ros.offline.batch import load_batch, generate_requests  # noqa: E402
 from timelyllm_ros.offline.makespan import lpt, solve  # noqa: E402

@@ -19,12 +19,10 @@ import argparse
 import dataclasses
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from timelyllm_ros.core.planner import PlannerConfig  # noqa: E402
 from timelyllm_ros.workloads.format import load_workload  # noqa: E402

@@ -27,8 +27,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 from timelyllm_ros.core.clock import WallClock  # noqa: E402
 from timelyllm_ros.core.flight import EnvelopeTracker  # noqa: E402

@@ -49,10 +49,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
 from timelyllm_ros.assembly import PlannerBuilder, PlannerParts  # noqa: E402
 from timelyllm_ros.core.clock import VirtualClock  # noqa: E402
 from timelyllm_ros.core.planner import Planner, PlannerConfig  # noqa: E402

@@ -20,8 +20,6 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from timelyllm_ros.core.minispec import MiniSpecError, parse_program  # noqa: E402
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
 from timelyllm_ros.core.segmenter import Segmenter  # noqa: E402

@@ -23,13 +23,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
@@ -145,15 +141,14 @@ def main() -> None:
     ap.add_argument("--multiprocessing", action="store_true", help="vLLM engine core in its own process")
     a = ap.parse_args()
 
-    from vllm_fixtures import engine_config, model_for_tests
-
+    from timelyllm_ros.engines.tiny_model import tiny_engine_config, tiny_model
     from timelyllm_ros.engines.vllm_engine import VllmEngine
 
     if a.model:
         model, which = Path(a.model), a.model
     else:
-        model, which = model_for_tests()
-    engine = VllmEngine(engine_config(model, multiprocessing=a.multiprocessing))
+        model, which = tiny_model()
+    engine = VllmEngine(tiny_engine_config(model, multiprocessing=a.multiprocessing))
     llm = engine.llm_engine
     med = statistics.median
     # time spent inside vLLM's own step(), to isolate the adapter's work per step (robust to

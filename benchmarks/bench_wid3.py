@@ -18,9 +18,6 @@ import pstats
 import statistics
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
 from timelyllm_ros.workloads.catalog import load_tasks  # noqa: E402

@@ -23,8 +23,6 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from timelyllm_ros.core.planner import PlannerConfig  # noqa: E402
 from timelyllm_ros.core.types import GenState  # noqa: E402
 from timelyllm_ros.workloads.format import parse_workload  # noqa: E402

@@ -12,9 +12,6 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from timelyllm_ros.core.metrics import request_metrics  # noqa: E402
 from timelyllm_ros.engines.base import EngineError  # noqa: E402

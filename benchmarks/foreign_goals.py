@@ -29,8 +29,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from timelyllm_ros.core.types import SegmentGoal, SkillCall  # noqa: E402
 from timelyllm_ros.netns import NamespaceUnavailable, port_holder, private_network  # noqa: E402
 from timelyllm_ros.rosgraph.processes import ProcessGroup, free_domain_id, graph_env  # noqa: E402

@@ -39,8 +39,6 @@ import traceback
 import unicodedata
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from timelyllm_ros.core.guard import PlanState, check_segment  # noqa: E402
 from timelyllm_ros.core.minispec import MiniSpecError, parse_statement  # noqa: E402
 from timelyllm_ros.core.robots import RobotSpec, load_robots  # noqa: E402

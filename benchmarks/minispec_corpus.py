@@ -14,12 +14,10 @@ the given reason.  Prints the counts (tests/test_minispec_corpus.py asserts them
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from timelyllm_ros.core.guard import PlanState, check_segment  # noqa: E402
 from timelyllm_ros.core.robots import RobotSpec, load_robots  # noqa: E402

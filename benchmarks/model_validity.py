@@ -23,14 +23,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Sequence
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from timelyllm_ros.core.robots import RobotSpec, load_robots  # noqa: E402
 from timelyllm_ros.core.segmenter import Segmenter  # noqa: E402

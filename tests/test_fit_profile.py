@@ -1,4 +1,5 @@
-"""The profile-fitting helpers of benchmarks/fit_vllm_profile.py and sim_fidelity.py (no engine)."""
+"""The profile-fitting helpers of `timelyllm profile fit` and `timelyllm profile check` (timelyllm_ros/profiling/;
+no engine), and benchmarks/spot_check.py's."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # spot_check
 
-from fit_vllm_profile import nonneg_lstsq  # noqa: E402
 from timelyllm_ros.engines.base import StepRecord, host_gaps  # noqa: E402
+from timelyllm_ros.profiling.fit import nonneg_lstsq  # noqa: E402
 
 
 def test_nonneg_lstsq_recovers_costs_and_never_goes_negative():
@@ -67,8 +68,9 @@ def test_saved_steps_refit_offline_recovers_the_costs_and_is_reproducible(tmp_pa
 
     import yaml
 
-    from fit_vllm_profile import refit_saved, save_steps
     from timelyllm_ros.core.latency_profile import LatencyProfile
+    from timelyllm_ros.profiling.measure import save_steps
+    from timelyllm_ros.profiling.refit import refit_saved
 
     recs = _served()
     a = argparse.Namespace(fit_workloads=["mixed_small", "WID2"], fit_seed=101, fit_runs=2, fit_duration=40.0)
@@ -98,8 +100,9 @@ def test_every_fit_workload_weighs_the_same_and_host_work_grows_per_sequence(tmp
     time between steps that grows with the batch goes into decode_s_per_extra_seq."""
     import argparse
 
-    from fit_vllm_profile import refit_saved, save_steps
     from timelyllm_ros.core.latency_profile import LatencyProfile
+    from timelyllm_ros.profiling.measure import save_steps
+    from timelyllm_ros.profiling.refit import refit_saved
 
     many = _served(900, base=0.008, host_per_seq=5e-5)
     few = _served(100, base=0.012, host_per_seq=5e-5, t=many[-1].start_s + 10.0)  # 10 s later: idle between
@@ -133,8 +136,9 @@ def test_saved_sessions_fit_together_as_one(tmp_path, capsys):
     import argparse
     import json
 
-    from fit_vllm_profile import refit_saved, save_steps
     from timelyllm_ros.core.latency_profile import LatencyProfile
+    from timelyllm_ros.profiling.measure import save_steps
+    from timelyllm_ros.profiling.refit import refit_saved
 
     meta = dict(loads=[[1.0, 1.1]], tokenize_s=4e-5, detokenize_s=1e-6, n_tok=36,
                 which="models/tiny-planner", dtype="bfloat16", kv_block_size=32, kv_capacity_blocks=8191)
@@ -151,8 +155,8 @@ def test_saved_sessions_fit_together_as_one(tmp_path, capsys):
     assert prof.decode_s_per_extra_seq == pytest.approx(0.0003 + 5e-5, rel=0.02)
     assert "seeds 101..102 / 101..101 each in 2 sessions" in (tmp_path / "both.yaml").read_text()
     assert "1000 iterations" in capsys.readouterr().out
-    from fit_vllm_profile import merge_saved
     from timelyllm_ros.core.engine import gaps_before
+    from timelyllm_ros.profiling.refit import merge_saved
 
     merged = [StepRecord(*r) for r in merge_saved([json.loads(Path(f).read_text()) for f in files])["records"]]
     between = gaps_before(merged)[499][0]  # the first step of session 2 after the last of session 1
@@ -176,7 +180,7 @@ def test_saved_sessions_fit_together_as_one(tmp_path, capsys):
 def test_host_costs_time_the_request_text_not_the_whole_prompt():
     """The planner tokenises a request's own text; the robot type's prompt prefix once
     (PromptBuilder.prefix_ids).  tokenize_s must be timed on what is tokenised per request."""
-    from fit_vllm_profile import host_costs
+    from timelyllm_ros.profiling.measure import host_costs
     from timelyllm_ros.prompts import TokenizerFile, request_text
 
     tok = TokenizerFile()
@@ -219,11 +223,11 @@ def test_spot_check_order_relation_ties_and_best_other():
     (["--fit-workload", "WID1", "--fit-out", "p.yaml", "--save-steps", "s.json"], "is also checked"),
     (["--fit-workload", "mixed_small"], "needs --fit-out"),
 ])
-def test_sim_fidelity_interleaved_fit_refuses_in_sample_or_incomplete_requests(extra, message):
+def test_profile_check_interleaved_fit_refuses_in_sample_or_incomplete_requests(extra, message):
     import subprocess
 
     root = Path(__file__).resolve().parents[1]
-    p = subprocess.run([sys.executable, str(root / "benchmarks" / "sim_fidelity.py"), "--workload", "WID1", *extra],
+    p = subprocess.run([sys.executable, "-m", "timelyllm_ros.cli", "profile", "check", "--workload", "WID1", *extra],
                        capture_output=True, text=True, cwd=root)
     assert p.returncode == 2 and message in p.stderr
 
@@ -234,11 +238,11 @@ def test_sim_fidelity_interleaved_fit_refuses_in_sample_or_incomplete_requests(e
     (["--calibrate", "no_such_workload"], "--calibrate:"),
     (["--calibrate", "mixed_small", "--calibrate-duration", "0"], "--calibrate-duration must be > 0"),
 ])
-def test_sim_fidelity_calibration_refuses_in_sample_or_bad_probes(extra, message):
+def test_profile_check_calibration_refuses_in_sample_or_bad_probes(extra, message):
     import subprocess
 
     root = Path(__file__).resolve().parents[1]
-    p = subprocess.run([sys.executable, str(root / "benchmarks" / "sim_fidelity.py"), "--workload", "WID1", *extra],
+    p = subprocess.run([sys.executable, "-m", "timelyllm_ros.cli", "profile", "check", "--workload", "WID1", *extra],
                        capture_output=True, text=True, cwd=root)
     assert p.returncode == 2 and message in p.stderr
 
@@ -247,8 +251,8 @@ def test_speed_calibration_brackets_a_workloads_runs_and_scales_the_profile():
     """The probes before each of a workload's runs and the one after the last give its speed:
     measured / charged time over exactly those probes; the scaled profile then charges the probes'
     iterations what they measured, in sum."""
-    from sim_fidelity import bracket_speed
     from timelyllm_ros.engines.simulated import LatencyProfile
+    from timelyllm_ros.profiling.check_report import bracket_speed
 
     prof = LatencyProfile(prefill_s_per_token=1e-4, decode_base_s=0.006, kv_block_size=32, kv_capacity_blocks=100,
                           decode_s_per_extra_seq=2e-4)
@@ -267,11 +271,11 @@ def test_speed_calibration_brackets_a_workloads_runs_and_scales_the_profile():
     assert sum(cal.record_s(r) for r in recs) == pytest.approx(sum(r.duration_s + r.post_s for r in recs))
 
 
-def test_sim_fidelity_policy_defaults_to_default_and_saved_runs_keep_theirs():
+def test_profile_check_policy_defaults_to_default_and_saved_runs_keep_theirs():
     """The check serves and simulates `default` (the fit's policy) unless told otherwise; saved
     runs are re-simulated under the policy they were served under, never another one, and a file
     that does not say which needs --policy."""
-    from sim_fidelity import resolve_policy
+    from timelyllm_ros.profiling.check import resolve_policy
 
     assert resolve_policy(None, None, False) == "default"
     assert resolve_policy("timelyllm", None, False) == "timelyllm"
@@ -288,7 +292,7 @@ def test_run_spread_is_the_real_runs_distance_from_each_other():
     """The real engine's reproducibility next to the simulator's error: each run's mean over the
     compared requests, (max - min) / median of those means, and the task type whose run means
     differ most relative to its real figure."""
-    from sim_fidelity import run_spread
+    from timelyllm_ros.profiling.check_report import run_spread
 
     rows = [{"task_type": "A", "real_s": 0.10, "real_runs_s": [0.09, 0.11]},
             {"task_type": "B", "real_s": 0.20, "real_runs_s": [0.20, 0.20]},
@@ -305,8 +309,8 @@ def test_checked_runs_and_fit_draws_are_served_in_turn():
     """Every checked workload and every fit workload samples the whole session (the machine's
     speed drifts over minutes): run 1 of each, then run 2, ...; grouped only for --calibrate,
     whose probes bracket one workload's runs."""
-    from fit_vllm_profile import fit_draws
-    from sim_fidelity import run_order
+    from timelyllm_ros.profiling.check import run_order
+    from timelyllm_ros.profiling.fit import fit_draws
 
     assert run_order(["WID1", "WID3"], 2, in_turn=True) == [(0, "WID1"), (0, "WID3"), (1, "WID1"), (1, "WID3")]
     assert run_order(["WID1", "WID3"], 2, in_turn=False) == [(0, "WID1"), (1, "WID1"), (0, "WID3"), (1, "WID3")]

@@ -173,7 +173,7 @@ def test_event_loop_orders_by_time_then_insertion():
 
 def test_custom_tokenizer_and_prompts_drive_the_simulation(short, robots, catalog):
     """run_simulation(tokenizer=, prompts=): the given prompt source decides what each request's
-    simulated LLM generates (sim_fidelity replays a real model's plans this way)."""
+    simulated LLM generates (`timelyllm profile check` replays a real model's plans this way)."""
     from timelyllm_ros.sim.prompts import SimPromptSource
     from timelyllm_ros.core.tokenizer import SimTokenizer
 

@@ -11,13 +11,12 @@ import json
 from pathlib import Path
 
 import pytest
-from vllm_fixtures import (  # the vllm_engine fixture itself comes from conftest.py (one per session)
-    build_random_llama, engine_config, write_config_only,
-)
+from vllm_fixtures import write_config_only  # the vllm_engine fixture itself comes from conftest.py (one per session)
 
 from timelyllm_ros.core.robots import load_robots
 from timelyllm_ros.core.segmenter import Segmenter
 from timelyllm_ros.core.tuf import TUF
+from timelyllm_ros.engines.tiny_model import build_random_llama, tiny_engine_config, tiny_model
 from timelyllm_ros.core.types import PlanRequest
 from timelyllm_ros.engines.base import EngineError, EngineOutput
 from timelyllm_ros.engines.vllm_engine import IncrementalDetokenizer, VllmEngine
@@ -278,19 +277,19 @@ def test_bad_calls_are_clear_and_keep_engine_healthy(vllm_engine):
 @needs_vllm
 def test_missing_model_path_is_clear(tmp_path):
     with pytest.raises(EngineError, match="does not exist.*build_tiny_model"):
-        VllmEngine(engine_config(tmp_path / "nope"))
+        VllmEngine(tiny_engine_config(tmp_path / "nope"))
     with pytest.raises(EngineError, match="no config.json"):
-        VllmEngine(engine_config(tmp_path))
+        VllmEngine(tiny_engine_config(tmp_path))
     write_config_only(tmp_path / "noweights", _any_model_dir(tmp_path))
     with pytest.raises(EngineError, match="no weights"):
-        VllmEngine(engine_config(tmp_path / "noweights"))
+        VllmEngine(tiny_engine_config(tmp_path / "noweights"))
     with pytest.raises(EngineError, match="multiple of 32"):
-        VllmEngine(engine_config(_any_model_dir(tmp_path), block_size=16))
+        VllmEngine(tiny_engine_config(_any_model_dir(tmp_path), block_size=16))
     from vllm.platforms import current_platform
 
     if current_platform.is_cpu():
         with pytest.raises(EngineError, match="needs a CUDA or XPU GPU"):
-            VllmEngine(engine_config(_any_model_dir(tmp_path), kv_offloading_size_gib=1))
+            VllmEngine(tiny_engine_config(_any_model_dir(tmp_path), kv_offloading_size_gib=1))
 
 
 def _any_model_dir(tmp_path: Path) -> Path:
@@ -312,7 +311,7 @@ def test_head_dim_16_model_is_rejected_on_cpu(tmp_path):
         pytest.skip("head_dim 16 is a CPU-backend restriction")
     model = build_random_llama(tmp_path / "hd16", head_dim=16, heads=4, layers=1)
     with pytest.raises(EngineError, match="head_dim 16.*CPU attention backend.*head_dim 64"):
-        VllmEngine(engine_config(model))
+        VllmEngine(tiny_engine_config(model))
 
 
 @pytest.mark.vllm
@@ -323,7 +322,7 @@ def test_unloadable_model_is_clear(tmp_path):
     model = build_random_llama(tmp_path / "broken", layers=1)
     (model / "model.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(EngineError, match="could not load model"):
-        VllmEngine(engine_config(model))
+        VllmEngine(tiny_engine_config(model))
 
 
 @pytest.mark.vllm
@@ -335,11 +334,9 @@ def test_worker_death_mid_run_is_engine_error():
     import signal
     import time
 
-    from vllm_fixtures import model_for_tests
-
-    model, _ = model_for_tests()
+    model, _ = tiny_model()
     # ignore_eos: the generation must still be running when the worker dies, whatever the model says
-    eng = VllmEngine(engine_config(model, max_num_seqs=2, ignore_eos=True))
+    eng = VllmEngine(tiny_engine_config(model, max_num_seqs=2, ignore_eos=True))
     try:
         eng.add("g", eng.tokenizer.encode_prompt("mf(50);tc(90);") * 4, 200)
         eng.step()
@@ -361,7 +358,7 @@ def test_worker_death_mid_run_is_engine_error():
 
 @pytest.mark.vllm
 def test_step_log_records_what_each_iteration_did(vllm_engine):
-    """StepRecord (what fit_vllm_profile --from-serving and sim_fidelity read): the first
+    """StepRecord (what `timelyllm profile fit --from-serving` and `profile check` read): the first
     iteration after add() is a prefill of the uncached part over the cached part, later ones decode
     one token each with the context growing by one."""
     eng = vllm_engine

@@ -108,13 +108,12 @@ def crash_run() -> CrashRun:
     worker process is SIGKILLed; then the planner goes on stepping and the robots report."""
     pytest.importorskip("vllm", reason="vLLM is not installed in this interpreter")
     pytest.importorskip("psutil")
-    from vllm_fixtures import engine_config, model_for_tests
-
+    from timelyllm_ros.engines.tiny_model import tiny_engine_config, tiny_model
     from timelyllm_ros.engines.vllm_engine import VllmEngine
 
-    model, _ = model_for_tests()
+    model, _ = tiny_model()
     before = _children()
-    eng = VllmEngine(engine_config(model, max_num_seqs=4))
+    eng = VllmEngine(tiny_engine_config(model, max_num_seqs=4))
     try:
         # this engine's model worker process(es): vLLM's handles, checked against the OS's view
         # (new children of this process: never the shared engine's worker nor unrelated helpers)

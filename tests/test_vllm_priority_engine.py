@@ -25,7 +25,6 @@ import os
 from typing import Iterator
 
 import pytest
-from vllm_fixtures import engine_config, model_for_tests
 
 from timelyllm_ros.core.clock import WallClock
 from timelyllm_ros.core.exec_time import ExecTimeEstimator
@@ -34,6 +33,7 @@ from timelyllm_ros.core.policies import make_policy
 from timelyllm_ros.core.robots import load_robots
 from timelyllm_ros.core.tuf import NORMAL, URGENT
 from timelyllm_ros.core.types import GenState, PlanRequest
+from timelyllm_ros.engines.tiny_model import tiny_engine_config, tiny_model
 from timelyllm_ros.engines.vllm_engine import EngineInputError, check_priority
 
 pytestmark = pytest.mark.vllm
@@ -48,8 +48,8 @@ def prio_engine() -> Iterator[object]:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from timelyllm_ros.engines.vllm_engine import VllmEngine
 
-    model, _ = model_for_tests()
-    eng = VllmEngine(engine_config(model, max_num_seqs=2, scheduling_policy="priority", ignore_eos=True,
+    model, _ = tiny_model()
+    eng = VllmEngine(tiny_engine_config(model, max_num_seqs=2, scheduling_policy="priority", ignore_eos=True,
                                    max_model_len=288, engine_args={"num_gpu_blocks_override": 10}))
     assert (eng.kv_total_blocks, eng.block_size) == (9, 32)
     try:
@@ -196,7 +196,7 @@ def prio_server() -> Iterator[object]:
         pytest.skip("vLLM is not installed in this interpreter")
     from timelyllm_ros.engines.vllm_server import VllmServer
 
-    model, _ = model_for_tests()
+    model, _ = tiny_model()
     server = VllmServer(model, max_num_seqs=2, scheduling_policy="priority")
     try:
         server.start()

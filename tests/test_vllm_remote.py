@@ -30,7 +30,7 @@ from timelyllm_ros.core.engine import EngineError
 from timelyllm_ros.core.types import GenState
 from timelyllm_ros.engines.openai_remote import RemoteServerError, RemoteVllmEngine, parse_chunk, parse_metrics
 from timelyllm_ros.engines.pool import EnginePool
-from vllm_fixtures import build_random_llama
+from timelyllm_ros.engines.tiny_model import build_random_llama
 from vllm_server_fixtures import free_port
 
 pytestmark = pytest.mark.vllm

@@ -14,8 +14,8 @@ from typing import Iterator
 
 import pytest
 
+from timelyllm_ros.engines.tiny_model import tiny_model
 from timelyllm_ros.engines.vllm_server import VllmServer, free_port
-from vllm_fixtures import model_for_tests
 
 __all__ = ["VllmServer", "free_port", "vllm_servers"]
 
@@ -24,7 +24,7 @@ __all__ = ["VllmServer", "free_port", "vllm_servers"]
 def vllm_servers() -> Iterator[list[VllmServer]]:
     """Two healthy `vllm serve` processes of the test model, killed at the end of the session."""
     pytest.importorskip("vllm", reason="vLLM is not installed in this interpreter")
-    model, which = model_for_tests()
+    model, which = tiny_model()
     servers = [VllmServer(model), VllmServer(model)]
     try:
         for s in servers:

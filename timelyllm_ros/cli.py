@@ -21,7 +21,7 @@ from .inputs import InputError as CliError  # noqa: F401 - subcommands raise it
 
 EXIT_USAGE = 2
 SUBCOMMAND_MODULES = ("timelyllm_ros.demo", "timelyllm_ros.serve", "timelyllm_ros.offline.cli",
-                      "timelyllm_ros.nodes.cli", "timelyllm_ros.sweep")
+                      "timelyllm_ros.nodes.cli", "timelyllm_ros.sweep", "timelyllm_ros.profiling.cli")
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -36,7 +36,7 @@ class EngineOutput:
 class StepRecord:
     """What one engine iteration did and how long it took: the simulator's cost-model inputs
     (`LatencyProfile.step_s`) next to the measured time, so a profile can be fitted on, and
-    checked against, real serving steps (benchmarks/fit_vllm_profile.py --from-serving)."""
+    checked against, real serving steps (`timelyllm profile fit --from-serving`)."""
 
     start_s: float  # engine clock (perf_counter for vLLM, virtual for the simulator)
     duration_s: float  # the engine iteration

@@ -2,7 +2,7 @@
 
 A profile (profiles/*.yaml) says what a GPU/model pair charges per iteration (core: LAMPS prices KV
 handlings with it, core/policies/lamps.py); the simulated engine
-(engines/simulated.py) advances its virtual clock by it, and benchmarks/fit_vllm_profile.py fits
+(engines/simulated.py) advances its virtual clock by it, and `timelyllm profile fit` fits
 one on real serving steps.
 """
 

