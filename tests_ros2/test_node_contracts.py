@@ -254,7 +254,7 @@ def test_the_installed_executable_starts_a_node(nodes, tmp_path):
     import os
     import signal
 
-    from timelyllm_ros.ros.interfaces import REPO_ROOT
+    from timelyllm_ros.paths import SOURCE_ROOT as REPO_ROOT
 
     t, _ = nodes
     prefix = tmp_path / "prefix"

@@ -130,7 +130,7 @@ def serve_real(args, engine, work: dict, robots, before_run=lambda: None, in_tur
 
 def run_check(args: argparse.Namespace, error: Callable[[str], NoReturn]) -> int:
     """The check (`args`: the parsed `timelyllm profile check` arguments; `error`: a usage error, exit 2)."""
-    from ..demo import REPO
+    from ..paths import SOURCE_ROOT as REPO
 
     if args.runs < 1:
         error("--runs must be >= 1")

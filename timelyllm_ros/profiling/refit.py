@@ -68,7 +68,7 @@ def refit_saved(a) -> None:
     if getattr(a, "measure_host", False):
         from transformers import AutoTokenizer
 
-        from ..demo import REPO
+        from ..paths import SOURCE_ROOT as REPO
         from ..engines.vllm_engine import VllmTokenizer
         from .measure import host_costs
 
