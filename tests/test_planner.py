@@ -9,7 +9,7 @@ from timelyllm_ros.core.ports import PlannerListener
 from timelyllm_ros.core.policies import make_policy
 from timelyllm_ros.core.robots import load_robots
 from timelyllm_ros.core.tuf import NORMAL, URGENT
-from timelyllm_ros.core.types import GenState, PlanRequest, ResultCode, SegmentResult
+from timelyllm_ros.core.types import GenState, PlanRequest, RequestError, ResultCode, SegmentResult
 from timelyllm_ros.engines.base import EngineError
 from timelyllm_ros.engines.simulated import SimulatedEngine
 from timelyllm_ros.sim.prompts import SimPromptSource
@@ -166,10 +166,13 @@ def test_executor_failure_cancel_and_engine_failure_end_requests_with_reasons():
     ("not a mapping", "mapping"),
 ])
 def test_bad_requests_rejected_with_reason(mapping, reason):
+    """An untrusted request (topic message, workload line) is validated against the planner's robots
+    before anything is submitted (the node's `_submit` does this, then `Planner.submit`)."""
     planner, _, _ = make()
-    res = planner.submit_mapping(mapping)
-    assert not res.accepted and reason in res.reason
-    assert planner.rejected == 1 and not planner.generations
+    with pytest.raises(RequestError) as e:
+        PlanRequest.from_mapping(mapping, arrival=planner.clock.now(), robot_types=set(planner.robots))
+    assert reason in str(e.value)
+    assert planner.rejected == 0 and not planner.generations
 
 
 def test_admission_limits():

@@ -226,9 +226,10 @@ def test_prompt_longer_than_the_engine_context_fails_only_that_request(vllm_engi
     disp = HeldDispatcher()
     planner = make_planner(eng, disp)
     t = TASKS["T3"]
-    long = planner.submit_mapping({"request_id": "too-long", "robot_id": "drone7", "robot_type": "tello",
-                                   "task": t.task, "scene": _long_scene(),
-                                   "tuf": {"ert": 1.0, "alpha": -2.0, "beta": 1.0}})
+    long = planner.submit(PlanRequest.from_mapping({"request_id": "too-long", "robot_id": "drone7", "robot_type": "tello",
+                                                    "task": t.task, "scene": _long_scene(),
+                                                    "tuf": {"ert": 1.0, "alpha": -2.0, "beta": 1.0}},
+                                                   arrival=planner.clock.now()))
     n_prompt = len(planner.prompts.prompt_ids(PlanRequest.from_mapping(
         {"request_id": "x", "robot_id": "x", "robot_type": "tello", "task": t.task, "scene": _long_scene(),
          "tuf": {"ert": 1.0, "alpha": -2.0, "beta": 1.0}}, arrival=0.0)))

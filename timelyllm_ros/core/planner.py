@@ -45,7 +45,7 @@ from .ports import Dispatcher, PlannerListener
 from .robots import RobotSpec
 from .segmenter import Segmenter
 from .speculation import ValuePredictor, written_value
-from .types import (GenState, Generation, PlanRequest, RequestError, Segment, SegmentGoal, SegmentResult,
+from .types import (GenState, Generation, PlanRequest, Segment, SegmentGoal, SegmentResult,
                     Value)
 
 _STATE = operator.attrgetter("state")
@@ -172,16 +172,6 @@ class Planner(JournalResume, Speculation, EngineSupervision, ResultsAndEndings):
         return f"fixed({max_num_seqs})"
 
     # ------------------------------------------------------------------ public entry points
-    def submit_mapping(self, m: Any) -> SubmitResult:
-        """Validate an untrusted request (topic message, workload line) and submit it."""
-        rid = m.get("request_id", "") if isinstance(m, dict) else ""
-        try:
-            req = PlanRequest.from_mapping(m, arrival=self.clock.now(), robot_types=set(self.robots))
-        except RequestError as e:
-            self.rejected += 1
-            return SubmitResult(False, str(rid), str(e))
-        return self.submit(req)
-
     def submit(self, request: PlanRequest) -> SubmitResult:
         with self._lock:
             reason = self._admission_reason(request)

@@ -264,7 +264,7 @@ def native_bf16(cpuinfo: str) -> bool | None:
 def cpu_dtype_default() -> str | None:
     """The dtype to use on a CPU when the config names none.  vLLM's "auto" keeps a bf16
     checkpoint in bf16, which a CPU without bf16 hardware emulates: on this project's 2-core AMD
-    box prefill cost ~1.0 ms per token in bf16 against ~0.19 ms in float32 (docs/vllm.md), so
+    box prefill cost ~1.0 ms per token in bf16 against ~0.19 ms in float32 (docs/results/2026-11-26-vllm-cpu.md, "dtype on CPU"), so
     such CPUs get float32."""
     try:
         text = Path("/proc/cpuinfo").read_text()

@@ -96,7 +96,7 @@ class PlannerNodeConfig:
     # them publishes nothing); live requests are always remembered (the planner bounds them)
     ended_status_kept: int = 10_000
     heartbeat_period_s: float = DEFAULT_HEARTBEAT_S  # this instance's heartbeat (nodes/supervision.py)
-    # robot ids (agents) a request may name; () = any.  Not authentication: see README "Security"
+    # robot ids (agents) a request may name; () = any.  Not authentication: see docs/ros.md "Security"
     allowed_robots: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

@@ -18,7 +18,7 @@ planner *instance* (a new id per start, `new_instance_id`, sent in every Execute
   it has goals in flight (never heard yet: `first_contact_s`); a lost one fails its in-flight
   goals at once (DISCONNECTED, with the reason) instead of after the goal watchdog.
 
-Heartbeats cannot be authenticated without SROS2 (README "Security"): an id is a claim.
+Heartbeats cannot be authenticated without SROS2 (docs/ros.md "Security"): an id is a claim.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ last; each checked workload's simulation uses the profile scaled by one number, 
 charged time of the probes that bracket its runs (`LatencyProfile.scaled`). The fitted profile's
 shape (batch, context and prefill terms) stays as fitted; only its speed is measured in the same
 minutes. The uncalibrated figures are printed too. Measured on this project's machine
-(docs/vllm.md, "Why a fixed profile misses"): it did not help there — the speed moved faster than
+(docs/results/2026-11-26-vllm-cpu.md, "Why a fixed profile misses"): it did not help there — the speed moved faster than
 probes a minute apart follow, and the first steps after an idle spell (a response) run slower than
 the steady ones the probes average.
 
