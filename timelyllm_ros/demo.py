@@ -37,8 +37,7 @@ from .inputs import InputError
 
 from .core.policies import DEFAULT_POLICY
 from .paths import data_dir
-
-DEFAULT_MODEL = data_dir("models") / "tiny-planner"
+from .prompts import DEFAULT_MODEL_DIR as DEFAULT_MODEL  # the bundled tiny planner
 DEFAULT_PROFILE = data_dir("profiles") / "vllm_cpu_tiny.yaml"
 DEMO_WORKLOAD = "mixed_burst"  # workloads/mixed_burst.yaml
 DEMO_MAX_BATCH = 4  # the burst of mixed_burst fills it: where the scheduler's order shows

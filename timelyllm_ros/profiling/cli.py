@@ -38,13 +38,7 @@ def add_parser(sub: Any) -> None:
                          "brings steady chat streaming, short contexts in long runs of steps, which the others "
                          "lack); keep the fidelity check's workloads (WID1, WID3, chat_mixed) out to test out "
                          "of sample")
-    fp.add_argument("--fit-seed", type=int, default=101,
-                    help="arrival/robot seed of the first served draw, +1 per further run (the fidelity "
-                         "check uses the workload's own seed)")
-    fp.add_argument("--fit-runs", type=int, default=2, help="draws per fit workload")
-    fp.add_argument("--fit-duration", type=float, default=40.0,
-                    help="serve only the arrivals of each draw's first S seconds")
-    fp.add_argument("--dtype", default=None, help="vLLM dtype (default: what serving uses on this machine)")
+    _add_fit_draws(fp)
     fp.add_argument("--save-steps", default=None,
                     help="--from-serving: save the served iterations (StepRecords, host gaps, tokenize/detokenize "
                          "times, KV geometry, load averages) as JSON here, to refit offline with --steps")
@@ -70,7 +64,6 @@ def add_parser(sub: Any) -> None:
                          "on it; with --real: the policy the saved runs were served under)")
     cp.add_argument("--model", default=str(DEFAULT_MODEL))
     cp.add_argument("--profile", default=str(DEFAULT_PROFILE))
-    cp.add_argument("--dtype", default=None, help="vLLM dtype (default: what serving uses on this machine)")
     cp.add_argument("--out", default=None, help="write the figures as JSON here")
     cp.add_argument("--save-real", default=None, help="save the real runs (plans, responses, steps, load) here")
     cp.add_argument("--real", default=None, help="use real runs saved by --save-real instead of serving")
@@ -80,9 +73,7 @@ def add_parser(sub: Any) -> None:
                          "with the real runs, so fit and check see the same machine state; "
                          "`timelyllm profile fit`'s serving fit; "
                          "the profile is written to --fit-out and used for the simulation")
-    cp.add_argument("--fit-seed", type=int, default=101, help="seed of the first fit draw, +1 per further draw")
-    cp.add_argument("--fit-runs", type=int, default=2, help="draws per fit workload")
-    cp.add_argument("--fit-duration", type=float, default=40.0, help="serve the first S seconds of each fit draw")
+    _add_fit_draws(cp)
     cp.add_argument("--fit-out", default=None, help="with --fit-workload: write the fitted profile here")
     cp.add_argument("--calibrate", default=None, metavar="W",
                     help="calibrate the profile's speed in the same minutes: serve the first --calibrate-duration s "
@@ -95,6 +86,17 @@ def add_parser(sub: Any) -> None:
                     help="with --fit-workload: save the fit's served iterations here "
                          "(`timelyllm profile fit --steps` refits from them offline)")
     cp.set_defaults(func=lambda args: check.run_check(args, cp.error))
+
+
+def _add_fit_draws(p: argparse.ArgumentParser) -> None:
+    """The arguments both commands serve their fit draws with (fit: --from-serving; check: --fit-workload)."""
+    p.add_argument("--fit-seed", type=int, default=101,
+                   help="arrival/robot seed of the first fit draw, +1 per further draw (the fidelity check "
+                        "uses the workload's own seed)")
+    p.add_argument("--fit-runs", type=int, default=2, help="draws per fit workload")
+    p.add_argument("--fit-duration", type=float, default=40.0,
+                   help="serve only the arrivals of each fit draw's first S seconds")
+    p.add_argument("--dtype", default=None, help="vLLM dtype (default: what serving uses on this machine)")
 
 
 def run_fit(a: argparse.Namespace, error: Callable[[str], NoReturn]) -> None:

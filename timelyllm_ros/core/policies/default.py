@@ -129,7 +129,8 @@ def atc_priorities(alphas: Sequence[float] | np.ndarray, ps: Sequence[float] | n
 
 class Default(Policy):
     name = "default"
-    observes_tokens = observes_steps = chooses_suspension = True  # rule 5 pacing; per-statement suspend
+    observes_tokens = observes_steps = True  # rule 9's pacing counts each step's new requests and time
+    chooses_suspension = True  # rule 5: stream on or suspend at each statement
     mode = DispatchMode.SUSPEND
 
     def __init__(self, lead_steps: float = 4.0, min_lead_s: float = 0.05, preempt: bool = True,
