@@ -315,6 +315,20 @@ def test_demo_compares_policies_at_the_runs_own_engine_speed(tmp_path):
     # the burst: FCFS (the vllm baseline) keeps the urgent drones waiting behind the chat replies
     base = next(m for k, m in sims.items() if k.startswith("vllm (baseline)"))
     assert base["by_category"]["urgent"]["utility_pct_of_max"] < mine["by_category"]["urgent"]["utility_pct_of_max"]
+    assert mine["overall"]["accrued_utility_pct_of_max"] == pytest.approx(
+        run.metrics["overall"]["accrued_utility_pct_of_max"], abs=0.5)
+
+
+def test_demo_comparison_line_names_the_whole_plan_and_the_first_action():
+    """The demo's comparison lines say both scores, whole plan (Eq. 3) first; a category without a
+    figure shows '-' rather than a number."""
+    from timelyllm_ros.demo import score_line
+
+    m = {"overall": {"accrued_utility_pct_of_max": 95.04, "utility_pct_of_max": 89.06},
+         "by_category": {"urgent": {"accrued_utility_pct_of_max": 97.8, "utility_pct_of_max": 96.2},
+                         "chat": {"accrued_utility_pct_of_max": None, "utility_pct_of_max": 93.4}}}
+    assert score_line(m) == ("whole plan 95.0 % of max (chat -, urgent 97.8); "
+                             "first action 89.1 % of max (chat 93.4, urgent 96.2)")
 
 
 def test_demo_figure_says_why_and_cuts_far_negative_bars(tmp_path, monkeypatch):
@@ -326,8 +340,9 @@ def test_demo_figure_says_why_and_cuts_far_negative_bars(tmp_path, monkeypatch):
     monkeypatch.setattr(plots.plt, "close", figs.append)  # keep the figure to look at it
 
     def summary(pct):
-        agg = {"utility_pct_of_max": pct, "response_s": {"mean": 0.1}}
-        return {"by_task_type": {"T6": agg, "T9": dict(agg, utility_pct_of_max=-700.0 if pct < 100 else 90.0)},
+        agg = {"utility_pct_of_max": pct, "accrued_utility_pct_of_max": pct - 5.0, "response_s": {"mean": 0.1}}
+        return {"by_task_type": {"T6": agg, "T9": dict(agg, utility_pct_of_max=-700.0 if pct < 100 else 90.0,
+                                                       accrued_utility_pct_of_max=-900.0 if pct < 100 else 80.0)},
                 "by_category": {"urgent": agg}, "overall": agg}
 
     note = "engine 10.65x slower than profile vllm_cpu_tiny: 2 stalls of 7.0 s and 4.0 s (11.0 s in all)"
@@ -336,11 +351,13 @@ def test_demo_figure_says_why_and_cuts_far_negative_bars(tmp_path, monkeypatch):
     assert out.read_bytes()[:4] == b"\x89PNG"
     fig = figs[0]
     assert fig.get_suptitle() == f"demo\n{note}"
-    util = fig.axes[0]
-    assert util.get_ylim()[0] >= plots.PCT_FLOOR - 20
-    heights = sorted(round(b.get_height(), 1) for b in util.patches)
-    assert heights[0] == plots.PCT_FLOOR and 90.0 in heights and 50.0 in heights
-    assert [t.get_text() for t in util.texts] == ["-700"]
+    plan, util = fig.axes[0], fig.axes[1]  # the whole plan (Eq. 3) first, the first action under it
+    assert "whole plan" in plan.get_ylabel() and "first action" in util.get_ylabel()
+    for ax, kept, far in ((plan, (80.0, 45.0), "-900"), (util, (90.0, 50.0), "-700")):
+        assert ax.get_ylim()[0] >= plots.PCT_FLOOR - 20
+        heights = sorted(round(b.get_height(), 1) for b in ax.patches)
+        assert heights[0] == plots.PCT_FLOOR and all(k in heights for k in kept)
+        assert [t.get_text() for t in ax.texts] == [far]
 
 
 def test_drain_eta_runs_pending_segments_back_to_back():

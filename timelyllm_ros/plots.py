@@ -22,8 +22,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-PANELS = (("utility_mean", "time utility"), ("response_s", "response time (s)"),
-          ("waiting_s", "waiting time (s)"), ("completion_s", "completion time (s)"))
+PANELS = (("accrued_utility_pct_of_max", "whole plan (Eq. 3),\n% of max"),
+          ("utility_mean", "first-action utility"), ("response_s", "response time (s)"),
+          ("continuation_wait_s", "wait between\nactions (s)"), ("completion_s", "completion time (s)"))
 
 
 def task_sort_key(task_type: str) -> tuple:
@@ -61,7 +62,7 @@ def plot_task_types(summaries: Mapping[str, Mapping[str, Any]], path: str | Path
             ax.bar(xs, ys, width=width, label=pol, color=cmap(i % 10))
         ax.set_ylabel(label)
         ax.grid(axis="y", alpha=0.3)
-        if key == "utility_mean":
+        if key in ("utility_mean", "accrued_utility_pct_of_max"):
             ax.axhline(0, color="black", linewidth=0.6)
     labels = [f"{t}\n{task_names[t]}" if task_names and t in task_names else t for t in types]
     axes[-1].set_xticks(range(len(types)))
@@ -194,14 +195,16 @@ PCT_FLOOR = -150.0  # % of max: the utility panel's lower edge; a bar below it i
 
 def plot_pct_of_max(runs: Mapping[str, Mapping[str, Any]], path: str | Path, *, title: str = "",
                     task_labels: Mapping[str, str] | None = None, notes: Sequence[str] = ()) -> Path:
-    """What a scheduler buys, readable: per task type, then per [category] and overall, the time
-    utility as % of its maximum (urgent TUFs have beta 2, normal 1, so absolute utility does not
-    compare) and the mean response time, one bar per run (``runs``: label -> metrics summary, e.g.
+    """What a scheduler buys, readable: per task type, then per [category] and overall, the
+    utility of the whole plan (Eq. 3: first action and every wait between actions) and of the first
+    action, each as % of its maximum (urgent TUFs have beta 2, normal 1, so absolute utility does
+    not compare), and the mean response time, one bar per run (``runs``: label -> metrics summary, e.g.
     the demo's policy on the real engine beside a baseline on the same arrivals).  ``task_labels``
     name what each task type is (robot kind, category).  The legend sits below the panels; ``notes``
     (e.g. why the real run was slower than the profile: ``report.slow_note``) under the title.
     Utility below ``PCT_FLOOR`` % (a request answered seconds late) is cut at the panel's edge with
-    its value written on the bar, so one late request does not flatten every other bar."""
+    its value written on the bar, so one late request does not flatten every other bar.  Runs
+    recorded before the whole-plan score have no accrued figure: their bars are left out."""
     labels = list(runs)
     types = sorted({t for m in runs.values() for t in m.get("by_task_type", {})}, key=task_sort_key)
     cats = sorted({c for m in runs.values() for c in m.get("by_category", {})})
@@ -212,10 +215,12 @@ def plot_pct_of_max(runs: Mapping[str, Mapping[str, Any]], path: str | Path, *, 
     def agg(m: Mapping[str, Any], kind: str, key: str | None) -> Mapping[str, Any] | None:
         return m.get("overall") if kind == "overall" else m.get(kind, {}).get(key)
 
-    fig, axes = plt.subplots(2, 1, figsize=(min(16.0, max(7.0, 0.32 * len(groups) * len(labels) + 2)), 6.6), sharex=True)
+    fig, axes = plt.subplots(3, 1, figsize=(min(16.0, max(7.0, 0.32 * len(groups) * len(labels) + 2)), 9.0), sharex=True)
     width = 0.8 / len(labels)
     cmap = plt.get_cmap("tab10")
-    for ax, (field, ylabel) in zip(axes, (("utility_pct_of_max", "time utility, % of max"),
+    pct_fields = ("accrued_utility_pct_of_max", "utility_pct_of_max")
+    for ax, (field, ylabel) in zip(axes, (("accrued_utility_pct_of_max", "whole plan (Eq. 3), % of max"),
+                                          ("utility_pct_of_max", "first action, % of max"),
                                           ("response_s", "mean response time (s)"))):
         for i, lab in enumerate(labels):
             ys = []
@@ -223,7 +228,7 @@ def plot_pct_of_max(runs: Mapping[str, Mapping[str, Any]], path: str | Path, *, 
                 a = agg(runs[lab], kind, key)
                 ys.append(_value(a, field) if a is not None else float("nan"))
             xs = [j + (i - (len(labels) - 1) / 2) * width for j in range(len(groups))]
-            if field == "utility_pct_of_max":
+            if field in pct_fields:
                 cut = [(x, y) for x, y in zip(xs, ys) if y < PCT_FLOOR]
                 ys = [max(y, PCT_FLOOR) if y == y else y for y in ys]
                 for x, y in cut:
@@ -232,8 +237,9 @@ def plot_pct_of_max(runs: Mapping[str, Mapping[str, Any]], path: str | Path, *, 
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", alpha=0.3)
         ax.axvline(len(types) - 0.5, color="grey", linewidth=0.6, linestyle=":")
-    axes[0].axhline(100, color="black", linewidth=0.6, linestyle="--")
-    axes[0].axhline(0, color="black", linewidth=0.6)
+    for ax in axes[:2]:
+        ax.axhline(100, color="black", linewidth=0.6, linestyle="--")
+        ax.axhline(0, color="black", linewidth=0.6)
     ticks = [f"{t}\n{task_labels[t]}" if task_labels and t in task_labels else t for t in types]
     ticks += [f"[{c}]" for c in cats] + ["all"]
     axes[-1].set_xticks(range(len(groups)))
