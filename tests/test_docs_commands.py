@@ -152,9 +152,11 @@ COMMANDS: dict[str, Run | Serve | Together | Covered | NotHere] = {
              "timelyllm", "--workers", "1", "--no-progress"),
         why="the full grid takes hours: one cell of it", files=("out/regime.json",)),
     "timelyllm sweep --loads WID2,drones:800 --capacities default,cap8 --profiles rtx4090_llama3_8b "
-    "--policies timelyllm,vllm-stream,andes --out out/r.json": Run(
+    "--policies timelyllm,vllm-stream,andes --versus andes,vllm-stream --out out/r.json": Run(
         add=("--loads", "WID2", "--capacities", "cap8", "--workers", "1", "--no-progress"),
         why="one cell of it (drones:800 alone takes minutes)",
+        expect=(r"andes against vllm-stream per regime",
+                rf"rtx4090_llama3_8b .* batch cap .* whole plan, total .* \d+ / \d+ / 1 .* {NUM}"),
         files=("out/r.json",)),
     # ------------------------------------------------------------------ docs/ros.md
     ".venv/bin/python -m pytest -q -p no:cacheprovider tests_ros2/": NotHere(

@@ -83,6 +83,10 @@ def add_parser(sub: Any) -> None:
                         "15's on the first action (default: default; 'none' to skip)")
     p.add_argument("--from-json", default=None, metavar="FILE",
                    help="run nothing: print the tables and acceptance of a regime map written earlier")
+    p.add_argument("--versus", type=_csv, action="append", default=[], metavar="A,B",
+                   help="also print policy A against policy B per regime (profile x column x kind of capacity): "
+                        "cells where each is ahead by more than 1 point and the margins, on the whole plan and "
+                        "the first action (repeatable; e.g. vllm-priority,vllm-stream)")
     p.set_defaults(func=run_sweep)
 
 
@@ -360,6 +364,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         raise CliError(str(e)) from None
     if args.cached_only and not args.cache_dir:
         raise CliError("--cached-only needs --cache-dir")
+    _check_versus(args.versus, policies)
     out = check_out_file(args.out)
     heat = check_out_file(args.heatmap, arg="--heatmap") if args.heatmap else out.with_suffix(".png")
     if args.markdown:
@@ -370,6 +375,7 @@ def run_sweep(args: argparse.Namespace) -> int:
                        log=log, engine_kinds=kinds)
     print_tables(doc)
     _print_acceptance(doc, args.check)
+    _print_versus(doc, args.versus)
     out.write_text(to_json(doc))
     walls_path = out.with_name(out.stem + ".walls.json")
     walls_path.write_text(json.dumps(walls, indent=1, sort_keys=True) + "\n")
@@ -377,7 +383,8 @@ def run_sweep(args: argparse.Namespace) -> int:
 
     plot_regime_heatmap(doc, heat)
     if args.markdown:
-        Path(args.markdown).write_text(markdown_table(doc) + _acceptance_markdown(doc, args.check))
+        Path(args.markdown).write_text(markdown_table(doc) + _acceptance_markdown(doc, args.check)
+                                       + _versus_markdown(doc, args.versus))
     print(f"wrote {out}, {heat}, {walls_path}" + (f", {args.markdown}" if args.markdown else "")
           + f"; wall {walls['total_s']:.0f} s with {walls['workers']} worker(s)", file=sys.stderr)
     return 0
@@ -396,11 +403,49 @@ def _report_saved(args: argparse.Namespace) -> int:
             raise ValueError("a regime map needs grid.policies, grid.profiles and cells")
     except (OSError, ValueError) as e:
         raise CliError(f"--from-json {args.from_json}: {getattr(e, 'strerror', None) or e}") from None
+    _check_versus(args.versus, doc["grid"]["policies"])
     print_tables(doc)
     _print_acceptance(doc, args.check)
+    _print_versus(doc, args.versus)
     if args.markdown:
-        Path(args.markdown).write_text(markdown_table(doc) + _acceptance_markdown(doc, args.check))
+        Path(args.markdown).write_text(markdown_table(doc) + _acceptance_markdown(doc, args.check)
+                                       + _versus_markdown(doc, args.versus))
     return 0
+
+
+def _check_versus(pairs: Sequence[Sequence[str]], policies: Sequence[str]) -> None:
+    """Before any work: each --versus names two different policies of the map."""
+    from .cli import CliError
+
+    for pair in pairs:
+        if len(pair) != 2 or pair[0] == pair[1]:
+            raise CliError(f"--versus {','.join(pair)}: expected two different policies, A,B")
+        for p in pair:
+            if p not in policies:
+                raise CliError(f"--versus {','.join(pair)}: policy {p!r} is not in this map "
+                               f"(it has: {', '.join(policies)})")
+
+
+def _print_versus(doc: dict[str, Any], pairs: Sequence[Sequence[str]]) -> None:
+    from rich.table import Table
+
+    from .report import console
+    from .sim.versus import rows, versus
+
+    for a, b in pairs:
+        head, body = rows(versus(doc, a, b), a, b)
+        t = Table(title=f"{a} against {b} per regime — points of % of max, ahead = by more than 1 point (simulator)")
+        for i, col in enumerate(head):
+            t.add_column(col, justify="left" if i < 4 else "right")
+        for row in body:
+            t.add_row(*row)
+        console().print(t)
+
+
+def _versus_markdown(doc: dict[str, Any], pairs: Sequence[Sequence[str]]) -> str:
+    from .sim.versus import markdown, versus
+
+    return "".join("\n" + markdown(versus(doc, a, b), a, b) for a, b in pairs)
 
 
 def _acceptance(doc: dict[str, Any], policy: str) -> Any:
