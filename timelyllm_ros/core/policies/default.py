@@ -137,8 +137,11 @@ class Default(Policy):
                  preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True,
                  pace: bool = False, pace_min_free: float = 0.25, pace_max_error: float = 0.5,
                  pace_kv: str = "preserve", step_ratio: float = 3.0, memory_full: bool = False,
-                 atc_k: float = 2.0, drain_after_s: float = 5.0, speculate: bool = True) -> None:
+                 atc_k: float = 2.0, drain_after_s: float = 5.0, speculate: bool = True,
+                 overload: bool = True) -> None:
         self.kv_budget = kv_budget
+        self.overload = bool(overload)
+        self._queue_s = 0.0  # rule 11: the late backlog's wait at the last scheduling point
         self.speculate = bool(speculate)
         if isinstance(drain_after_s, bool) or not isinstance(drain_after_s, (int, float)) or not drain_after_s > 0:
             raise ValueError(f"drain_after_s must be a number > 0 (inf: the step-time cap always applies), "
@@ -308,6 +311,7 @@ class Default(Policy):
         terms = self._point_terms(ctx)
         run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
         if not ready:
+            self._queue_s = 0.0
             sel = self._finish([], False, run_crit, full, running, ctx, now, ready_first=False)
             return self._paced(sel, run_crit, run_def, running, ctx, now, math.inf) if run_first else sel
         token_s, lead, pred = terms
@@ -342,6 +346,8 @@ class Default(Policy):
         p = np.where(left > 1.0, left, 1.0) * token_s
         s = due - now - p - token_s
         crit = s <= lead
+        late = s < 0.0
+        self._queue_s = self.queue_wait(int(np.count_nonzero(late)), (p[late] + token_s).tolist(), len(running))
         pri = -1.0 - s  # deferrable: least slack first
         fc = first & crit
         if crit.any():  # critical segments: ATC, as `_classify`
@@ -479,6 +485,7 @@ class Default(Policy):
             # token-level preemption, one for one: deferrable victims first, then critical ones
             # by ATC priority, lowest first (rules in the module docstring)
             crit_ids = {id(g) for g in run_crit}
+            back = self.lead(ctx) + self._queue_s  # rule 11: a deferrable victim's slack must exceed it
             victims = sorted(running, key=lambda v: (id(v) in crit_ids, v.priority, v.gen_id))
             for want, v in zip(order, victims):
                 if want.priority <= 0:
@@ -487,6 +494,9 @@ class Default(Policy):
                 # for the victim's re-add) and with more than 2 tokens of its segment to go
                 if id(v) in crit_ids and not (want.priority > self.preempt_ratio * v.priority
                                               and self.predicted_tokens(v, ctx) - v.seg_tokens > 2):
+                    break
+                # rule 11: a deferrable victim only if it can be back before its robot idles
+                if id(v) not in crit_ids and -1.0 - v.priority <= back:
                     break
                 preempt.append(v)
         self._capped = self._mem_held = held
@@ -506,6 +516,15 @@ class Default(Policy):
         engines = max(1, ctx.engines)
         cap = self.step_cap(ctx, -(-(n_running - n_preempt) // engines))
         return None if cap is None else max(0, cap * engines - n_running + n_preempt)
+
+    def queue_wait(self, late: int, late_ps: Sequence[float], n_running: int) -> float:
+        """Rule 11: the wait of a generation that leaves the batch now, behind the ready ones
+        already past their deadlines (`late` of them, estimated times `late_ps`): their summed
+        time over the running batch — 0 unless they outnumber the batch (swapping the whole batch
+        would still leave late work waiting).  `math.fsum`: the same bits in any order."""
+        if not self.overload or late <= n_running:
+            return 0.0
+        return math.fsum(late_ps) / max(1, n_running)
 
     def _head_needed(self, ctx: PolicyContext, running: Sequence[Generation], ready_first: bool, now: float,
                      may_preempt: bool) -> int | None:
@@ -610,4 +629,5 @@ class Default(Policy):
                 "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight, "pace": self.pace,
                 "pace_min_free": self.pace_min_free, "pace_max_error": self.pace_max_error, "pace_kv": self.pace_kv,
                 "step_ratio": self.step_ratio, "memory_full": self.memory_full, "atc_k": self.atc_k,
-                "drain_after_s": self.drain_after_s, "speculate": self.speculate}
+                "drain_after_s": self.drain_after_s, "speculate": self.speculate,
+                "overload": self.overload}
