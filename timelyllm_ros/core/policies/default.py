@@ -69,6 +69,20 @@ At each scheduling point (``select``):
    for admissions: it enters by preempting a continuation (rule 7) and the batch shrinks to the
    cap as continuations end — the price: the first request after a quiet spell of 5 s may meet
    a wide batch.
+11. overload (``overload``, on by default): when more ready generations are past their
+   deadlines than the batch holds — swapping the whole batch would still leave late work
+   waiting — a generation that leaves the batch now waits behind that backlog: their estimated
+   times summed over the running batch (``queue_wait``).  Rule 7 then takes a deferrable victim
+   only if its slack exceeds lead + that wait; otherwise it would be back after its robot went
+   idle, and the swap would only decide who is late, at the price of a re-add and re-prefill
+   that lengthens the steps of everyone (on the edge board, drones:400 with default batching:
+   accrued −1,756 % instead of −2,226 %, vllm-priority −1,849 %; simulator,
+   docs/results/2026-11-27-overload.md).  Tried there and not kept: ranking by the whole
+   plan's remaining work (WSRPT) instead of the next segment's (−2,351 %: continuations went
+   first and new plans' first actions waited longer), keeping slots at statement ends under
+   overload (rule 5; it wins the edge board's cap-8 cells but loses the 4090's drones:400
+   cap 8, where re-adds are cheap: −75.6 % vs −6.9 %), and lifting rule 10's cap under overload
+   (urgent −2,315 % instead of −28 %).
 
 At each statement boundary (``suspend_at``, rule 5) a generation keeps its slot and streams on, unless the
 batch is full — a batch cap or KV memory refused a ready generation (with ``memory_full``, also
@@ -86,7 +100,7 @@ Online by construction: it reads a request's arrival, TUF and robot type and wha
 generated and executed so far — never ``reference_plan`` nor future arrivals
 (tests/test_default_policy.py checks this).  It never sheds: every request is served.
 KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM; a rule-9 pause: "preserve".
-(About 600 lines: the ten rules, stated here, and their one vectorised `select`; the step-time
+(About 600 lines: the eleven rules, stated here, and their one vectorised `select`; the step-time
 model is step_time.py.)
 """
 
