@@ -160,6 +160,37 @@ def test_suspend_at_streams_unless_the_batch_is_full_and_the_next_segment_can_wa
     assert p.suspend_at(h, soon, ctx(), 10.0) is False  # keep the slot: it is needed at once
 
 
+def test_overload_preempts_only_victims_that_can_be_back_in_time():
+    """Rule 11: when more ready generations are past their deadlines than the batch holds, a
+    generation that leaves the batch now waits behind them (their estimated times summed over
+    the batch: `queue_wait`); a deferrable running one is then preempted only if its slack
+    exceeds that wait — else it would be back after its robot idles, and the swap would only
+    decide who is late at the price of a re-add."""
+    def setup(n_late, **kw):
+        p = Default(**kw)
+        # robot busy until 10.3: slack 0.3 - 6 tokens x 0.02 = 0.18 > lead 0.08, deferrable
+        v = gen("v", 0.0, NORMAL, [seg(0, 9.0, 1.3)], state=GenState.RUNNING)
+        late = [gen(f"u{i}", 9.0 + 0.1 * i, URGENT) for i in range(n_late)]  # due 9.2, 9.3, ...: late
+        for g in late:
+            g.blocked = "batch full (1)"
+        return p, p.select(late, [v], ctx(), 10.0)
+
+    p, sel = setup(3)  # 3 late > 1 running: each waits 7 steps, 0.42 s in all > 0.18 s of slack
+    assert p.queue_wait(3, [7 * TOKEN_S] * 3, 1) == pytest.approx(0.42)
+    assert sel.preempt == [] and ids(sel.order) == ["u0", "u1", "u2"]
+    p, sel = setup(3, overload=False)  # rule 7 alone: the deferrable one makes room
+    assert ids(sel.preempt) == ["v"]
+    p, sel = setup(1)  # 1 late, 1 running: no backlog, rule 7 as before
+    assert p.queue_wait(1, [7 * TOKEN_S], 1) == 0.0 and ids(sel.preempt) == ["v"]
+    # a victim with more slack than the backlog's wait is still preempted
+    p = Default()
+    far = gen("far", 0.0, NORMAL, [seg(0, 9.0, 20.0)], state=GenState.RUNNING)  # due 29
+    late = [gen(f"u{i}", 9.0 + 0.1 * i, URGENT) for i in range(3)]
+    for g in late:
+        g.blocked = "batch full (1)"
+    assert ids(p.select(late, [far], ctx(), 10.0).preempt) == ["far"]
+
+
 def _decisions(workload, perturb_after=None):
     """Run `default` and record every scheduling decision (time, admitted order, preempted)."""
     log = []

@@ -531,7 +531,7 @@ def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps
     a, b = _copy(gens), _copy(gens)
     modes = frozenset({"cache", "preserve"} if preserve else {"cache"})
     assert _run(fast, a, steps, blocked, kv_modes=modes) == _run(ref, b, steps, blocked, kv_modes=modes)
-    assert fast._full == ref._full
+    assert (fast._full, fast._queue_s) == (ref._full, ref._queue_s)  # (rule 11's backlog wait too)
     assert [g.extra.get("pause_kv") for g in a] == [g.extra.get("pause_kv") for g in b]
 
 
@@ -611,7 +611,8 @@ def test_default_fast_select_matches_reference_at_many_ready(specs, steps, block
         g.state = GenState.RUNNING if i < running_n else (GenState.SUSPENDED if g.segments else GenState.QUEUED)
     a, b = _copy(gens), _copy(gens)
     assert _run(fast, a, steps, blocked, engines=engines) == _run(ref, b, steps, blocked, engines=engines)
-    assert (fast._full, fast._capped, fast._mem_held) == (ref._full, ref._capped, ref._mem_held)
+    assert ((fast._full, fast._capped, fast._mem_held, fast._queue_s)
+            == (ref._full, ref._capped, ref._mem_held, ref._queue_s))
 
 
 @settings(max_examples=400, deadline=None)

@@ -69,6 +69,20 @@ At each scheduling point (``select``):
    for admissions: it enters by preempting a continuation (rule 7) and the batch shrinks to the
    cap as continuations end — the price: the first request after a quiet spell of 5 s may meet
    a wide batch.
+11. overload (``overload``, on by default): when more ready generations are past their
+   deadlines than the batch holds — swapping the whole batch would still leave late work
+   waiting — a generation that leaves the batch now waits behind that backlog: their estimated
+   times summed over the running batch (``queue_wait``).  Rule 7 then takes a deferrable victim
+   only if its slack exceeds lead + that wait; otherwise it would be back after its robot went
+   idle, and the swap would only decide who is late, at the price of a re-add and re-prefill
+   that lengthens the steps of everyone (on the edge board, drones:400 with default batching:
+   accrued −1,756 % instead of −2,226 %, vllm-priority −1,849 %; simulator,
+   docs/results/2026-11-27-overload.md).  Tried there and not kept: ranking by the whole
+   plan's remaining work (WSRPT) instead of the next segment's (−2,351 %: continuations went
+   first and new plans' first actions waited longer), keeping slots at statement ends under
+   overload (rule 5; it wins the edge board's cap-8 cells but loses the 4090's drones:400
+   cap 8, where re-adds are cheap: −75.6 % vs −6.9 %), and lifting rule 10's cap under overload
+   (urgent −2,315 % instead of −28 %).
 
 At each statement boundary (``suspend_at``, rule 5) a generation keeps its slot and streams on, unless the
 batch is full — a batch cap or KV memory refused a ready generation (with ``memory_full``, also
@@ -86,7 +100,7 @@ Online by construction: it reads a request's arrival, TUF and robot type and wha
 generated and executed so far — never ``reference_plan`` nor future arrivals
 (tests/test_default_policy.py checks this).  It never sheds: every request is served.
 KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM; a rule-9 pause: "preserve".
-(About 600 lines: the ten rules, stated here, and their one vectorised `select`; the step-time
+(About 600 lines: the eleven rules, stated here, and their one vectorised `select`; the step-time
 model is step_time.py.)
 """
 
@@ -137,8 +151,11 @@ class Default(Policy):
                  preempt_ratio: float = 4.0, len_weight: float = 0.1, kv_budget: bool = True,
                  pace: bool = False, pace_min_free: float = 0.25, pace_max_error: float = 0.5,
                  pace_kv: str = "preserve", step_ratio: float = 3.0, memory_full: bool = False,
-                 atc_k: float = 2.0, drain_after_s: float = 5.0, speculate: bool = True) -> None:
+                 atc_k: float = 2.0, drain_after_s: float = 5.0, speculate: bool = True,
+                 overload: bool = True) -> None:
         self.kv_budget = kv_budget
+        self.overload = bool(overload)
+        self._queue_s = 0.0  # rule 11: the late backlog's wait at the last scheduling point
         self.speculate = bool(speculate)
         if isinstance(drain_after_s, bool) or not isinstance(drain_after_s, (int, float)) or not drain_after_s > 0:
             raise ValueError(f"drain_after_s must be a number > 0 (inf: the step-time cap always applies), "
@@ -308,6 +325,7 @@ class Default(Policy):
         terms = self._point_terms(ctx)
         run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
         if not ready:
+            self._queue_s = 0.0
             sel = self._finish([], False, run_crit, full, running, ctx, now, ready_first=False)
             return self._paced(sel, run_crit, run_def, running, ctx, now, math.inf) if run_first else sel
         token_s, lead, pred = terms
@@ -342,6 +360,8 @@ class Default(Policy):
         p = np.where(left > 1.0, left, 1.0) * token_s
         s = due - now - p - token_s
         crit = s <= lead
+        late = s < 0.0
+        self._queue_s = self.queue_wait(int(np.count_nonzero(late)), (p[late] + token_s).tolist(), len(running))
         pri = -1.0 - s  # deferrable: least slack first
         fc = first & crit
         if crit.any():  # critical segments: ATC, as `_classify`
@@ -479,6 +499,7 @@ class Default(Policy):
             # token-level preemption, one for one: deferrable victims first, then critical ones
             # by ATC priority, lowest first (rules in the module docstring)
             crit_ids = {id(g) for g in run_crit}
+            back = self.lead(ctx) + self._queue_s  # rule 11: a deferrable victim's slack must exceed it
             victims = sorted(running, key=lambda v: (id(v) in crit_ids, v.priority, v.gen_id))
             for want, v in zip(order, victims):
                 if want.priority <= 0:
@@ -487,6 +508,9 @@ class Default(Policy):
                 # for the victim's re-add) and with more than 2 tokens of its segment to go
                 if id(v) in crit_ids and not (want.priority > self.preempt_ratio * v.priority
                                               and self.predicted_tokens(v, ctx) - v.seg_tokens > 2):
+                    break
+                # rule 11: a deferrable victim only if it can be back before its robot idles
+                if id(v) not in crit_ids and -1.0 - v.priority <= back:
                     break
                 preempt.append(v)
         self._capped = self._mem_held = held
@@ -506,6 +530,15 @@ class Default(Policy):
         engines = max(1, ctx.engines)
         cap = self.step_cap(ctx, -(-(n_running - n_preempt) // engines))
         return None if cap is None else max(0, cap * engines - n_running + n_preempt)
+
+    def queue_wait(self, late: int, late_ps: Sequence[float], n_running: int) -> float:
+        """Rule 11: the wait of a generation that leaves the batch now, behind the ready ones
+        already past their deadlines (`late` of them, estimated times `late_ps`): their summed
+        time over the running batch — 0 unless they outnumber the batch (swapping the whole batch
+        would still leave late work waiting).  `math.fsum`: the same bits in any order."""
+        if not self.overload or late <= n_running:
+            return 0.0
+        return math.fsum(late_ps) / max(1, n_running)
 
     def _head_needed(self, ctx: PolicyContext, running: Sequence[Generation], ready_first: bool, now: float,
                      may_preempt: bool) -> int | None:
@@ -610,4 +643,5 @@ class Default(Policy):
                 "preempt_ratio": self.preempt_ratio, "len_weight": self.len_weight, "pace": self.pace,
                 "pace_min_free": self.pace_min_free, "pace_max_error": self.pace_max_error, "pace_kv": self.pace_kv,
                 "step_ratio": self.step_ratio, "memory_full": self.memory_full, "atc_k": self.atc_k,
-                "drain_after_s": self.drain_after_s, "speculate": self.speculate}
+                "drain_after_s": self.drain_after_s, "speculate": self.speculate,
+                "overload": self.overload}
