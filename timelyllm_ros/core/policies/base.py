@@ -231,22 +231,21 @@ def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: 
     return idx
 
 
-def ascending_head(gens: Sequence[Generation], keys: "np.ndarray", k: int,
-                   arrival: "np.ndarray | None" = None) -> list[int]:
-    """``ascending_perm(gens, keys, arrival=arrival)[:k]`` without ordering the rest: the k-th
-    smallest key by a partition, then only the generations with keys at or below it (ties at the
-    k-th value included) in the full order's rule — the same total order on a subset, so the same
-    head.  Non-finite keys or arrivals, or a head of more than a quarter: the full order."""
+def priority_head(gens: Sequence[Generation], pri: "np.ndarray", k: int | None) -> list[Generation]:
+    """``priority_order(gens)[:k]`` (all of it for None; `pri`: the generations' priorities, as
+    set) ordering only the head when it is under a quarter of them: the k-th highest priority by
+    a partition, then only the generations at or above it (its ties included) in the full
+    order's rule — the same total order on a subset, so the same head.  Non-finite priorities:
+    the full order."""
     n = len(gens)
+    if k is None or 4 * k >= n:
+        return priority_order(gens) if k is None or k >= n else priority_order(gens)[:max(k, 0)]
     if k <= 0:
         return []
-    if 4 * k >= n or not np.isfinite(keys).all() or (arrival is not None and not np.isfinite(arrival).all()):
-        return ascending_perm(gens, keys, arrival=arrival)[:k]
-    v = np.partition(keys, k - 1)[k - 1]
-    cand = np.flatnonzero(keys <= v)
-    sub = ascending_perm([gens[i] for i in cand.tolist()], keys[cand],
-                         arrival=None if arrival is None else arrival[cand])
-    return cand[sub[:k]].tolist()
+    if not np.isfinite(pri).all():
+        return priority_order(gens)[:k]
+    v = np.partition(pri, n - k)[n - k]  # the k-th highest
+    return priority_order([gens[i] for i in (pri >= v).nonzero()[0].tolist()])[:k]
 
 
 class Policy(abc.ABC):
