@@ -191,17 +191,18 @@ def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: 
     n = len(gens)
     if n < 2:
         return list(range(n))
-    if np.isfinite(keys).all():  # distinct keys (within each group): the tie-breakers are never read
+    # (a finite sum: all finite, the cheap test; ndarray methods and count_nonzero: numpy's
+    # per-call overhead is most of the work at a handful of generations)
+    if math.isfinite(np.add.reduce(keys)) or np.isfinite(keys).all():  # distinct keys (within each group): the tie-breakers are never read
         if first is None:
-            perm = np.argsort(keys, kind="stable")
+            perm = keys.argsort(kind="stable")
             kp = keys[perm]
             eq = kp[1:] == kp[:-1]
-            distinct = not eq.any()
         else:
             perm = np.lexsort((keys, ~first))
             kp, fp = keys[perm], first[perm]
             eq = (kp[1:] == kp[:-1]) & (fp[1:] == fp[:-1])
-            distinct = not eq.any()
+        distinct = not np.count_nonzero(eq)
         if distinct:
             return perm.tolist()
         idx = _break_ties(gens, perm, eq, arrival, ready_since)
