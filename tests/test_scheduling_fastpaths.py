@@ -580,9 +580,10 @@ def test_priority_head_is_the_priority_order_prefix(items, k, unknown):
 
     from timelyllm_ros.core.policies.base import priority_head
     gens = [_gen(i, priority=-key, ready_since=rs, arrival=a) for i, (key, rs, a) in enumerate(items)]
-    pri = np.array([g.priority for g in gens], dtype=float)
+    pool = [_gen(100 + i, priority=1e9) for i in range(3)] + gens  # (`at` picks gens out of it)
+    pri = np.array([g.priority for g in pool], dtype=float)
     want = priority_order(gens) if unknown else priority_order(gens)[:k]
-    assert priority_head(gens, pri, None if unknown else k) == want
+    assert priority_head(pool, np.arange(3, len(pool)), pri, None if unknown else k) == want
 
 
 @settings(max_examples=300, deadline=None)
@@ -657,3 +658,37 @@ def test_compiled_at_times_equals_qoe_batch_at(reqs, times):
     k_ = np.arange(len(rows))[:, None]  # the refiner's broadcast form: rows x times at once
     both = QoEBatch(f[0][k_], f[1][k_], f[2][k_], f[3][k_], start[k_], u[k_]).at(np.array(times, dtype=float))
     assert [repr(float(x)) for x in got.ravel()] == [repr(float(x)) for x in both.ravel()]
+
+
+def test_slot_table_without_output_tracking_fills_once_and_after_invalidate():
+    """`SlotTable(track_output=False)` (the default's request constants): a slot is filled when
+    its generation is first seen and after `invalidate` (one made during a fill included), never
+    because the generation's output grew."""
+    from timelyllm_ros.core.policies.slots import SlotTable
+    table = SlotTable({"x": (float, 0.0)}, track_output=False)
+    gens = [_gen(i) for i in range(3)]
+    filled: list[str] = []
+
+    def fill(g, slot):
+        filled.append(g.gen_id)
+        table.a["x"][slot] = float(len(filled))
+
+    sl = table.lookup(gens, fill)
+    assert filled == [g.gen_id for g in gens]
+    gens[1].output_ids.extend([1, 2, 3])
+    assert table.lookup(gens, fill).tolist() == sl.tolist() and len(filled) == 3
+    table.invalidate(gens[2])
+    table.lookup(gens, fill)
+    assert filled[3:] == [gens[2].gen_id]
+
+    def fill_and_drop(g, slot):  # a fill that invalidates its own slot: refilled at the next lookup
+        fill(g, slot)
+        table.invalidate(g)
+
+    table.invalidate(gens[0])
+    table.lookup(gens, fill_and_drop)
+    table.lookup(gens, fill)
+    assert filled[4:] == [gens[0].gen_id, gens[0].gen_id]
+    more = gens + [_gen(9)]
+    table.lookup(more, fill)
+    assert filled[6:] == [more[3].gen_id]

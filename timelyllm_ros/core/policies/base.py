@@ -232,21 +232,23 @@ def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: 
     return idx
 
 
-def priority_head(gens: Sequence[Generation], pri: "np.ndarray", k: int | None) -> list[Generation]:
-    """``priority_order(gens)[:k]`` (all of it for None; `pri`: the generations' priorities, as
-    set) ordering only the head when it is under a quarter of them: the k-th highest priority by
-    a partition, then only the generations at or above it (its ties included) in the full
-    order's rule — the same total order on a subset, so the same head.  Non-finite priorities:
-    the full order."""
-    n = len(gens)
+def priority_head(pool: Sequence[Generation], at: "np.ndarray", pri: "np.ndarray", k: int | None) -> list[Generation]:
+    """``priority_order([pool[i] for i in at])[:k]`` (all of it for None; `at`: indices into
+    `pool`, `pri`: the pool's priorities, as set), ordering only the head when it is under a
+    quarter of them: the k-th highest priority by a partition, then only the generations at or
+    above it (its ties included) in the full order's rule — the same total order on a subset, so
+    the same head.  Non-finite priorities: the full order."""
+    n = len(at)
     if k is None or 4 * k >= n:
-        return priority_order(gens) if k is None or k >= n else priority_order(gens)[:max(k, 0)]
+        order = priority_order([pool[i] for i in at.tolist()])
+        return order if k is None or k >= n else order[:max(k, 0)]
     if k <= 0:
         return []
-    if not np.isfinite(pri).all():
-        return priority_order(gens)[:k]
-    v = np.partition(pri, n - k)[n - k]  # the k-th highest
-    return priority_order([gens[i] for i in (pri >= v).nonzero()[0].tolist()])[:k]
+    p = pri[at]
+    if not np.isfinite(p).all():
+        return priority_order([pool[i] for i in at.tolist()])[:k]
+    v = np.partition(p, n - k)[n - k]  # the k-th highest
+    return priority_order([pool[i] for i in at[p >= v].tolist()])[:k]
 
 
 class Policy(abc.ABC):

@@ -364,22 +364,22 @@ class Default(Policy):
         run_crit = [gens[i] for i in cl[:nr]]
         run_first = not all([has_l[i] for i in cl[:nr]])  # a critical first segment runs
         crit_ready = cl[nr:]
-        critical = [gens[i] for i in crit_ready]
-        ready_first = False in has_l[n_run:]
-        fc = [i for i in crit_ready if not has_l[i]]  # critical first segments waiting
-        protect = run_first or bool(fc)  # a critical first segment runs or waits
-        head = self._head_needed(ctx, running, ready_first, now, full and bool(critical))
-        order = priority_head(critical, pri[crit_ready] if head is not None else pri[:0], head)
+        first_r = ~has[n_run:]
+        ready_first = bool(np.count_nonzero(first_r))
+        waits_first = bool(np.count_nonzero(first_r & crit[n_run:]))  # a critical first segment waits
+        protect = run_first or waits_first  # a critical first segment runs or waits
+        head = self._head_needed(ctx, running, ready_first, now, full and bool(crit_ready))
+        order = priority_head(gens, ci[nr:], pri, head)
         if not protect and (head is None or head > len(order)):
-            di = [i for i, c in enumerate(crit[n_run:].tolist(), n_run) if not c]
-            order += priority_head([gens[i] for i in di], pri[di] if head is not None else pri[:0],
-                                   None if head is None else head - len(order))
-        sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now, ready_first=ready_first)
+            di = (~crit[n_run:]).nonzero()[0] + n_run
+            order += priority_head(gens, di, pri, None if head is None else head - len(order))
+        sel = self._finish(order, bool(crit_ready), run_crit, full, running, ctx, now, ready_first=ready_first)
         if not protect:
             return sel
         run_def = [g for g, c in zip(running, crit[:n_run].tolist()) if not c]
         budget = math.inf  # rule 9's tightest per-token budget of the waiting critical first segments
-        if fc and self._pacing(ctx):
+        if waits_first and self._pacing(ctx):
+            fc = [i for i in crit_ready if not has_l[i]]  # the critical first segments waiting
             with np.errstate(all="ignore"):
                 t = (due[fc] - now) / np.fmax(left[fc], 1.0)
             t = t[t > 0.0]

@@ -91,6 +91,7 @@ class SlotTable:
             get = self._slot_of.get
             sl = np.fromiter(map(get, map(id, gens), repeat(-1)), dtype=np.intp, count=n)
         self._grow(len(self.objs) + n)
+        self._dirty = False  # (an `invalidate` from here on, a fill's included, holds for the next lookup)
         a = self.a
         if self.track_output:
             out = np.array([len(g.output_ids) for g in gens], dtype=float)
@@ -111,7 +112,6 @@ class SlotTable:
             a["_out"][slot] = out[i] if out is not None else 0.0
             fill(g, slot)
         self._last = (list(gens), sl.copy())
-        self._dirty = False
         return sl
 
     def _rebuild(self, gens: Sequence[Generation]) -> None:
