@@ -191,9 +191,10 @@ def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: 
     n = len(gens)
     if n < 2:
         return list(range(n))
-    # (a finite sum: all finite, the cheap test; ndarray methods and count_nonzero: numpy's
-    # per-call overhead is most of the work at a handful of generations)
-    if math.isfinite(np.add.reduce(keys)) or np.isfinite(keys).all():  # distinct keys (within each group): the tie-breakers are never read
+    # distinct keys (within each group): the tie-breakers are never read.  (A finite sum: all
+    # finite, the cheap test; ndarray methods and count_nonzero: numpy's per-call overhead is most
+    # of the work at a handful of generations.)
+    if math.isfinite(np.add.reduce(keys)) or np.isfinite(keys).all():
         if first is None:
             perm = keys.argsort(kind="stable")
             kp = keys[perm]
