@@ -573,16 +573,36 @@ def test_default_atc_lists_equal_numpy_atc(groups, k):
 @given(st.lists(st.tuples(st.sampled_from([0.0, 1.0, 2.0, 2.5, -1.0, 5e-324]) | st.floats(-3, 3),
                           st.sampled_from([0.0, 1.0, 2.0]), st.sampled_from([0.0, 1.0])), max_size=200),
        st.integers(0, 60), st.booleans())
-def test_ascending_head_is_the_ascending_perm_prefix(items, k, own_arrival):
+def test_priority_head_is_the_priority_order_prefix(items, k, unknown):
     """The partial order (the k first by a partition, ties at the k-th value included) is the
-    full order's prefix."""
+    full order's prefix; `unknown`: no k (the full order)."""
     import numpy as np
 
-    from timelyllm_ros.core.policies.base import ascending_head, ascending_perm
+    from timelyllm_ros.core.policies.base import priority_head
     gens = [_gen(i, priority=-key, ready_since=rs, arrival=a) for i, (key, rs, a) in enumerate(items)]
-    keys = np.array([key for key, _, _ in items], dtype=float)
-    arrival = np.array([g.request.arrival for g in gens], dtype=float) if own_arrival else None
-    assert ascending_head(gens, keys, k, arrival=arrival) == ascending_perm(gens, keys, arrival=arrival)[:k]
+    pool = [_gen(100 + i, priority=1e9) for i in range(3)] + gens  # (`at` picks gens out of it)
+    pri = np.array([g.priority for g in pool], dtype=float)
+    want = priority_order(gens) if unknown else priority_order(gens)[:k]
+    assert priority_head(pool, np.arange(3, len(pool)), pri, None if unknown else k) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_FLOATS | st.floats(-10.0, 0.0), _FLOATS | st.floats(0.0, 3.0),
+                          _FLOATS | st.floats(-5.0, 5.0)), max_size=40), st.integers(-2, 42),
+       st.sampled_from([0.5, 2.0, 3.0]))
+def test_default_atc_groups_equal_separate_calls(terms, cut, k):
+    """`atc_priorities` with a group boundary (the running batch and the ready generations in
+    one call) = one call per group, bit for bit."""
+    import numpy as np
+
+    from timelyllm_ros.core.policies.default import atc_priorities
+    cut = min(max(cut, 0), len(terms))
+    cols = [list(c) for c in zip(*terms)] if terms else [[], [], []]
+    with np.errstate(all="ignore"):
+        got = atc_priorities(*cols, k, (cut,)).tolist() if terms else []
+        want = [x for lo, hi in ((0, cut), (cut, len(terms))) if hi > lo
+                for x in atc_priorities(*(c[lo:hi] for c in cols), k).tolist()]
+    assert [repr(x) for x in got] == [repr(x) for x in want]
 
 
 @settings(max_examples=100, deadline=None)
@@ -639,3 +659,37 @@ def test_compiled_at_times_equals_qoe_batch_at(reqs, times):
     k_ = np.arange(len(rows))[:, None]  # the refiner's broadcast form: rows x times at once
     both = QoEBatch(f[0][k_], f[1][k_], f[2][k_], f[3][k_], start[k_], u[k_]).at(np.array(times, dtype=float))
     assert [repr(float(x)) for x in got.ravel()] == [repr(float(x)) for x in both.ravel()]
+
+
+def test_slot_table_without_output_tracking_fills_once_and_after_invalidate():
+    """`SlotTable(track_output=False)` (the default's request constants): a slot is filled when
+    its generation is first seen and after `invalidate` (one made during a fill included), never
+    because the generation's output grew."""
+    from timelyllm_ros.core.policies.slots import SlotTable
+    table = SlotTable({"x": (float, 0.0)}, track_output=False)
+    gens = [_gen(i) for i in range(3)]
+    filled: list[str] = []
+
+    def fill(g, slot):
+        filled.append(g.gen_id)
+        table.a["x"][slot] = float(len(filled))
+
+    sl = table.lookup(gens, fill)
+    assert filled == [g.gen_id for g in gens]
+    gens[1].output_ids.extend([1, 2, 3])
+    assert table.lookup(gens, fill).tolist() == sl.tolist() and len(filled) == 3
+    table.invalidate(gens[2])
+    table.lookup(gens, fill)
+    assert filled[3:] == [gens[2].gen_id]
+
+    def fill_and_drop(g, slot):  # a fill that invalidates its own slot: refilled at the next lookup
+        fill(g, slot)
+        table.invalidate(g)
+
+    table.invalidate(gens[0])
+    table.lookup(gens, fill_and_drop)
+    table.lookup(gens, fill)
+    assert filled[4:] == [gens[0].gen_id, gens[0].gen_id]
+    more = gens + [_gen(9)]
+    table.lookup(more, fill)
+    assert filled[6:] == [more[3].gen_id]

@@ -150,6 +150,7 @@ class SharedPrefix:
         self._seen: dict[str, set[str]] = {}
         self._all: set[str] = set()  # gen id of every generation seen (an id names one generation:
         # the planner refuses duplicate request ids, so its robot type is fixed)
+        self._sig: tuple[int, tuple] = (-1, ())  # (block size, `signature`) until a new generation is seen
 
     def seen_all(self, gens: Sequence[Generation]) -> bool:
         """Every one of gens observed already (C-level set operation)."""
@@ -172,6 +173,7 @@ class SharedPrefix:
             return
         seen.add(g.gen_id)
         self._all.add(g.gen_id)
+        self._sig = (-1, ())  # what `shared` answers may change
         ref = self._ref.get(rt)
         if ref is None:
             self._ref[rt] = list(g.prompt_ids)
@@ -188,8 +190,11 @@ class SharedPrefix:
 
     def signature(self) -> tuple:
         """The shared length of every robot type seen: equal signatures, equal `shared` answers
-        (policies that cache private contexts check it once per scheduling point)."""
-        return tuple((rt, self.shared(rt)) for rt in self._seen)
+        (policies that cache private contexts check it once per scheduling point); kept until
+        a generation not seen before is observed (nothing else changes `shared`)."""
+        if self._sig[0] != self.block_size:
+            self._sig = (self.block_size, tuple((rt, self.shared(rt)) for rt in self._seen))
+        return self._sig[1]
 
     def shared(self, robot_type: str) -> int:
         if len(self._seen.get(robot_type, ())) < 2:

@@ -191,17 +191,19 @@ def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: 
     n = len(gens)
     if n < 2:
         return list(range(n))
-    if np.isfinite(keys).all():  # distinct keys (within each group): the tie-breakers are never read
+    # distinct keys (within each group): the tie-breakers are never read.  (A finite sum: all
+    # finite, the cheap test; ndarray methods and count_nonzero: numpy's per-call overhead is most
+    # of the work at a handful of generations.)
+    if math.isfinite(np.add.reduce(keys)) or np.isfinite(keys).all():
         if first is None:
-            perm = np.argsort(keys, kind="stable")
+            perm = keys.argsort(kind="stable")
             kp = keys[perm]
             eq = kp[1:] == kp[:-1]
-            distinct = not eq.any()
         else:
             perm = np.lexsort((keys, ~first))
             kp, fp = keys[perm], first[perm]
             eq = (kp[1:] == kp[:-1]) & (fp[1:] == fp[:-1])
-            distinct = not eq.any()
+        distinct = not np.count_nonzero(eq)
         if distinct:
             return perm.tolist()
         idx = _break_ties(gens, perm, eq, arrival, ready_since)
@@ -231,22 +233,23 @@ def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: 
     return idx
 
 
-def ascending_head(gens: Sequence[Generation], keys: "np.ndarray", k: int,
-                   arrival: "np.ndarray | None" = None) -> list[int]:
-    """``ascending_perm(gens, keys, arrival=arrival)[:k]`` without ordering the rest: the k-th
-    smallest key by a partition, then only the generations with keys at or below it (ties at the
-    k-th value included) in the full order's rule — the same total order on a subset, so the same
-    head.  Non-finite keys or arrivals, or a head of more than a quarter: the full order."""
-    n = len(gens)
+def priority_head(pool: Sequence[Generation], at: "np.ndarray", pri: "np.ndarray", k: int | None) -> list[Generation]:
+    """``priority_order([pool[i] for i in at])[:k]`` (all of it for None; `at`: indices into
+    `pool`, `pri`: the pool's priorities, as set), ordering only the head when it is under a
+    quarter of them: the k-th highest priority by a partition, then only the generations at or
+    above it (its ties included) in the full order's rule — the same total order on a subset, so
+    the same head.  Non-finite priorities: the full order."""
+    n = len(at)
+    if k is None or 4 * k >= n:
+        order = priority_order([pool[i] for i in at.tolist()])
+        return order if k is None or k >= n else order[:max(k, 0)]
     if k <= 0:
         return []
-    if 4 * k >= n or not np.isfinite(keys).all() or (arrival is not None and not np.isfinite(arrival).all()):
-        return ascending_perm(gens, keys, arrival=arrival)[:k]
-    v = np.partition(keys, k - 1)[k - 1]
-    cand = np.flatnonzero(keys <= v)
-    sub = ascending_perm([gens[i] for i in cand.tolist()], keys[cand],
-                         arrival=None if arrival is None else arrival[cand])
-    return cand[sub[:k]].tolist()
+    p = pri[at]
+    if not np.isfinite(p).all():
+        return priority_order([pool[i] for i in at.tolist()])[:k]
+    v = np.partition(p, n - k)[n - k]  # the k-th highest
+    return priority_order([pool[i] for i in at[p >= v].tolist()])[:k]
 
 
 class Policy(abc.ABC):

@@ -108,35 +108,42 @@ from __future__ import annotations
 
 import math
 import operator
+from bisect import bisect_left
 from itertools import compress, repeat
 from typing import Sequence
 
 import numpy as np
 
 from ..types import Generation, Segment
-from .base import (DispatchMode, Policy, PolicyContext, Selection, ascending_head, ascending_perm, batch_was_full,
-                   set_priorities)
+from .base import DispatchMode, Policy, PolicyContext, Selection, batch_was_full, priority_head, set_priorities
 from .slots import SlotTable
 from .step_time import StepTimeModel
 
-_OUTPUT_IDS = operator.attrgetter("output_ids")
 _ROBOT_TYPE = operator.attrgetter("request.robot_type")
 _PAUSE_KEY = operator.attrgetter("priority", "gen_id")  # lowest priority (most slack) first
 
 
 def atc_priorities(alphas: Sequence[float] | np.ndarray, ps: Sequence[float] | np.ndarray,
-                   slacks: Sequence[float] | np.ndarray, k: float) -> np.ndarray:
+                   slacks: Sequence[float] | np.ndarray, k: float, groups: Sequence[int] = ()) -> np.ndarray:
     """Apparent-tardiness-cost priorities (Vepsalainen & Morton 1987) of critical first segments:
     (TUF slope |alpha| / p) * exp(-max(0, slack) / (k * mean p)), p = estimated time to finish
     the segment.  Past its deadline a request loses |alpha| utility per second of delay, so
     among late ones the order is weighted-shortest-processing-time (what minimises the sum of
-    alpha x lateness); slack discounts one not yet late.  One numpy function for both `select`
-    callers (the ready generations' arrays, the running ones' lists); always > 0."""
+    alpha x lateness); slack discounts one not yet late.  `groups`: ascending positions that
+    split the arrays into groups, each with its own mean p (`select` prices the running batch
+    and the ready generations in one call); always > 0."""
     a = np.asarray(alphas, dtype=float)
     p = np.asarray(ps, dtype=float)
     s = np.asarray(slacks, dtype=float)
-    scale = float(np.sum(p)) / p.size * k
-    scale = scale if scale > 1e-9 else 1e-9
+    bounds = [b for b in (0, *groups, p.size) if 0 < b < p.size]  # (np.add.reduce: np.sum's bits, less overhead)
+    if bounds:
+        scale = np.empty(p.size)
+        for lo, hi in zip([0] + bounds, bounds + [p.size]):
+            sc = float(np.add.reduce(p[lo:hi])) / (hi - lo) * k
+            scale[lo:hi] = sc if sc > 1e-9 else 1e-9
+    else:
+        scale = float(np.add.reduce(p)) / p.size * k
+        scale = scale if scale > 1e-9 else 1e-9
     w = np.where(a < 0.0, -a, 1e-12) / np.maximum(p, 1e-9) * np.exp(-np.maximum(s, 0.0) / scale)
     return np.where(w > 0.0, w, 5e-324)  # (exp underflow: still critical, last)
 
@@ -208,10 +215,12 @@ class Default(Policy):
         self._full = False  # the batch-size controller refused a ready generation at the last point
         # (not the step-time cap: suspending there trades a re-prefill per statement for a slot
         # the policy itself withholds — the edge board with chat_mixed lost 7 s of engine time to it)
-        # a request's constants (arrival, ERT, TUF slope and height, robot type)
-        self._table = SlotTable({"arrival": (float, 0.0), "ert": (float, 0.0), "alpha": (float, 0.0),
-                                 "beta": (float, 0.0), "rtype": (int, 0), "gen": (object, None)})
+        # a request's constants: its first segment's due time (arrival + ERT), TUF slope and robot
+        # type (2 x its row of the prediction table + 1: a first segment's column), filled once per generation
+        self._table = SlotTable({"due0": (float, 0.0), "alpha": (float, 0.0), "rt2f": (np.intp, 0)},
+                                track_output=False)
         self._rtypes: dict[str, int] = {}  # robot type -> row of the per-point prediction table
+        self._P: tuple = (None, -1, np.zeros(0))  # (pred, rows, predicted tokens at 2 x row + first?)
 
     # --- online estimates -------------------------------------------------------------------------
     def predicted_tokens(self, g: Generation, ctx: PolicyContext) -> float:
@@ -258,18 +267,10 @@ class Default(Policy):
                              {t: v for (t, f), v in pred.items() if f})
         return ctx.token_s, self.lead(ctx), self._pred
 
-    def _classify(self, gens: Sequence[Generation], ctx: PolicyContext, now: float, running: bool,
-                  terms: tuple[float, float, dict]) -> tuple[list[Generation], list[Generation], bool]:
-        """Split `gens` into (critical, deferrable, a critical one is a first segment) and set
-        every priority: critical ones their ATC priority (> 0), deferrable ones −1 − slack."""
-        part = self._split(gens, now, running, terms)
-        if part[0]:
-            set_priorities(part[0], atc_priorities(part[3], part[4], part[5], self.atc_k).tolist())
-        return part[0], part[1], part[2]
-
     def _split(self, gens: Sequence[Generation], now: float, running: bool, terms: tuple[float, float, dict]
                ) -> tuple[list[Generation], list[Generation], bool, list[float], list[float], list[float], bool]:
-        """`_classify` but for the critical ones' priorities: (critical, deferrable, a critical
+        """The rules 1-3 terms of `gens`, one Python pass (tests/policy_oracles.py's reference select
+        reads them; `select` computes the same with numpy): (critical, deferrable, a critical
         one is a first segment, their TUF slopes, estimated times and slacks for ATC, some
         generation is a first segment); deferrable ones get −1 − slack (`Generation.next_due` minus
         the estimated time, with the per-point terms hoisted)."""
@@ -311,90 +312,96 @@ class Default(Policy):
                 defer(g)
         return critical, deferrable, first_critical, alphas, ps, slacks, some_first
 
+    def _pred_flat(self, pred: dict[tuple[str, bool], float]) -> np.ndarray:
+        """Predicted tokens of a next segment at 2 x (robot type's row) + (first segment?), 8
+        for robot types `pred` does not know (as `_split`'s default); rebuilt when `pred` or the
+        rows change."""
+        rtypes = self._rtypes
+        if self._P[0] is not pred or self._P[1] != len(rtypes):
+            P = np.full((len(rtypes), 2), 8.0)
+            for (name, first), v in pred.items():
+                P[rtypes[name], int(first)] = v
+            self._P = (pred, len(rtypes), P.ravel())
+        return self._P[2]
+
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
-        """Rules 3, 4, 6, 7, 9 and 10 (module docstring) at one scheduling point.  The ready
-        generations' slack and ATC priority are numpy arithmetic: a request's constants come from
-        a SlotTable; per point whether it has segments, the current segment's tokens and, for
+        """Rules 3, 4, 6, 7, 9 and 10 (module docstring) at one scheduling point.  The running
+        and the ready generations' slack and ATC priority are one pass of numpy arithmetic (few
+        calls, whatever the count): a request's constants come from a SlotTable filled once per
+        generation; per point whether it has segments, the current segment's tokens and, for
         those with segments, the next due time (executor reports move it) are read.  Only the
         head the step-time cap can admit is ordered.  The rules written out plainly, one Python
         pass per generation, are the oracle of tests/test_scheduling_fastpaths.py
         (tests/policy_oracles.py): the same Selection and priorities bit for bit, at every size."""
         self._full = batch_was_full(ready) or self._mem_held  # a cap or KV memory binds (suspend_at)
         full = self._full or self._capped
-        terms = self._point_terms(ctx)
-        run_crit, run_def, run_first = self._classify(running, ctx, now, True, terms)
-        if not ready:
+        token_s, lead, pred = self._point_terms(ctx)
+        n_run = len(running)
+        gens = [*running, *ready]
+        n = len(gens)
+        if not n:
             self._queue_s = 0.0
-            sel = self._finish([], False, run_crit, full, running, ctx, now, ready_first=False)
-            return self._paced(sel, run_crit, run_def, running, ctx, now, math.inf) if run_first else sel
-        token_s, lead, pred = terms
+            return self._finish([], False, [], full, running, ctx, now, ready_first=False)
         rtypes = self._rtypes
-        for name, _ in pred:
-            rtypes.setdefault(name, len(rtypes))
+        if self._P[0] is not pred:
+            for name, _ in pred:
+                rtypes.setdefault(name, len(rtypes))
 
         def fill(g: Generation, slot: int) -> None:
             req = g.request
             a = self._table.a
-            a["arrival"][slot] = req.arrival
-            a["ert"][slot] = req.tuf.ert
+            a["due0"][slot] = req.arrival + req.tuf.ert  # `Generation.next_due` of a first segment
             a["alpha"][slot] = req.tuf.alpha
-            a["beta"][slot] = req.tuf.beta
-            a["rtype"][slot] = rtypes.setdefault(req.robot_type, len(rtypes))
-            a["gen"][slot] = g  # (gathering from an object array beats indexing a list)
+            a["rt2f"][slot] = 2 * rtypes.setdefault(req.robot_type, len(rtypes)) + 1  # (- has segments)
 
-        sl = self._table.lookup(ready, fill)
+        sl = self._table.lookup(gens, fill)
         a = self._table.a
-        P = np.full((len(rtypes), 2), 8.0)  # predicted tokens by (robot type, first?)
-        for (name, first), v in pred.items():
-            P[rtypes[name], int(first)] = v
-        has = np.array([not not g.segments for g in ready], dtype=bool)  # (read per point: what
-        seg_tokens = np.array([g.seg_tokens for g in ready], dtype=float)  # the planner last changed)
-        first = ~has
-        arrival, ert, alpha, beta = a["arrival"][sl], a["ert"][sl], a["alpha"][sl], a["beta"][sl]
-        due = arrival + ert  # `Generation.next_due` of a first segment, element-wise; the others below
-        if has.any():
-            prev = [g.next_due(now) for g in compress(ready, has)]
-            due[has] = prev
-        left = P[a["rtype"][sl], first.astype(np.intp)] - seg_tokens
-        p = np.where(left > 1.0, left, 1.0) * token_s
-        s = due - now - p - token_s
+        P = self._pred_flat(pred)
+        has_l = [not not g.segments for g in gens]  # (read per point: what the planner last changed)
+        has = np.array(has_l, dtype=bool)
+        due = a["due0"][sl]
+        if True in has_l:  # the others' next due time: their robot's dispatched actions' estimated end
+            due[has] = list(map(Generation.next_due, compress(gens, has_l), repeat(now)))
+        left = P[a["rt2f"][sl] - has] - np.array([g.seg_tokens for g in gens], dtype=float)
+        p = np.fmax(left, 1.0)  # (left if left > 1 else 1: NaN too) x time per token
+        p *= token_s
+        s = due - now
+        s -= p
+        s[n_run:] -= token_s  # +1 step to (re)enter the batch: the ready ones
         crit = s <= lead
-        late = s < 0.0
-        self._queue_s = self.queue_wait(int(np.count_nonzero(late)), (p[late] + token_s).tolist(), len(running))
+        late = s[n_run:] < 0.0  # rule 11: the ready ones already past their deadlines
+        self._queue_s = self.queue_wait(int(np.count_nonzero(late)), (p[n_run:][late] + token_s).tolist(), n_run)
         pri = -1.0 - s  # deferrable: least slack first
-        fc = first & crit
-        if crit.any():  # critical segments: ATC, as `_classify`
-            pri[crit] = atc_priorities(alpha[crit], p[crit] + token_s, s[crit], self.atc_k)
-        set_priorities(ready, pri.tolist())
-        ci = np.flatnonzero(crit)
-        gen = a["gen"][sl]
-        critical = gen[ci].tolist()
-        protect = bool(run_first or fc.any())  # a critical first segment runs or waits
-        head = self._head_needed(ctx, running, bool(first.any()), now, full and bool(critical))
-        if head is None or head >= len(critical):
-            idx = ci[ascending_perm(critical, -pri[ci], arrival=arrival[ci])]
-        else:  # only the head can be admitted: order only that
-            idx = ci[ascending_head(critical, -pri[ci], head, arrival=arrival[ci])]
-        if not protect and (head is None or head > len(idx)):
-            di = np.flatnonzero(~crit)
-            deferrable = gen[di].tolist()
-            if head is None:
-                more = ascending_perm(deferrable, -pri[di], arrival=arrival[di])
-            else:
-                more = ascending_head(deferrable, -pri[di], head - len(idx), arrival=arrival[di])
-            idx = np.concatenate((idx, di[more]))
-        out_len = a["_out"][sl][idx].astype(np.int64)  # len(output_ids), as the table read it
-        types = a["rtype"][sl][idx]
-        order = gen[idx].tolist()
-        sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now, (out_len, types),
-                           bool(first.any()))
+        ci = crit.nonzero()[0]
+        cl = ci.tolist()
+        nr = bisect_left(cl, n_run)  # critical running ones: cl[:nr]
+        if cl:  # critical segments: ATC, the running batch and the ready ones each a group
+            pe = p[ci]
+            pe[nr:] += token_s
+            pri[ci] = atc_priorities(a["alpha"][sl[ci]], pe, s[ci], self.atc_k, (nr,))
+        set_priorities(gens, pri.tolist())
+        run_crit = [gens[i] for i in cl[:nr]]
+        run_first = not all([has_l[i] for i in cl[:nr]])  # a critical first segment runs
+        crit_ready = cl[nr:]
+        first_r = ~has[n_run:]
+        ready_first = bool(np.count_nonzero(first_r))
+        waits_first = bool(np.count_nonzero(first_r & crit[n_run:]))  # a critical first segment waits
+        protect = run_first or waits_first  # a critical first segment runs or waits
+        head = self._head_needed(ctx, running, ready_first, now, full and bool(crit_ready))
+        order = priority_head(gens, ci[nr:], pri, head)
+        if not protect and (head is None or head > len(order)):
+            di = (~crit[n_run:]).nonzero()[0] + n_run
+            order += priority_head(gens, di, pri, None if head is None else head - len(order))
+        sel = self._finish(order, bool(crit_ready), run_crit, full, running, ctx, now, ready_first=ready_first)
         if not protect:
             return sel
+        run_def = [g for g, c in zip(running, crit[:n_run].tolist()) if not c]
         budget = math.inf  # rule 9's tightest per-token budget of the waiting critical first segments
-        if fc.any() and self._pacing(ctx):
+        if waits_first and self._pacing(ctx):
+            fc = [i for i in crit_ready if not has_l[i]]  # the critical first segments waiting
             with np.errstate(all="ignore"):
-                t = (due[fc] - now) / np.where(left[fc] > 1.0, left[fc], 1.0)
+                t = (due[fc] - now) / np.fmax(left[fc], 1.0)
             t = t[t > 0.0]
             if t.size:
                 budget = float(t.min())
@@ -484,15 +491,14 @@ class Default(Policy):
         return super().kv_mode(g, seg, ctx)
 
     def _finish(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
-                running: Sequence[Generation], ctx: PolicyContext, now: float,
-                known: tuple[np.ndarray, np.ndarray] | None = None, ready_first: bool = True) -> Selection:
+                running: Sequence[Generation], ctx: PolicyContext, now: float, ready_first: bool = True) -> Selection:
         """Rules 6 and 7: the memory cut, then token-level preemption (`critical`: whether a
-        ready generation is critical; `known`: see `_fit_memory`), then rule 10's step-time cap
+        ready generation is critical), then rule 10's step-time cap
         (`ready_first`: whether a first segment waits; with the running ones, whether it applies)."""
         held = False
         if self.kv_budget:
             n = len(order)
-            order = self._fit_memory(order, running, ctx, known)
+            order = self._fit_memory(order, running, ctx)
             held = self.memory_full and len(order) < n
         preempt: list[Generation] = []
         if self.preempt and full and critical:
@@ -577,13 +583,14 @@ class Default(Policy):
             return None
         return max(2, int((self.step_ratio * (a + b) - a) / b + 1e-9))  # (+1e-9: an exact 14.0 is 14)
 
-    def _fit_memory(self, order: list[Generation], running: Sequence[Generation], ctx: PolicyContext,
-                    known: tuple[np.ndarray, np.ndarray] | None = None) -> list[Generation]:
+    def _fit_memory(self, order: list[Generation], running: Sequence[Generation],
+                    ctx: PolicyContext) -> list[Generation]:
         """Admit only what fits in free KV memory: a generation whose robot type has nobody in
         the batch brings its whole prompt (its shared prefix is probably not cached), the others
         their own tokens plus one worst-case segment.  Over-admitting makes the engine preempt
-        and re-prefill (memory thrash); the cut generations wait, in order.  `known`: the order's
-        output lengths and robot-type rows (`self._rtypes`) when the caller has them."""
+        and re-prefill (memory thrash); the cut generations wait, in order.  Integer arithmetic
+        in Python, stopping at the first that does not fit (the order is the head the step-time
+        cap can admit, or memory runs out first)."""
         st = ctx.stats
         if not st.kv_total_blocks or not order:
             return order
@@ -592,33 +599,19 @@ class Default(Policy):
         if self._mem_seg[0] is not robots or len(self._mem_seg[1]) != len(robots):
             self._mem_seg = (robots, {name: r.max_segment_tokens + 1 for name, r in robots.items()})
         seg = self._mem_seg[1]
-        if known is None:  # integer arithmetic in Python (a handful: numpy's overhead dominates)
-            busy = set(map(_ROBOT_TYPE, running))
-            free = st.kv_free_blocks
-            used = n = 0
-            for g in order:
-                t = g.request.robot_type
-                own = len(g.output_ids) + seg.get(t, 17)
-                if t not in busy:  # the first of its type brings the prompt
-                    own += len(g.prompt_ids)
-                    busy.add(t)
-                used += -(-own // bs)
-                if used > free:
-                    break
-                n += 1
-            if n == 0 and not running:
-                n = 1  # as below
-            return order[:n]
-        out_len, rows = known
-        names = list(self._rtypes)  # row -> robot type
-        own = out_len + np.array(list(map(seg.get, names, repeat(17))), dtype=np.int64)[rows]
-        uniq, at = np.unique(rows, return_index=True)
-        firsts = [(names[r], i) for r, i in zip(uniq.tolist(), at.tolist())]
         busy = set(map(_ROBOT_TYPE, running))
-        for t, i in firsts:
+        free = st.kv_free_blocks
+        used = n = 0
+        for g in order:
+            t = g.request.robot_type
+            own = len(g.output_ids) + seg.get(t, 17)
             if t not in busy:  # the first of its type brings the prompt
-                own[i] += len(order[i].prompt_ids)
-        n = int(np.searchsorted(np.cumsum(-(-own // bs)), st.kv_free_blocks, side="right"))
+                own += len(g.prompt_ids)
+                busy.add(t)
+            used += -(-own // bs)
+            if used > free:
+                break
+            n += 1
         if n == 0 and not running:
             n = 1  # an empty engine always takes the head (the engine refuses it if it can never fit)
         return order[:n]

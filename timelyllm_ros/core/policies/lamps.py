@@ -330,7 +330,7 @@ class LAMPS(WasteHandling, Policy):
         cnt = np.where(a["seen"][sl] == it - 1, a["count"][sl] + 1, 0)
         a["count"][sl] = cnt
         a["seen"][sl] = it
-        for i in np.flatnonzero((cnt >= self.starvation_threshold) & ~a["starving"][sl]).tolist():
+        for i in ((cnt >= self.starvation_threshold) & ~a["starving"][sl]).nonzero()[0].tolist():
             g = ready[i]
             a["starving"][sl[i]] = True
             g.extra[_STARVE] = True
@@ -341,7 +341,7 @@ class LAMPS(WasteHandling, Policy):
         if self.jit_resume:
             suspended = GenState.SUSPENDED
             susp = np.array([g.state is suspended for g in ready], dtype=bool)
-            cand = np.flatnonzero(susp & a["jit_cand"][sl])
+            cand = (susp & a["jit_cand"][sl]).nonzero()[0]
             if cand.size:
                 ends = np.array([np.inf if e is None else e for e in
                                  map(Generation.prev_exec_end_estimate, map(ready.__getitem__, cand.tolist()))])
@@ -373,7 +373,7 @@ class LAMPS(WasteHandling, Policy):
             mult = np.where(take, per_token[h], mult)
         area = (a["resume"][sl] + tau * a["D"][sl]) + c2 * mult
         run_ids = {o.request.request_id for o in running}
-        slow = np.flatnonzero(~a["ok"][sl]).tolist()
+        slow = (~a["ok"][sl]).nonzero()[0].tolist()
         if run_ids:  # a ready generation with a running one's id (hashes first, then the ids)
             hashes = {hash(r) for r in run_ids}  # (a set lookup per ready one: np.isin costs ~20 µs at 8)
             maybe = [i for i, h in enumerate(a["id_hash"][sl].tolist()) if h in hashes]
@@ -381,7 +381,7 @@ class LAMPS(WasteHandling, Policy):
         for i in slow:  # C_other of a running one, or inputs waste() refuses: the plain formula
             area[i] = self.area(ready[i], ctx, running, None if ready[i].gen_id in run_ids else int(c_other))
         if self.score_interval > 1:  # a score holds score_interval iterations, or until g's segments change
-            for i in np.flatnonzero(elig).tolist():
+            for i in elig.nonzero()[0].tolist():
                 g = ready[i]
                 cached = g.extra.get(_SCORE)  # (policy, iteration, area, segments)
                 if (cached is None or cached[0] != self._token or it - cached[1] >= self.score_interval
@@ -392,12 +392,13 @@ class LAMPS(WasteHandling, Policy):
         if elig.all():
             keep, gens, area_k = np.arange(len(ready)), list(ready), area
         else:
-            keep = np.flatnonzero(elig)
+            keep = elig.nonzero()[0]
             gens, area_k = list(map(ready.__getitem__, keep.tolist())), area[keep]
         starving = a["starving"][sl][keep]
         set_priorities(gens, (-area_k).tolist())
         # starving ones first, each group by area, FCFS among equals
-        perm = ascending_perm(gens, area_k, first=starving if starving.any() else None, arrival=a["arrival"][sl][keep])
+        perm = ascending_perm(gens, area_k, first=starving if np.count_nonzero(starving) else None,
+                              arrival=a["arrival"][sl][keep])
         order = list(map(gens.__getitem__, perm))
         if self.memory_admission and order:
             # admission_cut over the static block needs: the longest prefix whose cumulative need
@@ -410,7 +411,7 @@ class LAMPS(WasteHandling, Policy):
                 growth += math.ceil((robot.max_segment_tokens if robot else 16) / bs)
             free = st.kv_free_blocks - growth
             cum = np.cumsum(a["need"][sl][keep][np.asarray(perm, dtype=np.intp)])
-            over = np.flatnonzero(cum > free)
+            over = (cum > free).nonzero()[0]
             if not running and over.size and over[0] == 0:
                 over = over[1:]
             order = order[: int(over[0]) if over.size else len(order)]

@@ -12,6 +12,10 @@ a preemption before the first token changes that and nothing else) or all of the
 staleness checks are C-level maps and numpy comparisons; the Python fill runs for new and changed
 generations only.
 
+A policy whose slots hold only a request's constants (``track_output=False``: the default's) skips
+that check: a slot is filled once, when its generation is first seen, and a lookup is then an
+identity map (a handful of generations cost a few numpy calls, not the per-generation reads).
+
 Generations are found by identity; the table holds them (so their ids are not reused) until it
 holds 4x more than the current list (+4,096), when it is rebuilt for the current generations,
 carrying the `persistent` fields (e.g. starvation counters) over.
@@ -30,10 +34,14 @@ from ..types import Generation
 
 
 class SlotTable:
-    def __init__(self, fields: dict[str, tuple[type, float | int | bool]], persistent: Sequence[str] = ()) -> None:
-        """fields: name -> (dtype, initial value); `persistent` ones survive a rebuild."""
+    def __init__(self, fields: dict[str, tuple[type, float | int | bool]], persistent: Sequence[str] = (),
+                 track_output: bool = True) -> None:
+        """fields: name -> (dtype, initial value); `persistent` ones survive a rebuild;
+        `track_output` False: a slot never goes stale by its generation's output (its fill reads
+        nothing that changes), only `invalidate` refills it."""
         self.fields = {"_out": (float, -1.0), **fields}
         self.persistent = tuple(persistent)
+        self.track_output = bool(track_output)
         self._clear()
 
     def _clear(self) -> None:
@@ -41,6 +49,7 @@ class SlotTable:
         self.objs: list[Generation] = []
         self.py: list = []  # one Python object per slot, for the fills (e.g. delivery runs)
         self._last: tuple[list[Generation], np.ndarray] | None = None
+        self._dirty = False  # a slot was invalidated since the last lookup
         self.a: dict[str, np.ndarray] = {k: np.full(0, v, dtype=t) for k, (t, v) in self.fields.items()}
 
     def _grow(self, need: int) -> None:
@@ -55,6 +64,7 @@ class SlotTable:
 
     def invalidate(self, g: Generation | None = None) -> None:
         """g's slot (every slot without g) is refilled at its next lookup."""
+        self._dirty = True
         if g is None:
             self.a["_out"][:] = -1.0
         else:
@@ -75,13 +85,20 @@ class SlotTable:
         last = self._last
         if last is not None and len(last[0]) == n and all(map(operator.is_, gens, last[0])):
             sl = last[1].copy()  # the same generations as at the last lookup (common between points)
+            if not self.track_output and not self._dirty:
+                return sl
         else:
             get = self._slot_of.get
             sl = np.fromiter(map(get, map(id, gens), repeat(-1)), dtype=np.intp, count=n)
         self._grow(len(self.objs) + n)
+        self._dirty = False  # (an `invalidate` from here on, a fill's included, holds for the next lookup)
         a = self.a
-        out = np.array([len(g.output_ids) for g in gens], dtype=float)
-        stale = np.flatnonzero((sl < 0) | (a["_out"][sl] != out)).tolist()
+        if self.track_output:
+            out = np.array([len(g.output_ids) for g in gens], dtype=float)
+            stale = np.flatnonzero((sl < 0) | (a["_out"][sl] != out)).tolist()
+        else:  # filled once; `invalidate` marks a slot -1 (refilled here)
+            out = None
+            stale = np.flatnonzero((sl < 0) | (a["_out"][sl] < 0.0)).tolist() if n else []
         if stale and before_fill is not None:
             before_fill([gens[i] for i in stale])
         for i in stale:
@@ -92,7 +109,7 @@ class SlotTable:
                 self._slot_of[id(g)] = slot
                 self.objs.append(g)
                 self.py.append(None)
-            a["_out"][slot] = out[i]
+            a["_out"][slot] = out[i] if out is not None else 0.0
             fill(g, slot)
         self._last = (list(gens), sl.copy())
         return sl
