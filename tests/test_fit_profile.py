@@ -316,3 +316,24 @@ def test_checked_runs_and_fit_draws_are_served_in_turn():
     assert run_order(["WID1", "WID3"], 2, in_turn=False) == [(0, "WID1"), (1, "WID1"), (0, "WID3"), (1, "WID3")]
     assert fit_draws(["mixed_small", "WID2"], 101, 2) == [("mixed_small", 101), ("WID2", 101),
                                                           ("mixed_small", 102), ("WID2", 102)]
+
+
+def test_spot_check_replays_each_policy_with_the_plans_of_its_generation_kind():
+    """Segmented runs (results in the context) and streamed runs write some plans differently;
+    a policy replays the plans of the first real run of its own kind, else the union's."""
+    from spot_check import generation_kind, plans_for, union_plans
+
+    assert generation_kind("default") == "segmented" and generation_kind("edf") == "segmented"
+    assert generation_kind("vllm-stream") == "whole" and generation_kind("vllm") == "whole"
+    assert generation_kind("vllm-priority") == "whole"
+    saved = {"runs": {
+        "default": {"plans": {"r1": "seg1", "r2": "seg2"}},
+        "vllm-stream": {"plans": {"r1": "whole1", "r3": "whole3"}},
+        "vllm-priority": {"plans": {"r1": "other1", "r2": "whole2"}},
+    }}
+    assert union_plans(saved) == {"r1": "seg1", "r2": "seg2", "r3": "whole3"}
+    # the first run of the kind wins; a request no run of the kind finished keeps the union's plan
+    assert plans_for(saved, "vllm-priority") == {"r1": "whole1", "r2": "whole2", "r3": "whole3"}
+    assert plans_for(saved, "vllm") == plans_for(saved, "vllm-priority")
+    assert plans_for(saved, "default") == {"r1": "seg1", "r2": "seg2", "r3": "whole3"}
+    assert plans_for(saved, "edf") == plans_for(saved, "default")  # a segmented policy not served
