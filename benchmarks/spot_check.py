@@ -119,15 +119,35 @@ def plans_for(saved: dict, policy: str) -> dict[str, str]:
     return plans
 
 
-def simulate_all(wl, saved, tokenizer, robots, policies, a, keep) -> dict:
+def simulate_all(wl, saved, tokenizer, robots, policies, a, keep, speeds: dict[str, float] | None = None) -> dict:
+    """Each policy in the simulator on the slice (`plans_for` its plans); with ``speeds``, a
+    policy's profile is scaled by its real run's measured speed (`decode_speed`)."""
+    from timelyllm_ros.core.latency_profile import LatencyProfile
     from timelyllm_ros.sim.replay import replay
 
+    base = LatencyProfile.from_yaml(a.profile)
     out = {}
     for pol in policies:
-        r = replay(wl, plans_for(saved, pol), profile_path=a.profile, tokenizer=tokenizer, robots=robots, policy=pol,
+        prof = base.scaled(speeds[pol]) if speeds else base
+        r = replay(wl, plans_for(saved, pol), profile_path=prof, tokenizer=tokenizer, robots=robots, policy=pol,
                    max_batch=a.max_batch, keep=keep)
         out[pol] = figures(rows_of(r.metrics))
     return out
+
+
+def decode_speed(steps: list, profile_path) -> float | None:
+    """The machine's speed during one real run (saved with its serving steps): measured / charged
+    time of its plain decode steps (no prefill, no intake: the same kind of work whatever the
+    policy, so a policy's extra resume or intake cost is not absorbed), stalls left out
+    (`report.engine_speed`'s steady ratio).  None for a run saved without steps."""
+    from timelyllm_ros.core.engine import StepRecord
+    from timelyllm_ros.core.latency_profile import LatencyProfile
+    from timelyllm_ros.report import engine_speed
+
+    plain = [r for r in (StepRecord(*x) for x in steps) if r.prefill_tokens == 0 and r.adds == 0]
+    if not plain:
+        return None
+    return engine_speed(plain, LatencyProfile.from_yaml(profile_path)).steady_ratio
 
 
 def best_other(sim: dict, exclude: list[str]) -> str:
@@ -140,6 +160,75 @@ def best_other(sim: dict, exclude: list[str]) -> str:
     if not cands:
         raise SystemExit("--policies best: no other policy simulated (--sim-policies)")
     return min(cands, key=score)
+
+
+HOST_GAP_S = 0.1  # a gap between two iterations longer than this is idle (nothing to run) or a stall
+
+
+def time_split(steps: list, profile_path) -> dict | None:
+    """Where one real run's serving time went, measured vs what the profile charges for the same
+    iterations: engine steps (plain decode / with a prefill) and the host time between
+    back-to-back iterations (gaps under HOST_GAP_S: the planner's work and vLLM's request intake;
+    the profile charges only the intake, `LatencyProfile.intake_s`).  None without steps."""
+    from timelyllm_ros.core.engine import StepRecord, gaps_before
+    from timelyllm_ros.core.latency_profile import LatencyProfile
+
+    recs = [StepRecord(*x) for x in steps]
+    if len(recs) < 2:
+        return None
+    prof = LatencyProfile.from_yaml(profile_path)
+    out = {"decode_s": 0.0, "decode_charged_s": 0.0, "prefill_s": 0.0, "prefill_charged_s": 0.0,
+           "host_s": 0.0, "intake_charged_s": 0.0, "host_gaps": 0, "adds": sum(r.adds for r in recs)}
+    for r in recs:
+        k = "prefill" if r.prefill_tokens else "decode"
+        out[k + "_s"] += r.duration_s + r.post_s
+        out[k + "_charged_s"] += prof.record_s(r)
+    for g, r in gaps_before(recs):
+        if 0 <= g < HOST_GAP_S:
+            out["host_s"] += g
+            out["intake_charged_s"] += prof.intake_s(r.adds)
+            out["host_gaps"] += 1
+    return out
+
+
+ORDER_KEYS = ("accrued_total_pct", "accrued_urgent_pct", "total_pct", "urgent_pct", "completion_mean_s")
+
+
+def show(real: dict, real_all: dict, sim: dict, real_pols: list[str], every: bool = True) -> dict[str, bool]:
+    """Print real vs simulated figures of the real-run policies and whether each score orders
+    them alike (completion: sooner is better); returns {score: agree}."""
+    print(f"{'policy':16} {'real accrued':>12} {'real acc urg':>12} {'sim accrued':>11} {'sim acc urg':>11} "
+          f"{'real 1st':>8} {'real 1st urg':>12} {'sim 1st':>7} {'sim 1st urg':>11} {'real compl':>10} "
+          f"{'sim compl':>9} {'real finished':>14}")
+    for p in real_pols:
+        if p not in real:
+            continue
+        rr, ss = real[p], sim.get(p, {})
+        print(f"{p:16} {fmt(rr['accrued_total_pct']):>12} {fmt(rr['accrued_urgent_pct']):>12} "
+              f"{fmt(ss.get('accrued_total_pct')):>11} {fmt(ss.get('accrued_urgent_pct')):>11} "
+              f"{fmt(rr['total_pct']):>8} {fmt(rr['urgent_pct']):>12} {fmt(ss.get('total_pct')):>7} "
+              f"{fmt(ss.get('urgent_pct')):>11} {fmt(rr['completion_mean_s']):>10} {fmt(ss.get('completion_mean_s')):>9} "
+              f"{rr['finished']:>7}/{rr['requests']}")
+    if every:
+        for p in real_all:
+            if real_all[p]["requests"] != real[p]["requests"]:
+                print(f"  real {p} over all {real_all[p]['requests']} requests (with those no run finished): total "
+                      f"{fmt(real_all[p]['total_pct']).strip()}, urgent {fmt(real_all[p]['urgent_pct']).strip()}")
+        print("simulator, every policy (total / urgent %):  " + ", ".join(
+            f"{p} {fmt(sim[p]['total_pct']).strip()}/{fmt(sim[p]['urgent_pct']).strip()}" for p in order(sim, "total_pct")))
+    agree = {}
+    for key in ORDER_KEYS:
+        r_rows, s_rows = real, sim
+        if key == "completion_mean_s":  # sooner first (TIE: 0.05 s)
+            def neg(rows):
+                return {p: {key: -f[key] if f.get(key) is not None else None} for p, f in rows.items()}
+            r_rows, s_rows = neg(real), neg(sim)
+        ro = order(r_rows, key)
+        so = [p for p in order(s_rows, key) if p in real]
+        rel_r, rel_s = relation(r_rows, ro, key), relation(s_rows, so, key)
+        agree[key] = rel_r == rel_s
+        print(f"order by {key}: real {rel_r}; simulator {rel_s} -> {'agree' if rel_r == rel_s else 'DISAGREE'}")
+    return agree
 
 
 def main() -> int:
@@ -158,6 +247,10 @@ def main() -> int:
     ap.add_argument("--save", default=None, help="save the real runs here (JSON)")
     ap.add_argument("--real", default=None, help="use real runs saved by --save instead of serving")
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="also simulate each real-run policy at the speed its real run measured (`decode_speed`: "
+                         "its plain decode steps vs the profile; runs saved with their steps), for a machine whose "
+                         "load changed between the runs")
     a = ap.parse_args()
     if not a.duration > 0:
         ap.error("--duration must be > 0")
@@ -260,34 +353,29 @@ def main() -> int:
           + (f" ({missing} requests without a finished real plan are not simulated)" if missing else ""))
     print("accrued = the whole plan (Eq. 3), % of max; 1st = first action only (Eq. 1), % of max; compl = mean "
           "completion s")
-    print(f"{'policy':16} {'real accrued':>12} {'real acc urg':>12} {'sim accrued':>11} {'sim acc urg':>11} "
-          f"{'real 1st':>8} {'real 1st urg':>12} {'sim 1st':>7} {'sim 1st urg':>11} {'real compl':>10} "
-          f"{'sim compl':>9} {'real finished':>14}")
-    for p in real_pols:
-        if p not in real:
-            continue
-        rr, ss = real[p], sim.get(p, {})
-        print(f"{p:16} {fmt(rr['accrued_total_pct']):>12} {fmt(rr['accrued_urgent_pct']):>12} "
-              f"{fmt(ss.get('accrued_total_pct')):>11} {fmt(ss.get('accrued_urgent_pct')):>11} "
-              f"{fmt(rr['total_pct']):>8} {fmt(rr['urgent_pct']):>12} {fmt(ss.get('total_pct')):>7} "
-              f"{fmt(ss.get('urgent_pct')):>11} {fmt(rr['completion_mean_s']):>10} {fmt(ss.get('completion_mean_s')):>9} "
-              f"{rr['finished']:>7}/{rr['requests']}")
-    for p in real_all:
-        if real_all[p]["requests"] != real[p]["requests"]:
-            print(f"  real {p} over all {real_all[p]['requests']} requests (with those no run finished): total "
-                  f"{fmt(real_all[p]['total_pct']).strip()}, urgent {fmt(real_all[p]['urgent_pct']).strip()}")
-    print("simulator, every policy (total / urgent %):  " + ", ".join(
-        f"{p} {fmt(sim[p]['total_pct']).strip()}/{fmt(sim[p]['urgent_pct']).strip()}" for p in order(sim, "total_pct")))
-    agree = {}
-    for key in ("accrued_total_pct", "accrued_urgent_pct", "total_pct", "urgent_pct"):
-        ro = order(real, key)
-        so = [p for p in order(sim, key) if p in real]
-        rel_r, rel_s = relation(real, ro, key), relation(sim, so, key)
-        agree[key] = rel_r == rel_s
-        print(f"order by {key}: real {rel_r}; simulator {rel_s} -> {'agree' if rel_r == rel_s else 'DISAGREE'}")
+    agree = show(real, real_all, sim, real_pols)
+    speeds = {p: decode_speed(saved["runs"][p].get("steps", []), a.profile) for p in real}
+    splits = {p: time_split(saved["runs"][p].get("steps", []), a.profile) for p in real}
+    if any(splits.values()):
+        print("\nwhere the real runs' serving time went (s; charged = what the profile charges for the same iterations):")
+        for p, t in splits.items():
+            if t:
+                print(f"  {p:14} decode steps {t['decode_s']:6.1f} (charged {t['decode_charged_s']:5.1f}), prefill steps "
+                      f"{t['prefill_s']:5.1f} (charged {t['prefill_charged_s']:5.1f}), host time between steps "
+                      f"{t['host_s']:5.1f} over {t['host_gaps']} gaps (charged intake {t['intake_charged_s']:4.1f}; "
+                      f"{t['adds']} adds)")
+    sim_cal, agree_cal = None, None
+    if a.calibrate and all(v is not None for v in speeds.values()):
+        sim_cal = simulate_all(wl, saved, tokenizer, robots, list(real), a, keep, speeds)
+        print("\ncalibrated: each policy simulated at its real run's measured speed (plain decode steps, "
+              "x the profile): " + ", ".join(f"{p} x{v:.2f}" for p, v in speeds.items()))
+        agree_cal = show(real, real_all, sim_cal, real_pols, every=False)
+    elif a.calibrate:
+        print("\n--calibrate: a real run was saved without its serving steps; not calibrated")
     out = {"cell": cell, "workload": a.workload, "duration_s": a.duration, "max_batch": a.max_batch,
            "profile": str(a.profile), "real": real, "real_all_requests": real_all, "sim": sim, "agree": agree,
-           "loads": {p: saved["runs"][p]["load"] for p in real}, "unsimulated": missing}
+           "loads": {p: saved["runs"][p]["load"] for p in real}, "unsimulated": missing,
+           "speeds": speeds, "time_split": splits, "sim_calibrated": sim_cal, "agree_calibrated": agree_cal}
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=1))
     return 0

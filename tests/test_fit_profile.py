@@ -337,3 +337,26 @@ def test_spot_check_replays_each_policy_with_the_plans_of_its_generation_kind():
     assert plans_for(saved, "vllm") == plans_for(saved, "vllm-priority")
     assert plans_for(saved, "default") == {"r1": "seg1", "r2": "seg2", "r3": "whole3"}
     assert plans_for(saved, "edf") == plans_for(saved, "default")  # a segmented policy not served
+
+
+def test_spot_check_time_split_and_decode_speed_hand_computed(tmp_path):
+    """A real run's serving time split into decode / prefill steps and host gaps, each next to
+    the profile's charge; the run's speed from its plain decode steps only."""
+    from spot_check import decode_speed, time_split
+
+    prof = tmp_path / "p.yaml"
+    prof.write_text("prefill_s_per_token: 0.001\ndecode_base_s: 0.01\nkv_block_size: 16\nkv_capacity_blocks: 100\n"
+                    "add_base_s: 0.001\nadd_s_per_seq: 0.0005\n")
+
+    def r(start, dur, post=0.0, prefill=0, adds=0):
+        return [start, dur, post, 1, prefill, 0, 50, adds, 1]
+
+    steps = [r(0.0, 0.012, 0.001), r(0.015, 0.030, prefill=10, adds=1), r(0.5, 0.028)]
+    t = time_split(steps, prof)
+    assert t["decode_s"] == pytest.approx(0.013 + 0.028) and t["decode_charged_s"] == pytest.approx(0.02)
+    assert t["prefill_s"] == pytest.approx(0.030) and t["prefill_charged_s"] == pytest.approx(0.02)
+    # 0.002 s before the prefill step (intake charged 0.001 + 0.0005); the 0.455 s gap is idle
+    assert t["host_s"] == pytest.approx(0.002) and t["intake_charged_s"] == pytest.approx(0.0015)
+    assert t["host_gaps"] == 1 and t["adds"] == 1
+    assert decode_speed(steps, prof) == pytest.approx((0.013 + 0.028) / 0.02)  # the prefill step is left out
+    assert decode_speed([], prof) is None and time_split([], prof) is None
