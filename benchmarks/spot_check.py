@@ -17,8 +17,14 @@ For one cell (workload slice, batch cap) of the `vllm_cpu_tiny` column:
     python benchmarks/spot_check.py --workload WID1 --duration 40 --policies default,timelyllm
     python benchmarks/spot_check.py --workload drones:100 --duration 30 --max-batch 4 --policies default,edf
 
-`--save F` keeps the real side; `--real F` re-simulates it (e.g. another profile) without an engine.
-Each real run prints the load average before and after it (shared machine).
+`--save F` keeps the real side, with each run's serving steps; `--real F` re-simulates it (e.g.
+another profile) without an engine.  Each real run prints the load average before and after it
+(shared machine), and where its serving time went (`time_split`: decode / prefill steps and the
+host time between them, each next to what the profile charges for the same iterations).
+`--calibrate` also simulates each real-run policy at the speed its own run measured
+(`decode_speed`): the runs of one cell are served minutes apart and the machine's speed moves
+between them (2026-11-27: x1.49 to x3.01 of the profile within one cell), which alone can flip an
+overloaded cell's order (docs/results/2026-11-27-fidelity.md).
 """
 
 from __future__ import annotations
