@@ -23,7 +23,7 @@ another profile) without an engine.  Each real run prints the load average befor
 host time between them, each next to what the profile charges for the same iterations).
 `--calibrate` also simulates each real-run policy at the speed its own run measured
 (`decode_speed`): the runs of one cell are served minutes apart and the machine's speed moves
-between them (2026-11-27: x1.49 to x3.01 of the profile within one cell), which alone can flip an
+between them (2026-11-27, drones:400 cap 4: x1.79 for `default`, x3.01 for `vllm-stream`), which alone can flip an
 overloaded cell's order (docs/results/2026-11-27-fidelity.md).
 """
 
