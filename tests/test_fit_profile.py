@@ -316,3 +316,47 @@ def test_checked_runs_and_fit_draws_are_served_in_turn():
     assert run_order(["WID1", "WID3"], 2, in_turn=False) == [(0, "WID1"), (1, "WID1"), (0, "WID3"), (1, "WID3")]
     assert fit_draws(["mixed_small", "WID2"], 101, 2) == [("mixed_small", 101), ("WID2", 101),
                                                           ("mixed_small", 102), ("WID2", 102)]
+
+
+def test_spot_check_replays_each_policy_with_the_plans_of_its_generation_kind():
+    """Segmented runs (results in the context) and streamed runs write some plans differently;
+    a policy replays the plans of the first real run of its own kind, else the union's."""
+    from spot_check import generation_kind, plans_for, union_plans
+
+    assert generation_kind("default") == "segmented" and generation_kind("edf") == "segmented"
+    assert generation_kind("vllm-stream") == "whole" and generation_kind("vllm") == "whole"
+    assert generation_kind("vllm-priority") == "whole"
+    saved = {"runs": {
+        "default": {"plans": {"r1": "seg1", "r2": "seg2"}},
+        "vllm-stream": {"plans": {"r1": "whole1", "r3": "whole3"}},
+        "vllm-priority": {"plans": {"r1": "other1", "r2": "whole2"}},
+    }}
+    assert union_plans(saved) == {"r1": "seg1", "r2": "seg2", "r3": "whole3"}
+    # the first run of the kind wins; a request no run of the kind finished keeps the union's plan
+    assert plans_for(saved, "vllm-priority") == {"r1": "whole1", "r2": "whole2", "r3": "whole3"}
+    assert plans_for(saved, "vllm") == plans_for(saved, "vllm-priority")
+    assert plans_for(saved, "default") == {"r1": "seg1", "r2": "seg2", "r3": "whole3"}
+    assert plans_for(saved, "edf") == plans_for(saved, "default")  # a segmented policy not served
+
+
+def test_spot_check_time_split_and_decode_speed_hand_computed(tmp_path):
+    """A real run's serving time split into decode / prefill steps and host gaps, each next to
+    the profile's charge; the run's speed from its plain decode steps only."""
+    from spot_check import decode_speed, time_split
+
+    prof = tmp_path / "p.yaml"
+    prof.write_text("prefill_s_per_token: 0.001\ndecode_base_s: 0.01\nkv_block_size: 16\nkv_capacity_blocks: 100\n"
+                    "add_base_s: 0.001\nadd_s_per_seq: 0.0005\n")
+
+    def r(start, dur, post=0.0, prefill=0, adds=0):
+        return [start, dur, post, 1, prefill, 0, 50, adds, 1]
+
+    steps = [r(0.0, 0.012, 0.001), r(0.015, 0.030, prefill=10, adds=1), r(0.5, 0.028)]
+    t = time_split(steps, prof)
+    assert t["decode_s"] == pytest.approx(0.013 + 0.028) and t["decode_charged_s"] == pytest.approx(0.02)
+    assert t["prefill_s"] == pytest.approx(0.030) and t["prefill_charged_s"] == pytest.approx(0.02)
+    # 0.002 s before the prefill step (intake charged 0.001 + 0.0005); the 0.455 s gap is idle
+    assert t["host_s"] == pytest.approx(0.002) and t["intake_charged_s"] == pytest.approx(0.0015)
+    assert t["host_gaps"] == 1 and t["adds"] == 1
+    assert decode_speed(steps, prof) == pytest.approx((0.013 + 0.028) / 0.02)  # the prefill step is left out
+    assert decode_speed([], prof) is None and time_split([], prof) is None
