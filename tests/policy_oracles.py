@@ -119,6 +119,52 @@ def _small_order(gens: list[Generation]) -> list[Generation]:
     return sorted(gens, key=_order_key) if len(gens) < 32 else priority_order(gens)
 
 
+def default_split(self, gens: Sequence[Generation], now: float, running: bool, terms: tuple[float, float, dict]
+           ) -> tuple[list[Generation], list[Generation], bool, list[float], list[float], list[float], bool]:
+    """The rules 1-3 terms of `gens` for `Default` `self`, one Python pass (the reference select
+    below reads them; `Default.select` computes the same with numpy): (critical, deferrable, a critical
+    one is a first segment, their TUF slopes, estimated times and slacks for ATC, some
+    generation is a first segment); deferrable ones get −1 − slack (`Generation.next_due` minus
+    the estimated time, with the per-point terms hoisted)."""
+    token_s, lead, pred = terms
+    enter = 0.0 if running else token_s
+    critical: list[Generation] = []
+    deferrable: list[Generation] = []
+    crit = critical.append
+    defer = deferrable.append
+    alphas: list[float] = []
+    ps: list[float] = []
+    slacks: list[float] = []
+    first_critical = some_first = False
+    if pred is self._pred:  # by robot type: continuations, first segments
+        get_cont, get_first = self._pred_by[0].get, self._pred_by[1].get
+    else:
+        get_cont = lambda t, d: pred.get((t, False), d)  # noqa: E731
+        get_first = lambda t, d: pred.get((t, True), d)  # noqa: E731
+    for g in gens:
+        req = g.request
+        segs = g.segments
+        due = g.next_due(now)
+        if segs:
+            left = get_cont(req.robot_type, 8.0) - g.seg_tokens
+        else:
+            some_first = True
+            left = get_first(req.robot_type, 8.0) - g.seg_tokens
+        p = (left if left > 1.0 else 1.0) * token_s
+        s = due - now - p - enter
+        if s <= lead:
+            crit(g)
+            if not segs:
+                first_critical = True
+            alphas.append(req.tuf.alpha)
+            ps.append(p + enter)
+            slacks.append(s)
+        else:
+            g.priority = -1.0 - s
+            defer(g)
+    return critical, deferrable, first_critical, alphas, ps, slacks, some_first
+
+
 def default_select_reference(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                              now: float) -> Selection:
     """`Default.select` (`self`: the policy) as its rules read: two Python passes over the ready
@@ -126,8 +172,8 @@ def default_select_reference(self, ready: Sequence[Generation], running: Sequenc
     self._full = batch_was_full(ready) or self._mem_held  # a cap or KV memory binds (suspend_at)
     full = self._full or self._capped
     terms = self._point_terms(ctx)
-    critical, deferrable, protect, *atc_r, some_first = self._split(ready, now, False, terms)
-    run_crit, run_def, run_first, *atc_w, _ = self._split(running, now, True, terms)
+    critical, deferrable, protect, *atc_r, some_first = default_split(self, ready, now, False, terms)
+    run_crit, run_def, run_first, *atc_w, _ = default_split(self, running, now, True, terms)
     late_ps = [q for q, x in zip(atc_r[1], atc_r[2]) if x < 0.0]  # rule 11: the late backlog
     self._queue_s = self.queue_wait(len(late_ps), late_ps, len(running))
     if critical or run_crit:  # ATC priorities, each list on its own (one exp call for both)

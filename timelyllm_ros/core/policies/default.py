@@ -267,55 +267,10 @@ class Default(Policy):
                              {t: v for (t, f), v in pred.items() if f})
         return ctx.token_s, self.lead(ctx), self._pred
 
-    def _split(self, gens: Sequence[Generation], now: float, running: bool, terms: tuple[float, float, dict]
-               ) -> tuple[list[Generation], list[Generation], bool, list[float], list[float], list[float], bool]:
-        """The rules 1-3 terms of `gens`, one Python pass (tests/policy_oracles.py's reference select
-        reads them; `select` computes the same with numpy): (critical, deferrable, a critical
-        one is a first segment, their TUF slopes, estimated times and slacks for ATC, some
-        generation is a first segment); deferrable ones get −1 − slack (`Generation.next_due` minus
-        the estimated time, with the per-point terms hoisted)."""
-        token_s, lead, pred = terms
-        enter = 0.0 if running else token_s
-        critical: list[Generation] = []
-        deferrable: list[Generation] = []
-        crit = critical.append
-        defer = deferrable.append
-        alphas: list[float] = []
-        ps: list[float] = []
-        slacks: list[float] = []
-        first_critical = some_first = False
-        if pred is self._pred:  # by robot type: continuations, first segments
-            get_cont, get_first = self._pred_by[0].get, self._pred_by[1].get
-        else:
-            get_cont = lambda t, d: pred.get((t, False), d)  # noqa: E731
-            get_first = lambda t, d: pred.get((t, True), d)  # noqa: E731
-        for g in gens:
-            req = g.request
-            segs = g.segments
-            due = g.next_due(now)
-            if segs:
-                left = get_cont(req.robot_type, 8.0) - g.seg_tokens
-            else:
-                some_first = True
-                left = get_first(req.robot_type, 8.0) - g.seg_tokens
-            p = (left if left > 1.0 else 1.0) * token_s
-            s = due - now - p - enter
-            if s <= lead:
-                crit(g)
-                if not segs:
-                    first_critical = True
-                alphas.append(req.tuf.alpha)
-                ps.append(p + enter)
-                slacks.append(s)
-            else:
-                g.priority = -1.0 - s
-                defer(g)
-        return critical, deferrable, first_critical, alphas, ps, slacks, some_first
-
     def _pred_flat(self, pred: dict[tuple[str, bool], float]) -> np.ndarray:
         """Predicted tokens of a next segment at 2 x (robot type's row) + (first segment?), 8
-        for robot types `pred` does not know (as `_split`'s default); rebuilt when `pred` or the
-        rows change."""
+        for robot types `pred` does not know (as tests/policy_oracles.py `default_split`, the
+        reference); rebuilt when `pred` or the rows change."""
         rtypes = self._rtypes
         if self._P[0] is not pred or self._P[1] != len(rtypes):
             P = np.full((len(rtypes), 2), 8.0)
