@@ -326,7 +326,7 @@ class Default(Policy):
         s[n_run:] -= token_s  # +1 step to (re)enter the batch: the ready ones
         crit = s <= lead
         late = s[n_run:] < 0.0  # rule 11: the ready ones already past their deadlines
-        self._queue_s = self.queue_wait(int(np.count_nonzero(late)), (p[n_run:][late] + token_s).tolist(), n_run)
+        self._queue_s = self.queue_wait(int(np.count_nonzero(late)), p[n_run:][late] + token_s, n_run)
         pri = -1.0 - s  # deferrable: least slack first
         ci = crit.nonzero()[0]
         cl = ci.tolist()
@@ -492,7 +492,7 @@ class Default(Policy):
         cap = self.step_cap(ctx, -(-(n_running - n_preempt) // engines))
         return None if cap is None else max(0, cap * engines - n_running + n_preempt)
 
-    def queue_wait(self, late: int, late_ps: Sequence[float], n_running: int) -> float:
+    def queue_wait(self, late: int, late_ps: "Sequence[float] | np.ndarray", n_running: int) -> float:
         """Rule 11: the wait of a generation that leaves the batch now, behind the ready ones
         already past their deadlines (`late` of them, estimated times `late_ps`): their summed
         time over the running batch — 0 unless they outnumber the batch (swapping the whole batch
