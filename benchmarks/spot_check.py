@@ -12,7 +12,10 @@ For one cell (workload slice, batch cap) of the `vllm_cpu_tiny` column:
    (`plans_for`: segmented runs see each blocking statement's result before going on and write
    some plans differently from streamed / whole-plan runs), so both sides execute the same plans.
 3. Print total and urgent time utility (% of max) per policy, real vs simulated, and whether the
-   real order of the real-run policies is the simulator's.
+   real order of the real-run policies is the simulator's, in two readings: strict (every gap over
+   0.05 points is an order; `relation`) and at the acceptance's own resolution (`contradictions`:
+   a pair disagrees only where both the real and the simulated gap exceed what issue 25's rules
+   treat as a difference, 1 point of utility or 5 % of completion, in opposite directions).
 
     python benchmarks/spot_check.py --workload WID1 --duration 40 --policies default,timelyllm
     python benchmarks/spot_check.py --workload drones:100 --duration 30 --max-batch 4 --policies default,edf
@@ -80,6 +83,35 @@ def relation(rows: dict, ranked: list[str], key: str) -> str:
     # a canonical form for ties (alphabetical within a tied group) so equal relations compare equal
     groups = [sorted(g.split(" = ")) for g in out.split(" > ")]
     return " > ".join(" = ".join(g) for g in groups)
+
+
+def contradictions(real: dict, sim: dict, key: str) -> list[str]:
+    """The pairs of policies that `real` and `sim` order oppositely at the acceptance's resolution
+    (sim/acceptance.py): each gap counts only where it exceeds `PLAN_TOLERANCE` points of utility
+    or, for completion (sooner is better), where the slower one takes more than
+    `COMPLETION_FACTOR` x the sooner one's time — the smallest differences the acceptance rules
+    act on.  A pair tied at that resolution on either side contradicts nothing; every pair
+    ordered both ways beyond it is listed ("a vs b: real +x, sim -y")."""
+    from timelyllm_ros.sim.acceptance import COMPLETION_FACTOR, PLAN_TOLERANCE
+
+    def side(rows: dict, a: str, b: str) -> tuple[int, float] | None:
+        x, y = rows[a].get(key), rows[b].get(key)
+        if x is None or y is None:
+            return None
+        if key == "completion_mean_s":
+            d = y - x  # > 0: a sooner
+            return (0 if max(x, y) <= COMPLETION_FACTOR * min(x, y) else (1 if d > 0 else -1)), d
+        d = x - y
+        return (0 if abs(d) <= PLAN_TOLERANCE else (1 if d > 0 else -1)), d
+
+    pols = [p for p in real if p in sim]
+    out = []
+    for i, a in enumerate(pols):
+        for b in pols[i + 1:]:
+            r, s_ = side(real, a, b), side(sim, a, b)
+            if r and s_ and r[0] * s_[0] < 0:
+                out.append(f"{a} vs {b}: real {r[1]:+.1f}, sim {s_[1]:+.1f}")
+    return out
 
 
 def fmt(x) -> str:
@@ -200,9 +232,11 @@ def time_split(steps: list, profile_path) -> dict | None:
 ORDER_KEYS = ("accrued_total_pct", "accrued_urgent_pct", "total_pct", "urgent_pct", "completion_mean_s")
 
 
-def show(real: dict, real_all: dict, sim: dict, real_pols: list[str], every: bool = True) -> dict[str, bool]:
+def show(real: dict, real_all: dict, sim: dict, real_pols: list[str], every: bool = True
+         ) -> tuple[dict[str, bool], dict[str, bool]]:
     """Print real vs simulated figures of the real-run policies and whether each score orders
-    them alike (completion: sooner is better); returns {score: agree}."""
+    them alike (completion: sooner is better), strictly and at the acceptance's resolution;
+    returns ({score: agree strictly}, {score: agree at the resolution})."""
     print(f"{'policy':16} {'real accrued':>12} {'real acc urg':>12} {'sim accrued':>11} {'sim acc urg':>11} "
           f"{'real 1st':>8} {'real 1st urg':>12} {'sim 1st':>7} {'sim 1st urg':>11} {'real compl':>10} "
           f"{'sim compl':>9} {'real finished':>14}")
@@ -222,7 +256,7 @@ def show(real: dict, real_all: dict, sim: dict, real_pols: list[str], every: boo
                       f"{fmt(real_all[p]['total_pct']).strip()}, urgent {fmt(real_all[p]['urgent_pct']).strip()}")
         print("simulator, every policy (total / urgent %):  " + ", ".join(
             f"{p} {fmt(sim[p]['total_pct']).strip()}/{fmt(sim[p]['urgent_pct']).strip()}" for p in order(sim, "total_pct")))
-    agree = {}
+    agree, coarse = {}, {}
     for key in ORDER_KEYS:
         r_rows, s_rows = real, sim
         if key == "completion_mean_s":  # sooner first (TIE: 0.05 s)
@@ -234,7 +268,12 @@ def show(real: dict, real_all: dict, sim: dict, real_pols: list[str], every: boo
         rel_r, rel_s = relation(r_rows, ro, key), relation(s_rows, so, key)
         agree[key] = rel_r == rel_s
         print(f"order by {key}: real {rel_r}; simulator {rel_s} -> {'agree' if rel_r == rel_s else 'DISAGREE'}")
-    return agree
+    for key in ORDER_KEYS:
+        bad = contradictions(real, {p: f for p, f in sim.items() if p in real}, key)
+        coarse[key] = not bad
+        print(f"at the acceptance's resolution (1 point; completion 5 %), order by {key}: "
+              + ("agree" if not bad else "DISAGREE (" + "; ".join(bad) + ")"))
+    return agree, coarse
 
 
 def main() -> int:
@@ -359,7 +398,7 @@ def main() -> int:
           + (f" ({missing} requests without a finished real plan are not simulated)" if missing else ""))
     print("accrued = the whole plan (Eq. 3), % of max; 1st = first action only (Eq. 1), % of max; compl = mean "
           "completion s")
-    agree = show(real, real_all, sim, real_pols)
+    agree, agree_res = show(real, real_all, sim, real_pols)
     speeds = {p: decode_speed(saved["runs"][p].get("steps", []), a.profile) for p in real}
     splits = {p: time_split(saved["runs"][p].get("steps", []), a.profile) for p in real}
     if any(splits.values()):
@@ -370,18 +409,20 @@ def main() -> int:
                       f"{t['prefill_s']:5.1f} (charged {t['prefill_charged_s']:5.1f}), host time between steps "
                       f"{t['host_s']:5.1f} over {t['host_gaps']} gaps (charged intake {t['intake_charged_s']:4.1f}; "
                       f"{t['adds']} adds)")
-    sim_cal, agree_cal = None, None
+    sim_cal, agree_cal, agree_cal_res = None, None, None
     if a.calibrate and all(v is not None for v in speeds.values()):
         sim_cal = simulate_all(wl, saved, tokenizer, robots, list(real), a, keep, speeds)
         print("\ncalibrated: each policy simulated at its real run's measured speed (plain decode steps, "
               "x the profile): " + ", ".join(f"{p} x{v:.2f}" for p, v in speeds.items()))
-        agree_cal = show(real, real_all, sim_cal, real_pols, every=False)
+        agree_cal, agree_cal_res = show(real, real_all, sim_cal, real_pols, every=False)
     elif a.calibrate:
         print("\n--calibrate: a real run was saved without its serving steps; not calibrated")
     out = {"cell": cell, "workload": a.workload, "duration_s": a.duration, "max_batch": a.max_batch,
            "profile": str(a.profile), "real": real, "real_all_requests": real_all, "sim": sim, "agree": agree,
+           "agree_at_resolution": agree_res,
            "loads": {p: saved["runs"][p]["load"] for p in real}, "unsimulated": missing,
-           "speeds": speeds, "time_split": splits, "sim_calibrated": sim_cal, "agree_calibrated": agree_cal}
+           "speeds": speeds, "time_split": splits, "sim_calibrated": sim_cal, "agree_calibrated": agree_cal,
+           "agree_calibrated_at_resolution": agree_cal_res}
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=1))
     return 0

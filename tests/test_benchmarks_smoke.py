@@ -72,6 +72,7 @@ SMOKE: dict[str, Smoke] = {
          "--sim-policies", "default,timelyllm", "--calibrate", "--out", "{tmp}/spot.json"),
         (rf"^default +{NUM} +{NUM} +{NUM} +{NUM}", rf"^timelyllm +{NUM} +{NUM} +{NUM} +{NUM}",
          r"order by total_pct: .* -> ", r"order by completion_mean_s: .* -> ",
+         r"at the acceptance's resolution \(1 point; completion 5 %\), order by accrued_total_pct: (agree|DISAGREE)",
          r"where the real runs' serving time went", r"calibrated: each policy simulated at its real run's measured speed"),
         VLLM, files=("spot.json",)),
     "bench_vllm_engine.py": Smoke(

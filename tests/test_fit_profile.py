@@ -219,6 +219,25 @@ def test_spot_check_order_relation_ties_and_best_other():
     assert figures(r, {"a", "b"})["total_pct"] == pytest.approx(200 / 3)
 
 
+def test_spot_check_contradictions_at_the_acceptance_resolution_hand_computed():
+    """A pair disagrees only where both gaps exceed 1 point (completion: 5 %) in opposite directions."""
+    from spot_check import contradictions
+
+    real = {"a": {"k": 99.3, "completion_mean_s": 18.4}, "b": {"k": 99.7, "completion_mean_s": 18.6},
+            "c": {"k": 90.0, "completion_mean_s": 20.0}}
+    # a-b: real -0.4 (tie), sim +3.0 -> nothing; a-c / b-c: same direction beyond 1 point on both sides
+    sim = {"a": {"k": 95.0, "completion_mean_s": 19.0}, "b": {"k": 92.0, "completion_mean_s": 18.7},
+           "c": {"k": 80.0, "completion_mean_s": 25.0}}
+    assert contradictions(real, sim, "k") == []
+    assert contradictions(real, sim, "completion_mean_s") == []  # 18.4 vs 18.6 and 19.0 vs 18.7: both within 5 %
+    sim["c"]["k"] = 96.5  # c over a by 1.5 and over b by 4.5 in the simulator, under both by > 1 point in reality
+    assert contradictions(real, sim, "k") == ["a vs c: real +9.3, sim -1.5", "b vs c: real +9.7, sim -4.5"]
+    sim["c"]["completion_mean_s"] = 17.0  # c sooner than a by 2.0 s (> 5 %) in the simulator; later by 1.6 s in reality
+    assert contradictions(real, sim, "completion_mean_s") == ["a vs c: real +1.6, sim -2.0", "b vs c: real +1.4, sim -1.7"]
+    sim["c"]["k"] = None  # a score missing on one side orders nothing
+    assert contradictions(real, sim, "k") == []
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--fit-workload", "WID1", "--fit-out", "p.yaml", "--save-steps", "s.json"], "is also checked"),
     (["--fit-workload", "mixed_small"], "needs --fit-out"),

@@ -247,3 +247,37 @@ def test_engine_kinds_model_what_the_engine_can_do(wl, env):
     assert out["stock"]["kv_fallbacks"] > 0 and out["preserve"]["kv_fallbacks"] == 0
     with pytest.raises(regime.GridError, match="engine kind 'gpu'"):
         regime.check_engine_kinds(["stock", "gpu"])
+
+
+def test_a_grid_run_in_parts_reads_as_the_grid_run_at_once(wl, tmp_path, capsys):
+    """`--from-json A --from-json B`: parts of one grid (overlapping, in any order) give the same
+    map, byte for byte, as one sweep of those cells; parts of different maps are refused."""
+    common = ["--loads", wl, "--profiles", "rtx4090_llama3_8b", "--policies", "fcfs,edf", "--workers", "1",
+              "--no-progress", "--seed", "5"]
+    whole, a, b = tmp_path / "whole.json", tmp_path / "a.json", tmp_path / "b.json"
+    assert main(["sweep", *common, "--capacities", "cap8,cap4", "--out", str(whole)]) == 0
+    assert main(["sweep", *common, "--capacities", "cap4", "--out", str(a)]) == 0  # both columns
+    assert main(["sweep", *common, "--capacities", "cap8,cap4", "--engine-kinds", "stock", "--out", str(b)]) == 0
+    capsys.readouterr()
+    merged = tmp_path / "merged.json"
+    assert main(["sweep", "--from-json", str(a), "--from-json", str(b), "--out", str(merged)]) == 0
+    cap = capsys.readouterr()
+    assert "3 cells from 2 regime maps" in cap.err and "acceptance of `default`" not in cap.out  # not in the map
+    w = json.loads(whole.read_text())  # 4 cells; cap8 / preserve is in neither part
+    w["cells"] = [c for c in w["cells"] if (c["capacity"], c["engine"]) != ("cap8", "preserve")]
+    assert merged.read_text() == to_json(w)
+    # a part with another seed is another map
+    other = tmp_path / "other.json"
+    assert main(["sweep", *common[:-1], "6", "--capacities", "cap4", "--engine-kinds", "stock",
+                 "--out", str(other)]) == 0
+    capsys.readouterr()
+    assert main(["sweep", "--from-json", str(a), "--from-json", str(other)]) == 2
+    assert "seed 6 differs" in capsys.readouterr().err
+    # the same cell with different figures (other code) is refused, naming the cell and both files
+    bad = json.loads(a.read_text())
+    bad["cells"][0]["policies"]["fcfs"]["total_pct"] = -1.0
+    badf = tmp_path / "bad.json"
+    badf.write_text(json.dumps(bad))
+    assert main(["sweep", "--from-json", str(a), "--from-json", str(badf)]) == 2
+    err = capsys.readouterr().err
+    assert "cap4 | rtx4090_llama3_8b | stock" in err and "with different figures" in err and "bad.json" in err

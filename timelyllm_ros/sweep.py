@@ -69,8 +69,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--workers", type=_positive_int, default=2, help="worker processes (default 2)")
     p.add_argument("--cell-timeout", type=_positive_float, default=None, metavar="S",
                    help="wall seconds one policy may take in one cell before it is marked timeout (default: no limit)")
-    p.add_argument("--out", default="regime.json", help="JSON results (default regime.json)")
-    p.add_argument("--heatmap", default=None, help="heatmap PNG (default: next to --out, .png)")
+    p.add_argument("--out", default=None, help="JSON results (default regime.json; with --from-json: the "
+                                               "map read, merged where several, written only when given)")
+    p.add_argument("--heatmap", default=None, help="heatmap PNG (default: next to --out, .png; with --from-json: "
+                                                   "only when given)")
     p.add_argument("--markdown", default=None, help="also write the table as Markdown here")
     p.add_argument("--cache-dir", default=None, metavar="DIR",
                    help="store every finished run here and reuse it (resume a stopped sweep; keyed by a "
@@ -81,8 +83,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--check", default="default", metavar="POLICY",
                    help="print the acceptance verdicts for this policy: issue 25's on the whole plan, then issue "
                         "15's on the first action (default: default; 'none' to skip)")
-    p.add_argument("--from-json", default=None, metavar="FILE",
-                   help="run nothing: print the tables and acceptance of a regime map written earlier")
+    p.add_argument("--from-json", action="append", default=[], metavar="FILE",
+                   help="run nothing: print the tables and acceptance of a regime map written earlier; "
+                        "repeat it to read parts of one grid run separately (same seeds and policies) as one map")
     p.add_argument("--versus", type=_csv, action="append", default=[], metavar="A,B",
                    help="also print policy A against policy B per regime (profile x column x kind of capacity): "
                         "cells where each is ahead by more than 1 point and the margins, on the whole plan and "
@@ -365,7 +368,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     if args.cached_only and not args.cache_dir:
         raise CliError("--cached-only needs --cache-dir")
     _check_versus(args.versus, policies)
-    out = check_out_file(args.out)
+    out = check_out_file(args.out or "regime.json")
     heat = check_out_file(args.heatmap, arg="--heatmap") if args.heatmap else out.with_suffix(".png")
     if args.markdown:
         check_out_file(args.markdown, arg="--markdown")
@@ -390,11 +393,12 @@ def run_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report_saved(args: argparse.Namespace) -> int:
+def _read_map(path: str) -> dict[str, Any]:
+    """A regime map written by ``timelyllm sweep --out`` (CliError naming the file otherwise)."""
     from .cli import CliError
 
     try:
-        doc = json.loads(Path(args.from_json).read_text())
+        doc = json.loads(Path(path).read_text())
         if not isinstance(doc, dict) or doc.get("kind") != "timelyllm regime map":
             raise ValueError("not a regime map written by timelyllm sweep")
         grid = doc.get("grid")
@@ -402,14 +406,45 @@ def _report_saved(args: argparse.Namespace) -> int:
                 and isinstance(grid.get("profiles"), list) and isinstance(doc.get("cells"), list)):
             raise ValueError("a regime map needs grid.policies, grid.profiles and cells")
     except (OSError, ValueError) as e:
-        raise CliError(f"--from-json {args.from_json}: {getattr(e, 'strerror', None) or e}") from None
+        raise CliError(f"--from-json {path}: {getattr(e, 'strerror', None) or e}") from None
+    return doc
+
+
+def _report_saved(args: argparse.Namespace) -> int:
+    from .cli import CliError
+    from .sim.regime import GridError
+    from .sim.regime_merge import merge_maps
+
+    docs = [_read_map(path) for path in args.from_json]
+    if len(docs) == 1:
+        doc = docs[0]
+    else:
+        try:
+            doc = merge_maps(docs, args.from_json, {"loads": FULL_LOADS, "capacities": FULL_CAPACITIES,
+                                                    "profiles": FULL_PROFILES})
+        except GridError as e:
+            raise CliError(f"--from-json: {e}") from None
+        print(f"{len(doc['cells'])} cells from {len(docs)} regime maps", file=sys.stderr)
     _check_versus(args.versus, doc["grid"]["policies"])
+    from .core.metrics import to_json
+    from .inputs import check_out_file
+
+    out = check_out_file(args.out) if args.out else None
+    heat = check_out_file(args.heatmap, arg="--heatmap") if args.heatmap else None
+    if args.markdown:
+        check_out_file(args.markdown, arg="--markdown")
     print_tables(doc)
     _print_acceptance(doc, args.check)
     _print_versus(doc, args.versus)
     if args.markdown:
         Path(args.markdown).write_text(markdown_table(doc) + _acceptance_markdown(doc, args.check)
                                        + _versus_markdown(doc, args.versus))
+    if out:
+        out.write_text(to_json(doc))
+    if heat:
+        from .plots import plot_regime_heatmap
+
+        plot_regime_heatmap(doc, heat)
     return 0
 
 
