@@ -55,6 +55,52 @@ def test_priority_order_with_another_tie_key(items):
     assert [g.gen_id for g in priority_order(gens, key)] == [g.gen_id for g in plain]
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, -0.0, 1, 1.0, 2.5, -3.0, math.inf, -math.inf])
+                          | st.floats(-100.0, 100.0),
+                          st.sampled_from([0.0, 1.0, 2.0]), st.sampled_from([0.0, 1.0]), st.integers(0, 400)),
+                max_size=200, unique_by=lambda t: t[3]),
+       st.booleans(), st.randoms(use_true_random=False))
+def test_priority_order_long_tie_runs(items, fcfs_like, rnd):
+    """Long runs of equal priorities (FCFS-like priorities, -arrival, tie over a whole arrival
+    event) or a few ties among distinct priorities, in any input order, ids not in numeric order:
+    the multi-pass sort = the tuple sort; vllm-priority's key likewise."""
+    from timelyllm_ros.core.policies.basic import _vllm_tie
+    gens = [_gen(i, priority=-a if fcfs_like else p, ready_since=rs, arrival=a) for p, rs, a, i in items]
+    rnd.shuffle(gens)
+    assert [g.gen_id for g in priority_order(gens)] == [g.gen_id for g in _plain(gens)]
+    plain = sorted(gens, key=lambda g: (-g.priority, g.request.arrival, g.request.request_id))
+    assert [g.gen_id for g in priority_order(gens, _vllm_tie)] == [g.gen_id for g in plain]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_priority_order_few_ties_among_many(seed):
+    """A few runs of ties among mostly distinct priorities (the path that re-sorts only the tied
+    generations, in place): the tuple sort's order."""
+    import random
+
+    from timelyllm_ros.core.policies.basic import _vllm_tie
+    rnd = random.Random(seed)
+    n = rnd.randrange(20, 300)
+    pri = [rnd.uniform(-50.0, 50.0) for _ in range(n)]
+    for _ in range(rnd.randrange(1, max(2, n // 10))):  # fewer than a quarter of the pairs tie
+        pri[rnd.randrange(n)] = pri[rnd.randrange(n)]
+    gens = [_gen(i, priority=p, ready_since=rnd.choice([0.0, 1.0]), arrival=rnd.choice([0.0, 1.0, 2.0]))
+            for i, p in enumerate(pri)]
+    rnd.shuffle(gens)
+    assert [g.gen_id for g in priority_order(gens)] == [g.gen_id for g in _plain(gens)]
+    plain = sorted(gens, key=lambda g: (-g.priority, g.request.arrival, g.request.request_id))
+    assert [g.gen_id for g in priority_order(gens, _vllm_tie)] == [g.gen_id for g in plain]
+
+
+def test_priority_order_keeps_input_order_of_full_ties():
+    """Generations equal in every key (a duplicated id) keep their input order, as the stable
+    tuple sort keeps them."""
+    a, b, c = _gen(1, priority=1.0), _gen(1, priority=1.0), _gen(0, priority=1.0)
+    assert [id(g) for g in priority_order([a, b, c])] == [id(g) for g in _plain([a, b, c])] == [id(c), id(a), id(b)]
+    assert [id(g) for g in priority_order([b, a, c])] == [id(c), id(b), id(a)]
+
+
 def test_priority_order_breaks_ties_fcfs():
     gens = [_gen(0, priority=1.0, ready_since=2.0), _gen(1, priority=1.0, ready_since=1.0),
             _gen(2, priority=3.0, ready_since=5.0), _gen(3, priority=1.0, ready_since=1.0, arrival=-1.0)]

@@ -12,7 +12,7 @@ import math
 import operator
 from dataclasses import dataclass, field
 from collections import deque
-from itertools import islice, repeat
+from itertools import chain, compress, islice, repeat
 from typing import Callable, Sequence
 
 import numpy as np
@@ -82,22 +82,29 @@ def _order_key(g: Generation) -> tuple:
     return (-g.priority, g.ready_since, g.request.arrival, g.gen_id)
 
 
-def _tie_key(g: Generation) -> tuple:
+def _tie_key(g: Generation) -> tuple:  # priority_order's tie-break, as one tuple (ascending_perm's fallback)
     return (g.ready_since, g.request.arrival, g.gen_id)
 
 
 def priority_order(gens: Sequence[Generation],
                    tie_key: Callable[[Generation], tuple] = _tie_key) -> list[Generation]:
     """`gens` sorted by (-priority, ready_since, arrival, gen_id): highest priority first, FCFS
-    among equals (`tie_key` replaces the part after -priority).
+    among equals (`tie_key`, if given, replaces the part after -priority; it must order totally,
+    as times and ids do).
 
-    Why not `sorted(key=that tuple)`: at 1,000 ready generations building and comparing the tuples
-    is most of a scheduling point.  Sorting on the float priority alone and re-sorting only runs
-    of equal priorities gives exactly the same order; non-finite priorities (NaN compares
-    inconsistently) take the plain tuple sort.
+    Why not `sorted(key=that tuple)`: building and comparing the tuples (or calling a Python key
+    per generation) is most of a scheduling point at hundreds of ready generations.  Sorted on the
+    float priority alone first; where priorities tie (FCFS-like ones, -arrival, tie over whole
+    arrival events), the tied generations — or all of them, when most tie — are sorted again by
+    the whole key, as stable sorts with C-level keys, least significant first (gen_id, arrival,
+    ready_since, then priority descending: a reversed sort keeps equal elements in order) — the
+    tuple's order exactly, and linear on a ready queue already in order (the common case).  Each
+    run of ties keeps its place: its members are the tied subset's members of that priority.
+    Non-finite priorities (NaN compares inconsistently) take the plain tuple sort.
     """
     order = sorted(gens, key=_PRIORITY, reverse=True)
-    if len(order) < 2:
+    n = len(order)
+    if n < 2:
         return order
     keys = list(map(_PRIORITY, order))
     try:
@@ -109,18 +116,31 @@ def priority_order(gens: Sequence[Generation],
             return sorted(gens, key=_order_key)
         return sorted(gens, key=lambda g: (-g.priority,) + tie_key(g))
     ties = list(map(operator.eq, keys, islice(keys, 1, None)))  # ties[i]: order[i] == order[i + 1]
-    last = len(ties)
-    i = ties.index(True) if True in ties else last
-    while i < last:
-        j = i + 1
-        while j < last and ties[j]:
-            j += 1
-        order[i:j + 1] = sorted(order[i:j + 1], key=tie_key)  # a run of equal priorities
-        try:
-            i = ties.index(True, j + 1)
-        except ValueError:
-            break
+    t = ties.count(True)
+    if not t:
+        return order
+    if 4 * t >= n:  # mostly ties: re-sort them all
+        _sort_by_whole_key(order, tie_key)
+        return order
+    ties.append(False)
+    at = list(compress(range(n), map(operator.or_, ties, chain((False,), ties))))  # in a run of ties
+    sub = list(map(order.__getitem__, at))
+    _sort_by_whole_key(sub, tie_key)
+    for i, g in zip(at, sub):
+        order[i] = g
     return order
+
+
+def _sort_by_whole_key(gens: list[Generation], tie_key: Callable[[Generation], tuple]) -> None:
+    """Sort `gens` in place by (-priority,) + tie_key (finite priorities): stable passes with
+    C-level keys, the least significant first."""
+    if tie_key is _tie_key:
+        gens.sort(key=_ID)
+        gens.sort(key=_ARRIVAL)
+        gens.sort(key=_READY_SINCE)
+    else:
+        gens.sort(key=tie_key)
+    gens.sort(key=_PRIORITY, reverse=True)
 
 
 def batch_was_full(ready: Sequence[Generation]) -> bool:
