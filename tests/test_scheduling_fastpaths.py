@@ -739,3 +739,31 @@ def test_slot_table_without_output_tracking_fills_once_and_after_invalidate():
     more = gens + [_gen(9)]
     table.lookup(more, fill)
     assert filled[6:] == [more[3].gen_id]
+
+
+def test_slot_table_with_output_tracking_refills_what_changed():
+    """`SlotTable` (output tracked: LAMPS', Andes' terms): looked up with the same list again, a
+    slot is refilled only when its generation's output length changed or it was invalidated;
+    a new list gives new generations slots and keeps the old ones'; the slots returned are the
+    caller's own copy."""
+    from timelyllm_ros.core.policies.slots import SlotTable
+    table = SlotTable({"x": (float, 0.0)})
+    gens = [_gen(i) for i in range(3)]
+    filled: list[str] = []
+
+    def fill(g, slot):
+        filled.append(g.gen_id)
+
+    sl = table.lookup(gens, fill)
+    assert filled == ["r0", "r1", "r2"]
+    sl[:] = -5  # the caller's copy: the table's own record is untouched
+    assert table.lookup(gens, fill).tolist() == [0, 1, 2] and len(filled) == 3
+    gens[1].output_ids.extend([1, 2])
+    assert table.lookup(gens, fill).tolist() == [0, 1, 2] and filled[3:] == ["r1"]
+    assert table.lookup(gens, fill).tolist() == [0, 1, 2] and len(filled) == 4
+    table.invalidate()
+    table.lookup(gens, fill)
+    assert filled[4:] == ["r0", "r1", "r2"]
+    more = [gens[2], _gen(7), gens[0]]
+    assert table.lookup(more, fill).tolist() == [2, 3, 0] and filled[7:] == ["r7"]
+    assert table.lookup(more, fill).tolist() == [2, 3, 0] and len(filled) == 8

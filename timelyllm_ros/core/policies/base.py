@@ -223,7 +223,7 @@ def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: 
             perm = np.lexsort((keys, ~first))
             kp, fp = keys[perm], first[perm]
             eq = (kp[1:] == kp[:-1]) & (fp[1:] == fp[:-1])
-        distinct = not np.count_nonzero(eq)
+        distinct = not eq.any()
         if distinct:
             return perm.tolist()
         idx = _break_ties(gens, perm, eq, arrival, ready_since)
