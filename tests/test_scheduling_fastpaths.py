@@ -75,8 +75,8 @@ def test_priority_order_long_tie_runs(items, fcfs_like, rnd):
 
 @pytest.mark.parametrize("seed", range(20))
 def test_priority_order_few_ties_among_many(seed):
-    """A few runs of ties among mostly distinct priorities (the path that re-sorts only the tied
-    generations, in place): the tuple sort's order."""
+    """A few runs of ties among mostly distinct priorities (the path that re-sorts each run of
+    ties alone, by the C-level tie tuple): the tuple sort's order."""
     import random
 
     from timelyllm_ros.core.policies.basic import _vllm_tie

@@ -12,7 +12,7 @@ import math
 import operator
 from dataclasses import dataclass, field
 from collections import deque
-from itertools import chain, compress, islice, repeat
+from itertools import islice, repeat
 from typing import Callable, Sequence
 
 import numpy as np
@@ -54,6 +54,7 @@ _PRIORITY = operator.attrgetter("priority")
 _READY_SINCE = operator.attrgetter("ready_since")
 _ARRIVAL = operator.attrgetter("request.arrival")
 _ID = operator.attrgetter("request.request_id")
+_TIES = operator.attrgetter("ready_since", "request.arrival", "request.request_id")  # `_tie_key`, at C level
 
 
 def arrival_order(gens: Sequence[Generation]) -> list[Generation]:
@@ -94,13 +95,14 @@ def priority_order(gens: Sequence[Generation],
 
     Why not `sorted(key=that tuple)`: building and comparing the tuples (or calling a Python key
     per generation) is most of a scheduling point at hundreds of ready generations.  Sorted on the
-    float priority alone first; where priorities tie (FCFS-like ones, -arrival, tie over whole
-    arrival events), the tied generations — or all of them, when most tie — are sorted again by
-    the whole key, as stable sorts with C-level keys, least significant first (gen_id, arrival,
-    ready_since, then priority descending: a reversed sort keeps equal elements in order) — the
-    tuple's order exactly, and linear on a ready queue already in order (the common case).  Each
-    run of ties keeps its place: its members are the tied subset's members of that priority.
-    Non-finite priorities (NaN compares inconsistently) take the plain tuple sort.
+    float priority alone first; then, where priorities tie, by the whole key, two ways that give
+    the same order: when at least a quarter of neighbours tie (FCFS-like priorities, -arrival,
+    tie over whole arrival events) all of them again, as stable sorts with C-level keys, least
+    significant first (gen_id, arrival, ready_since, then priority descending: a reversed sort
+    keeps equal elements in order; linear on a ready queue already in order, the simulator's
+    common case); otherwise each run of equal priorities alone, by the tie-break tuple built at C
+    level (few short runs: a few small sorts).  Non-finite priorities (NaN compares
+    inconsistently) take the plain tuple sort.
     """
     order = sorted(gens, key=_PRIORITY, reverse=True)
     n = len(order)
@@ -122,12 +124,18 @@ def priority_order(gens: Sequence[Generation],
     if 4 * t >= n:  # mostly ties: re-sort them all
         _sort_by_whole_key(order, tie_key)
         return order
-    ties.append(False)
-    at = list(compress(range(n), map(operator.or_, ties, chain((False,), ties))))  # in a run of ties
-    sub = list(map(order.__getitem__, at))
-    _sort_by_whole_key(sub, tie_key)
-    for i, g in zip(at, sub):
-        order[i] = g
+    key = _TIES if tie_key is _tie_key else tie_key
+    last = len(ties)
+    i = ties.index(True)
+    while i < last:
+        j = i + 1
+        while j < last and ties[j]:
+            j += 1
+        order[i:j + 1] = sorted(order[i:j + 1], key=key)  # a run of equal priorities
+        try:
+            i = ties.index(True, j + 1)
+        except ValueError:
+            break
     return order
 
 
