@@ -55,6 +55,52 @@ def test_priority_order_with_another_tie_key(items):
     assert [g.gen_id for g in priority_order(gens, key)] == [g.gen_id for g in plain]
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, -0.0, 1, 1.0, 2.5, -3.0, math.inf, -math.inf])
+                          | st.floats(-100.0, 100.0),
+                          st.sampled_from([0.0, 1.0, 2.0]), st.sampled_from([0.0, 1.0]), st.integers(0, 400)),
+                max_size=200, unique_by=lambda t: t[3]),
+       st.booleans(), st.randoms(use_true_random=False))
+def test_priority_order_long_tie_runs(items, fcfs_like, rnd):
+    """Long runs of equal priorities (FCFS-like priorities, -arrival, tie over a whole arrival
+    event) or a few ties among distinct priorities, in any input order, ids not in numeric order:
+    the multi-pass sort = the tuple sort; vllm-priority's key likewise."""
+    from timelyllm_ros.core.policies.basic import _vllm_tie
+    gens = [_gen(i, priority=-a if fcfs_like else p, ready_since=rs, arrival=a) for p, rs, a, i in items]
+    rnd.shuffle(gens)
+    assert [g.gen_id for g in priority_order(gens)] == [g.gen_id for g in _plain(gens)]
+    plain = sorted(gens, key=lambda g: (-g.priority, g.request.arrival, g.request.request_id))
+    assert [g.gen_id for g in priority_order(gens, _vllm_tie)] == [g.gen_id for g in plain]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_priority_order_few_ties_among_many(seed):
+    """A few runs of ties among mostly distinct priorities (the path that re-sorts each run of
+    ties alone, by the C-level tie tuple): the tuple sort's order."""
+    import random
+
+    from timelyllm_ros.core.policies.basic import _vllm_tie
+    rnd = random.Random(seed)
+    n = rnd.randrange(20, 300)
+    pri = [rnd.uniform(-50.0, 50.0) for _ in range(n)]
+    for _ in range(rnd.randrange(1, max(2, n // 10))):  # fewer than a quarter of the pairs tie
+        pri[rnd.randrange(n)] = pri[rnd.randrange(n)]
+    gens = [_gen(i, priority=p, ready_since=rnd.choice([0.0, 1.0]), arrival=rnd.choice([0.0, 1.0, 2.0]))
+            for i, p in enumerate(pri)]
+    rnd.shuffle(gens)
+    assert [g.gen_id for g in priority_order(gens)] == [g.gen_id for g in _plain(gens)]
+    plain = sorted(gens, key=lambda g: (-g.priority, g.request.arrival, g.request.request_id))
+    assert [g.gen_id for g in priority_order(gens, _vllm_tie)] == [g.gen_id for g in plain]
+
+
+def test_priority_order_keeps_input_order_of_full_ties():
+    """Generations equal in every key (a duplicated id) keep their input order, as the stable
+    tuple sort keeps them."""
+    a, b, c = _gen(1, priority=1.0), _gen(1, priority=1.0), _gen(0, priority=1.0)
+    assert [id(g) for g in priority_order([a, b, c])] == [id(g) for g in _plain([a, b, c])] == [id(c), id(a), id(b)]
+    assert [id(g) for g in priority_order([b, a, c])] == [id(c), id(b), id(a)]
+
+
 def test_priority_order_breaks_ties_fcfs():
     gens = [_gen(0, priority=1.0, ready_since=2.0), _gen(1, priority=1.0, ready_since=1.0),
             _gen(2, priority=3.0, ready_since=5.0), _gen(3, priority=1.0, ready_since=1.0, arrival=-1.0)]
@@ -693,3 +739,31 @@ def test_slot_table_without_output_tracking_fills_once_and_after_invalidate():
     more = gens + [_gen(9)]
     table.lookup(more, fill)
     assert filled[6:] == [more[3].gen_id]
+
+
+def test_slot_table_with_output_tracking_refills_what_changed():
+    """`SlotTable` (output tracked: LAMPS', Andes' terms): looked up with the same list again, a
+    slot is refilled only when its generation's output length changed or it was invalidated;
+    a new list gives new generations slots and keeps the old ones'; the slots returned are the
+    caller's own copy."""
+    from timelyllm_ros.core.policies.slots import SlotTable
+    table = SlotTable({"x": (float, 0.0)})
+    gens = [_gen(i) for i in range(3)]
+    filled: list[str] = []
+
+    def fill(g, slot):
+        filled.append(g.gen_id)
+
+    sl = table.lookup(gens, fill)
+    assert filled == ["r0", "r1", "r2"]
+    sl[:] = -5  # the caller's copy: the table's own record is untouched
+    assert table.lookup(gens, fill).tolist() == [0, 1, 2] and len(filled) == 3
+    gens[1].output_ids.extend([1, 2])
+    assert table.lookup(gens, fill).tolist() == [0, 1, 2] and filled[3:] == ["r1"]
+    assert table.lookup(gens, fill).tolist() == [0, 1, 2] and len(filled) == 4
+    table.invalidate()
+    table.lookup(gens, fill)
+    assert filled[4:] == ["r0", "r1", "r2"]
+    more = [gens[2], _gen(7), gens[0]]
+    assert table.lookup(more, fill).tolist() == [2, 3, 0] and filled[7:] == ["r7"]
+    assert table.lookup(more, fill).tolist() == [2, 3, 0] and len(filled) == 8

@@ -168,7 +168,7 @@ class QoEBatch:
                  ideal_start: np.ndarray, u: np.ndarray) -> None:
         self.sa, self.pn, self.la, self.dl = s_actual, prev_next, last, delivered
         self.start, self.u = ideal_start, u
-        self.u_min = float(np.min(u)) if np.size(u) else math.inf
+        self.u_min = float(u.min()) if u.size else math.inf  # (ndarray methods: numpy's wrappers cost ~1 µs a call)
         self._expected: dict = {}
 
     def at_streams(self, at: float, s: Sequence[float], pending: np.ndarray, cnt: Sequence[int],

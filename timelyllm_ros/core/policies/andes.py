@@ -99,10 +99,10 @@ def _stable_head(x: np.ndarray, k: int) -> np.ndarray:
     """The first k of np.argsort(x, kind="stable") without sorting everything: the k smallest by
     a partition, ties at the k-th value in index order (as the stable sort keeps them)."""
     if 4 * k >= len(x):
-        return np.argsort(x, kind="stable")[:k]
+        return x.argsort(kind="stable")[:k]
     v = np.partition(x, k - 1)[k - 1]
     if v != v:  # NaN (sorted last) reaches the head: the plain sort
-        return np.argsort(x, kind="stable")[:k]
+        return x.argsort(kind="stable")[:k]
     cand = np.flatnonzero(x <= v)
     return cand[np.argsort(x[cand], kind="stable")[:k]]
 
@@ -114,7 +114,7 @@ def _stable_heads(x: np.ndarray, k: int) -> np.ndarray:
     rows at once.  A row with fewer (or a NaN threshold) takes the row-wise path."""
     rows_n, n = x.shape
     if 4 * k >= n:
-        return np.argsort(x, axis=1, kind="stable")[:, :k]
+        return x.argsort(axis=1, kind="stable")[:, :k]
     step = max(1, n // (8 * k))
     sample = np.sort(x[:, ::step], axis=1)
     t = sample[:, min(sample.shape[1] - 1, (2 * k) // step + 1)]
@@ -295,11 +295,11 @@ class Andes(Policy):
                     put(t)
                 trail = np.array(trail_l)
             self._tpw = float(trail[-1])
-            tpw = np.where(has_own, own, trail[np.cumsum(has_own)])  # own or the average so far
+            tpw = np.where(has_own, own, trail[has_own.cumsum()])  # own or the average so far
         rate = np.where(np.isnan(fixed), a["base"][sl] * tpw / PAPER_TOKENS_PER_WORD, fixed)
         u = 1.0 / rate
         # delivered runs folded at the current rate (refolded when a request's rate moved)
-        refold = np.flatnonzero((a["last_start"][sl] > -_INF) & (a["fold_rate"][sl] != rate))
+        refold = ((a["last_start"][sl] > -_INF) & (a["fold_rate"][sl] != rate)).nonzero()[0]
         for i, r_ in zip(refold.tolist(), rate[refold].tolist()):
             slot = int(sl[i])
             runs = self._table.py[slot]
@@ -326,7 +326,7 @@ class Andes(Policy):
 
         q_wait = qoe_kernel.at_times(qb.sa, qb.pn, qb.la, qb.dl, qb.start, qb.u, (T_wait,))  # one compiled loop
         q_wait = qb.at(T_wait) if q_wait is None else q_wait[:, 0]
-        odd_wait = np.flatnonzero(last_start > T_wait + _EPS).tolist()  # a delivered run not started yet
+        odd_wait = (last_start > T_wait + _EPS).nonzero()[0].tolist()  # a delivered run not started yet
         for i in odd_wait:
             q_wait[i] = item(i).q_wait
         # triggering
@@ -336,7 +336,7 @@ class Andes(Policy):
             on, why = True, "batch full"
         elif kv > self.kv_trigger:
             on, why = True, f"kv {kv:.2f}"
-        elif ctx.token_s > float(np.min(u)):  # min over requests of 1 / rate
+        elif ctx.token_s > qb.u_min:  # min over requests of 1 / rate
             on, why = True, "token latency"
         else:
             on, why = False, ""
@@ -356,9 +356,9 @@ class Andes(Policy):
         lats = [self.lat(B, ctx, n_run) for B in cands]
         s0 = [now + lat + self.network_latency_s for lat in lats]
         q_serve = qb.at_streams(T_wait, s0, a["pending"][sl], [int(self.delta_t / lat) for lat in lats], lats)
-        late = float(np.max(last_start))
+        late = float(last_start.max())
         for r, lat in enumerate(lats):  # a delivered run after the projected stream's start: scalar formula
-            for i in (odd_wait + np.flatnonzero(last_start > s0[r]).tolist() if late > min(s0) else odd_wait):
+            for i in (odd_wait + (last_start > s0[r]).nonzero()[0].tolist() if late > min(s0) else odd_wait):
                 q_serve[r, i] = self.q_serve(item(i), lat, now)
         # greedy_pack for every B: by priority (stable), take while count < B and memory fits; only
         # the first B by priority can be taken, so only they are sorted
@@ -366,9 +366,9 @@ class Andes(Policy):
         pri_all = gains / mem
         neg_pri = -pri_all
         heads = _stable_heads(neg_pri, min(max(cands), n))  # per row: the first by priority
-        over = np.cumsum(mem[heads], axis=1) > M
+        over = mem[heads].cumsum(axis=1) > M
         fits = np.where(over.any(axis=1), over.argmax(axis=1), heads.shape[1]).tolist()
-        head_gains = np.take_along_axis(gains, heads, axis=1).tolist()
+        head_gains = gains[np.arange(len(heads))[:, None], heads].tolist()  # (np.take_along_axis, without its wrapper)
         best: tuple | None = None
         for r, B in enumerate(cands):
             m = min(B, fits[r])
@@ -409,8 +409,8 @@ class Andes(Policy):
             bmax = min(bmax, self.max_batch)
         if full:
             bmax = min(bmax, max(1, n_running))
-        fit = int(np.searchsorted(np.cumsum(np.sort(mem)), M, side="right"))  # smallest first, while <= M
-        return self._b_candidates(max(1, min(bmax, fit)), float(np.max(rate)), n_running, ctx)
+        fit = int(np.sort(mem).cumsum().searchsorted(M, side="right"))  # smallest first, while <= M
+        return self._b_candidates(max(1, min(bmax, fit)), float(rate.max()), n_running, ctx)
 
     def _refine_fast(self, admit: list[int], victims: list[int], g_l: list[float], chosen: set[int], n_run: int,
                      mem: np.ndarray, qb: QoEBatch, last_start: np.ndarray, item,

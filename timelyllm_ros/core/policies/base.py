@@ -54,6 +54,7 @@ _PRIORITY = operator.attrgetter("priority")
 _READY_SINCE = operator.attrgetter("ready_since")
 _ARRIVAL = operator.attrgetter("request.arrival")
 _ID = operator.attrgetter("request.request_id")
+_TIES = operator.attrgetter("ready_since", "request.arrival", "request.request_id")  # `_tie_key`, at C level
 
 
 def arrival_order(gens: Sequence[Generation]) -> list[Generation]:
@@ -82,22 +83,30 @@ def _order_key(g: Generation) -> tuple:
     return (-g.priority, g.ready_since, g.request.arrival, g.gen_id)
 
 
-def _tie_key(g: Generation) -> tuple:
+def _tie_key(g: Generation) -> tuple:  # priority_order's tie-break, as one tuple (ascending_perm's fallback)
     return (g.ready_since, g.request.arrival, g.gen_id)
 
 
 def priority_order(gens: Sequence[Generation],
                    tie_key: Callable[[Generation], tuple] = _tie_key) -> list[Generation]:
     """`gens` sorted by (-priority, ready_since, arrival, gen_id): highest priority first, FCFS
-    among equals (`tie_key` replaces the part after -priority).
+    among equals (`tie_key`, if given, replaces the part after -priority; it must order totally,
+    as times and ids do).
 
-    Why not `sorted(key=that tuple)`: at 1,000 ready generations building and comparing the tuples
-    is most of a scheduling point.  Sorting on the float priority alone and re-sorting only runs
-    of equal priorities gives exactly the same order; non-finite priorities (NaN compares
+    Why not `sorted(key=that tuple)`: building and comparing the tuples (or calling a Python key
+    per generation) is most of a scheduling point at hundreds of ready generations.  Sorted on the
+    float priority alone first; then, where priorities tie, by the whole key, two ways that give
+    the same order: when at least a quarter of neighbours tie (FCFS-like priorities, -arrival,
+    tie over whole arrival events) all of them again, as stable sorts with C-level keys, least
+    significant first (gen_id, arrival, ready_since, then priority descending: a reversed sort
+    keeps equal elements in order; linear on a ready queue already in order, the simulator's
+    common case); otherwise each run of equal priorities alone, by the tie-break tuple built at C
+    level (few short runs: a few small sorts).  Non-finite priorities (NaN compares
     inconsistently) take the plain tuple sort.
     """
     order = sorted(gens, key=_PRIORITY, reverse=True)
-    if len(order) < 2:
+    n = len(order)
+    if n < 2:
         return order
     keys = list(map(_PRIORITY, order))
     try:
@@ -109,18 +118,37 @@ def priority_order(gens: Sequence[Generation],
             return sorted(gens, key=_order_key)
         return sorted(gens, key=lambda g: (-g.priority,) + tie_key(g))
     ties = list(map(operator.eq, keys, islice(keys, 1, None)))  # ties[i]: order[i] == order[i + 1]
+    t = ties.count(True)
+    if not t:
+        return order
+    if 4 * t >= n:  # mostly ties: re-sort them all
+        _sort_by_whole_key(order, tie_key)
+        return order
+    key = _TIES if tie_key is _tie_key else tie_key
     last = len(ties)
-    i = ties.index(True) if True in ties else last
+    i = ties.index(True)
     while i < last:
         j = i + 1
         while j < last and ties[j]:
             j += 1
-        order[i:j + 1] = sorted(order[i:j + 1], key=tie_key)  # a run of equal priorities
+        order[i:j + 1] = sorted(order[i:j + 1], key=key)  # a run of equal priorities
         try:
             i = ties.index(True, j + 1)
         except ValueError:
             break
     return order
+
+
+def _sort_by_whole_key(gens: list[Generation], tie_key: Callable[[Generation], tuple]) -> None:
+    """Sort `gens` in place by (-priority,) + tie_key (finite priorities): stable passes with
+    C-level keys, the least significant first."""
+    if tie_key is _tie_key:
+        gens.sort(key=_ID)
+        gens.sort(key=_ARRIVAL)
+        gens.sort(key=_READY_SINCE)
+    else:
+        gens.sort(key=tie_key)
+    gens.sort(key=_PRIORITY, reverse=True)
 
 
 def batch_was_full(ready: Sequence[Generation]) -> bool:
@@ -203,7 +231,7 @@ def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: 
             perm = np.lexsort((keys, ~first))
             kp, fp = keys[perm], first[perm]
             eq = (kp[1:] == kp[:-1]) & (fp[1:] == fp[:-1])
-        distinct = not np.count_nonzero(eq)
+        distinct = not eq.any()
         if distinct:
             return perm.tolist()
         idx = _break_ties(gens, perm, eq, arrival, ready_since)

@@ -145,7 +145,7 @@ def atc_priorities(alphas: Sequence[float] | np.ndarray, ps: Sequence[float] | n
         scale = float(np.add.reduce(p)) / p.size * k
         scale = scale if scale > 1e-9 else 1e-9
     w = np.where(a < 0.0, -a, 1e-12) / np.maximum(p, 1e-9) * np.exp(-np.maximum(s, 0.0) / scale)
-    return np.where(w > 0.0, w, 5e-324)  # (exp underflow: still critical, last)
+    return np.fmax(w, 5e-324, out=w)  # (exp underflow: still critical, last; = where(w > 0, w, 5e-324), NaN too)
 
 
 class Default(Policy):

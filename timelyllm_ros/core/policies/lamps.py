@@ -327,17 +327,18 @@ class LAMPS(WasteHandling, Policy):
         self._sig = sig2
         a = table.a
         # starvation counters (_count, for all ready generations at once)
+        starv = a["starving"][sl]  # (kept equal to a["starving"][sl] below: one gather)
         cnt = np.where(a["seen"][sl] == it - 1, a["count"][sl] + 1, 0)
         a["count"][sl] = cnt
         a["seen"][sl] = it
-        for i in ((cnt >= self.starvation_threshold) & ~a["starving"][sl]).nonzero()[0].tolist():
+        for i in ((cnt >= self.starvation_threshold) & ~starv).nonzero()[0].tolist():
             g = ready[i]
-            a["starving"][sl[i]] = True
+            a["starving"][sl[i]] = starv[i] = True
             g.extra[_STARVE] = True
             g.extra["lamps_starved_at"] = it
         # eligibility (just-in-time resume): a suspended generation whose last segment does not
         # block waits until its robot's action is about G from its end
-        elig = np.ones(len(ready), dtype=bool)
+        elig = None  # None: all eligible (no array built for that common case)
         if self.jit_resume:
             suspended = GenState.SUSPENDED
             susp = np.array([g.state is suspended for g in ready], dtype=bool)
@@ -345,7 +346,10 @@ class LAMPS(WasteHandling, Policy):
             if cand.size:
                 ends = np.array([np.inf if e is None else e for e in
                                  map(Generation.prev_exec_end_estimate, map(ready.__getitem__, cand.tolist()))])
+                elig = np.ones(len(ready), dtype=bool)
                 elig[cand] = (ends == np.inf) | (now >= ends - ctx.seg_gen_s)
+                if elig.all():
+                    elig = None
         # areas
         tau = max(ctx.token_s, 0.0)
         # C_other outside the batch: `private_context` of each running one (all observed above, so
@@ -373,7 +377,8 @@ class LAMPS(WasteHandling, Policy):
             mult = np.where(take, per_token[h], mult)
         area = (a["resume"][sl] + tau * a["D"][sl]) + c2 * mult
         run_ids = {o.request.request_id for o in running}
-        slow = (~a["ok"][sl]).nonzero()[0].tolist()
+        ok = a["ok"][sl]
+        slow = [] if ok.all() else (~ok).nonzero()[0].tolist()
         if run_ids:  # a ready generation with a running one's id (hashes first, then the ids)
             hashes = {hash(r) for r in run_ids}  # (a set lookup per ready one: np.isin costs ~20 µs at 8)
             maybe = [i for i, h in enumerate(a["id_hash"][sl].tolist()) if h in hashes]
@@ -381,7 +386,7 @@ class LAMPS(WasteHandling, Policy):
         for i in slow:  # C_other of a running one, or inputs waste() refuses: the plain formula
             area[i] = self.area(ready[i], ctx, running, None if ready[i].gen_id in run_ids else int(c_other))
         if self.score_interval > 1:  # a score holds score_interval iterations, or until g's segments change
-            for i in elig.nonzero()[0].tolist():
+            for i in (range(len(ready)) if elig is None else elig.nonzero()[0].tolist()):
                 g = ready[i]
                 cached = g.extra.get(_SCORE)  # (policy, iteration, area, segments)
                 if (cached is None or cached[0] != self._token or it - cached[1] >= self.score_interval
@@ -389,16 +394,16 @@ class LAMPS(WasteHandling, Policy):
                     g.extra[_SCORE] = (self._token, it, float(area[i]), len(g.segments))
                 else:
                     area[i] = cached[2]
-        if elig.all():
-            keep, gens, area_k = np.arange(len(ready)), list(ready), area
+        arrival = a["arrival"][sl]
+        keep = None if elig is None else elig.nonzero()[0]
+        if keep is None:
+            gens, area_k, starving = list(ready), area, starv
         else:
-            keep = elig.nonzero()[0]
-            gens, area_k = list(map(ready.__getitem__, keep.tolist())), area[keep]
-        starving = a["starving"][sl][keep]
+            gens, area_k, starving = list(map(ready.__getitem__, keep.tolist())), area[keep], starv[keep]
+            arrival = arrival[keep]
         set_priorities(gens, (-area_k).tolist())
         # starving ones first, each group by area, FCFS among equals
-        perm = ascending_perm(gens, area_k, first=starving if np.count_nonzero(starving) else None,
-                              arrival=a["arrival"][sl][keep])
+        perm = ascending_perm(gens, area_k, first=starving if starving.any() else None, arrival=arrival)
         order = list(map(gens.__getitem__, perm))
         if self.memory_admission and order:
             # admission_cut over the static block needs: the longest prefix whose cumulative need
@@ -410,7 +415,8 @@ class LAMPS(WasteHandling, Policy):
                 robot = ctx.robots.get(o.request.robot_type)
                 growth += math.ceil((robot.max_segment_tokens if robot else 16) / bs)
             free = st.kv_free_blocks - growth
-            cum = np.cumsum(a["need"][sl][keep][np.asarray(perm, dtype=np.intp)])
+            need = a["need"][sl] if keep is None else a["need"][sl][keep]
+            cum = need[perm].cumsum()
             over = (cum > free).nonzero()[0]
             if not running and over.size and over[0] == 0:
                 over = over[1:]

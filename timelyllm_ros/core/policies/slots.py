@@ -83,8 +83,9 @@ class SlotTable:
         if len(self.objs) > 4 * n + 4096:
             self._rebuild(gens)
         last = self._last
-        if last is not None and len(last[0]) == n and all(map(operator.is_, gens, last[0])):
-            sl = last[1].copy()  # the same generations as at the last lookup (common between points)
+        same = last is not None and len(last[0]) == n and all(map(operator.is_, gens, last[0]))
+        if same:  # the same generations as at the last lookup (common between points): all have slots
+            sl = last[1].copy()
             if not self.track_output and not self._dirty:
                 return sl
         else:
@@ -95,10 +96,13 @@ class SlotTable:
         a = self.a
         if self.track_output:
             out = np.array([len(g.output_ids) for g in gens], dtype=float)
-            stale = np.flatnonzero((sl < 0) | (a["_out"][sl] != out)).tolist()
+            miss = a["_out"][sl] != out
+            if not same:
+                miss |= sl < 0
+            stale = miss.nonzero()[0].tolist()
         else:  # filled once; `invalidate` marks a slot -1 (refilled here)
             out = None
-            stale = np.flatnonzero((sl < 0) | (a["_out"][sl] < 0.0)).tolist() if n else []
+            stale = ((sl < 0) | (a["_out"][sl] < 0.0)).nonzero()[0].tolist() if n else []
         if stale and before_fill is not None:
             before_fill([gens[i] for i in stale])
         for i in stale:
@@ -111,7 +115,8 @@ class SlotTable:
                 self.py.append(None)
             a["_out"][slot] = out[i] if out is not None else 0.0
             fill(g, slot)
-        self._last = (list(gens), sl.copy())
+        if not same:  # (the same list keeps its slots: no new one was given)
+            self._last = (list(gens), sl.copy())
         return sl
 
     def _rebuild(self, gens: Sequence[Generation]) -> None:
