@@ -116,6 +116,10 @@ SMOKE: dict[str, Smoke] = {
     "fault_injection.py": Smoke(("--workload", "WID1"),
                                 (rf"largest utility change of unaffected requests: {NUM} %",)),
     "minispec_corpus.py": Smoke((), (r"streamed 1 char at a time == whole text: (\d+)/\1",)),
+    "rejudge.py": Smoke(  # a two-policy map of one cell, then `default` re-run in it with a parameter
+        ("--map", "{tmp}/map.json", "--build", "default,fcfs", "--cell", "rtx4090_llama3_8b/stock/drones:25/cap4",
+         "--param", "lead_steps=8", "--out", "{tmp}/rejudged.json"),
+        (r"1 cells, \d+ changed, verdict flips: \S+; pass \d -> \d",), files=("map.json", "rejudged.json")),
 }
 
 # a second run of a script on another path of it
