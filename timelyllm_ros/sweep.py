@@ -355,7 +355,6 @@ def _hms(s: float) -> str:
 
 def run_sweep(args: argparse.Namespace) -> int:
     from .cli import CliError
-    from .core.metrics import to_json
     from .inputs import check_out_file
     from .sim.regime import GridError
 
@@ -376,18 +375,9 @@ def run_sweep(args: argparse.Namespace) -> int:
     doc, walls = sweep(loads, caps, profiles, policies, seed=args.seed, workers=args.workers,
                        cell_timeout_s=args.cell_timeout or 0.0, cache_dir=args.cache_dir, cached_only=args.cached_only,
                        log=log, engine_kinds=kinds)
-    print_tables(doc)
-    _print_acceptance(doc, args.check)
-    _print_versus(doc, args.versus)
-    out.write_text(to_json(doc))
+    _report(doc, args, out, heat)
     walls_path = out.with_name(out.stem + ".walls.json")
     walls_path.write_text(json.dumps(walls, indent=1, sort_keys=True) + "\n")
-    from .plots import plot_regime_heatmap
-
-    plot_regime_heatmap(doc, heat)
-    if args.markdown:
-        Path(args.markdown).write_text(markdown_table(doc) + _acceptance_markdown(doc, args.check)
-                                       + _versus_markdown(doc, args.versus))
     print(f"wrote {out}, {heat}, {walls_path}" + (f", {args.markdown}" if args.markdown else "")
           + f"; wall {walls['total_s']:.0f} s with {walls['workers']} worker(s)", file=sys.stderr)
     return 0
@@ -426,26 +416,33 @@ def _report_saved(args: argparse.Namespace) -> int:
             raise CliError(f"--from-json: {e}") from None
         print(f"{len(doc['cells'])} cells from {len(docs)} regime maps", file=sys.stderr)
     _check_versus(args.versus, doc["grid"]["policies"])
-    from .core.metrics import to_json
     from .inputs import check_out_file
 
     out = check_out_file(args.out) if args.out else None
     heat = check_out_file(args.heatmap, arg="--heatmap") if args.heatmap else None
     if args.markdown:
         check_out_file(args.markdown, arg="--markdown")
+    _report(doc, args, out, heat)
+    return 0
+
+
+def _report(doc: dict[str, Any], args: argparse.Namespace, out: Path | None, heat: Path | None) -> None:
+    """A map's tables, acceptance and --versus comparisons on stdout; its JSON (`out`), heatmap
+    (`heat`) and --markdown where given (a swept map and one read back alike)."""
+    from .core.metrics import to_json
+
     print_tables(doc)
     _print_acceptance(doc, args.check)
     _print_versus(doc, args.versus)
-    if args.markdown:
-        Path(args.markdown).write_text(markdown_table(doc) + _acceptance_markdown(doc, args.check)
-                                       + _versus_markdown(doc, args.versus))
     if out:
         out.write_text(to_json(doc))
     if heat:
         from .plots import plot_regime_heatmap
 
         plot_regime_heatmap(doc, heat)
-    return 0
+    if args.markdown:
+        Path(args.markdown).write_text(markdown_table(doc) + _acceptance_markdown(doc, args.check)
+                                       + _versus_markdown(doc, args.versus))
 
 
 def _check_versus(pairs: Sequence[Sequence[str]], policies: Sequence[str]) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from .regime import ENGINE_KINDS, GridError
 
-_FIELDS = ("loads", "capacities", "profiles", "engine_kinds")
+_FIELDS = ("loads", "capacities", "profiles", "engine_kinds")  # _key's order
 
 
 def _ordered(values: Sequence[str], canon: Sequence[str]) -> list[str]:
@@ -25,7 +25,7 @@ def _ordered(values: Sequence[str], canon: Sequence[str]) -> list[str]:
 
 
 def _key(cell: Mapping[str, Any]) -> tuple[str, str, str, str]:
-    return cell["load"], cell["capacity"], cell["profile"], cell["engine"]
+    return cell["load"], cell["capacity"], cell["profile"], cell.get("engine", "stock")  # (maps before columns)
 
 
 def merge_maps(docs: Sequence[Mapping[str, Any]], names: Sequence[str] | None = None,
@@ -48,11 +48,6 @@ def merge_maps(docs: Sequence[Mapping[str, Any]], names: Sequence[str] | None = 
         if set(doc["grid"]["policies"]) != set(first["grid"]["policies"]):
             diff = sorted(set(doc["grid"]["policies"]) ^ set(first["grid"]["policies"]))
             raise GridError(f"{name}: its policies differ from {names[0]}'s ({', '.join(diff)}): not parts of one map")
-    order_of = {**(canon or {}), "engine_kinds": ENGINE_KINDS}
-    grid: dict[str, list[str]] = {}
-    for field in _FIELDS:
-        grid[field] = _ordered([v for d in docs for v in d["grid"].get(field, ["stock"] if field == "engine_kinds"
-                                                                           else [])], order_of.get(field, ()))
     cells: dict[tuple[str, str, str, str], Mapping[str, Any]] = {}
     where: dict[tuple[str, str, str, str], str] = {}
     for doc, name in zip(docs, names):
@@ -63,6 +58,10 @@ def merge_maps(docs: Sequence[Mapping[str, Any]], names: Sequence[str] | None = 
                                 "(different code or seeds): not parts of one map")
             cells.setdefault(k, cell)
             where.setdefault(k, name)
+    # the grid's lists: what the cells hold (loads, capacities, profiles, engine kinds = _key's order)
+    order_of = (*((canon or {}).get(f, ()) for f in ("loads", "capacities", "profiles")), ENGINE_KINDS)
+    lists = [_ordered([k[i] for k in cells], order_of[i]) for i in range(4)]
+    grid = dict(zip(_FIELDS, lists))
     rank = {f: {v: i for i, v in enumerate(grid[f])} for f in grid}
     order = sorted(cells, key=lambda k: (rank["engine_kinds"][k[3]], rank["profiles"][k[2]], rank["loads"][k[0]],
                                          rank["capacities"][k[1]]))
