@@ -36,6 +36,7 @@ class VllmServer:
     max_model_len: int = 2048
     max_num_seqs: int = 8
     scheduling_policy: str = "fcfs"  # "priority": vLLM's priority scheduling (the vllm-priority policy)
+    env: dict[str, str] = field(default_factory=dict)  # more environment, e.g. VLLM_CPU_OMP_THREADS_BIND
     proc: subprocess.Popen | None = None
     log: Path | None = None
     started_s: float = 0.0
@@ -47,7 +48,7 @@ class VllmServer:
     def start(self) -> None:
         fd, log = tempfile.mkstemp(prefix=f"vllm-serve-{self.port}-", suffix=".log")
         self.log = Path(log)
-        env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
+        env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", **self.env)
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model),
                "--host", "127.0.0.1", "--port", str(self.port), "--max-model-len", str(self.max_model_len),
                "--enable-prefix-caching", "--dtype", "float32", "--max-num-seqs", str(self.max_num_seqs),
