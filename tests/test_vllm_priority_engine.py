@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
 from typing import Iterator
 
 import pytest
@@ -191,16 +192,16 @@ def test_planner_passes_the_policy_priorities_to_vllm(prio_engine) -> None:
 
 @pytest.fixture(scope="module")
 def prio_server() -> Iterator[object]:
-    """One `vllm serve --scheduling-policy priority --max-num-seqs 2` (~50 s to start, ~3 GB). Its
-    compute threads are bound to CPU 0 so that its HTTP front end and this client keep a core: the
-    test reads the server's queue while it generates."""
+    """One `vllm serve --scheduling-policy priority --max-num-seqs 2` (~50 s to start, ~3 GB), in
+    vLLM's dev mode for its `/pause?mode=keep` and `/resume` endpoints (the test freezes the
+    scheduler while it queues requests)."""
     if not HAVE_VLLM:
         pytest.skip("vLLM is not installed in this interpreter")
     from timelyllm_ros.engines.vllm_server import VllmServer
 
     model, _ = tiny_model()
     server = VllmServer(model, max_num_seqs=2, scheduling_policy="priority",
-                        env={"VLLM_CPU_OMP_THREADS_BIND": "0"} if (os.cpu_count() or 1) > 1 else {})
+                        env={"VLLM_SERVER_DEV_MODE": "1"})
     try:
         server.start()
         server.wait_ready()
@@ -210,8 +211,7 @@ def prio_server() -> Iterator[object]:
 
 
 def _server_queue(url: str) -> tuple[int, int]:
-    """(running, waiting) requests in the server's /metrics now. Read with urllib: httpx builds an
-    SSL context per call, which once took 15 s of this 2-core machine while vLLM generated."""
+    """(running, waiting) requests in the server's /metrics (its scheduler's last report)."""
     from urllib.request import urlopen
 
     from prometheus_client.parser import text_string_to_metric_families
@@ -226,20 +226,28 @@ def _server_queue(url: str) -> tuple[int, int]:
     return int(got["vllm:num_requests_running"]), int(got["vllm:num_requests_waiting"])
 
 
-def test_remote_server_serves_the_urgent_request_first(prio_server) -> None:
-    """The same trace over the OpenAI API. Two long normal requests hold both slots; a normal
-    request and then an urgent one are sent, and the server's /metrics shows both waiting while
-    both slots are busy. From then on the server's scheduler alone decides who gets the next free
-    slot (we free one by aborting n1): the urgent request, sent last, streams before the normal
-    one that waited longer.
+def _server_post(url: str, path: str) -> None:
+    from urllib.request import Request, urlopen
 
-    The precondition is read from the server, not assumed from timing: on this 2-core machine
-    the server's front end can be starved for seconds, and the earlier form of this test (wait
-    for n1 to finish) lost that race in a loaded CI run (2026-11-27). If the long requests end
-    before both later ones are seen waiting, the trial says so and runs again (at most 3)."""
+    with urlopen(Request(url.removesuffix("/v1") + path, data=b"", method="POST"), timeout=60) as r:
+        assert r.status == 200, (path, r.status)
+
+
+def test_remote_server_serves_the_urgent_request_first(prio_server) -> None:
+    """The same trace over the OpenAI API. Two long normal requests hold both slots; the server's
+    scheduler is frozen (`/pause?mode=keep`), a normal request and then an urgent one are sent,
+    and one long request is aborted. The server's /metrics then shows the three left waiting
+    (n2, n3, u). On `/resume` the scheduler alone picks who runs: by (priority, arrival) that
+    is u and n2, so the urgent request, sent last, streams before the normal n3 sent before it
+    (FCFS would run n2 and n3).
+
+    The scheduler is frozen because a race decided the earlier forms of this test: on this
+    2-core machine vLLM's front end can wait seconds for the CPU while the model generates, and
+    a slot freed before the urgent request reached the scheduler (CI, 2026-11-27)."""
     from timelyllm_ros.engines.openai_remote import RemoteVllmEngine
 
-    e = RemoteVllmEngine({"url": prio_server.url, "scheduling_policy": "priority", "ignore_eos": True})
+    url = prio_server.url
+    e = RemoteVllmEngine({"url": url, "scheduling_policy": "priority", "ignore_eos": True})
     try:
         assert e.scheduling_policy == "priority"
         first: list[str] = []
@@ -249,42 +257,31 @@ def test_remote_server_serves_the_urgent_request_first(prio_server) -> None:
                 if o.token_ids and o.gen_id not in first:
                     first.append(o.gen_id)
 
-        def wait_for(cond, what: str, tries: int = 2000) -> None:
+        def wait_for(cond, what: str, tries: int = 3000) -> None:
             for _ in range(tries):
                 note_first_tokens()
                 if cond():
                     return
-            raise AssertionError(f"never saw {what}; server queue {_server_queue(prio_server.url)}, "
-                                 f"first tokens {first}")
+            raise AssertionError(f"never saw {what}; server queue {_server_queue(url)}, first tokens {first}")
 
-        missed = []
-        for trial in range(3):
-            n1, n2, n3, u = (f"{g}.{trial}" for g in ("n1", "n2", "n3", "u"))
-            first.clear()
-            e.add(n1, _ids(e, "look for the cat"), 1900, priority=1)
-            e.add(n2, _ids(e, "look for the dog"), 1900, priority=1)
-            wait_for(lambda: {n1, n2} <= set(first), "n1 and n2 streaming")
-            e.add(n3, _ids(e, "look for the keys"), 8, priority=1)
-            e.add(u, _ids(e, "look for the fire"), 8, priority=0)
-            seen = None
-            while not ({n3, u} & set(first)):  # neither later request has been served yet
-                seen = _server_queue(prio_server.url)
-                if seen == (2, 2):
-                    break
+        e.add("n1", _ids(e, "look for the cat"), 1900, priority=1)
+        e.add("n2", _ids(e, "look for the dog"), 1900, priority=1)
+        wait_for(lambda: {"n1", "n2"} <= set(first), "n1 and n2 streaming")
+        _server_post(url, "/pause?mode=keep")
+        try:
+            e.add("n3", _ids(e, "look for the keys"), 8, priority=1)
+            e.add("u", _ids(e, "look for the fire"), 8, priority=0)
+            idle_until = time.monotonic() + 1.0  # the server is idle: both reach its scheduler
+            while time.monotonic() < idle_until:
                 note_first_tokens()
-            if seen == (2, 2):
-                break
-            missed.append(f"trial {trial}: first tokens {first}, last queue {seen}")
-            for g in (n1, n2, n3, u):
-                e.abort(g)
-        else:
-            raise AssertionError("both later requests never seen waiting behind two running ones: "
-                                 + "; ".join(missed))
-        e.abort(n1)  # one slot frees: the scheduler picks from {n3 (sent first), u (urgent)}
-        wait_for(lambda: u in first, "u streaming after a slot freed")
-        e.abort(n2)
-        wait_for(lambda: n3 in first, "n3 streaming after the second slot freed")
-        assert first.index(u) < first.index(n3), first
+            e.abort("n1")  # the scheduler reports its queue again
+            wait_for(lambda: _server_queue(url) == (0, 3), "n2, n3 and u waiting in the frozen scheduler")
+            assert sorted(first) == ["n1", "n2"]  # neither later request has run
+        finally:
+            _server_post(url, "/resume")
+        wait_for(lambda: {"u", "n3"} <= set(first), "u and n3 streaming after /resume")
+        assert first.index("u") < first.index("n3"), first
+        e.abort("n2")
         with pytest.raises(EngineInputError, match="priority must be an int"):
             e.add("x", _ids(e, "x"), 2, priority=0.5)
     finally:
