@@ -210,20 +210,15 @@ def prio_server() -> Iterator[object]:
         server.kill()
 
 
-def _server_queue(url: str) -> tuple[int, int]:
+def _server_queue(url: str) -> tuple[int | None, int | None]:
     """(running, waiting) requests in the server's /metrics (its scheduler's last report)."""
     from urllib.request import urlopen
 
-    from prometheus_client.parser import text_string_to_metric_families
+    from timelyllm_ros.engines.openai_remote import parse_metrics
 
     with urlopen(url.removesuffix("/v1") + "/metrics", timeout=30) as r:
-        text = r.read().decode()
-    got = {"vllm:num_requests_running": 0.0, "vllm:num_requests_waiting": 0.0}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name in got:
-                got[s.name] += float(s.value)
-    return int(got["vllm:num_requests_running"]), int(got["vllm:num_requests_waiting"])
+        m = parse_metrics(r.read().decode())
+    return m.running, m.waiting
 
 
 def _server_post(url: str, path: str) -> None:

@@ -80,6 +80,7 @@ class ServerMetrics:
 
     kv_usage: float | None  # vllm:kv_cache_usage_perc (0..1)
     running: int | None  # vllm:num_requests_running
+    waiting: int | None  # vllm:num_requests_waiting
     prompt_tokens: float  # vllm:prompt_tokens (counter)
     cached_prompt_tokens: float  # vllm:prompt_tokens_cached (counter)
     num_blocks: int | None  # cache_config_info num_gpu_blocks
@@ -97,7 +98,7 @@ def parse_metrics(text: str) -> ServerMetrics:
         for s in fam.samples:
             if s.name == "vllm:cache_config_info":
                 info = dict(s.labels)
-            elif s.name in ("vllm:kv_cache_usage_perc", "vllm:num_requests_running",
+            elif s.name in ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting",
                             "vllm:prompt_tokens_total", "vllm:prompt_tokens_cached_total"):
                 vals[s.name] = vals.get(s.name, 0.0) + float(s.value)
 
@@ -107,9 +108,10 @@ def parse_metrics(text: str) -> ServerMetrics:
         except ValueError:
             return None
 
-    running = vals.get("vllm:num_requests_running")
+    running, waiting = vals.get("vllm:num_requests_running"), vals.get("vllm:num_requests_waiting")
     return ServerMetrics(kv_usage=vals.get("vllm:kv_cache_usage_perc"),
                          running=int(running) if running is not None else None,
+                         waiting=int(waiting) if waiting is not None else None,
                          prompt_tokens=vals.get("vllm:prompt_tokens_total", 0.0),
                          cached_prompt_tokens=vals.get("vllm:prompt_tokens_cached_total", 0.0),
                          num_blocks=_int(info.get("num_gpu_blocks")), block_size=_int(info.get("block_size")))

@@ -36,7 +36,7 @@ class VllmServer:
     max_model_len: int = 2048
     max_num_seqs: int = 8
     scheduling_policy: str = "fcfs"  # "priority": vLLM's priority scheduling (the vllm-priority policy)
-    env: dict[str, str] = field(default_factory=dict)  # more environment, e.g. VLLM_CPU_OMP_THREADS_BIND
+    env: dict[str, str] = field(default_factory=dict)  # more environment, e.g. VLLM_SERVER_DEV_MODE=1
     proc: subprocess.Popen | None = None
     log: Path | None = None
     started_s: float = 0.0
