@@ -180,6 +180,15 @@ def test_goals_without_a_planner_id_are_not_supervised_unless_planners_are_allow
         rig.close()
 
 
+def _checks_until(w: LeaseWatcher, now: list[float], t: float, every: float = 0.05) -> list[str]:
+    """The watcher's checks at its poll period from now[0] up to t (what its thread does)."""
+    gone: list[str] = []
+    while now[0] < t - 1e-9:
+        now[0] = round(min(t, now[0] + every), 9)
+        gone += w.check()
+    return gone
+
+
 def test_lease_watcher_reports_each_supervised_id_once():
     now = [0.0]
     lost = []
@@ -191,11 +200,36 @@ def test_lease_watcher_reports_each_supervised_id_once():
         w.supervise("a")
         now[0] = 0.9
         w.heard("a")
+        assert _checks_until(w, now, 1.9) == [] and lost == []  # a heard at 0.9; b is not supervised
+        assert _checks_until(w, now, 2.0) == ["a"] and lost == [("a", pytest.approx(1.0, abs=0.051))]
+        assert _checks_until(w, now, 5.0) == []
+    finally:
+        w.close()
+
+
+def test_a_stalled_watcher_reads_waiting_heartbeats_before_it_judges_but_is_not_silenced():
+    """A check that comes late (this process got no CPU) gives a supervised id half a lease to be
+    heard — once per silence: a watcher late at every check still reports a dead sender."""
+    now = [0.0]
+    lost = []
+    w = LeaseWatcher(None, PLANNER_HEARTBEAT, 1.0, lambda i, s: lost.append(i), clock=lambda: now[0], poll_s=3600)
+    try:
+        w.heard("a")
+        w.supervise("a")
+        assert _checks_until(w, now, 0.5) == []
+        now[0] = 1.4  # the watcher's thread stalled 0.9 s: a's lease (1.0) ran out meanwhile
+        assert w.check() == [] and lost == []  # not judged yet: half a lease to read a's beats
         now[0] = 1.5
-        assert w.check() == [] and lost == []  # a heard at 0.9; b is not supervised
-        now[0] = 2.0
-        assert w.check() == ["a"] and lost == [("a", pytest.approx(1.1))]
-        assert w.check() == []
+        w.heard("a")  # the beat that was waiting in the transport
+        assert _checks_until(w, now, 2.4) == []  # heard at 1.5: lease to 2.5
+        assert _checks_until(w, now, 2.55) == ["a"]  # a sender really silent is still lost on time
+        # starved at every check: the grace is given once per silence, then the loss is reported
+        w.heard("a")
+        w.supervise("a")
+        for t in (3.0, 3.6, 4.2, 4.8):
+            now[0] = t
+            gone = w.check()
+        assert lost == ["a", "a"] and gone == [] and _checks_until(w, now, 6.0) == []
     finally:
         w.close()
 

@@ -95,7 +95,14 @@ class Heartbeat:
 
 class LeaseWatcher:
     """Last-heard times of ids on a heartbeat topic; `on_lost(ident, silent_s)` once for each
-    supervised id whose lease ran out (from the watcher's own thread)."""
+    supervised id whose lease ran out (from the watcher's own thread).
+
+    A stall of this process is not a silence of the others: when a check comes more than a
+    quarter lease after the previous one (this process, or this thread, got no CPU — a loaded
+    host), heartbeats may be waiting unread in the transport.  Each supervised id whose lease
+    would end within half a lease then gets half a lease from now (a live sender beats at least
+    every half lease, `check_lease`) — once per silence: only a heartbeat heard re-arms it, so a
+    watcher starved at every check still reports a dead sender, at most half a lease late."""
 
     def __init__(self, transport: Transport | None, topic: str, lease_s: float,
                  on_lost: Callable[[str, float], None], *, clock: Callable[[], float] = time.monotonic,
@@ -106,6 +113,8 @@ class LeaseWatcher:
         self._lock = threading.Lock()
         self._heard: dict[str, float] = {}  # id -> last heard
         self._deadline: dict[str, float] = {}  # supervised id -> lease end
+        self._graced: set[str] = set()  # ids given the stall grace since they were last heard
+        self._checked: float | None = None  # the previous check's time
         self._stop = threading.Event()
         self._sub = None if transport is None else transport.subscribe(topic, interfaces.STRING, self._on_beat, qos=QOS_SENSOR)
         self._poll = poll_s if poll_s is not None else min(0.05, self.lease_s / 10)
@@ -121,6 +130,7 @@ class LeaseWatcher:
         now = self.clock()
         with self._lock:
             self._heard[ident] = now
+            self._graced.discard(ident)
             if len(self._heard) > 4096:  # ids of long-gone nodes
                 for k in [k for k, t in self._heard.items() if now - t > 60 and k not in self._deadline]:
                     del self._heard[k]
@@ -150,6 +160,7 @@ class LeaseWatcher:
     def release(self, ident: str) -> None:
         with self._lock:
             self._deadline.pop(ident, None)
+            self._graced.discard(ident)
 
     def silent_for(self, ident: str) -> float | None:
         with self._lock:
@@ -160,9 +171,17 @@ class LeaseWatcher:
         """Report (and stop watching) the supervised ids whose lease ran out; returns them."""
         now = self.clock()
         with self._lock:
+            prev, self._checked = self._checked, now
+            if prev is not None and now - prev > self.lease_s / 4:  # this process stalled (class doc)
+                grace = now + self.lease_s / 2
+                for k, end in self._deadline.items():
+                    if end < grace and k not in self._graced:
+                        self._deadline[k] = grace
+                        self._graced.add(k)
             gone = [k for k, end in self._deadline.items() if now > end]
             for k in gone:
                 del self._deadline[k]
+                self._graced.discard(k)
             silent = {k: (now - self._heard[k]) if k in self._heard else None for k in gone}
         for k in gone:
             try:
