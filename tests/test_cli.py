@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -88,6 +89,17 @@ def test_param_scoped_to_one_policy(wl, tmp_path, capsys):
     assert rc == 2 and "--param names policies not in this run: ['trail']" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["bench", "--workload", str(wl), "--policy", "fcfs", "--param", ":c=1", "--out", "x.json"])
+
+
+def test_param_values_are_yaml_and_inf_means_no_limit():
+    """`inf` (what the parameters' errors say: "inf: no step-time cap") is a float, as YAML's `.inf`."""
+    from timelyllm_ros.cli import _param
+
+    assert _param("step_ratio=inf") == (None, "step_ratio", math.inf)
+    assert _param("default:step_ratio=.inf") == ("default", "step_ratio", math.inf)
+    assert _param("x=-Infinity") == (None, "x", -math.inf)
+    assert _param("pace=true") == (None, "pace", True) and _param("c=0.5") == (None, "c", 0.5)
+    assert _param("pace_kv=cache") == (None, "pace_kv", "cache") and _param("s=info") == (None, "s", "info")
 
 
 def test_unknown_policy_exits_2(wl, tmp_path, capsys):

@@ -62,7 +62,8 @@ def _positive_float(s: str) -> float:
 
 
 def _param(s: str) -> tuple[str | None, str, Any]:
-    """``[policy:]name=value`` with a YAML value (numbers, booleans, strings); without a policy
+    """``[policy:]name=value`` with a YAML value (numbers, booleans, strings; ``inf`` / ``-inf``
+    as YAML's ``.inf`` / ``-.inf``, the "no limit" several parameters document); without a policy
     the parameter goes to every policy of the run."""
     import yaml
 
@@ -73,7 +74,10 @@ def _param(s: str) -> tuple[str | None, str, Any]:
     if not k.strip() or (_ and not policy.strip()):
         raise argparse.ArgumentTypeError(f"expected [policy:]name=value, got {s!r}")
     try:
-        return policy.strip() or None, k.strip(), yaml.safe_load(v)
+        value = yaml.safe_load(v)
+        if isinstance(value, str) and value.strip().lower().lstrip("+-") in ("inf", "infinity"):
+            value = float(value)
+        return policy.strip() or None, k.strip(), value
     except yaml.YAMLError as e:
         raise argparse.ArgumentTypeError(f"bad value in {s!r}: {e}") from None
 
