@@ -90,6 +90,10 @@ SMOKE: dict[str, Smoke] = {
         (r"motion commands sent more than once for one call: 0; invalid commands: 0", r"RESULT: OK"), netns=True),
     "executor_kill.py": Smoke(  # DDS: planner node + a simulated drone executor, SIGKILLed mid-goal
         ("--runs", "1"), (r"executor SIGKILLed mid-goal", rf"^ +1 +{NUM} +{NUM}"), ROS),
+    "heartbeat_gaps.py": Smoke(  # DDS: planner (simulated engine), a drone executor, a reference publisher
+        ("--engine", "simulated", "--drones", "1", "--requests", "1", "--duration", "4", "--planner-lease", "1"),
+        (rf"^planner /hb/planner +{NUM} +{NUM}", rf"^executor drone_hb1 +{NUM}", rf"^reference .* {NUM}",
+         r"declared lost by the executors \(planner_lease_s 1 s\): \d+"), ROS),
     "foreign_goals.py": Smoke(  # DDS + the djitellopy executor against the Tello emulator
         ("--goals", "12"), (r"flown OK 10, refused 2", r"RESULT "), ROS, netns=True),
     "fuzz_guard.py": Smoke(  # the simulated executor path, and (below) the djitellopy one

@@ -141,7 +141,7 @@ EXECUTOR_PARAMS: tuple[Param, ...] = (
     Param("retry_count", 3, "tello: retries of a command", min=0, max=100),
     Param("move_settle_s", 0.5, "tello: pause after a move, s", min=0.0, max=60.0),
     Param("turn_settle_s", 2.5, "tello: pause after a turn, s", min=0.0, max=60.0),
-    Param("planner_lease_s", 1.0, "a planner instance silent this long is lost: its running goal stops per "
+    Param("planner_lease_s", 2.0, "a planner instance silent this long is lost: its running goal stops per "
           "the robot YAML's on_planner_lost, queued ones abort, s (>= 2 x heartbeat_period_s, here and at "
           "the planners)", min=0.002, max=3600.0),
     Param("heartbeat_period_s", 0.2, "period of this executor's heartbeat, s (watched by the planner's "
