@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -98,9 +97,9 @@ def main() -> int:
         for topic in (PLANNER_HEARTBEAT, EXECUTOR_HEARTBEAT, REFERENCE_TOPIC):
             t.subscribe(topic, interfaces.STRING, on_msg, qos=QOS_SENSOR)
         group.start("planner", [*cli, "planner", "--ros-args", "-r", "__ns:=/hb", "-p", f"engine:={args.engine}"])
+        lease_arg = [] if args.planner_lease is None else ["-p", f"planner_lease_s:={args.planner_lease}"]
         for d in drones:
-            lease = [] if args.planner_lease is None else ["-p", f"planner_lease_s:={args.planner_lease}"]
-            group.start(d, [*cli, "executor", "--ros-args", "-r", f"__ns:=/{d}", "-p", "time_scale:=1", *lease])
+            group.start(d, [*cli, "executor", "--ros-args", "-r", f"__ns:=/{d}", "-p", "time_scale:=1", *lease_arg])
         group.start("reference", [sys.executable, "-c", REFERENCE])
         client = RequestClient(t, "/hb")
         if not client.wait_for_planner(600):

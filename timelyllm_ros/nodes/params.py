@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 
 from timelyllm_ros.core.policies import DEFAULT_POLICY
 from timelyllm_ros.inputs import InputError
+from timelyllm_ros.nodes.supervision import DEFAULT_EXECUTOR_LEASE_S, DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S
 
 
 class ConfigError(InputError):
@@ -107,9 +108,9 @@ PLANNER_PARAMS: tuple[Param, ...] = (
           "(others at their first goal)"),
     Param("step_log_path", "", "write the engine's serving steps (JSON lines) here at cleanup"),
     Param("warm_up", False, "prefill each robot type's prompt prefix (vLLM: and compile) before serving"),
-    Param("heartbeat_period_s", 0.2, "period of this planner instance's heartbeat, s (executors: "
+    Param("heartbeat_period_s", DEFAULT_HEARTBEAT_S, "period of this planner instance's heartbeat, s (executors: "
           "planner_lease_s; at most half of it)", min=0.001, max=60.0),
-    Param("executor_lease_s", 2.0, "an executor silent this long fails its goals in flight, s (>= 2 x "
+    Param("executor_lease_s", DEFAULT_EXECUTOR_LEASE_S, "an executor silent this long fails its goals in flight, s (>= 2 x "
           "heartbeat_period_s; 0 = executors not supervised; 2 s: a falsely lost executor fails a "
           "request, and a dead one is still noticed within 3 s)", min=0.0, max=3600.0),
     Param("allowed_robots", "", "comma-separated robot ids a request may name ('' = any); others are "
@@ -141,10 +142,10 @@ EXECUTOR_PARAMS: tuple[Param, ...] = (
     Param("retry_count", 3, "tello: retries of a command", min=0, max=100),
     Param("move_settle_s", 0.5, "tello: pause after a move, s", min=0.0, max=60.0),
     Param("turn_settle_s", 2.5, "tello: pause after a turn, s", min=0.0, max=60.0),
-    Param("planner_lease_s", 2.0, "a planner instance silent this long is lost: its running goal stops per "
+    Param("planner_lease_s", DEFAULT_LEASE_S, "a planner instance silent this long is lost: its running goal stops per "
           "the robot YAML's on_planner_lost, queued ones abort, s (>= 2 x heartbeat_period_s, here and at "
           "the planners)", min=0.002, max=3600.0),
-    Param("heartbeat_period_s", 0.2, "period of this executor's heartbeat, s (watched by the planner's "
+    Param("heartbeat_period_s", DEFAULT_HEARTBEAT_S, "period of this executor's heartbeat, s (watched by the planner's "
           "executor_lease_s; at most half of planner_lease_s)", min=0.001, max=60.0),
     Param("allowed_planners", "", "comma-separated planner node names whose goals are accepted, e.g. "
           "/timelyllm/planner ('' = any)"),
