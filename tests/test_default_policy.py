@@ -337,6 +337,41 @@ def test_step_model_least_squares_learns_the_per_generation_cost():
     assert flat.least_squares() == (0.0, 0.0)
 
 
+def test_step_cap_ratio_is_roomy_unless_kv_memory_binds_first():
+    """Rule 10's opt-in ratio: roomy_ratio (here 10) while KV memory has room; step_ratio (3) at a
+    point where the KV budget (rule 6) admits fewer than the roomy cap would (memory is short: a
+    wider batch would only fill it), and roomy again as soon as memory admits the cap's room.
+    By default roomy_ratio is step_ratio: one cap."""
+    assert Default().roomy_ratio == Default().step_ratio == 3.0
+    p = Default(roomy_ratio=10.0)
+    _feed(p._steps, a=0.022, b=0.004)
+    roomy = p.step_cap(ctx(), 0)
+    assert roomy == int((10 * 0.026 - 0.022) / 0.004 + 1e-9) == 59
+    assert p.step_cap(ctx(), 0, short=True) == 14
+    running = [gen(f"r{i}", 9.0, URGENT, state=GenState.RUNNING) for i in range(12)]
+    ready = [gen(f"q{i:02d}", 10.0, URGENT) for i in range(80)]
+    assert len(p.select(ready, running, ctx(), 10.0).order) == roomy - 12 and p._capped  # room: 10 x
+    base = ctx()
+    from policy_oracles import default_select_reference  # the plain path gets the whole order
+
+    ref = Default(roomy_ratio=10.0)
+    _feed(ref._steps, a=0.022, b=0.004)
+    for free, short in ((20, True), (3, True), (60, False)):  # 60 blocks: memory admits 60 > 47
+        tight = dataclasses.replace(base, stats=dataclasses.replace(base.stats, kv_free_blocks=free))
+        order = p.select(ready, running, tight, 10.1).order
+        kv_only = len(p._fit_memory(list(ready), running, tight))
+        assert (kv_only < roomy - 12) is short  # memory binds before the roomy cap: 3 x (or less)
+        assert len(order) == (min(kv_only, 14 - 12) if short else roomy - 12)
+        assert ids(default_select_reference(ref, ready, running, tight, 10.1).order) == ids(order)
+    assert len(p.select(ready, running, base, 10.2).order) == roomy - 12  # room again
+    assert Default(step_ratio=float("inf")).step_cap(ctx(), 0) is None
+    assert Default(roomy_ratio=float("inf")).step_cap(ctx(), 0) is None  # no cap while memory has room
+    assert Default(roomy_ratio=2.0).roomy_ratio == 2.0  # below step_ratio: step_ratio applies
+    for bad in (1.0, 0, float("nan"), True, "10"):
+        with pytest.raises(ValueError, match="roomy_ratio"):
+            Default(roomy_ratio=bad)
+
+
 def test_step_cap_cuts_admission_and_counts_as_a_full_batch():
     """The step-time cap: past the largest batch whose step is at most step_ratio (3) times a
     one-generation step the order is cut (the rest waits), and the next point treats the batch as

@@ -654,20 +654,22 @@ def test_default_atc_groups_equal_separate_calls(terms, cut, k):
 @settings(max_examples=100, deadline=None)
 @given(specs=st.lists(_GEN, min_size=30, max_size=90), steps=st.lists(_STEP, min_size=1, max_size=3),
        blocked=st.booleans(), slope=st.sampled_from([0.001, 0.01, 0.05]), running_n=st.integers(0, 6),
-       drain=st.sampled_from([5.0, 0.001]), memory_full=st.booleans(), engines=st.sampled_from([1, 3]))
+       drain=st.sampled_from([5.0, 0.001]), memory_full=st.booleans(), engines=st.sampled_from([1, 3]),
+       roomy=st.sampled_from([3.0, 10.0]))
 def test_default_fast_select_matches_reference_at_many_ready(specs, steps, blocked, slope, running_n, drain,
-                                                             memory_full, engines):
+                                                             memory_full, engines, roomy):
     """Many ready generations and a step-time cap that binds: the numpy path orders only the
     head the cap can admit (`_head_needed`) and must still decide exactly as the plain path —
     orders, preemptions, priorities, the cap's and the KV budget's verdicts; behind an engine
-    pool too, where the cap holds per engine."""
+    pool too, where the cap holds per engine; with rule 10's opt-in `roomy_ratio`, whose ratio
+    depends on whether the KV budget (each step's free blocks) cuts before the cap."""
     from timelyllm_ros.core.policies.default import Default
 
     class Reference(Default):
         def select(self, ready, running, ctx, now):
             return default_select_reference(self, ready, running, ctx, now)
 
-    kw = dict(drain_after_s=drain, memory_full=memory_full)
+    kw = dict(drain_after_s=drain, memory_full=memory_full, roomy_ratio=roomy)
     fast, ref = Default(**kw), Reference(**kw)
     for p in (fast, ref):
         for n in (1, 5, 12, 40, 3):

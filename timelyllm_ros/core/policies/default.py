@@ -68,7 +68,12 @@ At each scheduling point (``select``):
    −41,886 % with the cap held, −36,185 % lifted).  A new request brings the cap back at once
    for admissions: it enters by preempting a continuation (rule 7) and the batch shrinks to the
    cap as continuations end — the price: the first request after a quiet spell of 5 s may meet
-   a wide batch.
+   a wide batch.  Opt-in, ``roomy_ratio`` > 3 widens the cap to that ratio at points where KV
+   memory has room (rule 6's KV budget admits at least what the wider cap would; else 3).  It
+   (default 3: off) trades urgent robots' response times for the
+   throughput of a saturated fleet on an engine whose extra sequence is costly against its step
+   (`vllm_cpu_tiny` drones:800: −80.4 % accrued total at 3 against 94.6 % at 10), measured on the
+   whole grid and not made the default (docs/results/2026-11-27-roomy.md; simulator).
 11. overload (``overload``, on by default): when more ready generations are past their
    deadlines than the batch holds — swapping the whole batch would still leave late work
    waiting — a generation that leaves the batch now waits behind that backlog: their estimated
@@ -159,8 +164,12 @@ class Default(Policy):
                  pace: bool = False, pace_min_free: float = 0.25, pace_max_error: float = 0.5,
                  pace_kv: str = "preserve", step_ratio: float = 3.0, memory_full: bool = False,
                  atc_k: float = 2.0, drain_after_s: float = 5.0, speculate: bool = True,
-                 overload: bool = True) -> None:
+                 overload: bool = True, roomy_ratio: float = 3.0) -> None:
         self.kv_budget = kv_budget
+        if isinstance(roomy_ratio, bool) or not isinstance(roomy_ratio, (int, float)) or not 1 < roomy_ratio:
+            raise ValueError(f"roomy_ratio must be a number > 1 (rule 10's ratio while KV memory has room; "
+                             f"inf: no step-time cap then), got {roomy_ratio!r}")
+        self.roomy_ratio = float(roomy_ratio)
         self.overload = bool(overload)
         self._queue_s = 0.0  # rule 11: the late backlog's wait at the last scheduling point
         self.speculate = bool(speculate)
@@ -451,10 +460,10 @@ class Default(Policy):
         ready generation is critical), then rule 10's step-time cap
         (`ready_first`: whether a first segment waits; with the running ones, whether it applies)."""
         held = False
+        n_in = len(order)
         if self.kv_budget:
-            n = len(order)
             order = self._fit_memory(order, running, ctx)
-            held = self.memory_full and len(order) < n
+            held = self.memory_full and len(order) < n_in
         preempt: list[Generation] = []
         if self.preempt and full and critical:
             # token-level preemption, one for one: deferrable victims first, then critical ones
@@ -479,17 +488,19 @@ class Default(Policy):
             self._first_seen = now
         drain = now - self._first_seen >= self.drain_after_s  # rule 10 lifted: only continuations left
         room = None if drain else self._cap_room(ctx, len(running), len(preempt))
+        if room is not None and len(order) < min(n_in, room):  # KV memory binds before the roomy cap:
+            room = self._cap_room(ctx, len(running), len(preempt), short=True)  # memory is short (rule 10)
         if room is not None and len(order) > room:  # the step-time cap (rule 10)
             order = order[:room]
             self._capped = True
         return Selection(order=order, preempt=preempt)
 
-    def _cap_room(self, ctx: PolicyContext, n_running: int, n_preempt: int) -> int | None:
+    def _cap_room(self, ctx: PolicyContext, n_running: int, n_preempt: int, short: bool = False) -> int | None:
         """Admissions the step-time cap leaves after `n_preempt` of `n_running` are preempted (None:
-        no cap): no step longer than step_ratio x a one-generation step, per engine (a pool's
-        members step side by side: the pool holds the cap times its usable members)."""
+        no cap): no step longer than roomy_ratio (`short`: step_ratio) x a one-generation step, per
+        engine (a pool's members step side by side: the pool holds the cap times its usable members)."""
         engines = max(1, ctx.engines)
-        cap = self.step_cap(ctx, -(-(n_running - n_preempt) // engines))
+        cap = self.step_cap(ctx, -(-(n_running - n_preempt) // engines), short=short)
         return None if cap is None else max(0, cap * engines - n_running + n_preempt)
 
     def queue_wait(self, late: int, late_ps: "Sequence[float] | np.ndarray", n_running: int) -> float:
@@ -523,20 +534,23 @@ class Default(Policy):
             need = max(need, room + 1)
         return need
 
-    def step_cap(self, ctx: PolicyContext, running: int, slow_start: int = 8, min_steps: int = 4) -> int | None:
-        """The step-time cap: the largest batch whose step takes at most `step_ratio` times a one-generation
-        step, by the step-time model (a + b·n); None when `step_ratio` is infinite or the step
+    def step_cap(self, ctx: PolicyContext, running: int, slow_start: int = 8, min_steps: int = 4,
+                 short: bool = False) -> int | None:
+        """The step-time cap: the largest batch whose step takes at most `roomy_ratio` times a
+        one-generation step — `step_ratio` times with `short` (KV memory is short: `_finish`) — by
+        the step-time model (a + b·n); None when that ratio is infinite or the step
         time does not measurably grow with the batch.  Until the model has seen `min_steps`
         steps: twice the running batch, at least `slow_start` (the batch grows through sizes
         that tell the per-generation cost apart)."""
-        if self.step_ratio == math.inf:
+        ratio = self.step_ratio if short else max(self.step_ratio, self.roomy_ratio)
+        if ratio == math.inf:
             return None
         if self._steps.n < min_steps:
             return max(slow_start, 2 * running)
         a, b = self._steps.least_squares()
         if b < 1e-6 or a + b <= 0:
             return None
-        return max(2, int((self.step_ratio * (a + b) - a) / b + 1e-9))  # (+1e-9: an exact 14.0 is 14)
+        return max(2, int((ratio * (a + b) - a) / b + 1e-9))  # (+1e-9: an exact 14.0 is 14)
 
     def _fit_memory(self, order: list[Generation], running: Sequence[Generation],
                     ctx: PolicyContext) -> list[Generation]:
@@ -592,4 +606,4 @@ class Default(Policy):
                 "pace_min_free": self.pace_min_free, "pace_max_error": self.pace_max_error, "pace_kv": self.pace_kv,
                 "step_ratio": self.step_ratio, "memory_full": self.memory_full, "atc_k": self.atc_k,
                 "drain_after_s": self.drain_after_s, "speculate": self.speculate,
-                "overload": self.overload}
+                "overload": self.overload, "roomy_ratio": self.roomy_ratio}
