@@ -163,6 +163,37 @@ def test_every_parameter_has_a_description_a_type_and_a_sane_range():
     assert set(P.PLANNER_PARAMS[i].name for i in range(len(P.PLANNER_PARAMS))) == set(wiring.PLANNER_DEFAULTS)
 
 
+def test_policy_params_reach_the_policy_and_bad_ones_fail_configure_and_live_changes_with_the_reason():
+    """`policy_params` ("[POLICY:]NAME=VALUE, ..."): scoped items reach that policy, unscoped ones
+    whichever runs; a bad name, value or policy fails configure in one line; a live `policy`
+    change the unscoped items do not fit is refused with the reason (the policy in use stays)."""
+    setup = wiring.PlannerSetup({"policy_params": "default:roomy_ratio=10, trail:c=0.5, lead_steps=6"})
+    try:
+        assert (setup.policy.name, setup.policy.roomy_ratio, setup.policy.lead_steps) == ("default", 10.0, 6.0)
+        life = wiring._PlannerLifecycle(None)
+        life.setup = setup
+        assert "unknown parameter 'lead_steps'" in life.apply({"policy": "fcfs"})  # unscoped: not fcfs'
+        assert setup.policy.name == "default"
+    finally:
+        setup.close()
+    setup = wiring.PlannerSetup({"policy_params": "default:step_ratio=inf"})
+    try:
+        life = wiring._PlannerLifecycle(None)
+        life.setup = setup
+        assert life.apply({"policy": "fcfs"}) == "" and setup.policy.name == "fcfs"  # scoped: default's only
+    finally:
+        setup.close()
+    for text, msg in [("default:nope=1", "policy_params: bad parameters for policy 'default': unknown parameter 'nope'"),
+                      ("roomy_ratio=1", "roomy_ratio must be a number > 1"),
+                      ("teleport:x=1", "policy_params: 'teleport' is not a policy"),
+                      ("trail:cc=0.5", "policy_params: bad parameters for policy 'trail': unknown parameter 'cc'"),
+                      ("roomy_ratio", "policy_params: expected [policy:]name=value, got 'roomy_ratio'"),
+                      ("pace=[1", "policy_params: bad value in 'pace=[1'")]:
+        with pytest.raises(ConfigError, match=re.escape(msg)):
+            wiring.PlannerSetup({"policy_params": text})
+    assert wiring.PLANNER_DEFAULTS["policy_params"] == ""
+
+
 def test_coerce_converts_ints_for_doubles_and_refuses_the_rest_in_one_line():
     from timelyllm_ros.nodes import params as P
 

@@ -62,24 +62,13 @@ def _positive_float(s: str) -> float:
 
 
 def _param(s: str) -> tuple[str | None, str, Any]:
-    """``[policy:]name=value`` with a YAML value (numbers, booleans, strings; ``inf`` / ``-inf``
-    as YAML's ``.inf`` / ``-.inf``, the "no limit" several parameters document); without a policy
-    the parameter goes to every policy of the run."""
-    import yaml
+    """``--param [policy:]name=value`` (`inputs.parse_policy_param`: YAML values, ``inf``)."""
+    from .inputs import InputError, parse_policy_param
 
-    if "=" not in s:
-        raise argparse.ArgumentTypeError(f"expected [policy:]name=value, got {s!r}")
-    k, v = s.split("=", 1)
-    policy, _, k = k.rpartition(":")
-    if not k.strip() or (_ and not policy.strip()):
-        raise argparse.ArgumentTypeError(f"expected [policy:]name=value, got {s!r}")
     try:
-        value = yaml.safe_load(v)
-        if isinstance(value, str) and value.strip().lower().lstrip("+-") in ("inf", "infinity"):
-            value = float(value)
-        return policy.strip() or None, k.strip(), value
-    except yaml.YAMLError as e:
-        raise argparse.ArgumentTypeError(f"bad value in {s!r}: {e}") from None
+        return parse_policy_param(s)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 # --------------------------------------------------------------------------------------- bench
@@ -127,14 +116,9 @@ def _policy_names() -> list[str]:
     return policy_names()
 
 
-def params_for(policy: str, params: Sequence[tuple[str | None, str, Any]]) -> dict[str, Any]:
-    """The ``--param`` values that reach one policy (its own and the unscoped ones)."""
-    return {k: v for pol, k, v in params if pol in (None, policy)}
-
-
 def check_params(policies: Sequence[str], params: Sequence[tuple[str | None, str, Any]]) -> None:
     """``--param``: scoped ones name a policy of the run; every policy knows its parameters."""
-    from .inputs import check_policy_params
+    from .inputs import check_policy_params, params_for
 
     stray = sorted({pol for pol, _, _ in params if pol is not None} - set(policies))
     if stray:
@@ -148,7 +132,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
     from .core.metrics import to_json
     from .engines.simulated import DEFAULT_PROFILE, LatencyProfile, ProfileError
-    from .inputs import catalog_for, check_out_file, check_policies, robots_from_dirs, workload_arrivals
+    from .inputs import catalog_for, check_out_file, check_policies, params_for, robots_from_dirs, workload_arrivals
     from .workloads.format import WorkloadError
     from .report import console as make_console
     from .report import print_table

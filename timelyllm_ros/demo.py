@@ -313,8 +313,6 @@ def run(args: argparse.Namespace) -> int:
         if args.engine != "vllm":
             raise InputError("--engine simulated is a ROS graph option (the in-process demo serves real vLLM)")
         return run_inprocess(inp)
-    if inp.params:
-        raise InputError("--param: the planner node takes no policy parameters; use --inprocess")
     if args.robots_dir:
         raise InputError("--robots-dir: the ROS graph uses the bundled robots/; use --inprocess")
     if args.domain_id is not None and not 0 <= args.domain_id <= 232:

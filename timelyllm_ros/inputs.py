@@ -58,6 +58,32 @@ def policy_param_names(name: str) -> list[str] | None:
     return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
+def parse_policy_param(s: str) -> tuple[str | None, str, Any]:
+    """``[policy:]name=value`` with a YAML value (numbers, booleans, strings; ``inf`` / ``-inf``
+    as YAML's ``.inf`` / ``-.inf``, the "no limit" several parameters document); without a policy
+    the parameter goes to every policy it is given to (`params_for`).  InputError if malformed."""
+    import yaml
+
+    if "=" not in s:
+        raise InputError(f"expected [policy:]name=value, got {s!r}")
+    k, v = s.split("=", 1)
+    policy, _, k = k.rpartition(":")
+    if not k.strip() or (_ and not policy.strip()):
+        raise InputError(f"expected [policy:]name=value, got {s!r}")
+    try:
+        value = yaml.safe_load(v)
+    except yaml.YAMLError as e:
+        raise InputError(f"bad value in {s!r}: {one_line(str(e))}") from None
+    if isinstance(value, str) and value.strip().lower().lstrip("+-") in ("inf", "infinity"):
+        value = float(value)
+    return policy.strip() or None, k.strip(), value
+
+
+def params_for(policy: str, params: Sequence[tuple[str | None, str, Any]]) -> dict[str, Any]:
+    """The parsed policy parameters that reach one policy (its own and the unscoped ones)."""
+    return {k: v for pol, k, v in params if pol in (None, policy)}
+
+
 def check_policy_params(name: str, params: Mapping[str, Any], *, arg: str = "--param") -> None:
     """The parameters are the policy's own (by name) and it accepts their values: the policy is
     built once with them (cheap: policies hold no engine state)."""
@@ -203,5 +229,5 @@ def check_out_file(path: str | Path, *, arg: str = "--out") -> Path:
 
 
 __all__ = ["InputError", "catalog_for", "check_journal_path", "check_out_dir", "check_out_file", "check_policies",
-           "check_policy_params", "one_line", "policy_param_names", "robots_from_dirs",
-           "vllm_config", "workload_arrivals"]
+           "check_policy_params", "one_line", "params_for", "parse_policy_param", "policy_param_names",
+           "robots_from_dirs", "vllm_config", "workload_arrivals"]

@@ -80,6 +80,9 @@ PLANNER_PARAMS: tuple[Param, ...] = (
     Param("profile", "", "simulated: latency profile YAML ('' = profiles/rtx4090_llama3_8b.yaml)"),
     Param("policy", DEFAULT_POLICY, "scheduling policy (docs/policies.md); live: the next scheduling "
           "point uses it", live=True, choices=_policies),
+    Param("policy_params", "", "policy parameters (docs/policies.md), comma-separated [POLICY:]NAME=VALUE with "
+          "YAML values, e.g. 'default:roomy_ratio=10'; an unscoped one goes to whichever policy runs, so a "
+          "live policy change is refused if the new policy does not take it"),
     Param("robots_dir", "", "directory of robot YAMLs ('' = robots/ of the source tree or share/timelyllm)"),
     Param("max_batch", 0, "fixed batch-size cap; 0 = the policy's own batching (latency-guided or "
           "continuous, 256)", live=True, min=0, max=4096),

@@ -115,14 +115,37 @@ def build_executor(params: dict[str, Any], *, namespace: str = "") -> tuple[Any,
     return SegmentExecutor(robot, backend, cfg), robot_id
 
 
-def planner_policy(name: str) -> Any:
-    """The policy `name` (a registered one, with its model when it needs one) or a ConfigError."""
+def policy_param_list(text: str) -> list[tuple[str | None, str, Any]]:
+    """The `policy_params` parameter ("[POLICY:]NAME=VALUE, ...") parsed; a scoped item must name
+    a registered policy and one of its parameters (its values are checked when that policy is
+    built: `planner_policy`); else a ConfigError."""
+    from timelyllm_ros.core.policies import policy_names
+    from timelyllm_ros.inputs import parse_policy_param, policy_param_names
+
+    items = [x.strip() for x in str(text).split(",") if x.strip()]
+    parsed = [_checked("policy_params", lambda x=x: parse_policy_param(x)) for x in items]
+    for pol, name, _ in parsed:
+        if pol is None:
+            continue
+        if pol not in policy_names():
+            raise ConfigError(f"policy_params: {pol!r} is not a policy (registered: {', '.join(policy_names())})")
+        known = policy_param_names(pol)
+        if known is not None and name not in known:
+            raise ConfigError(f"policy_params: bad parameters for policy {pol!r}: unknown parameter {name!r} "
+                              f"(its parameters: {', '.join(known) or 'none'})")
+    return parsed
+
+
+def planner_policy(name: str, policy_params: str = "") -> Any:
+    """The policy `name` (a registered one, with its model when it needs one) built with the
+    `policy_params` that reach it, or a ConfigError."""
     from timelyllm_ros.core.policies import make_policy
-    from timelyllm_ros.inputs import check_policies, check_policy_params
+    from timelyllm_ros.inputs import check_policies, check_policy_params, params_for
 
     _checked("policy", lambda: check_policies([name], arg="policy"))
     extra = {"model_dir": str(share_dir("models") / "length-predictor")} if name == "trail" else {}
-    _checked("policy", lambda: check_policy_params(name, extra, arg="policy"))
+    extra.update(params_for(name, policy_param_list(policy_params)))
+    _checked("policy_params", lambda: check_policy_params(name, extra, arg="policy_params"))
     return make_policy(name, **extra)  # installed: models/ lives in share/timelyllm
 
 
@@ -137,7 +160,7 @@ class PlannerSetup:
             raise ConfigError(f"unknown planner parameters {sorted(unknown)}")
         self.params = p
         self.robots = robots_from(p)
-        self.policy = planner_policy(str(p["policy"]))
+        self.policy = planner_policy(str(p["policy"]), str(p["policy_params"]))
         if isinstance(p["max_batch"], bool) or not isinstance(p["max_batch"], int) or p["max_batch"] < 0:
             raise ConfigError(f"max_batch: must be an integer >= 0 (0: latency-guided), got {p['max_batch']!r}")
         if p["engines"] and p["engine"] != "vllm":
@@ -466,8 +489,13 @@ class _PlannerLifecycle(_Lifecycle):
                 raise
             self.shutdown = started.shutdown
         self.node.set_accepting(True)
-        log.info("planner (%s engine, policy %s) serving %s", self.setup.params["engine"],
-                 self.node.planner.policy.name, join_name(self.t.node.get_namespace(), self.node.config.request_topic))
+        from timelyllm_ros.inputs import params_for
+
+        pol = self.node.planner.policy  # with the policy_params that reached it, as the policy holds them
+        given = params_for(pol.name, policy_param_list(self.setup.params["policy_params"]))
+        log.info("planner (%s engine, policy %s%s) serving %s", self.setup.params["engine"], pol.name,
+                 "".join(f", {k}={pol.params().get(k)!r}" for k in given),
+                 join_name(self.t.node.get_namespace(), self.node.config.request_topic))
 
     def deactivate(self) -> None:
         if self.node is not None:
@@ -491,8 +519,9 @@ class _PlannerLifecycle(_Lifecycle):
     def apply(self, changes: dict[str, Any]) -> str:
         changes = dict(changes)
         if "policy" in changes:
+            given = self.setup.params["policy_params"] if self.setup is not None else ""
             try:
-                changes["policy"] = planner_policy(str(changes["policy"]))
+                changes["policy"] = planner_policy(str(changes["policy"]), str(given))
             except ConfigError as e:
                 return str(e)
         if self.node is not None:

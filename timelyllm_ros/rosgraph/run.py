@@ -142,6 +142,8 @@ def _start_nodes(group: ProcessGroup, inp: Any, opts: GraphOptions, robots: dict
                                    step_log_path=str(inp.out / "planner_steps.jsonl"))
     if inp.max_batch:
         planner["max_batch"] = int(inp.max_batch)
+    if inp.params:  # --param: the demo's policy's own (the planner's policy_params parameter)
+        planner["policy_params"] = ",".join(f"{inp.policy}:{k}={v}" for k, v in inp.params.items())
     if opts.engine == "vllm":
         cfg_file = inp.out / "engine_config.yaml"
         cfg_file.write_text(yaml.safe_dump({k: v for k, v in inp.engine_config.items() if k != "model"}))
