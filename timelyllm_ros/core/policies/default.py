@@ -68,12 +68,12 @@ At each scheduling point (``select``):
    −41,886 % with the cap held, −36,185 % lifted).  A new request brings the cap back at once
    for admissions: it enters by preempting a continuation (rule 7) and the batch shrinks to the
    cap as continuations end — the price: the first request after a quiet spell of 5 s may meet
-   a wide batch.  Opt-in, ``roomy_ratio`` > 3 widens the cap to that ratio at points where KV
-   memory has room (rule 6's KV budget admits at least what the wider cap would; else 3).  It
-   (default 3: off) trades urgent robots' response times for the
-   throughput of a saturated fleet on an engine whose extra sequence is costly against its step
-   (`vllm_cpu_tiny` drones:800: −80.4 % accrued total at 3 against 94.6 % at 10), measured on the
-   whole grid and not made the default (docs/results/2026-11-27-roomy.md; simulator).
+   a wide batch.  Opt-in, ``roomy_ratio`` > 3 (default 3: off) widens the cap to that ratio at
+   points where KV memory has room (rule 6's KV budget admits at least what the wider cap would;
+   else 3).  It trades urgent robots' response times for the throughput of a saturated fleet on
+   an engine whose extra sequence is costly against its step (`vllm_cpu_tiny` drones:800: −80.4 %
+   accrued total at 3 against 94.6 % at 10); measured on the whole grid and not made the default
+   (docs/results/2026-11-27-roomy.md; simulator).
 11. overload (``overload``, on by default): when more ready generations are past their
    deadlines than the batch holds — swapping the whole batch would still leave late work
    waiting — a generation that leaves the batch now waits behind that backlog: their estimated
