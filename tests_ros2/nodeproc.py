@@ -46,13 +46,20 @@ class NodeProcess:
         return self
 
     def stop(self, sig: int = signal.SIGINT, timeout_s: float = 15.0) -> int:
+        """Signal the node and wait for its exit code.  A node still running after `timeout_s` is
+        asked for its threads' stacks (SIGUSR1: `faulthandler`, into its log), then killed, and
+        the error carries the log's end: where the shutdown stood."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
             return self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGUSR1)
+                time.sleep(2.0)
             self.kill()
-            raise
+            raise RuntimeError(f"{self.log.stem}: still running {timeout_s:g} s after {signal.Signals(sig).name}; "
+                               f"the end of its log (thread stacks last):\n{self.text()[-8000:]}") from None
 
     def kill(self) -> None:
         if self.proc.poll() is None:

@@ -372,3 +372,19 @@ def test_vllm_planner_node_plans_over_dds(graph, monkeypatch):
         assert planner.stop(signal.SIGTERM, timeout_s=60) == 0, planner.text()[-2000:]
     finally:
         planner.kill()
+
+
+def test_a_node_prints_its_thread_stacks_on_sigusr1_and_logs_the_signal_it_stops_on(tmp_path):
+    """`kill -USR1 <node>`: every thread's stack goes to the node's stderr and it goes on serving
+    (how to see where a node that does not answer stands); the signal that stops it is logged
+    before the shutdown transitions, so a shutdown that hangs shows how far it got."""
+    node = NodeProcess("executor", ["-r", "__ns:=/usr1_probe"], tmp_path, "usr1_probe").serving(60)
+    try:
+        node.proc.send_signal(signal.SIGUSR1)
+        assert wait_for(lambda: "Current thread" in node.text(), 10), node.text()[-2000:]
+        assert "_spin_until_signal" in node.text()  # the main thread's stack, waiting for a signal
+        assert node.proc.poll() is None  # still running
+        assert node.stop(signal.SIGTERM, timeout_s=30) == 0, node.text()[-2000:]
+        assert "SIGTERM received: shutting down" in node.text()
+    finally:
+        node.kill()

@@ -314,13 +314,21 @@ def build_planner(params: dict[str, Any]) -> NodePlanner:
 
 
 def _spin_until_signal() -> None:
+    """Until SIGINT or SIGTERM (logged: a shutdown that then hangs shows how far it got)."""
+    got: list[int] = []
     done = threading.Event()
+
+    def on_signal(sig: int, _frame: Any) -> None:
+        got.append(sig)
+        done.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
+        signal.signal(sig, on_signal)
     # timed: a signal delivered to another thread only runs its Python handler when the main
     # thread wakes up, which an untimed wait never does
     while not done.wait(0.2):
         pass
+    log.info("%s received: shutting down (deactivate, cleanup)", signal.Signals(got[0]).name)
 
 
 def _stray_args(args: list[str]) -> list[str]:
@@ -349,7 +357,8 @@ def _run_node(node_name: str, argv: list[str] | None, specs: Any, summary: str,
               make: Callable[[Any], _Lifecycle]) -> int:
     """A managed (lifecycle) node from `argv` (`--ros-args ...`): parameters declared
     (nodes/params.py), transitions wired to `make(transport)`'s methods; with `autostart` it
-    configures and activates itself.  Spins until SIGINT/SIGTERM, then shuts down in order.  A bad
+    configures and activates itself.  Spins until SIGINT/SIGTERM, then shuts down in order (SIGUSR1
+    prints every thread's stack to stderr and the node goes on: where a node that hangs stands).  A bad
     parameter or argument ends in one line on stderr and exit code 2, never a traceback;
     `--help` prints the parameters and starts nothing."""
     from . import params as P
@@ -366,6 +375,9 @@ def _run_node(node_name: str, argv: list[str] | None, specs: Any, summary: str,
     from timelyllm_ros.transport.rclpy_transport import RclpyTransport, RclpyUnavailable
 
     logging.basicConfig(level=logging.INFO, format="[%(levelname)s] [%(name)s]: %(message)s")
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack to stderr
     try:
         t = RclpyTransport(node_name, args=args, managed=True)
     except RclpyUnavailable as e:
