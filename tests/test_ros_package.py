@@ -185,7 +185,7 @@ def test_policy_params_reach_the_policy_and_bad_ones_fail_configure_and_live_cha
         setup.close()
     for text, msg in [("default:nope=1", "policy_params: bad parameters for policy 'default': unknown parameter 'nope'"),
                       ("roomy_ratio=1", "roomy_ratio must be a number > 1"),
-                      ("teleport:x=1", "policy_params: 'teleport' is not a policy"),
+                      ("teleport:x=1", "policy_params: unknown policy 'teleport'; choose from"),
                       ("trail:cc=0.5", "policy_params: bad parameters for policy 'trail': unknown parameter 'cc'"),
                       ("roomy_ratio", "policy_params: expected [policy:]name=value, got 'roomy_ratio'"),
                       ("pace=[1", "policy_params: bad value in 'pace=[1'")]:

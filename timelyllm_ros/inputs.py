@@ -12,7 +12,7 @@ import inspect
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from .core.robots import ROBOTS_DIR, RobotSpec, RobotSpecError, load_robots
 
@@ -84,17 +84,22 @@ def params_for(policy: str, params: Sequence[tuple[str | None, str, Any]]) -> di
     return {k: v for pol, k, v in params if pol in (None, policy)}
 
 
-def check_policy_params(name: str, params: Mapping[str, Any], *, arg: str = "--param") -> None:
-    """The parameters are the policy's own (by name) and it accepts their values: the policy is
-    built once with them (cheap: policies hold no engine state)."""
-    from .core.policies import make_policy
-
+def check_policy_param_names(name: str, params: Iterable[str], *, arg: str = "--param") -> None:
+    """Every name is a parameter of the policy (by its factory's signature; nothing is built)."""
     known = policy_param_names(name)
     unknown = sorted(set(params) - set(known)) if known is not None else []
     if unknown:
         listed = ", ".join(known) if known else "none"
         raise InputError(f"{arg}: bad parameters for policy {name!r}: unknown parameter {unknown[0]!r} "
                          f"(its parameters: {listed})")
+
+
+def check_policy_params(name: str, params: Mapping[str, Any], *, arg: str = "--param") -> None:
+    """The parameters are the policy's own (by name) and it accepts their values: the policy is
+    built once with them (cheap: policies hold no engine state)."""
+    from .core.policies import make_policy
+
+    check_policy_param_names(name, params, arg=arg)
     try:
         make_policy(name, **dict(params))
     except ValueError as e:
@@ -229,5 +234,5 @@ def check_out_file(path: str | Path, *, arg: str = "--out") -> Path:
 
 
 __all__ = ["InputError", "catalog_for", "check_journal_path", "check_out_dir", "check_out_file", "check_policies",
-           "check_policy_params", "one_line", "params_for", "parse_policy_param", "policy_param_names",
+           "check_policy_param_names", "check_policy_params", "one_line", "params_for", "parse_policy_param", "policy_param_names",
            "robots_from_dirs", "vllm_config", "workload_arrivals"]

@@ -13,7 +13,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from timelyllm_ros import PACKAGE
 from timelyllm_ros.assembly import PlannerBuilder, PlannerParts, ServingEngines, warm_up
@@ -115,36 +115,33 @@ def build_executor(params: dict[str, Any], *, namespace: str = "") -> tuple[Any,
     return SegmentExecutor(robot, backend, cfg), robot_id
 
 
+PolicyParams = Sequence[tuple[str | None, str, Any]]  # [(policy, or None: any policy; name; value)]
+
+
 def policy_param_list(text: str) -> list[tuple[str | None, str, Any]]:
     """The `policy_params` parameter ("[POLICY:]NAME=VALUE, ...") parsed; a scoped item must name
     a registered policy and one of its parameters (its values are checked when that policy is
     built: `planner_policy`); else a ConfigError."""
-    from timelyllm_ros.core.policies import policy_names
-    from timelyllm_ros.inputs import parse_policy_param, policy_param_names
+    from timelyllm_ros.inputs import check_policies, check_policy_param_names, parse_policy_param
 
     items = [x.strip() for x in str(text).split(",") if x.strip()]
     parsed = [_checked("policy_params", lambda x=x: parse_policy_param(x)) for x in items]
     for pol, name, _ in parsed:
-        if pol is None:
-            continue
-        if pol not in policy_names():
-            raise ConfigError(f"policy_params: {pol!r} is not a policy (registered: {', '.join(policy_names())})")
-        known = policy_param_names(pol)
-        if known is not None and name not in known:
-            raise ConfigError(f"policy_params: bad parameters for policy {pol!r}: unknown parameter {name!r} "
-                              f"(its parameters: {', '.join(known) or 'none'})")
+        if pol is not None:
+            _checked("policy_params", lambda: check_policies([pol], arg="policy_params"))
+            _checked("policy_params", lambda: check_policy_param_names(pol, [name], arg="policy_params"))
     return parsed
 
 
-def planner_policy(name: str, policy_params: str = "") -> Any:
+def planner_policy(name: str, policy_params: PolicyParams = ()) -> Any:
     """The policy `name` (a registered one, with its model when it needs one) built with the
-    `policy_params` that reach it, or a ConfigError."""
+    parsed `policy_params` (`policy_param_list`) that reach it, or a ConfigError."""
     from timelyllm_ros.core.policies import make_policy
     from timelyllm_ros.inputs import check_policies, check_policy_params, params_for
 
     _checked("policy", lambda: check_policies([name], arg="policy"))
     extra = {"model_dir": str(share_dir("models") / "length-predictor")} if name == "trail" else {}
-    extra.update(params_for(name, policy_param_list(policy_params)))
+    extra.update(params_for(name, policy_params))
     _checked("policy_params", lambda: check_policy_params(name, extra, arg="policy_params"))
     return make_policy(name, **extra)  # installed: models/ lives in share/timelyllm
 
@@ -160,7 +157,8 @@ class PlannerSetup:
             raise ConfigError(f"unknown planner parameters {sorted(unknown)}")
         self.params = p
         self.robots = robots_from(p)
-        self.policy = planner_policy(str(p["policy"]), str(p["policy_params"]))
+        self.policy_params = policy_param_list(str(p["policy_params"]))  # parsed once: configure, live switches
+        self.policy = planner_policy(str(p["policy"]), self.policy_params)
         if isinstance(p["max_batch"], bool) or not isinstance(p["max_batch"], int) or p["max_batch"] < 0:
             raise ConfigError(f"max_batch: must be an integer >= 0 (0: latency-guided), got {p['max_batch']!r}")
         if p["engines"] and p["engine"] != "vllm":
@@ -504,7 +502,7 @@ class _PlannerLifecycle(_Lifecycle):
         from timelyllm_ros.inputs import params_for
 
         pol = self.node.planner.policy  # with the policy_params that reached it, as the policy holds them
-        given = params_for(pol.name, policy_param_list(self.setup.params["policy_params"]))
+        given = params_for(pol.name, self.setup.policy_params)
         log.info("planner (%s engine, policy %s%s) serving %s", self.setup.params["engine"], pol.name,
                  "".join(f", {k}={pol.params().get(k)!r}" for k in given),
                  join_name(self.t.node.get_namespace(), self.node.config.request_topic))
@@ -531,9 +529,9 @@ class _PlannerLifecycle(_Lifecycle):
     def apply(self, changes: dict[str, Any]) -> str:
         changes = dict(changes)
         if "policy" in changes:
-            given = self.setup.params["policy_params"] if self.setup is not None else ""
             try:
-                changes["policy"] = planner_policy(str(changes["policy"]), str(given))
+                changes["policy"] = planner_policy(str(changes["policy"]),
+                                                   self.setup.policy_params if self.setup is not None else [])
             except ConfigError as e:
                 return str(e)
         if self.node is not None:

@@ -488,8 +488,9 @@ class Default(Policy):
             self._first_seen = now
         drain = now - self._first_seen >= self.drain_after_s  # rule 10 lifted: only continuations left
         room = None if drain else self._cap_room(ctx, len(running), len(preempt))
-        if room is not None and len(order) < min(n_in, room):  # KV memory binds before the roomy cap:
-            room = self._cap_room(ctx, len(running), len(preempt), short=True)  # memory is short (rule 10)
+        if room is not None and self.roomy_ratio > self.step_ratio and len(order) < min(n_in, room):
+            # KV memory binds before the roomy cap: memory is short, the cap is step_ratio's (rule 10)
+            room = self._cap_room(ctx, len(running), len(preempt), short=True)
         if room is not None and len(order) > room:  # the step-time cap (rule 10)
             order = order[:room]
             self._capped = True
