@@ -176,10 +176,15 @@ def default_select_reference(self, ready: Sequence[Generation], running: Sequenc
     run_crit, run_def, run_first, *atc_w, _ = default_split(self, running, now, True, terms)
     late_ps = [q for q, x in zip(atc_r[1], atc_r[2]) if x < 0.0]  # rule 11: the late backlog
     self._queue_s = self.queue_wait(len(late_ps), late_ps, len(running))
+    self._plan = self.plan_order and self._queue_s > 0.0  # rule 12
     if critical or run_crit:  # ATC priorities, each list on its own (one exp call for both)
         pr, pw = atc_priority_lists((atc_r, atc_w), self.atc_k)
         set_priorities(critical, pr)
         set_priorities(run_crit, pw)
+        if self._plan:  # rule 12: the whole reply's WSRPT instead
+            set_priorities(critical, self.plan_priorities(critical, terms[0]))
+            set_priorities(run_crit, self.plan_priorities(run_crit, terms[0]))
+    self._head_pri = max((g.priority for g in critical), default=0.0) if self._plan else 0.0
     protect = protect or run_first  # a critical first segment is running or waiting
     order = _small_order(critical)  # ATC (> 0), best first
     if not protect:

@@ -191,8 +191,92 @@ def test_overload_preempts_only_victims_that_can_be_back_in_time():
     assert ids(p.select(late, [far], ctx(), 10.0).preempt) == ["far"]
 
 
-def _decisions(workload, perturb_after=None):
-    """Run `default` and record every scheduling decision (time, admitted order, preempted)."""
+def test_plan_order_ranks_late_work_by_the_whole_replys_wsrpt_and_keeps_slots_nobody_outranks():
+    """Rule 12 (opt-in `plan_order`): under rule 11's backlog (more late ready generations than
+    the batch holds) critical generations rank by |TUF slope| / (the reply's predicted remaining
+    tokens x time per token) instead of ATC on the next segment; a generation at a statement end
+    keeps its slot unless a waiting one outranks it; rule 7 skips deferrable victims that rule 11
+    keeps instead of stopping there.  No backlog or the rule off: as before.  (The learned
+    predictor is swapped for the oracle here so that the remaining lengths are known.)"""
+    from timelyllm_ros.core.length_predictor import OraclePredictor
+
+    def req_gen(rid, arrival, plan, tuf=NORMAL, segments=(), state=GenState.QUEUED):
+        g = gen(rid, arrival, tuf, segments, state)
+        g.request = dataclasses.replace(g.request, reference_plan=plan)
+        return g
+
+    def setup(plan_order=True, n_late=3):
+        p = Default(plan_order=plan_order)
+        p._lenpred = OraclePredictor()
+        run = req_gen("run", 0.0, "mf(50); tl(90); mf(30); tl(90);", state=GenState.RUNNING,
+                      segments=[seg(0, 9.0, 20.0)])  # its robot busy until 29: deferrable
+        long_ = req_gen("long", 9.0, "mf(50); tl(90); " * 12)  # due 10.0: late at 10.5
+        short = req_gen("short", 9.1, "mf(50);")
+        late = [long_, short] + [req_gen(f"x{i}", 9.2, "mf(50); tl(90); " * 6) for i in range(n_late - 2)]
+        for g in late:
+            g.blocked = "batch full (1)"
+        return p, run, late, p.select(late, [run], ctx(), 10.5)
+
+    p, run, late, sel = setup()
+    assert p._plan and p._queue_s > 0.0
+    assert ids(sel.order)[:2] == ["short", "x0"] and ids(sel.order)[-1] == "long"  # shortest reply first
+    want = [-NORMAL.alpha / (p._lenpred.remaining(g) * TOKEN_S) for g in late]
+    assert [g.priority for g in late] == want
+    assert p._head_pri == max(want)
+    # ATC without the rule: the next segment's length decides, the same for all three here
+    q, _, late_q, sel_q = setup(plan_order=False)
+    assert not q._plan and ids(sel_q.order) == ["long", "short", "x0"]
+    # no backlog (2 late for 1 running... here 1 late beside 1 running): rule 12 stays off
+    r = Default(plan_order=True)
+    r._lenpred = OraclePredictor()
+    one = req_gen("one", 9.0, "mf(50);")
+    r.select([one], [run], ctx(), 10.5)
+    assert not r._plan
+    # rule 5 under rule 12: the batch is full (a ready one was refused) and g's next segment is
+    # far off, so rule 5 alone would suspend it; it keeps its slot unless a waiting one outranks it
+    p._full = True
+    nearly_done = req_gen("nd", 0.0, "mf(50);", segments=[seg(0, 10.0, 20.0)], state=GenState.RUNNING)
+    nearly_done.output_ids.extend([1] * 6)
+    assert p.suspend_at(nearly_done, nearly_done.segments[0], ctx(), 10.5) is False
+    far = req_gen("far", 0.0, "mf(50); tl(90); " * 20, segments=[seg(0, 10.0, 20.0)], state=GenState.RUNNING)
+    assert p.suspend_at(far, far.segments[0], ctx(), 10.5) is True  # "short" waits and outranks it
+    q._full = True
+    assert q.suspend_at(nearly_done, nearly_done.segments[0], ctx(), 10.5) is True  # rule off: rule 5
+    # rule 7 under rule 12: the deferrable running one that rule 11 keeps does not stop the walk
+    crit_run = req_gen("cr", 8.0, "mf(50); tl(90); " * 30, URGENT, state=GenState.RUNNING)  # late, long
+    crit_run.output_ids.extend([1] * 2)
+    p2, q2 = Default(plan_order=True), Default(plan_order=False)
+    for pol in (p2, q2):
+        pol._lenpred = OraclePredictor()
+    for pol, want_pre in ((p2, ["cr"]), (q2, [])):
+        near = req_gen("near", 0.0, "mf(50); tl(90);", segments=[seg(0, 9.0, 1.8)],
+                       state=GenState.RUNNING)  # robot busy until 10.8: deferrable, but rule 11 keeps it
+        runs = [near,
+                dataclasses.replace(crit_run, output_ids=list(crit_run.output_ids), extra={})]
+        lates = [req_gen("s1", 9.0, "mf(50);", URGENT), req_gen("s2", 9.0, "mf(50);", URGENT),
+                 req_gen("s3", 9.0, "mf(50);", URGENT)]
+        for g in lates:
+            g.blocked = "batch full (2)"
+        assert ids(pol.select(lates, runs, ctx(), 10.5).preempt) == want_pre
+
+
+def test_plan_order_without_the_length_predictor_model_is_a_clear_error(monkeypatch, tmp_path):
+    import timelyllm_ros.core.length_predictor as L
+    import timelyllm_ros.core.policies.default as D
+
+    monkeypatch.setattr(L, "DEFAULT_MODEL_DIR", tmp_path / "missing")
+    D._learned_predictor.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="plan_order needs the learned length predictor"):
+            Default(plan_order=True)
+        assert Default().plan_order is False  # the rule off needs no model
+    finally:
+        D._learned_predictor.cache_clear()
+
+
+def _decisions(workload, perturb_after=None, **kw):
+    """Run `default` and record every scheduling decision (time, admitted order, preempted; with
+    rule 12, whether it applied).  `kw`: run_simulation's (policy_params, max_batch)."""
     log = []
 
     def setup(planner, arrivals):
@@ -201,7 +285,7 @@ def _decisions(workload, perturb_after=None):
 
         def select(ready, running, ctx, now):
             sel = inner(ready, running, ctx, now)
-            log.append((now, ids(sel.order), ids(sel.preempt)))
+            log.append((now, ids(sel.order), ids(sel.preempt), pol._plan))
             return sel
 
         pol.select = select
@@ -211,7 +295,7 @@ def _decisions(workload, perturb_after=None):
         return [dataclasses.replace(a, reference_plan=a.reference_plan + a.reference_plan)
                 if a.time >= perturb_after else a for a in arrivals]
 
-    r = run_simulation(workload, "default", setup=setup)
+    r = run_simulation(workload, "default", setup=setup, **kw)
     return log, r
 
 
@@ -226,6 +310,20 @@ def test_decisions_are_online_future_plans_do_not_change_the_past():
     assert base != pert  # the perturbation did change what happened later (the test is not vacuous)
     late = [g for g in r1.generations if g.request.arrival >= t_cut]
     assert late and all(g.state is GenState.FINISHED for g in r0.generations + r1.generations)
+
+
+def test_plan_order_is_online_too():
+    """Rule 12 ranks by a reply-length prediction from the prompt and the text generated so far:
+    under an overloaded cap (so that it applies) future plans still do not change the past."""
+    wl = scaled_drones(400, duration_s=20.0)
+    t_cut = 12.0
+    kw = dict(policy_params={"plan_order": True}, max_batch=4)
+    base, _ = _decisions(wl, **kw)
+    pert, _ = _decisions(wl, perturb_after=t_cut, **kw)
+    before = [d for d in base if d[0] < t_cut]
+    assert sum(d[3] for d in before) > 20  # rule 12 applied before the cut (not vacuous)
+    assert [d for d in pert if d[0] < t_cut] == before
+    assert base != pert
 
 
 def test_default_streams_uncontended_and_suspends_only_blocking_statements():

@@ -88,6 +88,20 @@ At each scheduling point (``select``):
    overload (rule 5; it wins the edge board's cap-8 cells but loses the 4090's drones:400
    cap 8, where re-adds are cheap: −75.6 % vs −6.9 %), and lifting rule 10's cap under overload
    (urgent −2,315 % instead of −28 %).
+12. plan order (``plan_order``, opt-in, off by default): under rule 11's backlog every late
+   statement waits whatever the order, so Eq. 3's loss is about Σ |TUF slope| × each plan's
+   completion time, which weighted shortest remaining *reply* first minimises — not the next
+   statement's (ATC).  While the backlog lasts: critical generations rank by |slope| / (the
+   reply's predicted remaining tokens × time per token), the learned length predictor Trail uses
+   (core/length_predictor.py: the prompt and the text so far, online); a generation at a
+   statement end keeps its slot (rule 5) unless a waiting critical one outranks it — yielding to
+   work that ranks lower only buys a re-add; and rule 7 passes over deferrable victims that
+   rule 11 keeps instead of stopping at them, so an urgent short plan still preempts a long
+   reply.  It wins the chat floods (edge board chat_flood at default batching: −2,625 % instead
+   of −4,547 %, cap 8 −3,222 % instead of −6,935 %, `trail` −3,297 %; simulator) and is not the
+   default because of the cells it loses (docs/results/2026-11-27-plan-order.md).  Without the
+   rule the whole-plan ranking lost where it had only a per-robot-type mean of plan lengths and
+   still yielded slots (rule 11's notes).
 
 At each statement boundary (``suspend_at``, rule 5) a generation keeps its slot and streams on, unless the
 batch is full — a batch cap or KV memory refused a ready generation (with ``memory_full``, also
@@ -105,12 +119,13 @@ Online by construction: it reads a request's arrival, TUF and robot type and wha
 generated and executed so far — never ``reference_plan`` nor future arrivals
 (tests/test_default_policy.py checks this).  It never sheds: every request is served.
 KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM; a rule-9 pause: "preserve".
-(About 600 lines: the eleven rules, stated here, and their one vectorised `select`; the step-time
+(About 650 lines: the twelve rules, stated here, and their one vectorised `select`; the step-time
 model is step_time.py.)
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from bisect import bisect_left
@@ -124,6 +139,19 @@ from .base import DispatchMode, Policy, PolicyContext, Selection, batch_was_full
 from .slots import SlotTable
 from .step_time import StepTimeModel
 
+@functools.lru_cache(maxsize=1)
+def _learned_predictor():
+    """Rule 12's length predictor, loaded once: it keeps all its state in each generation
+    (core/length_predictor.py), so one instance serves every planner."""
+    from ..length_predictor import PredictorError, make_predictor
+
+    try:
+        return make_predictor("learned")
+    except PredictorError as e:
+        raise ValueError(f"plan_order needs the learned length predictor: {e}") from e
+
+
+_PLAN_FALLBACK = 256.0  # rule 12: tokens of a reply the length predictor cannot predict (Trail's fallback_len)
 _ROBOT_TYPE = operator.attrgetter("request.robot_type")
 _PAUSE_KEY = operator.attrgetter("priority", "gen_id")  # lowest priority (most slack) first
 
@@ -164,8 +192,14 @@ class Default(Policy):
                  pace: bool = False, pace_min_free: float = 0.25, pace_max_error: float = 0.5,
                  pace_kv: str = "preserve", step_ratio: float = 3.0, memory_full: bool = False,
                  atc_k: float = 2.0, drain_after_s: float = 5.0, speculate: bool = True,
-                 overload: bool = True, roomy_ratio: float = 3.0) -> None:
+                 overload: bool = True, roomy_ratio: float = 3.0, plan_order: bool = False) -> None:
         self.kv_budget = kv_budget
+        self.plan_order = bool(plan_order)
+        self._lenpred = None  # rule 12's reply-length predictor (loaded when plan_order is on)
+        if self.plan_order:
+            self._lenpred = _learned_predictor()
+        self._plan = False  # rule 12 applies at this scheduling point
+        self._head_pri = 0.0  # rule 12: the best waiting critical generation's priority at the last point
         if isinstance(roomy_ratio, bool) or not isinstance(roomy_ratio, (int, float)) or not 1 < roomy_ratio:
             raise ValueError(f"roomy_ratio must be a number > 1 (rule 10's ratio while KV memory has room; "
                              f"inf: no step-time cap then), got {roomy_ratio!r}")
@@ -305,7 +339,7 @@ class Default(Policy):
         gens = [*running, *ready]
         n = len(gens)
         if not n:
-            self._queue_s = 0.0
+            self._queue_s, self._plan = 0.0, False
             return self._finish([], False, [], full, running, ctx, now, ready_first=False)
         rtypes = self._rtypes
         if self._P[0] is not pred:
@@ -336,6 +370,7 @@ class Default(Policy):
         crit = s <= lead
         late = s[n_run:] < 0.0  # rule 11: the ready ones already past their deadlines
         self._queue_s = self.queue_wait(int(np.count_nonzero(late)), p[n_run:][late] + token_s, n_run)
+        self._plan = self.plan_order and self._queue_s > 0.0  # rule 12
         pri = -1.0 - s  # deferrable: least slack first
         ci = crit.nonzero()[0]
         cl = ci.tolist()
@@ -344,6 +379,9 @@ class Default(Policy):
             pe = p[ci]
             pe[nr:] += token_s
             pri[ci] = atc_priorities(a["alpha"][sl[ci]], pe, s[ci], self.atc_k, (nr,))
+            if self._plan:  # rule 12: the whole reply's WSRPT instead
+                pri[ci] = self.plan_priorities([gens[i] for i in cl], token_s)
+        self._head_pri = float(pri[ci[nr:]].max()) if self._plan and len(cl) > nr else 0.0
         set_priorities(gens, pri.tolist())
         run_crit = [gens[i] for i in cl[:nr]]
         run_first = not all([has_l[i] for i in cl[:nr]])  # a critical first segment runs
@@ -471,6 +509,8 @@ class Default(Policy):
             crit_ids = {id(g) for g in run_crit}
             back = self.lead(ctx) + self._queue_s  # rule 11: a deferrable victim's slack must exceed it
             victims = sorted(running, key=lambda v: (id(v) in crit_ids, v.priority, v.gen_id))
+            if self._plan:  # rule 12: deferrable ones that rule 11 keeps are no victims, and stop nothing
+                victims = [v for v in victims if id(v) in crit_ids or -1.0 - v.priority > back]
             for want, v in zip(order, victims):
                 if want.priority <= 0:
                     break  # only critical work preempts
@@ -503,6 +543,24 @@ class Default(Policy):
         engines = max(1, ctx.engines)
         cap = self.step_cap(ctx, -(-(n_running - n_preempt) // engines), short=short)
         return None if cap is None else max(0, cap * engines - n_running + n_preempt)
+
+    def plan_priorities(self, gens: Sequence[Generation], token_s: float) -> list[float]:
+        """Rule 12: weighted shortest remaining reply first — |TUF slope| / (the reply's
+        predicted remaining tokens × time per token), by the learned length predictor
+        (core/length_predictor.py, Trail's; online: the prompt and the text so far).  A request
+        it cannot predict counts as `_PLAN_FALLBACK` tokens.  Always > 0."""
+        from ..length_predictor import PredictorError
+
+        out = []
+        for g in gens:
+            try:
+                rem = self._lenpred.remaining(g)
+            except PredictorError:
+                rem = _PLAN_FALLBACK
+            a = g.request.tuf.alpha
+            w = (-a if a < 0.0 else 1e-12) / ((rem if rem > 1.0 else 1.0) * (token_s if token_s > 1e-9 else 1e-9))
+            out.append(w if w > 0.0 else 5e-324)
+        return out
 
     def queue_wait(self, late: int, late_ps: "Sequence[float] | np.ndarray", n_running: int) -> float:
         """Rule 11: the wait of a generation that leaves the batch now, behind the ready ones
@@ -590,6 +648,8 @@ class Default(Policy):
         """Stream on (keep the slot) unless the batch is full and g's next segment is not due
         within the lead: then free the slot for waiting work, as TimelyLLM does."""
         self.observe(g, seg)
+        if self._full and self._plan and self.plan_priorities([g], ctx.token_s)[0] >= self._head_pri:
+            return False  # rule 12: nobody waiting outranks g, so yielding would only cost a re-add
         return self._full and self.slack(g, ctx, now, running=False) > self.lead(ctx)
 
     def speculates(self, g: Generation, seg: Segment, ctx: PolicyContext) -> bool:
@@ -607,4 +667,4 @@ class Default(Policy):
                 "pace_min_free": self.pace_min_free, "pace_max_error": self.pace_max_error, "pace_kv": self.pace_kv,
                 "step_ratio": self.step_ratio, "memory_full": self.memory_full, "atc_k": self.atc_k,
                 "drain_after_s": self.drain_after_s, "speculate": self.speculate,
-                "overload": self.overload, "roomy_ratio": self.roomy_ratio}
+                "overload": self.overload, "roomy_ratio": self.roomy_ratio, "plan_order": self.plan_order}
