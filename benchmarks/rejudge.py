@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO))
 
 from timelyllm_ros.cli import _param  # noqa: E402  (the CLI's NAME=VALUE parsing)
 from timelyllm_ros.sim import acceptance, regime  # noqa: E402
+from timelyllm_ros.sweep import read_map  # noqa: E402  (gzipped maps too)
 
 
 def _r(v):
@@ -66,7 +67,8 @@ def build(path: Path, keys: list[str], policies: list[str]) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--map", action="append", required=True, help="timelyllm sweep --out JSON (repeatable)")
+    ap.add_argument("--map", action="append", required=True,
+                    help="timelyllm sweep --out JSON, or .json.gz (repeatable)")
     ap.add_argument("--cell", action="append", default=[], help="PROFILE/ENGINE/LOAD/CAPACITY (repeatable)")
     ap.add_argument("--all", action="store_true", help="every cell of the maps")
     ap.add_argument("--policy", default="default")
@@ -79,7 +81,7 @@ def main() -> int:
     params = {k: v for _, k, v in map(_param, args.param)}
     cells: dict[str, tuple[dict, dict]] = {}
     for f in args.map:
-        doc = json.loads(Path(f).read_text())
+        doc = read_map(f)
         for c in doc["cells"]:
             cells.setdefault(cell_key(c), (c, doc))
     keys = list(cells) if args.all else args.cell

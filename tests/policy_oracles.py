@@ -176,7 +176,7 @@ def default_select_reference(self, ready: Sequence[Generation], running: Sequenc
     run_crit, run_def, run_first, *atc_w, _ = default_split(self, running, now, True, terms)
     late_ps = [q for q, x in zip(atc_r[1], atc_r[2]) if x < 0.0]  # rule 11: the late backlog
     self._queue_s = self.queue_wait(len(late_ps), late_ps, len(running))
-    self._plan = self.plan_order and self._queue_s > 0.0  # rule 12
+    self._plan = self.plan_applies(now)  # rule 12
     if critical or run_crit:  # ATC priorities, each list on its own (one exp call for both)
         pr, pw = atc_priority_lists((atc_r, atc_w), self.atc_k)
         set_priorities(critical, pr)

@@ -206,7 +206,7 @@ def test_plan_order_ranks_late_work_by_the_whole_replys_wsrpt_and_keeps_slots_no
         return g
 
     def setup(plan_order=True, n_late=3):
-        p = Default(plan_order=plan_order)
+        p = Default(plan_order=plan_order, plan_depth_s=0.0)  # (the depth gate: its own test below)
         p._lenpred = OraclePredictor()
         run = req_gen("run", 0.0, "mf(50); tl(90); mf(30); tl(90);", state=GenState.RUNNING,
                       segments=[seg(0, 9.0, 20.0)])  # its robot busy until 29: deferrable
@@ -227,7 +227,7 @@ def test_plan_order_ranks_late_work_by_the_whole_replys_wsrpt_and_keeps_slots_no
     q, _, late_q, sel_q = setup(plan_order=False)
     assert not q._plan and ids(sel_q.order) == ["long", "short", "x0"]
     # no backlog (2 late for 1 running... here 1 late beside 1 running): rule 12 stays off
-    r = Default(plan_order=True)
+    r = Default(plan_order=True, plan_depth_s=0.0)
     r._lenpred = OraclePredictor()
     one = req_gen("one", 9.0, "mf(50);")
     r.select([one], [run], ctx(), 10.5)
@@ -245,7 +245,7 @@ def test_plan_order_ranks_late_work_by_the_whole_replys_wsrpt_and_keeps_slots_no
     # rule 7 under rule 12: the deferrable running one that rule 11 keeps does not stop the walk
     crit_run = req_gen("cr", 8.0, "mf(50); tl(90); " * 30, URGENT, state=GenState.RUNNING)  # late, long
     crit_run.output_ids.extend([1] * 2)
-    p2, q2 = Default(plan_order=True), Default(plan_order=False)
+    p2, q2 = Default(plan_order=True, plan_depth_s=0.0), Default(plan_order=False)
     for pol in (p2, q2):
         pol._lenpred = OraclePredictor()
     for pol, want_pre in ((p2, ["cr"]), (q2, [])):
@@ -258,6 +258,36 @@ def test_plan_order_ranks_late_work_by_the_whole_replys_wsrpt_and_keeps_slots_no
         for g in lates:
             g.blocked = "batch full (2)"
         assert ids(pol.select(lates, runs, ctx(), 10.5).preempt) == want_pre
+
+
+def test_plan_order_waits_for_a_deep_lasting_backlog():
+    """Rule 12's gate: it applies only while rule 11's backlog wait, averaged over time
+    (exponentially, time constant 10 s), is at least `plan_depth_s` (8 s) — not in a burst
+    that drains within seconds; the average decays while there is no backlog."""
+    from timelyllm_ros.core.policies.default import _PLAN_TAU_S
+
+    p = Default(plan_order=True)
+    assert p.plan_depth_s == 8.0 and _PLAN_TAU_S == 10.0
+    seen = []
+    for k in range(60):  # a backlog wait of 20 s, seen every 0.5 s: the average reaches 8 s at ~5.1 s
+        p._queue_s = 20.0
+        seen.append(p.plan_applies(0.5 * k))
+    first = seen.index(True)
+    assert 0.5 * first == pytest.approx(10.0 * math.log(20.0 / 12.0), abs=0.5) and all(seen[first:])
+    assert p._depth == pytest.approx(20.0 * (1.0 - math.exp(-29.5 / 10.0)))
+    p._queue_s = 0.0
+    assert p.plan_applies(30.0) is False  # no backlog now: off at once
+    p._queue_s = 3.0
+    assert p.plan_applies(60.0) is False  # a moderate burst 30 s later: the old average has decayed
+    q = Default(plan_order=True)
+    q._queue_s = 3.0  # a moderate backlog that lasts: its average never reaches 8 s
+    assert not any(q.plan_applies(0.5 * k) for k in range(400))
+    off = Default(plan_order=False, plan_depth_s=0.0)
+    off._queue_s = 50.0
+    assert off.plan_applies(0.0) is False  # the rule off: never
+    for bad in (-1.0, math.inf, math.nan, True, "8"):
+        with pytest.raises(ValueError, match="plan_depth_s"):
+            Default(plan_depth_s=bad)
 
 
 def test_plan_order_without_the_length_predictor_model_is_a_clear_error(monkeypatch, tmp_path):
@@ -317,7 +347,7 @@ def test_plan_order_is_online_too():
     under an overloaded cap (so that it applies) future plans still do not change the past."""
     wl = scaled_drones(400, duration_s=20.0)
     t_cut = 12.0
-    kw = dict(policy_params={"plan_order": True}, max_batch=4)
+    kw = dict(policy_params={"plan_order": True, "plan_depth_s": 0.0}, max_batch=4)
     base, _ = _decisions(wl, **kw)
     pert, _ = _decisions(wl, perturb_after=t_cut, **kw)
     before = [d for d in base if d[0] < t_cut]

@@ -550,9 +550,10 @@ def test_andes_stable_heads_are_the_stable_argsort_prefixes(rows, k):
        min_lead_s=st.sampled_from([0.0, 0.05, 3.0]), kv_budget=st.booleans(), pace=st.booleans(),
        seen=st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.integers(1, 30)), max_size=4),
        slope=st.sampled_from([None, 0.0, 0.001, 0.05, 1.0, 10.0]), preserve=st.booleans(),
-       min_free=st.sampled_from([0.0, 0.1, 0.25]), plan_order=st.booleans())
+       min_free=st.sampled_from([0.0, 0.1, 0.25]), plan_order=st.booleans(),
+       plan_depth=st.sampled_from([0.0, 0.1, 8.0]))
 def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps, min_lead_s, kv_budget, pace,
-                                               seen, slope, preserve, min_free, plan_order):
+                                               seen, slope, preserve, min_free, plan_order, plan_depth):
     """`slope`: the engine steps the policies saw (rule 9's step-time model: None: none, else
     steps of 1..40 generations at 20 ms + slope per generation); `preserve`: the engine keeps a
     paused generation's KV, so rule 9 may pause running generations; `plan_order`: rule 12 (under
@@ -564,7 +565,7 @@ def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps
             return default_select_reference(self, ready, running, ctx, now)
 
     kw = dict(lead_steps=lead_steps, min_lead_s=min_lead_s, kv_budget=kv_budget, pace_min_free=min_free, pace=pace,
-              plan_order=plan_order)
+              plan_order=plan_order, plan_depth_s=plan_depth)
     fast, ref = Default(**kw), Reference(**kw)
     for p in (fast, ref):
         for t, first, tok in seen:  # learned segment lengths (some robot types still unseen)
@@ -580,7 +581,8 @@ def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps
     modes = frozenset({"cache", "preserve"} if preserve else {"cache"})
     assert _run(fast, a, steps, blocked, kv_modes=modes) == _run(ref, b, steps, blocked, kv_modes=modes)
     assert (fast._full, fast._queue_s) == (ref._full, ref._queue_s)  # (rule 11's backlog wait too)
-    assert (fast._plan, fast._head_pri) == (ref._plan, ref._head_pri)  # (rule 12's verdict and head)
+    assert ((fast._plan, fast._head_pri, fast._depth)
+            == (ref._plan, ref._head_pri, ref._depth))  # (rule 12's verdict, head and backlog average)
     assert [g.extra.get("pause_kv") for g in a] == [g.extra.get("pause_kv") for g in b]
 
 
@@ -658,9 +660,9 @@ def test_default_atc_groups_equal_separate_calls(terms, cut, k):
 @given(specs=st.lists(_GEN, min_size=30, max_size=90), steps=st.lists(_STEP, min_size=1, max_size=3),
        blocked=st.booleans(), slope=st.sampled_from([0.001, 0.01, 0.05]), running_n=st.integers(0, 6),
        drain=st.sampled_from([5.0, 0.001]), memory_full=st.booleans(), engines=st.sampled_from([1, 3]),
-       roomy=st.sampled_from([3.0, 10.0]), plan_order=st.booleans())
+       roomy=st.sampled_from([3.0, 10.0]), plan_order=st.booleans(), plan_depth=st.sampled_from([0.0, 8.0]))
 def test_default_fast_select_matches_reference_at_many_ready(specs, steps, blocked, slope, running_n, drain,
-                                                             memory_full, engines, roomy, plan_order):
+                                                             memory_full, engines, roomy, plan_order, plan_depth):
     """Many ready generations and a step-time cap that binds: the numpy path orders only the
     head the cap can admit (`_head_needed`) and must still decide exactly as the plain path —
     orders, preemptions, priorities, the cap's and the KV budget's verdicts; behind an engine
@@ -673,7 +675,8 @@ def test_default_fast_select_matches_reference_at_many_ready(specs, steps, block
         def select(self, ready, running, ctx, now):
             return default_select_reference(self, ready, running, ctx, now)
 
-    kw = dict(drain_after_s=drain, memory_full=memory_full, roomy_ratio=roomy, plan_order=plan_order)
+    kw = dict(drain_after_s=drain, memory_full=memory_full, roomy_ratio=roomy, plan_order=plan_order,
+              plan_depth_s=plan_depth)
     fast, ref = Default(**kw), Reference(**kw)
     for p in (fast, ref):
         for n in (1, 5, 12, 40, 3):
@@ -683,8 +686,8 @@ def test_default_fast_select_matches_reference_at_many_ready(specs, steps, block
         g.state = GenState.RUNNING if i < running_n else (GenState.SUSPENDED if g.segments else GenState.QUEUED)
     a, b = _copy(gens), _copy(gens)
     assert _run(fast, a, steps, blocked, engines=engines) == _run(ref, b, steps, blocked, engines=engines)
-    assert ((fast._full, fast._capped, fast._mem_held, fast._queue_s, fast._plan, fast._head_pri)
-            == (ref._full, ref._capped, ref._mem_held, ref._queue_s, ref._plan, ref._head_pri))
+    assert ((fast._full, fast._capped, fast._mem_held, fast._queue_s, fast._plan, fast._head_pri, fast._depth)
+            == (ref._full, ref._capped, ref._mem_held, ref._queue_s, ref._plan, ref._head_pri, ref._depth))
 
 
 @settings(max_examples=400, deadline=None)

@@ -16,12 +16,14 @@ output (no run is ever dropped; a cell with a timeout is not deterministic).
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import itertools
 import json
 import os
 import sys
 import time
+import zlib
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -383,19 +385,21 @@ def run_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_map(path: str) -> dict[str, Any]:
-    """A regime map written by ``timelyllm sweep --out`` (CliError naming the file otherwise)."""
+def read_map(path: str | Path) -> dict[str, Any]:
+    """A regime map written by ``timelyllm sweep --out``, gzipped where the name ends in .gz (the
+    stored maps, docs/results/maps/); CliError naming the file otherwise."""
     from .cli import CliError
 
     try:
-        doc = json.loads(Path(path).read_text())
+        raw = Path(path).read_bytes()
+        doc = json.loads(gzip.decompress(raw) if str(path).endswith(".gz") else raw)
         if not isinstance(doc, dict) or doc.get("kind") != "timelyllm regime map":
             raise ValueError("not a regime map written by timelyllm sweep")
         grid = doc.get("grid")
         if not (isinstance(grid, dict) and isinstance(grid.get("policies"), list)
                 and isinstance(grid.get("profiles"), list) and isinstance(doc.get("cells"), list)):
             raise ValueError("a regime map needs grid.policies, grid.profiles and cells")
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError, zlib.error) as e:  # (gzip: a truncated or corrupt file)
         raise CliError(f"--from-json {path}: {getattr(e, 'strerror', None) or e}") from None
     return doc
 
@@ -405,7 +409,7 @@ def _report_saved(args: argparse.Namespace) -> int:
     from .sim.regime import GridError
     from .sim.regime_merge import merge_maps
 
-    docs = [_read_map(path) for path in args.from_json]
+    docs = [read_map(path) for path in args.from_json]
     if len(docs) == 1:
         doc = docs[0]
     else:

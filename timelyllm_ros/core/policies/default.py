@@ -88,20 +88,22 @@ At each scheduling point (``select``):
    overload (rule 5; it wins the edge board's cap-8 cells but loses the 4090's drones:400
    cap 8, where re-adds are cheap: −75.6 % vs −6.9 %), and lifting rule 10's cap under overload
    (urgent −2,315 % instead of −28 %).
-12. plan order (``plan_order``, opt-in, off by default): under rule 11's backlog every late
+12. plan order (``plan_order``, opt-in, off by default): in a deep, lasting overload every late
    statement waits whatever the order, so Eq. 3's loss is about Σ |TUF slope| × each plan's
    completion time, which weighted shortest remaining *reply* first minimises — not the next
-   statement's (ATC).  While the backlog lasts: critical generations rank by |slope| / (the
-   reply's predicted remaining tokens × time per token), the learned length predictor Trail uses
-   (core/length_predictor.py: the prompt and the text so far, online); a generation at a
-   statement end keeps its slot (rule 5) unless a waiting critical one outranks it — yielding to
-   work that ranks lower only buys a re-add; and rule 7 passes over deferrable victims that
-   rule 11 keeps instead of stopping at them, so an urgent short plan still preempts a long
-   reply.  It wins the chat floods (edge board chat_flood at default batching: −2,625 % instead
-   of −4,547 %, cap 8 −3,222 % instead of −6,935 %, `trail` −3,297 %; simulator) and is not the
-   default because of the cells it loses (docs/results/2026-11-27-plan-order.md).  Without the
-   rule the whole-plan ranking lost where it had only a per-robot-type mean of plan lengths and
-   still yielded slots (rule 11's notes).
+   statement's ATC.  It applies while rule 11 sees a backlog whose wait, averaged over time
+   (exponentially, time constant 10 s), is at least ``plan_depth_s`` (8 s; 0: any backlog) —
+   the bursts of a moderate overload drain within seconds and keep ATC (measured: the backlog
+   wait's median is at most 3.8 s in the cells where the rule loses, at least 12.6 s where it
+   wins).  Then critical generations rank by |slope| / (the reply's predicted remaining tokens ×
+   time per token), by the learned length predictor Trail uses (core/length_predictor.py: the
+   prompt and the text so far, online); a generation at a statement end keeps its slot (rule 5)
+   unless a waiting critical one outranks it — yielding to lower-ranked work only buys a re-add;
+   and rule 7 passes over deferrable victims that rule 11 keeps instead of stopping at them, so
+   an urgent short plan still preempts a long reply.  Edge board, chat_flood cap 8: accrued
+   −3,379 % instead of −6,935 % (`trail` −3,297 %); chat_mixed kv/2 −1,530 % / −762 % total /
+   urgent instead of −5,083 % / −7,138 % (simulator).  Not the default yet: the drones:800 /
+   1600 cells are not re-judged (docs/results/2026-11-27-plan-order.md).
 
 At each statement boundary (``suspend_at``, rule 5) a generation keeps its slot and streams on, unless the
 batch is full — a batch cap or KV memory refused a ready generation (with ``memory_full``, also
@@ -151,6 +153,7 @@ def _learned_predictor():
         raise ValueError(f"plan_order needs the learned length predictor: {e}") from e
 
 
+_PLAN_TAU_S = 10.0  # rule 12: time constant of the backlog wait's average (a few bursts long)
 _PLAN_FALLBACK = 256.0  # rule 12: tokens of a reply the length predictor cannot predict (Trail's fallback_len)
 _ROBOT_TYPE = operator.attrgetter("request.robot_type")
 _PAUSE_KEY = operator.attrgetter("priority", "gen_id")  # lowest priority (most slack) first
@@ -192,9 +195,18 @@ class Default(Policy):
                  pace: bool = False, pace_min_free: float = 0.25, pace_max_error: float = 0.5,
                  pace_kv: str = "preserve", step_ratio: float = 3.0, memory_full: bool = False,
                  atc_k: float = 2.0, drain_after_s: float = 5.0, speculate: bool = True,
-                 overload: bool = True, roomy_ratio: float = 3.0, plan_order: bool = False) -> None:
+                 overload: bool = True, roomy_ratio: float = 3.0, plan_order: bool = False,
+                 plan_depth_s: float = 8.0) -> None:
         self.kv_budget = kv_budget
         self.plan_order = bool(plan_order)
+        if (isinstance(plan_depth_s, bool) or not isinstance(plan_depth_s, (int, float))
+                or not 0 <= plan_depth_s < math.inf):
+            raise ValueError(f"plan_depth_s must be a finite number of seconds >= 0 (rule 12 applies while "
+                             f"rule 11's backlog wait, averaged over ~{_PLAN_TAU_S:g} s, is at least that; "
+                             f"0: whenever there is a backlog), got {plan_depth_s!r}")
+        self.plan_depth_s = float(plan_depth_s)
+        self._depth = 0.0  # rule 12: rule 11's backlog wait, exponentially averaged over time
+        self._depth_t: float | None = None  # ... as of this time
         self._lenpred = None  # rule 12's reply-length predictor (loaded when plan_order is on)
         if self.plan_order:
             self._lenpred = _learned_predictor()
@@ -339,7 +351,8 @@ class Default(Policy):
         gens = [*running, *ready]
         n = len(gens)
         if not n:
-            self._queue_s, self._plan = 0.0, False
+            self._queue_s = 0.0
+            self._plan = self.plan_applies(now)
             return self._finish([], False, [], full, running, ctx, now, ready_first=False)
         rtypes = self._rtypes
         if self._P[0] is not pred:
@@ -370,7 +383,7 @@ class Default(Policy):
         crit = s <= lead
         late = s[n_run:] < 0.0  # rule 11: the ready ones already past their deadlines
         self._queue_s = self.queue_wait(int(np.count_nonzero(late)), p[n_run:][late] + token_s, n_run)
-        self._plan = self.plan_order and self._queue_s > 0.0  # rule 12
+        self._plan = self.plan_applies(now)
         pri = -1.0 - s  # deferrable: least slack first
         ci = crit.nonzero()[0]
         cl = ci.tolist()
@@ -544,6 +557,18 @@ class Default(Policy):
         cap = self.step_cap(ctx, -(-(n_running - n_preempt) // engines), short=short)
         return None if cap is None else max(0, cap * engines - n_running + n_preempt)
 
+    def plan_applies(self, now: float) -> bool:
+        """Rule 12 applies at this point (called once per `select`, after rule 11's `_queue_s`):
+        `plan_order` is on, there is a backlog, and its wait averaged over time (exponentially,
+        time constant `_PLAN_TAU_S`) is at least `plan_depth_s` — a deep, lasting overload, not
+        a burst that drains within seconds."""
+        if self._depth_t is None:
+            self._depth_t = now
+        w = math.exp(-max(0.0, now - self._depth_t) / _PLAN_TAU_S)
+        self._depth = w * self._depth + (1.0 - w) * self._queue_s
+        self._depth_t = now
+        return self.plan_order and self._queue_s > 0.0 and self._depth >= self.plan_depth_s
+
     def plan_priorities(self, gens: Sequence[Generation], token_s: float) -> list[float]:
         """Rule 12: weighted shortest remaining reply first — |TUF slope| / (the reply's
         predicted remaining tokens × time per token), by the learned length predictor
@@ -667,4 +692,5 @@ class Default(Policy):
                 "pace_min_free": self.pace_min_free, "pace_max_error": self.pace_max_error, "pace_kv": self.pace_kv,
                 "step_ratio": self.step_ratio, "memory_full": self.memory_full, "atc_k": self.atc_k,
                 "drain_after_s": self.drain_after_s, "speculate": self.speculate,
-                "overload": self.overload, "roomy_ratio": self.roomy_ratio, "plan_order": self.plan_order}
+                "overload": self.overload, "roomy_ratio": self.roomy_ratio, "plan_order": self.plan_order,
+                "plan_depth_s": self.plan_depth_s}

@@ -1,0 +1,34 @@
+"""The stored regime maps (docs/results/maps/, simulator): they load, gzipped, and issue 25's
+acceptance on them gives the pass counts that docs/results quotes for `default`."""
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from timelyllm_ros.cli import CliError
+from timelyllm_ros.sim import acceptance
+from timelyllm_ros.sweep import read_map
+
+MAPS = Path(__file__).resolve().parents[1] / "docs" / "results" / "maps"
+# cells, `default` passing every rule (docs/results/2026-11-27-plan-order.md, docs/results/maps/README.md)
+QUOTED = {"own.json.gz": (24, 13), "stock.json.gz": (126, 111), "pres.json.gz": (126, 110)}
+
+
+@pytest.mark.parametrize("name", sorted(QUOTED))
+def test_stored_map_loads_and_its_acceptance_is_the_quoted_one(name):
+    doc = read_map(MAPS / name)
+    assert doc["kind"] == "timelyllm regime map" and "default" in doc["grid"]["policies"]
+    acc = acceptance.check_plan(doc, "default")
+    cells, passing = QUOTED[name]
+    assert (len(acc.cells), sum(c.passed for c in acc.cells)) == (cells, passing)
+
+
+def test_a_corrupt_or_truncated_gzipped_map_is_a_clear_error(tmp_path):
+    good = (MAPS / "own.json.gz").read_bytes()
+    for name, data in (("trunc.json.gz", good[: len(good) // 2]), ("junk.json.gz", b"not gzip at all"),
+                       ("list.json.gz", gzip.compress(b"[1, 2]"))):
+        p = tmp_path / name
+        p.write_bytes(data)
+        with pytest.raises(CliError, match=name):
+            read_map(p)
