@@ -288,6 +288,10 @@ def test_plan_order_waits_for_a_deep_lasting_backlog():
     for bad in (-1.0, math.inf, math.nan, True, "8"):
         with pytest.raises(ValueError, match="plan_depth_s"):
             Default(plan_depth_s=bad)
+    for flag in ("plan_order", "pace", "overload", "preempt", "kv_budget", "memory_full", "speculate"):
+        for bad in ("maybe", "false", 1, None):  # a switch is a bool: a typo is an error, not "on"
+            with pytest.raises(ValueError, match=f"{flag} must be true or false"):
+                Default(**{flag: bad})
 
 
 def test_plan_order_without_the_length_predictor_model_is_a_clear_error(monkeypatch, tmp_path):

@@ -197,8 +197,12 @@ class Default(Policy):
                  atc_k: float = 2.0, drain_after_s: float = 5.0, speculate: bool = True,
                  overload: bool = True, roomy_ratio: float = 3.0, plan_order: bool = False,
                  plan_depth_s: float = 8.0) -> None:
+        for k, v in (("preempt", preempt), ("kv_budget", kv_budget), ("pace", pace), ("memory_full", memory_full),
+                     ("speculate", speculate), ("overload", overload), ("plan_order", plan_order)):
+            if not isinstance(v, bool):
+                raise ValueError(f"{k} must be true or false, got {v!r}")
         self.kv_budget = kv_budget
-        self.plan_order = bool(plan_order)
+        self.plan_order = plan_order
         if (isinstance(plan_depth_s, bool) or not isinstance(plan_depth_s, (int, float))
                 or not 0 <= plan_depth_s < math.inf):
             raise ValueError(f"plan_depth_s must be a finite number of seconds >= 0 (rule 12 applies while "
@@ -216,9 +220,9 @@ class Default(Policy):
             raise ValueError(f"roomy_ratio must be a number > 1 (rule 10's ratio while KV memory has room; "
                              f"inf: no step-time cap then), got {roomy_ratio!r}")
         self.roomy_ratio = float(roomy_ratio)
-        self.overload = bool(overload)
+        self.overload = overload
         self._queue_s = 0.0  # rule 11: the late backlog's wait at the last scheduling point
-        self.speculate = bool(speculate)
+        self.speculate = speculate
         if isinstance(drain_after_s, bool) or not isinstance(drain_after_s, (int, float)) or not drain_after_s > 0:
             raise ValueError(f"drain_after_s must be a number > 0 (inf: the step-time cap always applies), "
                              f"got {drain_after_s!r}")
@@ -236,7 +240,7 @@ class Default(Policy):
         self.pace_max_error = float(pace_max_error)
         if pace_kv not in ("preserve", "cache"):
             raise ValueError(f"pace_kv must be 'preserve' or 'cache', got {pace_kv!r}")
-        self.pace = bool(pace)
+        self.pace = pace
         self.pace_kv = pace_kv  # KV of a paused generation ("cache": only to measure what it costs)
         self.pace_min_free = float(pace_min_free)
         self._steps = StepTimeModel()  # the engine's step time against batch size (rules 9 and 10)
@@ -245,7 +249,7 @@ class Default(Policy):
         if isinstance(step_ratio, bool) or not isinstance(step_ratio, (int, float)) or not 1 < step_ratio:
             raise ValueError(f"step_ratio must be a number > 1 (inf: no step-time cap), got {step_ratio!r}")
         self.step_ratio = float(step_ratio)
-        self.memory_full = bool(memory_full)
+        self.memory_full = memory_full
         self._capped = False  # the step-time cap or the KV budget held back a ready generation
         self._mem_held = False  # ... the KV budget did, with memory_full
         for k, v in (("lead_steps", lead_steps), ("min_lead_s", min_lead_s)):
@@ -257,7 +261,7 @@ class Default(Policy):
             raise ValueError(f"len_weight must be in (0, 1], got {len_weight!r}")
         self.lead_steps = float(lead_steps)
         self.min_lead_s = float(min_lead_s)
-        self.preempt = bool(preempt)
+        self.preempt = preempt
         self.preempt_ratio = float(preempt_ratio)
         self.len_weight = float(len_weight)
         self._seg_len: dict[tuple[str, bool], float] = {}  # (robot type, first segment?) -> mean tokens
