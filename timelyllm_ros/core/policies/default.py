@@ -136,6 +136,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..length_predictor import PredictorError, make_predictor
 from ..types import Generation, Segment
 from .base import DispatchMode, Policy, PolicyContext, Selection, batch_was_full, priority_head, set_priorities
 from .slots import SlotTable
@@ -145,8 +146,6 @@ from .step_time import StepTimeModel
 def _learned_predictor():
     """Rule 12's length predictor, loaded once: it keeps all its state in each generation
     (core/length_predictor.py), so one instance serves every planner."""
-    from ..length_predictor import PredictorError, make_predictor
-
     try:
         return make_predictor("learned")
     except PredictorError as e:
@@ -578,8 +577,6 @@ class Default(Policy):
         predicted remaining tokens × time per token), by the learned length predictor
         (core/length_predictor.py, Trail's; online: the prompt and the text so far).  A request
         it cannot predict counts as `_PLAN_FALLBACK` tokens.  Always > 0."""
-        from ..length_predictor import PredictorError
-
         out = []
         for g in gens:
             try:
