@@ -1,6 +1,6 @@
 """How many drone agents 1, 2, 4, 8 engines serve on time, on the whole plan (simulator).
 
-    python benchmarks/bench_fleet_scale.py [--engines 1,2,4,8] [--policy default]
+    python benchmarks/bench_fleet_scale.py [--engines 1,2,4,8] [--policy default] [--param NAME=VALUE ...]
         [--profile profiles/rtx4090_llama3_8b.yaml] [--engine-kind stock] [--threshold 80]
         [--max-p99-wait 5] [--score whole-plan|first-action] [--resolution 0.1]
         [--quick] [--out out/fleet_scale.json]
@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from timelyllm_ros.cli import _param  # noqa: E402  (the CLI's NAME=VALUE parsing)
+from timelyllm_ros.core.policies import make_policy  # noqa: E402
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
 from timelyllm_ros.core.latency_profile import DEFAULT_PROFILE  # noqa: E402
 from timelyllm_ros.workloads.catalog import load_tasks  # noqa: E402
@@ -47,13 +49,15 @@ class Search:
         self.robots = load_robots()
         self.catalog = load_tasks(robots=self.robots)
         self.points: list[dict] = []
+        self.params = {k: v for _, k, v in args.param}  # the policy's --param values (CLI parsing)
 
     def urgent(self, n: int, engines: int) -> float:
         """Evaluate drones:n on `engines` engines; the urgent score (% of max) of the chosen
         `--score`, or -inf where the p99 continuation wait exceeds `--max-p99-wait`."""
         t0, c0 = time.perf_counter(), time.process_time()
         r = run_simulation(f"drones:{n}", self.args.policy, profile_path=self.args.profile, engines=engines,
-                           robots=self.robots, catalog=self.catalog, engine_kind=self.args.engine_kind)
+                           robots=self.robots, catalog=self.catalog, engine_kind=self.args.engine_kind,
+                           policy_params=self.params)
         urg, overall = r.metrics["by_category"]["urgent"], r.metrics["overall"]
         first = float(urg["utility_pct_of_max"])
         accrued = float(urg["accrued_utility_pct_of_max"])
@@ -114,6 +118,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--engines", default="1,2,4,8", help="comma-separated engine counts")
     ap.add_argument("--policy", default="default")
+    ap.add_argument("--param", action="append", type=_param, default=[], metavar="NAME=VALUE",
+                    help="a parameter of --policy (repeatable; as `timelyllm bench --param`), e.g. plan_order=true")
     ap.add_argument("--engine-kind", default="stock", choices=("stock", "preserve"),
                     help="what the simulated engine can do with a paused request's KV (stock vLLM: stock)")
     ap.add_argument("--score", default="whole-plan", choices=("whole-plan", "first-action"),
@@ -135,12 +141,20 @@ def main() -> int:
             raise ValueError
     except ValueError:
         raise SystemExit(f"bench_fleet_scale: --engines must be positive integers, e.g. 1,2,4,8; got {args.engines!r}")
+    for pol, k, _ in args.param:
+        if pol not in (None, args.policy):
+            raise SystemExit(f"bench_fleet_scale: --param {pol}:{k}=... names policy {pol!r}, but --policy is {args.policy!r}")
+    try:  # a bad name or value is a clear error before any simulation
+        make_policy(args.policy, **{k: v for _, k, v in args.param})
+    except ValueError as e:
+        raise SystemExit(f"bench_fleet_scale: --policy {args.policy} --param: {e}") from None
     if args.quick:
         args.resolution = 0.25
     crit = (f"urgent accrued utility (Eq. 3) >= {args.threshold:g} % of max and p99 continuation wait "
             f"<= {args.max_p99_wait:g} s" if args.score == "whole-plan"
             else f"urgent first-action utility >= {args.threshold:g} % of max")
-    print(f"simulator, profile {Path(args.profile).stem}, {args.engine_kind} engine, policy {args.policy}, "
+    shown = "".join(f" {k}={v}" for _, k, v in args.param)
+    print(f"simulator, profile {Path(args.profile).stem}, {args.engine_kind} engine, policy {args.policy}{shown}, "
           f"load drones:N (60 s, seed 11); threshold: {crit}; {os.cpu_count()} cores, load {load()}", flush=True)
     search = Search(args)
     if args.points:
@@ -184,6 +198,7 @@ def write_json(args: argparse.Namespace, doc: dict) -> None:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"profile": Path(args.profile).stem, "policy": args.policy,
+                                              "policy_params": {k: v for _, k, v in args.param},
                                               "engine_kind": args.engine_kind, "score": args.score,
                                               "threshold": args.threshold, "max_p99_wait_s": args.max_p99_wait,
                                               **doc}, indent=1) + "\n")

@@ -105,8 +105,9 @@ SMOKE: dict[str, Smoke] = {
     "bench_mixed_policies.py": Smoke(("--duration", "10"), (rf"\| timelyllm \| {NUM} \| {NUM}", r"\| andes \|")),
     "bench_lamps.py": Smoke(("--duration", "10"), (rf"lamps vs fcfs +: latency mean {NUM} %",)),
     "bench_fleet_scale.py": Smoke(
-        ("--engines", "1,2", "--points", "20,40", "--out", "{tmp}/fleet.json"),
-        (rf"E=2 N= +40: +{NUM} requests, urgent +{NUM} % of max",), files=("fleet.json",)),
+        ("--engines", "1,2", "--points", "20,40", "--param", "plan_order=true", "--out", "{tmp}/fleet.json"),
+        (r"policy default plan_order=True,", rf"E=2 N= +40: +{NUM} requests, urgent +{NUM} % of max"),
+        files=("fleet.json",)),
     "bench_hybrid.py": Smoke(("--cases", "2"), (rf"offline\+online +{NUM} %",)),
     "bench_scheduling.py": Smoke(
         ("--sizes", "8", "--budget-s", "0.05", "--rounds", "1", "--step-steps", "2"),
@@ -200,3 +201,16 @@ def test_benchmark_smoke(name: str, runner: Runner) -> None:
         then = runner.result(name + " (then)")
         print(f"{name} (then): wall {then.wall_s:.1f} s, CPU {then.cpu_s:.1f} s")
         assert then.rc == 0, then.tail()
+
+
+def test_bench_fleet_scale_bad_param_is_a_clear_error() -> None:
+    """A bad --param (value, name, or another policy's) stops bench_fleet_scale before any simulation."""
+    import subprocess
+
+    for param, why in (("plan_order=maybe", "plan_order must be true or false"),
+                       ("nosuch=1", "unexpected keyword argument 'nosuch'"),
+                       ("trail:c=1", "names policy 'trail', but --policy is 'default'")):
+        r = subprocess.run([sys.executable, str(BENCH / "bench_fleet_scale.py"), "--engines", "1", "--points", "10",
+                            "--param", param], capture_output=True, text=True, env=base_env(), cwd=REPO, timeout=120)
+        assert r.returncode != 0 and why in r.stderr, (param, r.returncode, r.stderr[-500:])
+        assert "E=1 N=" not in r.stdout  # nothing was simulated
