@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 
 from timelyllm_ros.cli import _param  # noqa: E402  (the CLI's NAME=VALUE parsing)
-from timelyllm_ros.core.policies import make_policy  # noqa: E402
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
+from timelyllm_ros.inputs import InputError, check_policy_params, params_for  # noqa: E402
 from timelyllm_ros.core.latency_profile import DEFAULT_PROFILE  # noqa: E402
 from timelyllm_ros.workloads.catalog import load_tasks  # noqa: E402
 from timelyllm_ros.sim.runner import run_simulation  # noqa: E402
@@ -49,7 +49,7 @@ class Search:
         self.robots = load_robots()
         self.catalog = load_tasks(robots=self.robots)
         self.points: list[dict] = []
-        self.params = {k: v for _, k, v in args.param}  # the policy's --param values (CLI parsing)
+        self.params = params_for(args.policy, args.param)  # the policy's --param values
 
     def urgent(self, n: int, engines: int) -> float:
         """Evaluate drones:n on `engines` engines; the urgent score (% of max) of the chosen
@@ -144,10 +144,10 @@ def main() -> int:
     for pol, k, _ in args.param:
         if pol not in (None, args.policy):
             raise SystemExit(f"bench_fleet_scale: --param {pol}:{k}=... names policy {pol!r}, but --policy is {args.policy!r}")
-    try:  # a bad name or value is a clear error before any simulation
-        make_policy(args.policy, **{k: v for _, k, v in args.param})
-    except ValueError as e:
-        raise SystemExit(f"bench_fleet_scale: --policy {args.policy} --param: {e}") from None
+    try:  # a bad name or value is a clear error before any simulation (as `timelyllm bench`)
+        check_policy_params(args.policy, params_for(args.policy, args.param))
+    except InputError as e:
+        raise SystemExit(f"bench_fleet_scale: {e}") from None
     if args.quick:
         args.resolution = 0.25
     crit = (f"urgent accrued utility (Eq. 3) >= {args.threshold:g} % of max and p99 continuation wait "

@@ -161,6 +161,7 @@ def simulate_all(wl, saved, tokenizer, robots, policies, a, keep, speeds: dict[s
     """Each policy in the simulator on the slice (`plans_for` its plans); with ``speeds``, a
     policy's profile is scaled by its real run's measured speed (`decode_speed`)."""
     from timelyllm_ros.core.latency_profile import LatencyProfile
+    from timelyllm_ros.inputs import params_for
     from timelyllm_ros.sim.replay import replay
 
     base = LatencyProfile.from_yaml(a.profile)
@@ -168,7 +169,7 @@ def simulate_all(wl, saved, tokenizer, robots, policies, a, keep, speeds: dict[s
     for pol in policies:
         prof = base.scaled(speeds[pol]) if speeds else base
         r = replay(wl, plans_for(saved, pol), profile_path=prof, tokenizer=tokenizer, robots=robots, policy=pol,
-                   max_batch=a.max_batch, keep=keep)
+                   policy_params=params_for(pol, a.param), max_batch=a.max_batch, keep=keep)
         out[pol] = figures(rows_of(r.metrics))
     return out
 
@@ -286,6 +287,9 @@ def main() -> int:
                          "the ones before it in the simulator on this slice (total utility, then urgent; ties "
                          "to the alphabetically first, as the map), chosen from the first real run's plans")
     ap.add_argument("--sim-policies", default=None, help="policies simulated (default: every registered one)")
+    ap.add_argument("--param", action="append", default=[], metavar="[POLICY:]NAME=VALUE",
+                    help="policy parameter, real and simulated alike (repeatable; as `timelyllm bench --param`: "
+                         "`default:plan_order=true` for one policy, NAME=VALUE for every policy of the run)")
     ap.add_argument("--model", default=str(REPO / "models" / "tiny-planner"))
     ap.add_argument("--profile", default=str(REPO / "profiles" / "vllm_cpu_tiny.yaml"))
     ap.add_argument("--timeout", type=float, default=600.0, help="per real run: give up serving after S s")
@@ -306,12 +310,23 @@ def main() -> int:
     from timelyllm_ros.core.policies import policy_names
     from timelyllm_ros.core.robots import load_robots
     from timelyllm_ros.workloads.format import WorkloadError, default_catalog, expand, load_workload
+    from timelyllm_ros.inputs import InputError, check_policy_params, params_for, parse_policy_param
     known = policy_names()
     real_pols = [p.strip() for p in a.policies.split(",") if p.strip()]
     sim_pols = [p.strip() for p in a.sim_policies.split(",")] if a.sim_policies else known
     bad = sorted(set(real_pols + sim_pols) - set(known) - {"best"})
     if bad or not real_pols or real_pols[0] == "best" or real_pols.count("best") > 1:
         ap.error(f"unknown or no policies {bad}; known: {', '.join(known)}")
+    try:  # every policy a run may use knows its parameters (a bad one: a clear error before serving)
+        a.param = [parse_policy_param(x) for x in a.param]
+        named = set(real_pols + sim_pols) - {"best"}
+        stray = sorted({pol for pol, _, _ in a.param if pol is not None} - named)
+        if stray:
+            raise InputError(f"--param names policies not in this run: {stray}")
+        for name in (sim_pols if "best" in real_pols else sorted(named)):
+            check_policy_params(name, params_for(name, a.param))
+    except InputError as e:
+        ap.error(str(e))
     try:
         wl = load_workload(a.workload)
     except (WorkloadError, OSError) as e:
@@ -325,6 +340,8 @@ def main() -> int:
     if not arrivals:
         ap.error(f"no arrivals in the first {a.duration:g} s of {a.workload}")
     cell = f"{a.workload} (first {a.duration:g} s, {len(arrivals)} requests), cap {a.max_batch or 'default'}"
+    if a.param:
+        cell += ", " + " ".join(f"{pol + ':' if pol else ''}{k}={v}" for pol, k, v in a.param)
 
     if a.real:
         saved = json.loads(Path(a.real).read_text())
@@ -369,7 +386,7 @@ def main() -> int:
                 load0 = os.getloadavg()
                 engine.step_log = []  # the serving iterations (kept with --save: step times, adds)
                 res = serve_arrivals(arrivals, engine=engine, prompts=prompts, robots=robots, policy=pol,
-                                     seed=wl.seed, max_batch=a.max_batch, warm=False, timeout_s=a.timeout)
+                                     policy_params=params_for(pol, a.param), seed=wl.seed, max_batch=a.max_batch, warm=False, timeout_s=a.timeout)
                 load1 = os.getloadavg()
                 plans = {g.gen_id: g.text for g in res.generations if g.state.value == "finished"}
                 saved["runs"][pol] = {"rows": rows_of(res.metrics), "plans": plans, "wall_s": res.wall_s,

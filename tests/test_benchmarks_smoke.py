@@ -69,8 +69,9 @@ SMOKE: dict[str, Smoke] = {
         files=("fidelity.json",)),
     "spot_check.py": Smoke(
         ("--workload", "WID1", "--duration", "5", "--policies", "default,timelyllm",
-         "--sim-policies", "default,timelyllm", "--calibrate", "--out", "{tmp}/spot.json"),
-        (rf"^default +{NUM} +{NUM} +{NUM} +{NUM}", rf"^timelyllm +{NUM} +{NUM} +{NUM} +{NUM}",
+         "--sim-policies", "default,timelyllm", "--param", "default:plan_order=true", "--calibrate",
+         "--out", "{tmp}/spot.json"),
+        (r"spot check .*, default:plan_order=True;", rf"^default +{NUM} +{NUM} +{NUM} +{NUM}", rf"^timelyllm +{NUM} +{NUM} +{NUM} +{NUM}",
          r"order by total_pct: .* -> ", r"order by completion_mean_s: .* -> ",
          r"at the acceptance's resolution \(1 point; completion 5 %\), order by accrued_total_pct: (agree|DISAGREE)",
          r"where the real runs' serving time went", r"calibrated: each policy simulated at its real run's measured speed"),
@@ -203,14 +204,21 @@ def test_benchmark_smoke(name: str, runner: Runner) -> None:
         assert then.rc == 0, then.tail()
 
 
-def test_bench_fleet_scale_bad_param_is_a_clear_error() -> None:
-    """A bad --param (value, name, or another policy's) stops bench_fleet_scale before any simulation."""
+def test_a_bad_param_of_fleet_scale_or_spot_check_is_a_clear_error() -> None:
+    """A bad --param (value, name, or a policy not in the run) stops bench_fleet_scale and
+    spot_check before anything is simulated or served."""
     import subprocess
 
-    for param, why in (("plan_order=maybe", "plan_order must be true or false"),
-                       ("nosuch=1", "unexpected keyword argument 'nosuch'"),
-                       ("trail:c=1", "names policy 'trail', but --policy is 'default'")):
-        r = subprocess.run([sys.executable, str(BENCH / "bench_fleet_scale.py"), "--engines", "1", "--points", "10",
-                            "--param", param], capture_output=True, text=True, env=base_env(), cwd=REPO, timeout=120)
-        assert r.returncode != 0 and why in r.stderr, (param, r.returncode, r.stderr[-500:])
-        assert "E=1 N=" not in r.stdout  # nothing was simulated
+    fleet = ("bench_fleet_scale.py", "--engines", "1", "--points", "10")
+    spot = ("spot_check.py", "--workload", "WID1", "--duration", "5", "--policies", "default,timelyllm",
+            "--sim-policies", "default,timelyllm")
+    for argv, param, why in ((fleet, "plan_order=maybe", "plan_order must be true or false"),
+                             (fleet, "nosuch=1", "unknown parameter 'nosuch'"),
+                             (fleet, "trail:c=1", "names policy 'trail', but --policy is 'default'"),
+                             (spot, "default:plan_order=maybe", "plan_order must be true or false"),
+                             (spot, "plan_order=true", "policy 'timelyllm': unknown parameter 'plan_order'"),
+                             (spot, "trail:c=1", "names policies not in this run: ['trail']")):
+        r = subprocess.run([sys.executable, str(BENCH / argv[0]), *argv[1:], "--param", param],
+                           capture_output=True, text=True, env=base_env(), cwd=REPO, timeout=120)
+        assert r.returncode != 0 and why in r.stderr, (argv[0], param, r.returncode, r.stderr[-500:])
+        assert "E=1 N=" not in r.stdout and "real default" not in r.stdout  # nothing simulated or served
