@@ -19,6 +19,10 @@ For one cell (workload slice, batch cap) of the `vllm_cpu_tiny` column:
 
     python benchmarks/spot_check.py --workload WID1 --duration 40 --policies default,timelyllm
     python benchmarks/spot_check.py --workload drones:100 --duration 30 --max-batch 4 --policies default,edf
+    python benchmarks/spot_check.py --workload drones:2000 --duration 10 --max-batch 4 \
+        --policies default,vllm-stream,vllm-priority --param default:plan_order=true   # an opt-in rule
+
+`--param [POLICY:]NAME=VALUE` (as `timelyllm bench --param`) reaches the real and the simulated runs alike.
 
 `--save F` keeps the real side, with each run's serving steps; `--real F` re-simulates it (e.g.
 another profile) without an engine.  Each real run prints the load average before and after it
