@@ -390,7 +390,8 @@ def main() -> int:
                 load0 = os.getloadavg()
                 engine.step_log = []  # the serving iterations (kept with --save: step times, adds)
                 res = serve_arrivals(arrivals, engine=engine, prompts=prompts, robots=robots, policy=pol,
-                                     policy_params=params_for(pol, a.param), seed=wl.seed, max_batch=a.max_batch, warm=False, timeout_s=a.timeout)
+                                     policy_params=params_for(pol, a.param), seed=wl.seed, max_batch=a.max_batch,
+                                     warm=False, timeout_s=a.timeout)
                 load1 = os.getloadavg()
                 plans = {g.gen_id: g.text for g in res.generations if g.state.value == "finished"}
                 saved["runs"][pol] = {"rows": rows_of(res.metrics), "plans": plans, "wall_s": res.wall_s,
