@@ -12,6 +12,7 @@ import argparse
 import os
 import re
 import sys
+import threading
 import time
 import uuid
 from typing import Any
@@ -141,12 +142,14 @@ def run_request(args: argparse.Namespace) -> int:
         client = RequestClient(t, args.planner_ns)  # its cancel topic: Ctrl-C
         t0 = time.monotonic()
         seen: list[tuple] = []
+        one_at_a_time = threading.RLock()  # feedback and status arrive on the transport's threads
 
         def show(m: dict) -> None:  # feedback, then the result's status: each state once
             key = (m["state"], m["segments_dispatched"], m["segments_done"], m["reason"])
-            if key not in seen:
-                seen.append(key)
-                _print(status_line(m, t0))
+            with one_at_a_time:  # (print writes the line and its newline apart: two threads glued lines)
+                if key not in seen:
+                    seen.append(key)
+                    _print(status_line(m, t0))
 
         # the plan_task action: acknowledged (feedback) and answered (result); resent with the
         # same id if the planner instance it went to dies (nodes/plan_task.py)
