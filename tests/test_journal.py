@@ -180,13 +180,41 @@ def test_recovery_says_where_each_robot_was_left_from_its_executors_account(tmp_
 
     rep = recover(j, RecordingPlanner(), goal_states)
     why = dict(rep.failed)
-    assert asked == ["d1", "d2"]  # one question per robot
+    assert sorted(asked) == ["d1", "d2"]  # one question per robot (asked at once: any order)
     assert "d1: drone hovering (stop sent), after 1 of 3 dispatched statement(s): segment 1 stopped" in why["cut"]
     assert "after 2 of 2 dispatched statement(s): all of them ran" in why["ran"]
     assert "segment 1 still running there" in why["open"]
     assert "no record of them" in why["unknown"]
     assert "d2 did not answer get_goal_states: robot state unknown" in why["silent"]
     assert {r for r, s, _ in j.rows() if s == "failed"} == set(plans)
+
+
+def test_recovery_asks_every_robot_at_once(tmp_path):
+    """A restarted planner asks each robot's executor where it was left; a robot whose executor
+    is gone costs the query's timeout (10 s over DDS): the robots are asked at once, not one
+    timeout after another. Each question here waits until the other robot was asked too."""
+    import threading
+
+    from timelyllm_ros.journal import RobotAccount
+
+    j = Journal(tmp_path / "j.db")
+    for rid, robot in (("a", "d1"), ("b", "d2"), ("c", "d2")):
+        g = gen(rid)
+        g.request = PlanRequest(rid, robot, "tello", "t", "", NORMAL, 0.0)
+        j.on_request_update(g)
+        j.on_segment_dispatched(g, Segment(0, "mf(50);", (), False, 3, 0.0, 0.1, 2.0))
+    both = threading.Barrier(2, timeout=20)
+    asked = []
+
+    def goal_states(robot):
+        asked.append(robot)
+        both.wait()  # breaks (and fails the test) if the other robot is only asked after this one
+        return RobotAccount("hovering", {("a", 0): "stopped", ("b", 0): "stopped", ("c", 0): "stopped"})
+
+    rep = recover(j, RecordingPlanner(), goal_states)
+    assert sorted(asked) == ["d1", "d2"]
+    assert {rid for rid, _ in rep.failed} == {"a", "b", "c"}
+    assert all("hovering" in why and "segment 0 stopped" in why for _, why in rep.failed), rep.failed
 
 
 def test_a_journaled_request_id_is_answered_from_the_journal_never_run_twice(tmp_path):

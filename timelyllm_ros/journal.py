@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -362,6 +363,20 @@ def _token_record(journal: Journal, rid: str, rows: list[JournaledSegment], ran_
                        finished and ran_all, truncated if ran_all else "")
 
 
+def _ask_robots(journal: Journal, unfinished: list[Unfinished],
+                goal_states: GoalStatesQuery | None) -> dict[str, RobotAccount | None]:
+    """Each robot with a dispatched segment whose result is not journaled, asked once, all at
+    once (a robot whose executor is gone costs its timeout, not one timeout per robot)."""
+    if goal_states is None:
+        return {}
+    robots = sorted({str(u.request.get("robot_id", "")) for u in unfinished if u.segments_dispatched
+                     and not all(r.ok for r in journal.segment_rows(u.request["request_id"]))})
+    if not robots:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(16, len(robots)), thread_name_prefix="goal-states") as pool:
+        return dict(zip(robots, pool.map(goal_states, robots)))
+
+
 def recover(journal: Journal, planner: Any, goal_states: GoalStatesQuery | None = None) -> RecoveryReport:
     """Bring every unfinished journaled request to a defined state in a fresh planner.
 
@@ -378,9 +393,10 @@ def recover(journal: Journal, planner: Any, goal_states: GoalStatesQuery | None 
       statement(s): segment 2 stopped"; the planner does not continue a plan behind the robot's back.
     """
     report = RecoveryReport([], [])
-    accounts: dict[str, RobotAccount | None] = {}
+    unfinished = journal.unfinished()
+    accounts = _ask_robots(journal, unfinished, goal_states)
     wall_now = journal._wall()
-    for u in journal.unfinished():
+    for u in unfinished:
         rid = u.request["request_id"]
         robot = str(u.request.get("robot_id", ""))
         report.robots[rid] = robot
@@ -388,11 +404,7 @@ def recover(journal: Journal, planner: Any, goal_states: GoalStatesQuery | None 
         arrival = now - max(0.0, wall_now - u.accepted_wall)  # its arrival on the new clock
         n = u.segments_dispatched
         rows = journal.segment_rows(rid) if n else []
-        account = None
-        if goal_states is not None and not all(r.ok for r in rows):
-            if robot not in accounts:
-                accounts[robot] = goal_states(robot)
-            account = accounts[robot]
+        account = accounts.get(robot) if not all(r.ok for r in rows) else None
         states = ["succeeded" if r.ok else account.goals.get((rid, r.index)) if account else None for r in rows]
         k = next((i for i, st in enumerate(states) if st != "succeeded"), n)
         # never sent to the robot: refused by its executor, or never received while it has others

@@ -101,7 +101,7 @@ def request_state(transport: Transport, planner_ns: str, request_id: str,
     planner answered; else {found, status (RequestStatus fields), segments (the plan's dispatched
     segment texts)} -- for a client that joined after the request ended."""
     return transport.call_service(join_name(planner_ns, "get_request_state"), interfaces.GET_REQUEST_STATE,
-                                  {"request_id": request_id}, timeout_s)
+                                  {"request_id": request_id}, timeout_s, resend_s=1.0)
 
 
 def plan_request_fields(*, request_id: str, robot_id: str, robot_type: str, task: str, scene: str = "",

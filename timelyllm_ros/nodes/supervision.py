@@ -416,14 +416,16 @@ class ExecutorLeases:
         self.watcher.close()
 
 
-def ask_goal_states(transport: Transport, robot_id: str, timeout_s: float = 3.0) -> Any:
+def ask_goal_states(transport: Transport, robot_id: str, timeout_s: float = 10.0) -> Any:
     """A restarted planner asks `/<robot_id>/get_goal_states`: a journal.RobotAccount, or None
-    when the executor did not answer within `timeout_s`."""
+    when the executor did not answer within `timeout_s` (discovery of a just-started planner
+    included: on a loaded host it takes seconds; the query is re-sent every second, since over
+    DDS a new client's first answer can be lost)."""
     from timelyllm_ros.journal import RobotAccount
     from timelyllm_ros.transport.base import join_name
 
     resp = transport.call_service(join_name(robot_id, GOAL_STATES_SERVICE), interfaces.GET_GOAL_STATES,
-                                  {"request_id": ""}, timeout_s=timeout_s)
+                                  {"request_id": ""}, timeout_s=timeout_s, resend_s=1.0)
     if resp is None:
         return None
     goals = list(resp.get("goals", ()))

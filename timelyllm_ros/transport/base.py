@@ -157,9 +157,13 @@ class Transport(Protocol):
         request's fields to the response's (an exception answers the default response)."""
         ...
 
-    def call_service(self, name: str, srv_type: str, request: Fields, timeout_s: float = 5.0) -> Fields | None:
+    def call_service(self, name: str, srv_type: str, request: Fields, timeout_s: float = 5.0, *,
+                     resend_s: float = 0.0) -> Fields | None:
         """Call a service: the response's fields, or None if no server answered within
-        `timeout_s` (no server, server gone, transport failure)."""
+        `timeout_s` (no server, server gone, transport failure).  `resend_s` > 0, for queries only
+        (a request the server may handle twice): while no answer came, the request is sent again
+        every `resend_s` (over DDS a new client's first request can be answered before the server
+        has matched the client's reader, and that answer is lost); the first answer is returned."""
         ...
 
     def action_server(self, name: str, action_type: str, execute: ExecuteCallback, *,

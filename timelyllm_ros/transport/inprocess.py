@@ -459,9 +459,11 @@ class InProcessTransport:
 
         return self._track(Closer(close))
 
-    def call_service(self, name: str, srv_type: str, request: Fields, timeout_s: float = 5.0) -> Fields | None:
+    def call_service(self, name: str, srv_type: str, request: Fields, timeout_s: float = 5.0, *,
+                     resend_s: float = 0.0) -> Fields | None:
         """Call a service on the bus (the handler runs on the caller's thread); None if none serves
-        it.  A handler that raises answers the default response, as over ROS."""
+        it.  A handler that raises answers the default response, as over ROS.  The bus loses no
+        answer, so `resend_s` never applies."""
         name = self.resolve(name)
         with self.bus.lock:
             entry = self.bus.services.get(name)

@@ -480,24 +480,35 @@ class RclpyTransport:
         self._handles.append(h)
         return h
 
-    def call_service(self, name: str, srv_type: str, request: Fields, timeout_s: float = 5.0) -> Fields | None:
-        """Call a service; the response's fields, or None if no server answered within timeout_s."""
+    def call_service(self, name: str, srv_type: str, request: Fields, timeout_s: float = 5.0, *,
+                     resend_s: float = 0.0) -> Fields | None:
+        """Call a service; the response's fields, or None if no server answered within timeout_s.
+        resend_s > 0 (queries only): sent again every resend_s while no answer came (Transport)."""
         import time
 
         cls = message_class(srv_type)
         client = self.node.create_client(cls, name, callback_group=self.group)
+        futures: list[Any] = []
         try:
             end = time.monotonic() + timeout_s
             if not client.wait_for_service(timeout_sec=timeout_s):
                 return None
-            fut = client.call_async(to_msg(cls.Request, request))
-            while not fut.done() and time.monotonic() < end:
-                time.sleep(0.01)
-            if not fut.done():
-                fut.cancel()  # no answer in time: nobody waits for it any more
-                return None
-            return from_msg(fut.result()) if fut.exception() is None and fut.result() is not None else None
+            msg = to_msg(cls.Request, request)
+            while True:
+                futures.append(client.call_async(msg))
+                resend_at = time.monotonic() + resend_s if resend_s > 0 else end
+                while time.monotonic() < min(end, resend_at):
+                    done = next((f for f in futures if f.done()), None)
+                    if done is not None:
+                        ok = done.exception() is None and done.result() is not None
+                        return from_msg(done.result()) if ok else None
+                    time.sleep(0.01)
+                if time.monotonic() >= end:
+                    return None
         finally:
+            for f in futures:
+                if not f.done():
+                    f.cancel()  # no answer in time: nobody waits for it any more
             self.node.destroy_client(client)
 
     # -- topics ------------------------------------------------------------------------------
