@@ -33,7 +33,7 @@ from pathlib import Path
 
 from timelyllm_ros.cli import _param  # noqa: E402  (the CLI's NAME=VALUE parsing)
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
-from timelyllm_ros.inputs import InputError, check_policy_params, params_for  # noqa: E402
+from timelyllm_ros.inputs import InputError, check_run_params, params_for  # noqa: E402
 from timelyllm_ros.core.latency_profile import DEFAULT_PROFILE  # noqa: E402
 from timelyllm_ros.workloads.catalog import load_tasks  # noqa: E402
 from timelyllm_ros.sim.runner import run_simulation  # noqa: E402
@@ -141,11 +141,8 @@ def main() -> int:
             raise ValueError
     except ValueError:
         raise SystemExit(f"bench_fleet_scale: --engines must be positive integers, e.g. 1,2,4,8; got {args.engines!r}")
-    for pol, k, _ in args.param:
-        if pol not in (None, args.policy):
-            raise SystemExit(f"bench_fleet_scale: --param {pol}:{k}=... names policy {pol!r}, but --policy is {args.policy!r}")
     try:  # a bad name or value is a clear error before any simulation (as `timelyllm bench`)
-        check_policy_params(args.policy, params_for(args.policy, args.param))
+        check_run_params([args.policy], args.param)
     except InputError as e:
         raise SystemExit(f"bench_fleet_scale: {e}") from None
     if args.quick:
@@ -153,10 +150,10 @@ def main() -> int:
     crit = (f"urgent accrued utility (Eq. 3) >= {args.threshold:g} % of max and p99 continuation wait "
             f"<= {args.max_p99_wait:g} s" if args.score == "whole-plan"
             else f"urgent first-action utility >= {args.threshold:g} % of max")
-    shown = "".join(f" {k}={v}" for _, k, v in args.param)
+    search = Search(args)
+    shown = "".join(f" {k}={v}" for k, v in search.params.items())
     print(f"simulator, profile {Path(args.profile).stem}, {args.engine_kind} engine, policy {args.policy}{shown}, "
           f"load drones:N (60 s, seed 11); threshold: {crit}; {os.cpu_count()} cores, load {load()}", flush=True)
-    search = Search(args)
     if args.points:
         try:
             points = [int(x) for x in args.points.split(",")]
@@ -167,7 +164,7 @@ def main() -> int:
         for e in counts:
             for n in points:
                 search.urgent(n, e)
-        write_json(args, {"points": search.points})
+        write_json(args, search.params, {"points": search.points})
         return 0
     rows = []
     t0 = time.perf_counter()
@@ -190,15 +187,15 @@ def main() -> int:
               f"{cols[0]} | {cols[1]} |")
     print(f"\nsearch took {time.perf_counter() - t0:.0f} s wall, "
           f"{sum(p['cpu_s'] for p in search.points):.0f} s CPU in simulations; load {load()}")
-    write_json(args, {"rows": rows, "points": search.points})
+    write_json(args, search.params, {"rows": rows, "points": search.points})
     return 0
 
 
-def write_json(args: argparse.Namespace, doc: dict) -> None:
+def write_json(args: argparse.Namespace, params: dict, doc: dict) -> None:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"profile": Path(args.profile).stem, "policy": args.policy,
-                                              "policy_params": {k: v for _, k, v in args.param},
+                                              "policy_params": params,
                                               "engine_kind": args.engine_kind, "score": args.score,
                                               "threshold": args.threshold, "max_p99_wait_s": args.max_p99_wait,
                                               **doc}, indent=1) + "\n")

@@ -314,7 +314,7 @@ def main() -> int:
     from timelyllm_ros.core.policies import policy_names
     from timelyllm_ros.core.robots import load_robots
     from timelyllm_ros.workloads.format import WorkloadError, default_catalog, expand, load_workload
-    from timelyllm_ros.inputs import InputError, check_policy_params, params_for, parse_policy_param
+    from timelyllm_ros.inputs import InputError, check_run_params, params_for, parse_policy_param
     known = policy_names()
     real_pols = [p.strip() for p in a.policies.split(",") if p.strip()]
     sim_pols = [p.strip() for p in a.sim_policies.split(",")] if a.sim_policies else known
@@ -323,12 +323,7 @@ def main() -> int:
         ap.error(f"unknown or no policies {bad}; known: {', '.join(known)}")
     try:  # every policy a run may use knows its parameters (a bad one: a clear error before serving)
         a.param = [parse_policy_param(x) for x in a.param]
-        named = set(real_pols + sim_pols) - {"best"}
-        stray = sorted({pol for pol, _, _ in a.param if pol is not None} - named)
-        if stray:
-            raise InputError(f"--param names policies not in this run: {stray}")
-        for name in (sim_pols if "best" in real_pols else sorted(named)):
-            check_policy_params(name, params_for(name, a.param))
+        check_run_params(sorted(set(real_pols + sim_pols) - {"best"}), a.param)
     except InputError as e:
         ap.error(str(e))
     try:

@@ -215,7 +215,7 @@ def test_a_bad_param_of_fleet_scale_or_spot_check_is_a_clear_error() -> None:
             "--sim-policies", "default,timelyllm")
     for argv, param, why in ((fleet, "plan_order=maybe", "plan_order must be true or false"),
                              (fleet, "nosuch=1", "unknown parameter 'nosuch'"),
-                             (fleet, "trail:c=1", "names policy 'trail', but --policy is 'default'"),
+                             (fleet, "trail:c=1", "names policies not in this run: ['trail']; run: ['default']"),
                              (spot, "default:plan_order=maybe", "plan_order must be true or false"),
                              (spot, "plan_order=true", "policy 'timelyllm': unknown parameter 'plan_order'"),
                              (spot, "trail:c=1", "names policies not in this run: ['trail']")):

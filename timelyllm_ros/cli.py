@@ -116,23 +116,13 @@ def _policy_names() -> list[str]:
     return policy_names()
 
 
-def check_params(policies: Sequence[str], params: Sequence[tuple[str | None, str, Any]]) -> None:
-    """``--param``: scoped ones name a policy of the run; every policy knows its parameters."""
-    from .inputs import check_policy_params, params_for
-
-    stray = sorted({pol for pol, _, _ in params if pol is not None} - set(policies))
-    if stray:
-        raise CliError(f"--param names policies not in this run: {stray}; run: {list(policies)}")
-    for name in policies:
-        check_policy_params(name, params_for(name, params))
-
-
 def run_bench(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .core.metrics import to_json
     from .engines.simulated import DEFAULT_PROFILE, LatencyProfile, ProfileError
-    from .inputs import catalog_for, check_out_file, check_policies, params_for, robots_from_dirs, workload_arrivals
+    from .inputs import (catalog_for, check_out_file, check_policies, check_run_params, params_for, robots_from_dirs,
+                         workload_arrivals)
     from .workloads.format import WorkloadError
     from .report import console as make_console
     from .report import print_table
@@ -154,7 +144,7 @@ def run_bench(args: argparse.Namespace) -> int:
         LatencyProfile.from_yaml(profile)
     except (OSError, ValueError) as e:
         raise CliError(f"--profile: {e}") from None
-    check_params(args.policies, args.param)
+    check_run_params(args.policies, args.param)
     out = check_out_file(args.out)
     for arg, path in (("--plot", args.plot), ("--timeline", args.timeline)):
         if path:

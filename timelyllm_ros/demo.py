@@ -146,9 +146,8 @@ def check_demo_inputs(args: argparse.Namespace) -> DemoInputs:
     policy's own parameters, robot YAMLs (bundled + --robots-dir), the workload (parsed and
     expanded: unknown tasks and robot types are caught with their line), --duration, the engine
     config and model directory, the profile, and --out (created and written to now)."""
-    from .cli import check_params
     from .engines.simulated import LatencyProfile, ProfileError
-    from .inputs import (catalog_for, check_out_dir, check_policies, robots_from_dirs,
+    from .inputs import (catalog_for, check_out_dir, check_policies, check_run_params, robots_from_dirs,
                          workload_arrivals)
 
     check_policies([args.policy])
@@ -156,7 +155,7 @@ def check_demo_inputs(args: argparse.Namespace) -> DemoInputs:
     if baseline is not None:
         check_policies([baseline], arg="--baseline")
     scoped = [(None, k, v) if pol in (None, args.policy) else (pol, k, v) for pol, k, v in args.param]
-    check_params([args.policy], scoped)
+    check_run_params([args.policy], scoped)
     robots = robots_from_dirs(args.robots_dir)
     catalog = catalog_for(robots)
     workload, arrivals = workload_arrivals(args.workload, robots, catalog, duration_s=args.duration)

@@ -111,6 +111,17 @@ def check_policy_params(name: str, params: Mapping[str, Any], *, arg: str = "--p
         raise InputError(f"{arg}: bad value for policy {name!r}: {type(e).__name__}: {e}") from None
 
 
+def check_run_params(policies: Sequence[str], params: Sequence[tuple[str | None, str, Any]], *,
+                     arg: str = "--param") -> None:
+    """Parsed ``--param`` values of a run of `policies`: a scoped one names a policy of the run,
+    and every policy accepts the names and values that reach it (`check_policy_params`)."""
+    stray = sorted({pol for pol, _, _ in params if pol is not None} - set(policies))
+    if stray:
+        raise InputError(f"{arg} names policies not in this run: {stray}; run: {list(policies)}")
+    for name in policies:
+        check_policy_params(name, params_for(name, params), arg=arg)
+
+
 # ------------------------------------------------------------------------- robots and workloads
 
 def robots_from_dirs(extra_dirs: Sequence[str | Path] = (), *, base: str | Path = ROBOTS_DIR) -> dict[str, RobotSpec]:
