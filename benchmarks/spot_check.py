@@ -24,22 +24,28 @@ For one cell (workload slice, batch cap) of the `vllm_cpu_tiny` column:
 
 `--param [POLICY:]NAME=VALUE` (as `timelyllm bench --param`) reaches the real and the simulated runs alike.
 
-`--save F` keeps the real side, with each run's serving steps; `--real F` re-simulates it (e.g.
-another profile) without an engine.  Each real run prints the load average before and after it
+`--save F` keeps the real side, with each run's serving steps; `--real F` (or F gzipped) re-simulates
+it (e.g. another profile) without an engine.  Each real run prints the load average before and after it
 (shared machine), and where its serving time went (`time_split`: decode / prefill steps and the
-host time between them, each next to what the profile charges for the same iterations).
+host time between them, each next to what the profile charges for the same iterations; the median
+gap before a step that takes in no sequence is the planner's own time per scheduling point).
 `--calibrate` also simulates each real-run policy at the speed its own run measured
 (`decode_speed`): the runs of one cell are served minutes apart and the machine's speed moves
 between them (2026-11-27, drones:400 cap 4: x1.79 for `default`, x3.01 for `vllm-stream`), which alone can flip an
-overloaded cell's order (docs/results/2026-11-27-fidelity.md).
+overloaded cell's order (docs/results/2026-11-27-fidelity.md).  `--host` (with `--calibrate`) also
+charges each policy its real run's host time between steps (`with_host_time`): the planner's own
+time per scheduling point, which the simulator does not model and which grows with the policy's
+cost at the queue's length (docs/results/2026-11-28-host-time.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -118,6 +124,10 @@ def contradictions(real: dict, sim: dict, key: str) -> list[str]:
     return out
 
 
+def fmt_ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
 def fmt(x) -> str:
     return "   n/a" if x is None else f"{x:6.1f}"
 
@@ -161,9 +171,24 @@ def plans_for(saved: dict, policy: str) -> dict[str, str]:
     return plans
 
 
-def simulate_all(wl, saved, tokenizer, robots, policies, a, keep, speeds: dict[str, float] | None = None) -> dict:
+def with_host_time(prof, split: dict):
+    """`prof` charging one real run's measured host time between steps (`time_split`): its median
+    gap before a step that takes in no sequence before every step, and the median extra of a gap
+    before a step that takes in one, per sequence taken in (instead of the fitted intake terms).
+    What the simulator does not model: the planner's own time per scheduling point (policy, queue
+    length, machine) — a diagnosis, not a profile."""
+    import dataclasses as dc
+
+    host0, host1 = split["gap_0_add_ms"] / 1e3, split["gap_1_add_ms"] / 1e3
+    return dc.replace(prof, decode_base_s=prof.decode_base_s + host0, add_base_s=0.0,
+                      add_s_per_seq=max(0.0, host1 - host0))
+
+
+def simulate_all(wl, saved, tokenizer, robots, policies, a, keep, speeds: dict[str, float] | None = None,
+                 splits: dict[str, dict] | None = None) -> dict:
     """Each policy in the simulator on the slice (`plans_for` its plans); with ``speeds``, a
-    policy's profile is scaled by its real run's measured speed (`decode_speed`)."""
+    policy's profile is scaled by its real run's measured speed (`decode_speed`); with ``splits``
+    too, it also charges that run's measured host time (`with_host_time`)."""
     from timelyllm_ros.core.latency_profile import LatencyProfile
     from timelyllm_ros.inputs import params_for
     from timelyllm_ros.sim.replay import replay
@@ -172,6 +197,8 @@ def simulate_all(wl, saved, tokenizer, robots, policies, a, keep, speeds: dict[s
     out = {}
     for pol in policies:
         prof = base.scaled(speeds[pol]) if speeds else base
+        if splits:
+            prof = with_host_time(prof, splits[pol])
         r = replay(wl, plans_for(saved, pol), profile_path=prof, tokenizer=tokenizer, robots=robots, policy=pol,
                    policy_params=params_for(pol, a.param), max_batch=a.max_batch, keep=keep)
         out[pol] = figures(rows_of(r.metrics))
@@ -222,6 +249,7 @@ def time_split(steps: list, profile_path) -> dict | None:
     prof = LatencyProfile.from_yaml(profile_path)
     out = {"decode_s": 0.0, "decode_charged_s": 0.0, "prefill_s": 0.0, "prefill_charged_s": 0.0,
            "host_s": 0.0, "intake_charged_s": 0.0, "host_gaps": 0, "adds": sum(r.adds for r in recs)}
+    by_adds: dict[int, list[float]] = {0: [], 1: []}  # the gaps before a step that takes in 0 / 1 sequence
     for r in recs:
         k = "prefill" if r.prefill_tokens else "decode"
         out[k + "_s"] += r.duration_s + r.post_s
@@ -231,6 +259,12 @@ def time_split(steps: list, profile_path) -> dict | None:
             out["host_s"] += g
             out["intake_charged_s"] += prof.intake_s(r.adds)
             out["host_gaps"] += 1
+            by_adds.get(r.adds, []).append(g)
+    # the median gap without an add is the planner's own time per scheduling point (its policy at
+    # that queue length, result handling); an add's extra is the planner's admit + vLLM's intake
+    for n, gs in by_adds.items():
+        out[f"gap_{n}_add_ms"] = statistics.median(gs) * 1e3 if gs else None
+        out[f"gap_{n}_add_charged_ms"] = prof.intake_s(n) * 1e3
     return out
 
 
@@ -298,8 +332,12 @@ def main() -> int:
     ap.add_argument("--profile", default=str(REPO / "profiles" / "vllm_cpu_tiny.yaml"))
     ap.add_argument("--timeout", type=float, default=600.0, help="per real run: give up serving after S s")
     ap.add_argument("--save", default=None, help="save the real runs here (JSON)")
-    ap.add_argument("--real", default=None, help="use real runs saved by --save instead of serving")
+    ap.add_argument("--real", default=None, help="use real runs saved by --save (JSON, or gzipped) instead of serving")
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
+    ap.add_argument("--host", action="store_true",
+                    help="with --calibrate: also simulate each policy charging its real run's host time between "
+                         "steps (the planner's own time per scheduling point and per add, which the profile does "
+                         "not model; `with_host_time`)")
     ap.add_argument("--calibrate", action="store_true",
                     help="also simulate each real-run policy at the speed its real run measured (`decode_speed`: "
                          "its plain decode steps vs the profile; runs saved with their steps), for a machine whose "
@@ -309,6 +347,8 @@ def main() -> int:
         ap.error("--duration must be > 0")
     if a.max_batch is not None and a.max_batch < 1:
         ap.error("--max-batch must be >= 1")
+    if a.host and not a.calibrate:
+        ap.error("--host needs --calibrate (host time is charged on top of each run's measured speed)")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     from timelyllm_ros.core.policies import policy_names
@@ -343,12 +383,16 @@ def main() -> int:
         cell += ", " + " ".join(f"{pol + ':' if pol else ''}{k}={v}" for pol, k, v in a.param)
 
     if a.real:
-        saved = json.loads(Path(a.real).read_text())
+        raw = Path(a.real).read_bytes()
+        saved = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)  # (a gzipped save too)
         from transformers import AutoTokenizer
 
         from timelyllm_ros.engines.vllm_engine import VllmTokenizer
 
-        tokenizer = VllmTokenizer(AutoTokenizer.from_pretrained(saved["model"]))
+        model = Path(saved["model"])
+        if not model.is_dir() and (REPO / "models" / model.name).is_dir():  # saved on another checkout
+            model = REPO / "models" / model.name
+        tokenizer = VllmTokenizer(AutoTokenizer.from_pretrained(str(model)))
     else:
         from timelyllm_ros.demo import DEFAULT_ENGINE
         from timelyllm_ros.engines.vllm_engine import VllmEngine
@@ -425,7 +469,9 @@ def main() -> int:
                 print(f"  {p:14} decode steps {t['decode_s']:6.1f} (charged {t['decode_charged_s']:5.1f}), prefill steps "
                       f"{t['prefill_s']:5.1f} (charged {t['prefill_charged_s']:5.1f}), host time between steps "
                       f"{t['host_s']:5.1f} over {t['host_gaps']} gaps (charged intake {t['intake_charged_s']:4.1f}; "
-                      f"{t['adds']} adds)")
+                      f"{t['adds']} adds); median gap before a step taking in no sequence "
+                      f"{fmt_ms(t['gap_0_add_ms'])} ms (charged {t['gap_0_add_charged_ms']:.2f}), one "
+                      f"{fmt_ms(t['gap_1_add_ms'])} ms (charged {t['gap_1_add_charged_ms']:.2f})")
     sim_cal, agree_cal, agree_cal_res = None, None, None
     if a.calibrate and all(v is not None for v in speeds.values()):
         sim_cal = simulate_all(wl, saved, tokenizer, robots, list(real), a, keep, speeds)
@@ -434,12 +480,24 @@ def main() -> int:
         agree_cal, agree_cal_res = show(real, real_all, sim_cal, real_pols, every=False)
     elif a.calibrate:
         print("\n--calibrate: a real run was saved without its serving steps; not calibrated")
+    sim_host, agree_host, agree_host_res = None, None, None
+    if a.host and sim_cal is not None and all(t and t["gap_0_add_ms"] and t["gap_1_add_ms"] for t in splits.values()):
+        sim_host = simulate_all(wl, saved, tokenizer, robots, list(real), a, keep, speeds, splits)
+        print("\ncalibrated + host time: as calibrated, each policy also charged its real run's host time between "
+              "steps (median gap before a step taking in no sequence, on every step; the median extra of one, per "
+              "sequence taken in): " + ", ".join(f"{p} {splits[p]['gap_0_add_ms']:.2f} + "
+                                                 f"{splits[p]['gap_1_add_ms'] - splits[p]['gap_0_add_ms']:.2f}/add ms"
+                                                 for p in real))
+        agree_host, agree_host_res = show(real, real_all, sim_host, real_pols, every=False)
+    elif a.host:
+        print("\n--host: needs --calibrate and runs saved with their serving steps (gaps with and without an add)")
     out = {"cell": cell, "workload": a.workload, "duration_s": a.duration, "max_batch": a.max_batch,
            "profile": str(a.profile), "real": real, "real_all_requests": real_all, "sim": sim, "agree": agree,
            "agree_at_resolution": agree_res,
            "loads": {p: saved["runs"][p]["load"] for p in real}, "unsimulated": missing,
            "speeds": speeds, "time_split": splits, "sim_calibrated": sim_cal, "agree_calibrated": agree_cal,
-           "agree_calibrated_at_resolution": agree_cal_res}
+           "agree_calibrated_at_resolution": agree_cal_res, "sim_host_time": sim_host, "agree_host_time": agree_host,
+           "agree_host_time_at_resolution": agree_host_res}
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=1))
     return 0

@@ -69,13 +69,15 @@ SMOKE: dict[str, Smoke] = {
         files=("fidelity.json",)),
     "spot_check.py": Smoke(
         ("--workload", "WID1", "--duration", "5", "--policies", "default,timelyllm",
-         "--sim-policies", "default,timelyllm", "--param", "default:plan_order=true", "--calibrate",
+         "--sim-policies", "default,timelyllm", "--param", "default:plan_order=true", "--calibrate", "--host",
          "--out", "{tmp}/spot.json"),
         (r"spot check .*, default:plan_order=True;", rf"^default +{NUM} +{NUM} +{NUM} +{NUM}",
          rf"^timelyllm +{NUM} +{NUM} +{NUM} +{NUM}",
          r"order by total_pct: .* -> ", r"order by completion_mean_s: .* -> ",
          r"at the acceptance's resolution \(1 point; completion 5 %\), order by accrued_total_pct: (agree|DISAGREE)",
-         r"where the real runs' serving time went", r"calibrated: each policy simulated at its real run's measured speed"),
+         r"where the real runs' serving time went", r"calibrated: each policy simulated at its real run's measured speed",
+         rf"median gap before a step taking in no sequence {NUM} ms \(charged {NUM}\), one {NUM} ms",
+         rf"calibrated \+ host time: .* default {NUM} \+ {NUM}/add ms, timelyllm {NUM} \+ {NUM}/add ms"),
         VLLM, files=("spot.json",)),
     "bench_vllm_engine.py": Smoke(
         ("--reps", "1", "--tokens", "8", "--plan-tokens", "16", "--batches", "1"),

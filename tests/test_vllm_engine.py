@@ -125,6 +125,31 @@ def test_decode_speed_and_free_blocks():
     assert free_blocks_from_usage(1.5, 100) == 0
 
 
+def test_an_add_checks_every_token_id_and_names_the_bad_ones():
+    """checked_add (in-process and remote engines): ids must be plain ints in [0, vocab) — a
+    bool, a float, a numpy int, a negative or too large id is named; an int subclass is an int."""
+    import enum
+
+    import numpy as np
+
+    from timelyllm_ros.engines.vllm_engine import EngineInputError, checked_add
+
+    class Tok(enum.IntEnum):
+        A = 3
+
+    def add(ids, vocab=100):
+        return checked_add("g", ids, 4, active={}, vocab_size=vocab, max_model_len=64)
+
+    assert add([0, 5, 99]) == ([0, 5, 99], 61)
+    assert add([Tok.A, 4]) == ([Tok.A, 4], 62)
+    assert add([7, 10**6], vocab=None)[0] == [7, 10**6]
+    for ids, named in (([1, True, 2], "[True]"), ([1, 2.0], "[2.0]"), ([np.int64(3)], "[np.int64(3)]"),
+                       ([4, -1, 100, 5], "[-1, 100]"), ([1, "2"], "['2']"), ([None], "[None]")):
+        with pytest.raises(EngineInputError) as ei:
+            add(ids)
+        assert str(ei.value) == f"generation 'g': token ids outside [0, 100): {named}"
+
+
 def test_config_is_validated_before_vllm_starts(tmp_path):
     with pytest.raises(EngineError, match="unknown vLLM engine config keys"):
         VllmEngine({"model": str(tmp_path), "max_num_seq": 4})
