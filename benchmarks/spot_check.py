@@ -35,7 +35,8 @@ between them (2026-11-27, drones:400 cap 4: x1.79 for `default`, x3.01 for `vllm
 overloaded cell's order (docs/results/2026-11-27-fidelity.md).  `--host` (with `--calibrate`) also
 charges each policy its real run's host time between steps (`with_host_time`): the planner's own
 time per scheduling point, which the simulator does not model and which grows with the policy's
-cost at the queue's length (docs/results/2026-11-28-host-time.md).
+cost at the queue's length; `--host-from F` takes it from another saved run of the same cell (out
+of sample) (docs/results/2026-11-28-host-time.md).
 """
 
 from __future__ import annotations
@@ -122,6 +123,12 @@ def contradictions(real: dict, sim: dict, key: str) -> list[str]:
             if r and s_ and r[0] * s_[0] < 0:
                 out.append(f"{a} vs {b}: real {r[1]:+.1f}, sim {s_[1]:+.1f}")
     return out
+
+
+def load_saved(path: str) -> dict:
+    """Real runs saved by --save (JSON, or gzipped)."""
+    raw = Path(path).read_bytes()
+    return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
 
 
 def fmt_ms(x: float | None) -> str:
@@ -338,6 +345,9 @@ def main() -> int:
                     help="with --calibrate: also simulate each policy charging its real run's host time between "
                          "steps (the planner's own time per scheduling point and per add, which the profile does "
                          "not model; `with_host_time`)")
+    ap.add_argument("--host-from", default=None, metavar="F",
+                    help="--host with the host time measured in another saved run of the same policies (F, as "
+                         "--real): out of sample")
     ap.add_argument("--calibrate", action="store_true",
                     help="also simulate each real-run policy at the speed its real run measured (`decode_speed`: "
                          "its plain decode steps vs the profile; runs saved with their steps), for a machine whose "
@@ -347,6 +357,8 @@ def main() -> int:
         ap.error("--duration must be > 0")
     if a.max_batch is not None and a.max_batch < 1:
         ap.error("--max-batch must be >= 1")
+    if a.host_from:
+        a.host = True
     if a.host and not a.calibrate:
         ap.error("--host needs --calibrate (host time is charged on top of each run's measured speed)")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -383,8 +395,7 @@ def main() -> int:
         cell += ", " + " ".join(f"{pol + ':' if pol else ''}{k}={v}" for pol, k, v in a.param)
 
     if a.real:
-        raw = Path(a.real).read_bytes()
-        saved = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)  # (a gzipped save too)
+        saved = load_saved(a.real)
         from transformers import AutoTokenizer
 
         from timelyllm_ros.engines.vllm_engine import VllmTokenizer
@@ -481,13 +492,22 @@ def main() -> int:
     elif a.calibrate:
         print("\n--calibrate: a real run was saved without its serving steps; not calibrated")
     sim_host, agree_host, agree_host_res = None, None, None
-    if a.host and sim_cal is not None and all(t and t["gap_0_add_ms"] and t["gap_1_add_ms"] for t in splits.values()):
-        sim_host = simulate_all(wl, saved, tokenizer, robots, list(real), a, keep, speeds, splits)
-        print("\ncalibrated + host time: as calibrated, each policy also charged its real run's host time between "
+    host_splits, whose = splits, "its real run's"
+    if a.host_from:  # out of sample: the host time another saved run of the same policies measured
+        other = load_saved(a.host_from)
+        missing_pols = [p for p in real if p not in other["runs"]]
+        if missing_pols:
+            ap.error(f"--host-from {a.host_from}: no run of {missing_pols} in it")
+        host_splits = {p: time_split(other["runs"][p].get("steps", []), a.profile) for p in real}
+        whose = f"the host time {a.host_from} measured for it"
+    if a.host and sim_cal is not None and all(t and t["gap_0_add_ms"] and t["gap_1_add_ms"]
+                                              for t in host_splits.values()):
+        sim_host = simulate_all(wl, saved, tokenizer, robots, list(real), a, keep, speeds, host_splits)
+        print(f"\ncalibrated + host time: as calibrated, each policy also charged {whose} between "
               "steps (median gap before a step taking in no sequence, on every step; the median extra of one, per "
-              "sequence taken in): " + ", ".join(f"{p} {splits[p]['gap_0_add_ms']:.2f} + "
-                                                 f"{splits[p]['gap_1_add_ms'] - splits[p]['gap_0_add_ms']:.2f}/add ms"
-                                                 for p in real))
+              "sequence taken in): " + ", ".join(f"{p} {host_splits[p]['gap_0_add_ms']:.2f} + "
+                                                 f"{host_splits[p]['gap_1_add_ms'] - host_splits[p]['gap_0_add_ms']:.2f}"
+                                                 "/add ms" for p in real))
         agree_host, agree_host_res = show(real, real_all, sim_host, real_pols, every=False)
     elif a.host:
         print("\n--host: needs --calibrate and runs saved with their serving steps (gaps with and without an add)")
