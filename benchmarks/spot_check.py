@@ -378,6 +378,14 @@ def main() -> int:
         check_run_params(sorted(set(real_pols + sim_pols) - {"best"}), a.param)
     except InputError as e:
         ap.error(str(e))
+    try:  # checked before anything is served
+        host_from = load_saved(a.host_from) if a.host_from else None
+    except (OSError, ValueError) as e:
+        ap.error(f"--host-from: {e}")
+    if host_from is not None:
+        missing_pols = [p for p in real_pols if p != "best" and p not in host_from["runs"]]
+        if missing_pols:
+            ap.error(f"--host-from {a.host_from}: no run of {missing_pols} in it")
     try:
         wl = load_workload(a.workload)
     except (WorkloadError, OSError) as e:
@@ -493,12 +501,8 @@ def main() -> int:
         print("\n--calibrate: a real run was saved without its serving steps; not calibrated")
     sim_host, agree_host, agree_host_res = None, None, None
     host_splits, whose = splits, "its real run's"
-    if a.host_from:  # out of sample: the host time another saved run of the same policies measured
-        other = load_saved(a.host_from)
-        missing_pols = [p for p in real if p not in other["runs"]]
-        if missing_pols:
-            ap.error(f"--host-from {a.host_from}: no run of {missing_pols} in it")
-        host_splits = {p: time_split(other["runs"][p].get("steps", []), a.profile) for p in real}
+    if host_from is not None:  # out of sample: the host time another saved run of the same policies measured
+        host_splits = {p: time_split(host_from["runs"][p].get("steps", []), a.profile) for p in real}
         whose = f"the host time {a.host_from} measured for it"
     if a.host and sim_cal is not None and all(t and t["gap_0_add_ms"] and t["gap_1_add_ms"]
                                               for t in host_splits.values()):

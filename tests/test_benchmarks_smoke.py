@@ -225,3 +225,30 @@ def test_a_bad_param_of_fleet_scale_or_spot_check_is_a_clear_error() -> None:
                            capture_output=True, text=True, env=base_env(), cwd=REPO, timeout=120)
         assert r.returncode != 0 and why in r.stderr, (argv[0], param, r.returncode, r.stderr[-500:])
         assert "E=1 N=" not in r.stdout and "real default" not in r.stdout  # nothing simulated or served
+
+
+def test_spot_check_re_simulates_a_stored_run_with_another_runs_host_time(tmp_path: Path) -> None:
+    """`--real` reads a gzipped save (docs/results/runs/, saved on another checkout: the bundled
+    model is found here) and `--host-from` charges the host time another stored run measured; a
+    file without one of the run's policies is a clear error.  First second of the slice only."""
+    import subprocess
+
+    runs = REPO / "docs" / "results" / "runs"
+    argv = [sys.executable, str(BENCH / "spot_check.py"), "--workload", "drones:2000", "--duration", "1",
+            "--max-batch", "4", "--policies", "default,vllm-stream", "--sim-policies", "default,vllm-stream",
+            "--real", str(runs / "2026-11-28-d2000-20s.json.gz"), "--calibrate"]
+    r = subprocess.run([*argv, "--host-from", str(runs / "2026-11-27-d2000-20s.json.gz")], capture_output=True,
+                       text=True, env=base_env(), cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert re.search(rf"calibrated \+ host time: .*2026-11-27-d2000-20s\.json\.gz measured for it .*: default "
+                     rf"2\.19 \+ 1\.12/add ms, vllm-stream 0\.46 \+ 0\.68/add ms", r.stdout), r.stdout[-2000:]
+    assert re.search(rf"^default +{NUM} +{NUM} +{NUM} +{NUM}", r.stdout, re.M), r.stdout[-2000:]
+    import gzip
+    import json
+
+    one = json.loads(gzip.decompress((runs / "2026-11-27-d2000-20s.json.gz").read_bytes()))
+    one["runs"] = {"default": one["runs"]["default"]}
+    (tmp_path / "one.json").write_text(json.dumps(one))
+    bad = subprocess.run([*argv, "--host-from", str(tmp_path / "one.json")], capture_output=True, text=True,
+                         env=base_env(), cwd=REPO, timeout=300)
+    assert bad.returncode != 0 and "no run of ['vllm-stream'] in it" in bad.stderr, bad.stderr[-2000:]
