@@ -218,3 +218,34 @@ def test_goals_waiting_their_turn_hold_no_executor_thread(transports):
     release.set()
     assert wait_for(lambda: len(results) == n, 30), f"{len(results)} of {n} results"
     assert all(r.status == GoalStatus.SUCCEEDED and r.result["calls_done"] == 1 for r in results)
+
+
+def test_a_query_with_resend_s_is_sent_again_until_answered(transports):
+    """`call_service(resend_s=)`: while no answer came the query is sent again (over DDS a new
+    client's first answer can be lost: the planner's restart asks `get_goal_states` so); the first
+    answer is returned.  A server that holds its first request 1.5 s sees the re-sent ones; without
+    resend_s it sees one."""
+    import threading
+
+    from timelyllm_ros.ros import interfaces as ifc
+
+    server, client = transports("srv_resend", "drone_rs"), transports("cli_resend")
+    seen, lock = [], threading.Lock()
+
+    def states(req):
+        with lock:
+            seen.append(time.monotonic())
+            first = len(seen) == 1
+        if first:
+            time.sleep(1.5)
+        return {"goals": [], "robot_state": f"answer {len(seen)}"}
+
+    server.service("get_goal_states", ifc.GET_GOAL_STATES, states)
+    answer = client.call_service("/drone_rs/get_goal_states", ifc.GET_GOAL_STATES, {"request_id": ""},
+                                 timeout_s=10, resend_s=0.3)
+    assert answer is not None and answer["robot_state"].startswith("answer ")
+    assert len(seen) >= 2, seen  # sent again while the first was held
+    time.sleep(1.6)  # let the held one finish
+    seen.clear()
+    once = client.call_service("/drone_rs/get_goal_states", ifc.GET_GOAL_STATES, {"request_id": ""}, timeout_s=10)
+    assert once is not None and len(seen) == 1, seen
