@@ -184,10 +184,8 @@ def with_host_time(prof, split: dict):
     before a step that takes in one, per sequence taken in (instead of the fitted intake terms).
     What the simulator does not model: the planner's own time per scheduling point (policy, queue
     length, machine) — a diagnosis, not a profile."""
-    import dataclasses as dc
-
     host0, host1 = split["gap_0_add_ms"] / 1e3, split["gap_1_add_ms"] / 1e3
-    return dc.replace(prof, decode_base_s=prof.decode_base_s + host0, add_base_s=0.0,
+    return dataclasses.replace(prof, decode_base_s=prof.decode_base_s + host0, add_base_s=0.0,
                       add_s_per_seq=max(0.0, host1 - host0))
 
 
