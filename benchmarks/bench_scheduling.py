@@ -226,6 +226,8 @@ def bench_point(sim: _Sim, mix: list[Generation], policy_name: str, n_ready: int
         now += DECODE_S
         planner.iteration += 1
         planner._stats = None  # a new scheduling point: fresh engine stats, as after a step
+        for g in running:  # ... which gave each running generation a token (`Generation.touch`)
+            g.touch()
         w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         # --- one scheduling point (Planner._schedule without the engine calls) ---
         ctx = planner.context(running)

@@ -15,6 +15,7 @@ from timelyllm_ros.core.types import Generation, GenState, PlanRequest, Segment
 from timelyllm_ros.engines.base import EngineStats
 from timelyllm_ros.workloads.format import scaled_drones
 from timelyllm_ros.sim.runner import run_simulation
+from timelyllm_ros.sim.robots import FaultConfig
 
 ROBOTS = load_robots()
 TOKEN_S = 0.02  # lead = max(0.05, 4 * 0.02) = 0.08 s; tello's first guess: 6 tokens per segment
@@ -333,6 +334,40 @@ def _decisions(workload, perturb_after=None, **kw):
     return log, r
 
 
+@pytest.mark.parametrize("workload, kw", [
+    ("mixed_small", dict(max_batch=4)),  # preemptions, blocking statements under speculation
+    ("chat_mixed", dict(max_batch=8, faults=FaultConfig(abort_p=0.1, reject_p=0.05, timeout_p=0.02, timeout_s=2.0))),
+    ("WID1", dict(engines=2)),  # behind an engine pool
+])
+def test_select_reads_again_whatever_the_planner_changed(workload, kw):
+    """`select` keeps whether a generation has segments, its current segment's tokens and its
+    next due time until its `sched_rev` moves (`Generation.touch`).  Over whole runs (tokens,
+    statements cut and suspended, speculation, executor results and faults, preemptions), at
+    every scheduling point what it used equals what the generations hold then: a planner path
+    that changed one of them without `touch` fails here."""
+    checked = []
+
+    def setup(planner, arrivals):
+        pol = planner.policy
+        inner = pol.select
+
+        def select(ready, running, ctx, now):
+            sel = inner(ready, running, ctx, now)
+            a = pol._table.a
+            for g in [*running, *ready]:
+                j = pol._table.slot(g)
+                fresh = (bool(g.segments), float(g.seg_tokens), g.next_due(now))
+                assert (bool(a["has"][j]), float(a["tok"][j]), float(a["due"][j])) == fresh, g.gen_id
+            checked.append(len(ready) + len(running))
+            return sel
+
+        pol.select = select
+        return arrivals
+
+    r = run_simulation(workload, "default", setup=setup, **kw)
+    assert len(r.generations) > 10 and len(checked) > 100 and sum(checked) > 1000
+
+
 def test_decisions_are_online_future_plans_do_not_change_the_past():
     wl = scaled_drones(100, duration_s=20.0)
     t_cut = 10.0
@@ -633,9 +668,11 @@ def test_pacing_pauses_deferrable_work_while_an_urgent_first_segment_is_generate
         g.state = GenState.SUSPENDED
     rest = [g for g in running if g.state is GenState.RUNNING]
     u.state, u.seg_tokens = GenState.RUNNING, 2  # 50 ms later, 2 of its 6 tokens: 37.5 ms per step left
+    u.touch()  # (as the planner does when it counts tokens)
     again = p.select(sel.preempt, rest + [u], c, 10.05)
     assert again.order == [] and again.preempt == []
     u.segments.append(seg(0, 10.2, 1.0))
+    u.touch()  # (a segment cut)
     u.state = GenState.SUSPENDED
     assert set(ids(p.select(sel.preempt + [u], rest, c, 10.2).order)) >= set(ids(sel.preempt))
 

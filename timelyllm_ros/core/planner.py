@@ -452,6 +452,7 @@ class Planner(JournalResume, Speculation, EngineSupervision, ResultsAndEndings):
             g.cached_tokens.append(out.num_cached_tokens)
         g.output_ids.extend(out.token_ids)
         g.seg_tokens += len(out.token_ids)
+        g.touch()
         g.text += out.text
         live.tok_ends.extend([len(g.text)] * len(out.token_ids))
         if self.policy.observes_tokens:
@@ -526,6 +527,7 @@ class Planner(JournalResume, Speculation, EngineSupervision, ResultsAndEndings):
         if seg_tokens > 0 and now > gen_start:
             self.token_s = (1 - w) * self.token_s + w * (now - gen_start) / seg_tokens
         g.seg_tokens = 0
+        g.touch()  # (a segment appended, its count reset)
         g.seg_start = None if suspend or (final and mode is DispatchMode.SUSPEND) else now
         if mode is DispatchMode.WHOLE:
             live.pending.append(seg)
@@ -605,6 +607,7 @@ class Planner(JournalResume, Speculation, EngineSupervision, ResultsAndEndings):
 
     def _dispatch(self, g: Generation, seg: Segment, now: float) -> None:
         seg.dispatched_at = now
+        g.touch()
         goal = SegmentGoal(request_id=g.gen_id, robot_id=g.request.robot_id,
                            robot_type=g.request.robot_type, segment_index=seg.index, text=seg.text,
                            calls=seg.calls, est_exec_s=seg.est_exec_s, blocking=seg.blocking)

@@ -39,6 +39,7 @@ class ResultsAndEndings:
         if seg.ok is not None:
             return  # duplicate result
         seg.exec_start, seg.exec_end = res.exec_start, res.exec_end
+        g.touch()
         seg.measured_s, seg.result, seg.ok, seg.error = res.call_durations_s, res.value, res.ok, res.error
         self._ended_utility.pop(g.gen_id, None)  # a late result of an ended request changes its score
         for call, d in zip(seg.calls, res.call_durations_s):

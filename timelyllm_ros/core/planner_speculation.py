@@ -94,6 +94,7 @@ class Speculation:
         live.segmenter = live.new_segmenter()
         live.text_base = abs_end
         g.seg_tokens = 0
+        g.touch()
         g.seg_start = None
         if g.state is GenState.RUNNING:
             self._suspend_kv(g, "cache")
@@ -111,6 +112,7 @@ class Speculation:
             held = spec.held
             if held is not None:
                 g.segments.append(held)
+                g.touch()
                 self._dispatch(g, held, now)
                 waits = held.blocking and self.policy.mode is DispatchMode.SUSPEND
                 g.state = GenState.WAITING if waits else GenState.SUSPENDED

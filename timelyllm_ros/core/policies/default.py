@@ -135,7 +135,6 @@ import functools
 import math
 import operator
 from bisect import bisect_left
-from itertools import compress, repeat
 from typing import Sequence
 
 import numpy as np
@@ -159,6 +158,7 @@ def _learned_predictor():
 _PLAN_TAU_S = 10.0  # rule 12: time constant of the backlog wait's average (a few bursts long)
 _PLAN_FALLBACK = 256.0  # rule 12: tokens of a reply the length predictor cannot predict (Trail's fallback_len)
 _ROBOT_TYPE = operator.attrgetter("request.robot_type")
+_REV = operator.attrgetter("sched_rev")
 _PAUSE_KEY = operator.attrgetter("priority", "gen_id")  # lowest priority (most slack) first
 
 
@@ -277,9 +277,11 @@ class Default(Policy):
         self._full = False  # the batch-size controller refused a ready generation at the last point
         # (not the step-time cap: suspending there trades a re-prefill per statement for a slot
         # the policy itself withholds — the edge board with chat_mixed lost 7 s of engine time to it)
-        # a request's constants: its first segment's due time (arrival + ERT), TUF slope and robot
-        # type (2 x its row of the prediction table + 1: a first segment's column), filled once per generation
-        self._table = SlotTable({"due0": (float, 0.0), "alpha": (float, 0.0), "rt2f": (np.intp, 0)},
+        # a request's constants, filled once per generation: its TUF slope and robot type (2 x its
+        # row of the prediction table + 1: a first segment's column); and the terms `select` read
+        # of it at its `sched_rev` (`rev`): has segments, the current segment's tokens, next due time
+        self._table = SlotTable({"alpha": (float, 0.0), "rt2f": (np.intp, 0), "rev": (np.int64, -1),
+                                 "has": (bool, False), "tok": (float, 0.0), "due": (float, 0.0)},
                                 track_output=False)
         self._rtypes: dict[str, int] = {}  # robot type -> row of the per-point prediction table
         self._P: tuple = (None, -1, np.zeros(0))  # (pred, rows, predicted tokens at 2 x row + first?)
@@ -346,8 +348,9 @@ class Default(Policy):
         """Rules 3, 4, 6, 7, 9 and 10 (module docstring) at one scheduling point.  The running
         and the ready generations' slack and ATC priority are one pass of numpy arithmetic (few
         calls, whatever the count): a request's constants come from a SlotTable filled once per
-        generation; per point whether it has segments, the current segment's tokens and, for
-        those with segments, the next due time (executor reports move it) are read.  Only the
+        generation; whether it has segments, the current segment's tokens and the next due time
+        (executor reports move it) are read again only for generations whose `sched_rev` moved
+        since (`Generation.touch`: the running ones and those with news).  Only the
         head the step-time cap can admit is ordered.  The rules written out plainly, one Python
         pass per generation, are the oracle of tests/test_scheduling_fastpaths.py
         (tests/policy_oracles.py): the same Selection and priorities bit for bit, at every size."""
@@ -369,19 +372,32 @@ class Default(Policy):
         def fill(g: Generation, slot: int) -> None:
             req = g.request
             a = self._table.a
-            a["due0"][slot] = req.arrival + req.tuf.ert  # `Generation.next_due` of a first segment
             a["alpha"][slot] = req.tuf.alpha
             a["rt2f"][slot] = 2 * rtypes.setdefault(req.robot_type, len(rtypes)) + 1  # (- has segments)
+            a["rev"][slot] = -1  # its per-point terms are read below
 
         sl = self._table.lookup(gens, fill)
         a = self._table.a
         P = self._pred_flat(pred)
-        has_l = [not not g.segments for g in gens]  # (read per point: what the planner last changed)
-        has = np.array(has_l, dtype=bool)
-        due = a["due0"][sl]
-        if True in has_l:  # the others' next due time: their robot's dispatched actions' estimated end
-            due[has] = list(map(Generation.next_due, compress(gens, has_l), repeat(now)))
-        left = P[a["rt2f"][sl] - has] - np.array([g.seg_tokens for g in gens], dtype=float)
+        # what the planner changed since the last point (`Generation.touch`: the running ones'
+        # tokens, segments cut, dispatched or executed): whether it has segments, the current
+        # segment's tokens and the next due time (`Generation.next_due`: arrival + ERT, or its
+        # robot's dispatched actions' estimated end — which does not depend on `now` then)
+        revs = np.fromiter(map(_REV, gens), dtype=np.int64, count=n)
+        moved = (a["rev"][sl] != revs).nonzero()[0].tolist()
+        if moved:
+            a_has, a_tok, a_due = a["has"], a["tok"], a["due"]
+            for i in moved:
+                g = gens[i]
+                j = sl[i]
+                a_has[j] = not not g.segments
+                a_tok[j] = g.seg_tokens
+                a_due[j] = g.next_due(now)
+            a["rev"][sl[moved]] = revs[moved]
+        has = a["has"][sl]
+        has_l = has.tolist()
+        due = a["due"][sl]
+        left = P[a["rt2f"][sl] - has] - a["tok"][sl]
         p = np.fmax(left, 1.0)  # (left if left > 1 else 1: NaN too) x time per token
         p *= token_s
         s = due - now
