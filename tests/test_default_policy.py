@@ -338,14 +338,20 @@ def _decisions(workload, perturb_after=None, **kw):
     ("mixed_small", dict(max_batch=4)),  # preemptions, blocking statements under speculation
     ("chat_mixed", dict(max_batch=8, faults=FaultConfig(abort_p=0.1, reject_p=0.05, timeout_p=0.02, timeout_s=2.0))),
     ("WID1", dict(engines=2)),  # behind an engine pool
+    ("drones:2000", dict(max_batch=4, profile_path="profiles/vllm_cpu_tiny.yaml",
+                         policy_params=dict(plan_order=True, plan_depth_s=0.0))),  # rule 12, a backlog
 ])
 def test_select_reads_again_whatever_the_planner_changed(workload, kw):
     """`select` keeps whether a generation has segments, its current segment's tokens and its
-    next due time until its `sched_rev` moves (`Generation.touch`).  Over whole runs (tokens,
-    statements cut and suspended, speculation, executor results and faults, preemptions), at
-    every scheduling point what it used equals what the generations hold then: a planner path
-    that changed one of them without `touch` fails here."""
+    next due time, and rule 12 the predicted remaining reply, until its `sched_rev` moves
+    (`Generation.touch`).  Over whole runs (tokens, statements cut and suspended, speculation,
+    executor results and faults, preemptions), at every scheduling point what it used equals
+    what the generations hold then: a planner path that changed one of them without `touch`
+    fails here."""
     checked = []
+    plan = []
+    if workload.startswith("drones:"):
+        workload = scaled_drones(int(workload.split(":")[1]), duration_s=5.0)
 
     def setup(planner, arrivals):
         pol = planner.policy
@@ -358,6 +364,10 @@ def test_select_reads_again_whatever_the_planner_changed(workload, kw):
                 j = pol._table.slot(g)
                 fresh = (bool(g.segments), float(g.seg_tokens), g.next_due(now))
                 assert (bool(a["has"][j]), float(a["tok"][j]), float(a["due"][j])) == fresh, g.gen_id
+                kept = pol._table.py[j]
+                if kept is not None and kept[0] == g.sched_rev:  # (its text did not grow: asking changes nothing)
+                    assert kept[1] == pol._lenpred.remaining(g), g.gen_id
+                    plan.append(g.gen_id)
             checked.append(len(ready) + len(running))
             return sel
 
@@ -366,6 +376,7 @@ def test_select_reads_again_whatever_the_planner_changed(workload, kw):
 
     r = run_simulation(workload, "default", setup=setup, **kw)
     assert len(r.generations) > 10 and len(checked) > 100 and sum(checked) > 1000
+    assert (len(plan) > 1000) == bool(kw.get("policy_params"))  # rule 12 applied and its kept predictions were checked
 
 
 def test_decisions_are_online_future_plans_do_not_change_the_past():

@@ -273,6 +273,7 @@ def _run(policy, gens, steps, blocked, kv_via_policy=False, kv_modes=frozenset({
                 g.output_ids.extend([4] * n_new)
             else:  # a suspension drops tokens past the statement end
                 del g.output_ids[n_new:]
+            g.touch()  # (as the planner marks every change of the token record)
             if kv is not None:  # a KV handling picked for it (as at a preemption)
                 if kv_via_policy:
                     policy.kv_mode(g, None, _ctx(gens, it, token_s, free))

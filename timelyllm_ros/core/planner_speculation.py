@@ -77,6 +77,7 @@ class Speculation:
         if extra:
             g.output_ids.extend(extra)
             live.tok_ends.extend([len(g.text)] * len(extra))
+            g.touch()
         g.state = GenState.SUSPENDED
         g.ready_since = now
         self._notify(g)
@@ -132,5 +133,6 @@ class Speculation:
         live.text_base, live.guard_plan, live.cut_end = spec.text_base, spec.guard_plan, spec.text_base
         live.segmenter = live.new_segmenter()
         g.seg_tokens, g.seg_start, g.engine_finished = 0, None, False
+        g.touch()
         seg = g.segments[spec.seg_index]
         self._resume_after(g, live, seg, value, now)

@@ -199,7 +199,7 @@ class Generation:
     truncated: str = ""  # cut by max_tokens: why (the plan is not complete); "" otherwise
     engine_restarts: int = 0  # times it was re-queued because the engine was restarted
     engine_lost: int = 0  # times it was re-queued because its engine-pool member failed
-    sched_rev: int = 0  # bumped (`touch`) whenever its segments or seg_tokens change: see `touch`
+    sched_rev: int = 0  # bumped (`touch`) whenever its segments, seg_tokens or output change: see `touch`
     # policy-private state, written and read by the policy alone (Trail's prediction, LAMPS' KV
     # mode and starvation count, Andes' priority, the default's pacing marks); never the planner's
     extra: dict[str, Any] = field(default_factory=dict)
@@ -210,7 +210,8 @@ class Generation:
 
     def touch(self) -> None:
         """Record that what a scheduling point reads of g changed: a segment appended,
-        dispatched or executed (`next_due` moves) or the current segment's token count.  Whoever
+        dispatched or executed (`next_due` moves), the current segment's token count or the
+        token record (output ids generated or injected).  Whoever
         changes those calls it (the planner does; a test that edits them by hand too): a policy
         may keep per-generation terms until `sched_rev` moves (the default policy does)."""
         self.sched_rev += 1

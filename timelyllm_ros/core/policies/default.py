@@ -596,13 +596,27 @@ class Default(Policy):
         """Rule 12: weighted shortest remaining reply first — |TUF slope| / (the reply's
         predicted remaining tokens × time per token), by the learned length predictor
         (core/length_predictor.py, Trail's; online: the prompt and the text so far).  A request
-        it cannot predict counts as `_PLAN_FALLBACK` tokens.  Always > 0."""
+        it cannot predict counts as `_PLAN_FALLBACK` tokens.  Always > 0.
+
+        The prediction moves only when the generation's text grows, which the planner marks
+        (`Generation.touch`): it is asked again only where `sched_rev` moved since (kept per
+        slot; a generation this policy has no slot for is asked each time), so a deep backlog
+        does not pay the predictor for every waiting generation at every point."""
         out = []
+        slot = self._table.slot
+        kept = self._table.py  # slot -> (sched_rev, remaining tokens) as last asked
         for g in gens:
-            try:
-                rem = self._lenpred.remaining(g)
-            except PredictorError:
-                rem = _PLAN_FALLBACK
+            j = slot(g)
+            k = kept[j] if j is not None else None
+            if k is not None and k[0] == g.sched_rev:
+                rem = k[1]
+            else:
+                try:
+                    rem = self._lenpred.remaining(g)
+                except PredictorError:
+                    rem = _PLAN_FALLBACK
+                if j is not None:
+                    kept[j] = (g.sched_rev, rem)
             a = g.request.tuf.alpha
             w = (-a if a < 0.0 else 1e-12) / ((rem if rem > 1.0 else 1.0) * (token_s if token_s > 1e-9 else 1e-9))
             out.append(w if w > 0.0 else 5e-324)
