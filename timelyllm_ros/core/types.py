@@ -211,9 +211,9 @@ class Generation:
     def touch(self) -> None:
         """Record that what a scheduling point reads of g changed: a segment appended,
         dispatched or executed (`next_due` moves), the current segment's token count or the
-        token record (output ids generated or injected).  Whoever
-        changes those calls it (the planner does; a test that edits them by hand too): a policy
-        may keep per-generation terms until `sched_rev` moves (the default policy does)."""
+        token record (output ids generated or injected).  Whoever changes those calls it (the
+        planner does; a test that edits them by hand too): a policy may keep per-generation
+        terms until `sched_rev` moves (the default policy does)."""
         self.sched_rev += 1
 
     @property
