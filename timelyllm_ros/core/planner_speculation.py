@@ -113,8 +113,7 @@ class Speculation:
             held = spec.held
             if held is not None:
                 g.segments.append(held)
-                g.touch()
-                self._dispatch(g, held, now)
+                self._dispatch(g, held, now)  # (touches g)
                 waits = held.blocking and self.policy.mode is DispatchMode.SUSPEND
                 g.state = GenState.WAITING if waits else GenState.SUSPENDED
                 g.ready_since = now
