@@ -365,9 +365,8 @@ def test_select_reads_again_whatever_the_planner_changed(workload, kw):
                 j = pol._table.slot(g)
                 fresh = (bool(g.segments), float(g.seg_tokens), g.next_due(now))
                 assert (bool(a["has"][j]), float(a["tok"][j]), float(a["due"][j])) == fresh, g.gen_id
-                kept = pol._table.py[j]
-                if kept is not None and kept[0] == g.sched_rev:  # (its text did not grow: asking changes nothing)
-                    assert kept[1] == pol._lenpred.remaining(g), g.gen_id
+                if a["prev"][j] == g.sched_rev:  # (its text did not grow: asking changes nothing)
+                    assert float(a["rem"][j]) == float(pol._lenpred.remaining(g)), g.gen_id
                     plan.append(g.gen_id)
             checked.append(len(ready) + len(running))
             return sel

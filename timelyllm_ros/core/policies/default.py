@@ -284,7 +284,9 @@ class Default(Policy):
         # row of the prediction table + 1: a first segment's column); and the terms `select` read
         # of it at its `sched_rev` (`rev`): has segments, the current segment's tokens, next due time
         self._table = SlotTable({"alpha": (float, 0.0), "rt2f": (np.intp, 0), "rev": (np.int64, -1),
-                                 "has": (bool, False), "tok": (float, 0.0), "due": (float, 0.0)},
+                                 "has": (bool, False), "tok": (float, 0.0), "due": (float, 0.0),
+                                 # rule 12: the sched_rev its remaining tokens were last predicted at, and those
+                                 "prev": (np.int64, -1), "rem": (float, 0.0)},
                                 track_output=False)
         self._rtypes: dict[str, int] = {}  # robot type -> row of the per-point prediction table
         self._P: tuple = (None, -1, np.zeros(0))  # (pred, rows, predicted tokens at 2 x row + first?)
@@ -377,7 +379,7 @@ class Default(Policy):
             a = self._table.a
             a["alpha"][slot] = req.tuf.alpha
             a["rt2f"][slot] = 2 * rtypes.setdefault(req.robot_type, len(rtypes)) + 1  # (- has segments)
-            a["rev"][slot] = -1  # its per-point terms are read below
+            a["rev"][slot] = a["prev"][slot] = -1  # its per-point terms are read below
 
         sl = self._table.lookup(gens, fill)
         a = self._table.a
@@ -418,8 +420,16 @@ class Default(Policy):
             pe = p[ci]
             pe[nr:] += token_s
             pri[ci] = atc_priorities(a["alpha"][sl[ci]], pe, s[ci], self.atc_k, (nr,))
-            if self._plan:  # rule 12: the whole reply's WSRPT instead
-                pri[ci] = self.plan_priorities([gens[i] for i in cl], token_s)
+            if self._plan:  # rule 12: the whole reply's WSRPT instead (`plan_priorities`, vectorised)
+                sc = sl[ci]
+                ask = (a["prev"][sc] != revs[ci]).nonzero()[0].tolist()
+                for k in ask:  # the predictor, only where the text moved since it was last asked
+                    self._remaining_at(gens[cl[k]], int(sc[k]))
+                w = np.fmax(a["rem"][sc], 1.0)
+                w *= token_s if token_s > 1e-9 else 1e-9
+                al = a["alpha"][sc]
+                w = np.where(al < 0.0, -al, 1e-12) / w
+                pri[ci] = np.where(w > 0.0, w, 5e-324)
         self._head_pri = float(pri[ci[nr:]].max()) if self._plan and len(cl) > nr else 0.0
         set_priorities(gens, pri.tolist())
         run_crit = [gens[i] for i in cl[:nr]]
@@ -607,23 +617,27 @@ class Default(Policy):
         does not pay the predictor for every waiting generation at every point."""
         out = []
         slot = self._table.slot
-        kept = self._table.py  # slot -> (sched_rev, remaining tokens) as last asked
         for g in gens:
-            j = slot(g)
-            k = kept[j] if j is not None else None
-            if k is not None and k[0] == g.sched_rev:
-                rem = k[1]
-            else:
-                try:
-                    rem = self._lenpred.remaining(g)
-                except PredictorError:
-                    rem = _PLAN_FALLBACK
-                if j is not None:
-                    kept[j] = (g.sched_rev, rem)
+            rem = self._remaining_at(g, slot(g))
             a = g.request.tuf.alpha
             w = (-a if a < 0.0 else 1e-12) / ((rem if rem > 1.0 else 1.0) * (token_s if token_s > 1e-9 else 1e-9))
             out.append(w if w > 0.0 else 5e-324)
         return out
+
+    def _remaining_at(self, g: Generation, slot: int | None) -> float:
+        """Rule 12's predicted remaining tokens of g (`_PLAN_FALLBACK` where the predictor cannot
+        tell), kept in g's slot (fields ``prev``/``rem``) with the `sched_rev` it was asked at:
+        asked again only once the planner marked a change.  No slot: asked each time."""
+        a = self._table.a
+        if slot is not None and a["prev"][slot] == g.sched_rev:
+            return float(a["rem"][slot])
+        try:
+            rem = float(self._lenpred.remaining(g))
+        except PredictorError:
+            rem = _PLAN_FALLBACK
+        if slot is not None:
+            a["prev"][slot], a["rem"][slot] = g.sched_rev, rem
+        return rem
 
     def queue_wait(self, late: int, late_ps: "Sequence[float] | np.ndarray", n_running: int) -> float:
         """Rule 11: the wait of a generation that leaves the batch now, behind the ready ones
