@@ -189,7 +189,13 @@ def default_select_reference(self, ready: Sequence[Generation], running: Sequenc
     order = _small_order(critical)  # ATC (> 0), best first
     if not protect:
         order += _small_order(deferrable)
-    sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now, ready_first=some_first)
+    live = [*running, *ready]
+    if self.steep_cap and live:  # rule 10 protects first segments steeper than the flattest live generation
+        flat = min(-g.request.tuf.alpha for g in live)
+        first = any(not g.segments and -g.request.tuf.alpha > flat * (1 + 1e-9) for g in live)
+    else:
+        first = any(not g.segments for g in live)
+    sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now, first=first)
     if not protect or not self.pace:  # (rule 9 off: `_paced` returns sel as it is)
         return sel
     budget = math.inf  # rule 9's tightest per-token budget of the waiting critical first segments

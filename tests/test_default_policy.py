@@ -521,7 +521,7 @@ def test_step_cap_ratio_is_roomy_unless_kv_memory_binds_first():
     wider batch would only fill it), and roomy again as soon as memory admits the cap's room.
     By default roomy_ratio is step_ratio: one cap."""
     assert Default().roomy_ratio == Default().step_ratio == 3.0
-    p = Default(roomy_ratio=10.0)
+    p = Default(roomy_ratio=10.0, steep_cap=False)  # (every generation here is urgent: one slope)
     _feed(p._steps, a=0.022, b=0.004)
     roomy = p.step_cap(ctx(), 0)
     assert roomy == int((10 * 0.026 - 0.022) / 0.004 + 1e-9) == 59
@@ -532,7 +532,7 @@ def test_step_cap_ratio_is_roomy_unless_kv_memory_binds_first():
     base = ctx()
     from policy_oracles import default_select_reference  # the plain path gets the whole order
 
-    ref = Default(roomy_ratio=10.0)
+    ref = Default(roomy_ratio=10.0, steep_cap=False)
     _feed(ref._steps, a=0.022, b=0.004)
     for free, short in ((20, True), (3, True), (60, False)):  # 60 blocks: memory admits 60 > 47
         tight = dataclasses.replace(base, stats=dataclasses.replace(base.stats, kv_free_blocks=free))
@@ -554,8 +554,9 @@ def test_step_cap_cuts_admission_and_counts_as_a_full_batch():
     """The step-time cap: past the largest batch whose step is at most step_ratio (3) times a
     one-generation step the order is cut (the rest waits), and the next point treats the batch as
     full for preemption (a waiting critical first segment takes a deferrable one's slot); it does
-    not make continuations yield at statement boundaries."""
-    p = Default()
+    not make continuations yield at statement boundaries.  (`steep_cap=False`: the cap protects
+    every first segment — here all of them urgent, one slope.)"""
+    p = Default(steep_cap=False)
     assert p.step_cap(ctx(), 5) == 10 and p.step_cap(ctx(), 1) == 8  # slow start: 2 x running, >= 8
     _feed(p._steps, a=0.022, b=0.004)
     cap = p.step_cap(ctx(), 0)
@@ -583,7 +584,7 @@ def test_step_cap_holds_per_engine_of_a_pool():
     """Behind an engine pool the step-time cap bounds each member's step, not the pool's: k
     usable members (`PolicyContext.engines`) run up to k times one engine's cap side by side
     (capped pool-wide, 8 engines ran one engine's batch and preempted continuations for it)."""
-    p = Default()
+    p = Default(steep_cap=False)  # (every generation here is urgent: one slope)
     _feed(p._steps, a=0.022, b=0.004)
     assert p.step_cap(ctx(), 0) == 14
     running = [gen(f"r{i}", 9.0, URGENT, state=GenState.RUNNING) for i in range(12)]
@@ -592,6 +593,44 @@ def test_step_cap_holds_per_engine_of_a_pool():
     pool = dataclasses.replace(ctx(), engines=4)
     sel = p.select(ready, running, pool, 10.0)
     assert len(sel.order) == 4 * 14 - 12 and p._capped
+
+
+def test_step_cap_protects_only_steeper_first_segments_and_shrinks_the_batch_for_them():
+    """Rule 10 with `steep_cap` (the default): the cap protects a first segment only when its TUF
+    is steeper than the flattest live generation's — where every generation has one slope (an
+    arm fleet, a chat flood without robots) nobody's utility falls faster than the work the cap
+    would hold back, and throughput decides; when a steeper first segment runs or waits, the
+    running batch shrinks to the cap at once: running continuations of the flattest slope beyond
+    it are preempted (deferrable ones first), first segments and steeper work stay."""
+    p = Default()
+    assert p.steep_cap
+    _feed(p._steps, a=0.022, b=0.004)
+    cap = p.step_cap(ctx(), 0)
+    assert cap == 14
+    # one slope everywhere: normal first segments waiting, normal continuations running — no cap
+    running = [gen(f"r{i:02d}", 0.0, NORMAL, [seg(0, 1.0, 9.0)], state=GenState.RUNNING) for i in range(20)]
+    ready = [gen(f"q{i:02d}", 10.0, NORMAL) for i in range(10)]
+    sel = p.select(ready, running, ctx(), 10.0)
+    assert len(sel.order) == 10 and not sel.preempt and not p._capped
+    # an urgent first segment waits: the batch shrinks to the cap, deferrable continuations first
+    late = [gen(f"r{i:02d}", 0.0, NORMAL, [seg(0, 1.0, 9.0)], state=GenState.RUNNING) for i in range(14)]
+    idle = [gen(f"s{i:02d}", 0.0, NORMAL, [seg(0, 1.0, 40.0)], state=GenState.RUNNING) for i in range(6)]  # due 40
+    urgent = gen("u", 10.0, URGENT)
+    sel = p.select([urgent], late + idle, ctx(), 10.0)
+    assert len(late + idle) - len(sel.preempt) == cap - 1 and ids(sel.order) == ["u"]  # room for it, now
+    assert ids(sel.preempt[:6]) == sorted(ids(idle))  # the deferrable ones first (most slack first: all equal)
+    assert sel.preempt[6].gen_id.startswith("r")  # then the lowest-priority late continuation
+    # the batch at the cap already: one continuation makes room for the urgent first segment
+    sel = p.select([urgent], late, ctx(), 10.02)
+    assert ids(sel.order) == ["u"] and len(sel.preempt) == 1
+    # a steeper *continuation* protects nothing: no cap for it
+    q = Default()
+    _feed(q._steps, a=0.022, b=0.004)
+    steep_cont = gen("uc", 0.0, URGENT, [seg(0, 1.0, 9.0)], state=GenState.RUNNING)
+    sel = q.select(ready, running[:19] + [steep_cont], ctx(), 10.0)
+    assert len(sel.order) == 10 and not sel.preempt
+    with pytest.raises(ValueError, match="steep_cap"):
+        Default(steep_cap=1)
 
 
 def test_step_cap_is_lifted_while_only_continuations_are_left():

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from timelyllm_ros.core.clock import VirtualClock
 from timelyllm_ros.core.policies.base import PolicyContext, priority_order
 from timelyllm_ros.core.policies.timelyllm import TimelyLLM
-from timelyllm_ros.core.tuf import NORMAL, TUF
+from timelyllm_ros.core.tuf import NORMAL, TUF, URGENT
 from timelyllm_ros.core.types import Generation, PlanRequest, Segment
 from timelyllm_ros.engines.simulated import SimulatedEngine
 
@@ -226,11 +226,14 @@ _STEP = st.tuples(st.sampled_from([1, 1, 2]), st.floats(0, 12), st.sampled_from(
                   st.integers(0, 80))
 
 
-def _scenario(specs):
+def _scenario(specs, urgent_every: int = 0):
+    """Generations from `specs`; with `urgent_every`, every such one (the first included) has the
+    urgent TUF (a steeper slope), the others the normal one."""
     gens = []
     for i, (t, own, out, segs, arrival, rs, kv, run) in enumerate(specs):
         rt = _TYPES[t]
-        req = PlanRequest(request_id=f"g{i:02d}", robot_id="x", robot_type=rt, task="t", scene="", tuf=NORMAL,
+        tuf = URGENT if urgent_every and i % urgent_every == 0 else NORMAL
+        req = PlanRequest(request_id=f"g{i:02d}", robot_id="x", robot_type=rt, task="t", scene="", tuf=tuf,
                           arrival=arrival, reference_plan="mf(50); tl(90);" * (1 + i % 3))
         g = Generation(request=req, ready_since=rs)
         g.prompt_ids = [7] * (16 * (t + 1)) + [100 + i] * own
@@ -552,13 +555,16 @@ def test_andes_stable_heads_are_the_stable_argsort_prefixes(rows, k):
        seen=st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.integers(1, 30)), max_size=4),
        slope=st.sampled_from([None, 0.0, 0.001, 0.05, 1.0, 10.0]), preserve=st.booleans(),
        min_free=st.sampled_from([0.0, 0.1, 0.25]), plan_order=st.booleans(),
-       plan_depth=st.sampled_from([0.0, 0.1, 8.0]))
+       plan_depth=st.sampled_from([0.0, 0.1, 8.0]), steep_cap=st.booleans(), urgent_every=st.sampled_from([0, 3]))
 def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps, min_lead_s, kv_budget, pace,
-                                               seen, slope, preserve, min_free, plan_order, plan_depth):
+                                               seen, slope, preserve, min_free, plan_order, plan_depth, steep_cap,
+                                               urgent_every):
     """`slope`: the engine steps the policies saw (rule 9's step-time model: None: none, else
     steps of 1..40 generations at 20 ms + slope per generation); `preserve`: the engine keeps a
     paused generation's KV, so rule 9 may pause running generations; `plan_order`: rule 12 (under
-    rule 11's backlog, the whole reply's WSRPT by the learned length predictor)."""
+    rule 11's backlog, the whole reply's WSRPT by the learned length predictor); `steep_cap`: rule
+    10 protects only first segments steeper than the flattest live generation and shrinks the batch
+    (`urgent_every`: every third generation urgent, so that some are steeper)."""
     from timelyllm_ros.core.policies.default import Default
 
     class Reference(Default):
@@ -566,7 +572,7 @@ def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps
             return default_select_reference(self, ready, running, ctx, now)
 
     kw = dict(lead_steps=lead_steps, min_lead_s=min_lead_s, kv_budget=kv_budget, pace_min_free=min_free, pace=pace,
-              plan_order=plan_order, plan_depth_s=plan_depth)
+              plan_order=plan_order, plan_depth_s=plan_depth, steep_cap=steep_cap)
     fast, ref = Default(**kw), Reference(**kw)
     for p in (fast, ref):
         for t, first, tok in seen:  # learned segment lengths (some robot types still unseen)
@@ -577,7 +583,7 @@ def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps
         if slope is not None:
             for n in (1, 5, 12, 40, 3):
                 p.on_step(0.02 + slope * n, n)
-    gens = _scenario(specs)
+    gens = _scenario(specs, urgent_every)
     a, b = _copy(gens), _copy(gens)
     modes = frozenset({"cache", "preserve"} if preserve else {"cache"})
     assert _run(fast, a, steps, blocked, kv_modes=modes) == _run(ref, b, steps, blocked, kv_modes=modes)
@@ -661,9 +667,11 @@ def test_default_atc_groups_equal_separate_calls(terms, cut, k):
 @given(specs=st.lists(_GEN, min_size=30, max_size=90), steps=st.lists(_STEP, min_size=1, max_size=3),
        blocked=st.booleans(), slope=st.sampled_from([0.001, 0.01, 0.05]), running_n=st.integers(0, 6),
        drain=st.sampled_from([5.0, 0.001]), memory_full=st.booleans(), engines=st.sampled_from([1, 3]),
-       roomy=st.sampled_from([3.0, 10.0]), plan_order=st.booleans(), plan_depth=st.sampled_from([0.0, 8.0]))
+       roomy=st.sampled_from([3.0, 10.0]), plan_order=st.booleans(), plan_depth=st.sampled_from([0.0, 8.0]),
+       steep_cap=st.booleans(), urgent_every=st.sampled_from([0, 3, 11]))
 def test_default_fast_select_matches_reference_at_many_ready(specs, steps, blocked, slope, running_n, drain,
-                                                             memory_full, engines, roomy, plan_order, plan_depth):
+                                                             memory_full, engines, roomy, plan_order, plan_depth,
+                                                             steep_cap, urgent_every):
     """Many ready generations and a step-time cap that binds: the numpy path orders only the
     head the cap can admit (`_head_needed`) and must still decide exactly as the plain path —
     orders, preemptions, priorities, the cap's and the KV budget's verdicts; behind an engine
@@ -677,12 +685,12 @@ def test_default_fast_select_matches_reference_at_many_ready(specs, steps, block
             return default_select_reference(self, ready, running, ctx, now)
 
     kw = dict(drain_after_s=drain, memory_full=memory_full, roomy_ratio=roomy, plan_order=plan_order,
-              plan_depth_s=plan_depth)
+              plan_depth_s=plan_depth, steep_cap=steep_cap)
     fast, ref = Default(**kw), Reference(**kw)
     for p in (fast, ref):
         for n in (1, 5, 12, 40, 3):
             p.on_step(0.02 + slope * n, n)
-    gens = _scenario(specs)
+    gens = _scenario(specs, urgent_every)
     for i, g in enumerate(gens):  # a few running, the rest ready
         g.state = GenState.RUNNING if i < running_n else (GenState.SUSPENDED if g.segments else GenState.QUEUED)
     a, b = _copy(gens), _copy(gens)

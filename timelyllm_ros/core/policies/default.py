@@ -74,6 +74,19 @@ At each scheduling point (``select``):
    an engine whose extra sequence is costly against its step (`vllm_cpu_tiny` drones:800: −80.4 %
    accrued total at 3 against 94.6 % at 10); measured on the whole grid and not made the default
    (docs/results/2026-11-27-roomy.md; simulator).
+   Steep cap (``steep_cap``, on by default since 2026-11-28): the cap protects a first segment
+   only when its TUF is steeper than the flattest live generation's (|alpha| above the least,
+   running and ready alike) — where every live generation has one slope (an arm fleet, a chat
+   flood without robots) a narrow batch only moves lateness from first actions to
+   continuations of the same slope and costs throughput (Eq. 3 charges both alike): then no
+   cap, as while draining.  While a protected first segment runs or waits, the running batch
+   shrinks to the cap at once (`_shrink`): running continuations of the flattest slope beyond
+   it are preempted (deferrable ones first, most slack first, then by priority, lowest first),
+   and one more when the admission order's head is a critical steeper first segment, which
+   enters at this point — not only as continuations end.  First segments and steeper work are
+   never shrunk away.  The edge board's arm_heavy (ours): accrued total / urgent 18.3 / −3.6 %
+   → 72.9 / 3.1 % (simulator; docs/results/2026-11-28-steep-cap.md).  ``steep_cap=false``:
+   every first segment protected, admissions cut only.
 11. overload (``overload``, on by default): when more ready generations are past their
    deadlines than the batch holds — swapping the whole batch would still leave late work
    waiting — a generation that leaves the batch now waits behind that backlog: their estimated
@@ -202,13 +215,15 @@ class Default(Policy):
                  pace_kv: str = "preserve", step_ratio: float = 3.0, memory_full: bool = False,
                  atc_k: float = 2.0, drain_after_s: float = 5.0, speculate: bool = True,
                  overload: bool = True, roomy_ratio: float = 3.0, plan_order: bool = True,
-                 plan_depth_s: float = 8.0) -> None:
+                 plan_depth_s: float = 8.0, steep_cap: bool = True) -> None:
         for k, v in (("preempt", preempt), ("kv_budget", kv_budget), ("pace", pace), ("memory_full", memory_full),
-                     ("speculate", speculate), ("overload", overload), ("plan_order", plan_order)):
+                     ("speculate", speculate), ("overload", overload), ("plan_order", plan_order),
+                     ("steep_cap", steep_cap)):
             if not isinstance(v, bool):
                 raise ValueError(f"{k} must be true or false, got {v!r}")
         self.kv_budget = kv_budget
         self.plan_order = plan_order
+        self.steep_cap = steep_cap  # rule 10 protects only steeper first segments, and shrinks the batch
         if (isinstance(plan_depth_s, bool) or not isinstance(plan_depth_s, (int, float))
                 or not 0 <= plan_depth_s < math.inf):
             raise ValueError(f"plan_depth_s must be a finite number of seconds >= 0 (rule 12 applies while "
@@ -368,7 +383,7 @@ class Default(Policy):
         if not n:
             self._queue_s = 0.0
             self._plan = self.plan_applies(now)
-            return self._finish([], False, [], full, running, ctx, now, ready_first=False)
+            return self._finish([], False, [], full, running, ctx, now, first=False)
         rtypes = self._rtypes
         if self._P[0] is not pred:
             for name, _ in pred:
@@ -439,12 +454,17 @@ class Default(Policy):
         ready_first = bool(np.count_nonzero(first_r))
         waits_first = bool(np.count_nonzero(first_r & crit[n_run:]))  # a critical first segment waits
         protect = run_first or waits_first  # a critical first segment runs or waits
-        head = self._head_needed(ctx, running, ready_first, now, full and bool(crit_ready))
+        if self.steep_cap:  # rule 10 protects first segments steeper than the flattest live generation
+            mag = a["alpha"][sl]
+            first = bool(np.count_nonzero(~has & (-mag > -mag.max() * (1 + 1e-9))))
+        else:
+            first = not all(has_l)
+        head = self._head_needed(ctx, running, first, now, full and bool(crit_ready))
         order = priority_head(gens, ci[nr:], pri, head)
         if not protect and (head is None or head > len(order)):
             di = (~crit[n_run:]).nonzero()[0] + n_run
             order += priority_head(gens, di, pri, None if head is None else head - len(order))
-        sel = self._finish(order, bool(crit_ready), run_crit, full, running, ctx, now, ready_first=ready_first)
+        sel = self._finish(order, bool(crit_ready), run_crit, full, running, ctx, now, first=first)
         if not protect:
             return sel
         run_def = [g for g, c in zip(running, crit[:n_run].tolist()) if not c]
@@ -542,10 +562,10 @@ class Default(Policy):
         return super().kv_mode(g, seg, ctx)
 
     def _finish(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
-                running: Sequence[Generation], ctx: PolicyContext, now: float, ready_first: bool = True) -> Selection:
+                running: Sequence[Generation], ctx: PolicyContext, now: float, first: bool = True) -> Selection:
         """Rules 6 and 7: the memory cut, then token-level preemption (`critical`: whether a
-        ready generation is critical), then rule 10's step-time cap
-        (`ready_first`: whether a first segment waits; with the running ones, whether it applies)."""
+        ready generation is critical), then rule 10's step-time cap (`first`: a first segment it
+        protects runs or waits — `first_protected`), which with `steep_cap` also shrinks the batch."""
         held = False
         n_in = len(order)
         if self.kv_budget:
@@ -573,10 +593,15 @@ class Default(Policy):
                     break
                 preempt.append(v)
         self._capped = self._mem_held = held
-        if ready_first or any(not g.segments for g in running):
+        if first:
             self._first_seen = now
         drain = now - self._first_seen >= self.drain_after_s  # rule 10 lifted: only continuations left
         room = None if drain else self._cap_room(ctx, len(running), len(preempt))
+        if self.steep_cap and first and room is not None:
+            n_pre = len(preempt)
+            preempt = self._shrink(running, preempt, ctx, order[:1])
+            if len(preempt) > n_pre:  # shrunk to the cap: no room left (any head `_head_needed` gives cuts alike)
+                room = self._cap_room(ctx, len(running), len(preempt))
         if room is not None and self.roomy_ratio > self.step_ratio and len(order) < min(n_in, room):
             # KV memory binds before the roomy cap: memory is short, the cap is step_ratio's (rule 10)
             room = self._cap_room(ctx, len(running), len(preempt), short=True)
@@ -584,6 +609,30 @@ class Default(Policy):
             order = order[:room]
             self._capped = True
         return Selection(order=order, preempt=preempt)
+
+    def _shrink(self, running: Sequence[Generation], preempt: list[Generation], ctx: PolicyContext,
+                head: Sequence[Generation]) -> list[Generation]:
+        """Rule 10 with `steep_cap`, while a protected first segment runs or waits: the running
+        batch shrinks to the cap at once — `preempt` plus as many running continuations of the
+        flattest slope in the batch as it holds beyond the cap, and one more when the admission
+        order's `head` is a critical waiting first segment steeper than them, so that it enters now
+        (deferrable ones first, most slack first, then critical ones by priority, lowest first);
+        first segments and steeper work stay."""
+        if not running:
+            return preempt
+        cap = self._cap_room(ctx, 0, 0)  # the whole batch the cap allows
+        flat = -max(g.request.tuf.alpha for g in running)
+        excess = len(running) - len(preempt) - (cap if cap is not None else len(running))
+        if (head and head[0].priority > 0 and not head[0].segments
+                and -head[0].request.tuf.alpha > flat * (1 + 1e-9)):  # a critical steeper first segment
+            excess += 1
+        if excess <= 0:
+            return preempt
+        taken = {id(v) for v in preempt}
+        extra = sorted((v for v in running if id(v) not in taken and v.segments
+                        and -v.request.tuf.alpha <= flat * (1 + 1e-9)),
+                       key=lambda v: (v.priority > 0, v.priority, v.gen_id))[:excess]
+        return preempt + extra
 
     def _cap_room(self, ctx: PolicyContext, n_running: int, n_preempt: int, short: bool = False) -> int | None:
         """Admissions the step-time cap leaves after `n_preempt` of `n_running` are preempted (None:
@@ -648,7 +697,7 @@ class Default(Policy):
             return 0.0
         return math.fsum(late_ps) / max(1, n_running)
 
-    def _head_needed(self, ctx: PolicyContext, running: Sequence[Generation], ready_first: bool, now: float,
+    def _head_needed(self, ctx: PolicyContext, running: Sequence[Generation], first: bool, now: float,
                      may_preempt: bool) -> int | None:
         """How much of the admission order's head `_finish` can use (None: all of it): the
         step-time cap's room for any number of preemptions it may make (one per running
@@ -658,7 +707,7 @@ class Default(Policy):
         ``memory_full`` its verdict reads the whole order (None), as while the cap is lifted."""
         if self.memory_full:
             return None
-        first_seen = now if ready_first or any(not g.segments for g in running) else self._first_seen
+        first_seen = now if first else self._first_seen
         if now - first_seen >= self.drain_after_s:  # `_finish` lifts the cap: rule 10
             return None
         n_run = len(running)
@@ -745,4 +794,4 @@ class Default(Policy):
                 "step_ratio": self.step_ratio, "memory_full": self.memory_full, "atc_k": self.atc_k,
                 "drain_after_s": self.drain_after_s, "speculate": self.speculate,
                 "overload": self.overload, "roomy_ratio": self.roomy_ratio, "plan_order": self.plan_order,
-                "plan_depth_s": self.plan_depth_s}
+                "plan_depth_s": self.plan_depth_s, "steep_cap": self.steep_cap}
