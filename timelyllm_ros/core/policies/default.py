@@ -565,7 +565,7 @@ class Default(Policy):
                 running: Sequence[Generation], ctx: PolicyContext, now: float, first: bool = True) -> Selection:
         """Rules 6 and 7: the memory cut, then token-level preemption (`critical`: whether a
         ready generation is critical), then rule 10's step-time cap (`first`: a first segment it
-        protects runs or waits — `first_protected`), which with `steep_cap` also shrinks the batch."""
+        protects runs or waits), which with `steep_cap` also shrinks the batch (`_shrink`)."""
         held = False
         n_in = len(order)
         if self.kv_budget:
