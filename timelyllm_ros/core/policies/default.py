@@ -171,6 +171,18 @@ def _learned_predictor():
                          f"install it or set plan_order=false") from e
 
 
+def _steeper(mag, flat):
+    """Rule 10's steep cap: |TUF slope| `mag` (a float or an array) is steeper than `flat`."""
+    return mag > flat * (1 + 1e-9)
+
+
+def _plan_weights(alpha: np.ndarray, rem: np.ndarray, token_s: float) -> np.ndarray:
+    """Rule 12's weights: |TUF slope| / (predicted remaining tokens, at least 1, x time per
+    token); always > 0 (a flat or rising TUF counts as 1e-12, a weight that underflows as 5e-324)."""
+    w = np.where(alpha < 0.0, -alpha, 1e-12) / (np.fmax(rem, 1.0) * (token_s if token_s > 1e-9 else 1e-9))
+    return np.where(w > 0.0, w, 5e-324)
+
+
 _PLAN_TAU_S = 10.0  # rule 12: time constant of the backlog wait's average (a few bursts long)
 _PLAN_FALLBACK = 256.0  # rule 12: tokens of a reply the length predictor cannot predict (Trail's fallback_len)
 _ROBOT_TYPE = operator.attrgetter("request.robot_type")
@@ -440,23 +452,18 @@ class Default(Policy):
                 ask = (a["prev"][sc] != revs[ci]).nonzero()[0].tolist()
                 for k in ask:  # the predictor, only where the text moved since it was last asked
                     self._remaining_at(gens[cl[k]], int(sc[k]))
-                w = np.fmax(a["rem"][sc], 1.0)
-                w *= token_s if token_s > 1e-9 else 1e-9
-                al = a["alpha"][sc]
-                w = np.where(al < 0.0, -al, 1e-12) / w
-                pri[ci] = np.where(w > 0.0, w, 5e-324)
+                pri[ci] = _plan_weights(a["alpha"][sc], a["rem"][sc], token_s)
         self._head_pri = float(pri[ci[nr:]].max()) if self._plan and len(cl) > nr else 0.0
         set_priorities(gens, pri.tolist())
         run_crit = [gens[i] for i in cl[:nr]]
         run_first = not all([has_l[i] for i in cl[:nr]])  # a critical first segment runs
         crit_ready = cl[nr:]
         first_r = ~has[n_run:]
-        ready_first = bool(np.count_nonzero(first_r))
         waits_first = bool(np.count_nonzero(first_r & crit[n_run:]))  # a critical first segment waits
         protect = run_first or waits_first  # a critical first segment runs or waits
         if self.steep_cap:  # rule 10 protects first segments steeper than the flattest live generation
-            mag = a["alpha"][sl]
-            first = bool(np.count_nonzero(~has & (-mag > -mag.max() * (1 + 1e-9))))
+            mag = -a["alpha"][sl]
+            first = bool(np.count_nonzero(~has & _steeper(mag, mag.min())))
         else:
             first = not all(has_l)
         head = self._head_needed(ctx, running, first, now, full and bool(crit_ready))
@@ -618,19 +625,20 @@ class Default(Policy):
         order's `head` is a critical waiting first segment steeper than them, so that it enters now
         (deferrable ones first, most slack first, then critical ones by priority, lowest first);
         first segments and steeper work stay."""
-        if not running:
+        staying = len(running) - len(preempt)
+        cap = self._cap_total(ctx, staying)
+        if not running or cap is None:
             return preempt
-        cap = self._cap_room(ctx, 0, 0)  # the whole batch the cap allows
-        flat = -max(g.request.tuf.alpha for g in running)
-        excess = len(running) - len(preempt) - (cap if cap is not None else len(running))
+        flat = min(-g.request.tuf.alpha for g in running)
+        excess = staying - cap
         if (head and head[0].priority > 0 and not head[0].segments
-                and -head[0].request.tuf.alpha > flat * (1 + 1e-9)):  # a critical steeper first segment
+                and _steeper(-head[0].request.tuf.alpha, flat)):  # a critical steeper first segment
             excess += 1
         if excess <= 0:
             return preempt
         taken = {id(v) for v in preempt}
         extra = sorted((v for v in running if id(v) not in taken and v.segments
-                        and -v.request.tuf.alpha <= flat * (1 + 1e-9)),
+                        and not _steeper(-v.request.tuf.alpha, flat)),
                        key=lambda v: (v.priority > 0, v.priority, v.gen_id))[:excess]
         return preempt + extra
 
@@ -638,9 +646,15 @@ class Default(Policy):
         """Admissions the step-time cap leaves after `n_preempt` of `n_running` are preempted (None:
         no cap): no step longer than roomy_ratio (`short`: step_ratio) x a one-generation step, per
         engine (a pool's members step side by side: the pool holds the cap times its usable members)."""
+        cap = self._cap_total(ctx, n_running - n_preempt, short)
+        return None if cap is None else max(0, cap - n_running + n_preempt)
+
+    def _cap_total(self, ctx: PolicyContext, n_staying: int, short: bool = False) -> int | None:
+        """The whole batch the step-time cap allows with `n_staying` generations running (None:
+        no cap): `step_cap` per engine times the usable members."""
         engines = max(1, ctx.engines)
-        cap = self.step_cap(ctx, -(-(n_running - n_preempt) // engines), short=short)
-        return None if cap is None else max(0, cap * engines - n_running + n_preempt)
+        cap = self.step_cap(ctx, -(-n_staying // engines), short=short)
+        return None if cap is None else cap * engines
 
     def plan_applies(self, now: float) -> bool:
         """Rule 12 applies at this point (called once per `select`, after rule 11's `_queue_s`):
@@ -664,14 +678,10 @@ class Default(Policy):
         (`Generation.touch`): it is asked again only where `sched_rev` moved since (kept per
         slot; a generation this policy has no slot for is asked each time), so a deep backlog
         does not pay the predictor for every waiting generation at every point."""
-        out = []
         slot = self._table.slot
-        for g in gens:
-            rem = self._remaining_at(g, slot(g))
-            a = g.request.tuf.alpha
-            w = (-a if a < 0.0 else 1e-12) / ((rem if rem > 1.0 else 1.0) * (token_s if token_s > 1e-9 else 1e-9))
-            out.append(w if w > 0.0 else 5e-324)
-        return out
+        rem = [self._remaining_at(g, slot(g)) for g in gens]
+        return _plan_weights(np.array([g.request.tuf.alpha for g in gens], dtype=float),
+                             np.array(rem, dtype=float), token_s).tolist()
 
     def _remaining_at(self, g: Generation, slot: int | None) -> float:
         """Rule 12's predicted remaining tokens of g (`_PLAN_FALLBACK` where the predictor cannot

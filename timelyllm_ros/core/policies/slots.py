@@ -47,7 +47,7 @@ class SlotTable:
     def _clear(self) -> None:
         self._slot_of: dict[int, int] = {}
         self.objs: list[Generation] = []
-        self.py: list = []  # one Python object per slot, the policy's (Andes' delivery runs, the default's kept predictions)
+        self.py: list = []  # one Python object per slot, the policy's (Andes' delivery runs)
         self._last: tuple[list[Generation], np.ndarray] | None = None
         self._dirty = False  # a slot was invalidated since the last lookup
         self.a: dict[str, np.ndarray] = {k: np.full(0, v, dtype=t) for k, (t, v) in self.fields.items()}
