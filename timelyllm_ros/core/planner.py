@@ -513,6 +513,9 @@ class Planner(JournalResume, Speculation, EngineSupervision, ResultsAndEndings):
             return self._hold(g, live, seg, abs_end)
         g.segments.append(seg)
         suspend = mode is DispatchMode.SUSPEND and not final
+        past = suspend and seg.blocking and self._streams_past(g, seg, now)  # speculation without a re-add
+        if past:
+            suspend = False
         if suspend and not seg.blocking and self.policy.chooses_suspension:
             suspend = self.policy.suspend_at(g, seg, self.context(), now)  # per-statement choice
         if suspend:
@@ -535,7 +538,7 @@ class Planner(JournalResume, Speculation, EngineSupervision, ResultsAndEndings):
                 live.blind = self._rollback_point(g, live, seg, abs_end)
             return True
         self._dispatch(g, seg, now)
-        if seg.blocking and mode is DispatchMode.STREAM:
+        if seg.blocking and (mode is DispatchMode.STREAM or past):
             live.blind = self._rollback_point(g, live, seg, abs_end)
         if suspend:
             # the batch g leaves behind (LAMPS weighs g's held memory against C_other)

@@ -53,6 +53,16 @@ class Speculation:
         if seg.ok is not None:  # the robot has already answered
             self._resolve_speculation(g, live, seg.result, now)
 
+    def _streams_past(self, g: Generation, seg: Segment, now: float) -> bool:
+        """SUSPEND mode, at blocking `seg`: the predicted result is the one the model goes on under
+        when it is not given one (`_unwritten`) and the policy keeps g running past the statement
+        (`Policy.streams_past`).  Then what follows is held and checked like any speculation
+        (`_assume`), without aborting g and re-adding it with the result appended."""
+        value = self.values.predict(g.request.robot_type, seg)
+        if value is None or not same_value(value, self._unwritten(g, seg)):
+            return False
+        return self.policy.streams_past(g, seg, self.context(), now)
+
     def _speculate(self, g: Generation, live: _Live, seg: Segment, now: float) -> None:
         """At blocking `seg`: append the predicted result and let g generate its next statement
         (held, not dispatched, until the real result decides: `_resolve_speculation`).  STREAM /

@@ -335,6 +335,16 @@ class Policy(abc.ABC):
         (the paper): g waits for the result before generating anything."""
         return False
 
+    def streams_past(self, g: Generation, seg: Segment, ctx: PolicyContext, now: float) -> bool:
+        """SUSPEND mode, at blocking statement `seg` (appended to g.segments, about to be
+        dispatched) whose result the planner predicts to be the one the model goes on under when
+        it is not given any (True for a bool skill, `PlannerConfig.unwritten_result`): True = g
+        keeps its slot and streams on past it, as a STREAM policy's generation does — the next
+        statement is held and checked against the robot's result exactly like a speculation (a
+        different result rolls it back), and no abort and re-add with the predicted result
+        appended is paid.  False (the default): suspend, and `speculates` decides what follows."""
+        return False
+
     def batching(self) -> str:
         """Batch-size controller the planner uses when no fixed cap is given:
         "latency-guided" (TimelyLLM §4.4) or "continuous" (vLLM-style, capped at max_num_seqs)."""

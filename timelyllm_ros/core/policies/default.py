@@ -129,10 +129,15 @@ batch is full — a batch cap or KV memory refused a ready generation (with ``me
 this policy's KV budget), *not* the step-time cap, a limit of the policy's own: suspending for it
 costs a re-add (prefill) per statement (the edge board with chat_mixed lost 7 s of engine time in
 120 s to that churn) — and its next segment is not due within the lead: then it is suspended (the
-slot goes to waiting work) and resumes when it is critical or the engine is free.  Blocking statements always
+slot goes to waiting work) and resumes when it is critical or the engine is free.  Blocking statements
 suspend (the plan needs the value); with ``speculate`` (rule 8, `speculates`) the generation goes on
 under the predicted value, its next statement held until the robot's value confirms it
-(core/speculation.py).  So: uncontended, plain streaming (suspending costs a re-add,
+(core/speculation.py).  With ``stream_past`` (on by default, `streams_past`), where the predicted
+value is the one the model goes on under untold (True for a bool skill) and the generation would
+keep its slot here (rule 5; no late backlog, rule 11; memory not short, rule 6), it does not leave the engine at all: it
+streams on, as an unsegmented policy's generation does, and what follows is held and checked
+alike — no abort and re-add with the value appended (the edge board's arm fleet, default
+batching: accrued 72.9 → 80.0 %; simulator, docs/results/2026-11-28-stream-past.md).  So: uncontended, plain streaming (suspending costs a re-add,
 a prefill and more, smaller steps — measured in issue 15); under a binding cap or memory limit,
 TimelyLLM's segmentation with preemption.
 
@@ -227,10 +232,10 @@ class Default(Policy):
                  pace_kv: str = "preserve", step_ratio: float = 3.0, memory_full: bool = False,
                  atc_k: float = 2.0, drain_after_s: float = 5.0, speculate: bool = True,
                  overload: bool = True, roomy_ratio: float = 3.0, plan_order: bool = True,
-                 plan_depth_s: float = 8.0, steep_cap: bool = True) -> None:
+                 plan_depth_s: float = 8.0, steep_cap: bool = True, stream_past: bool = True) -> None:
         for k, v in (("preempt", preempt), ("kv_budget", kv_budget), ("pace", pace), ("memory_full", memory_full),
                      ("speculate", speculate), ("overload", overload), ("plan_order", plan_order),
-                     ("steep_cap", steep_cap)):
+                     ("steep_cap", steep_cap), ("stream_past", stream_past)):
             if not isinstance(v, bool):
                 raise ValueError(f"{k} must be true or false, got {v!r}")
         self.kv_budget = kv_budget
@@ -256,6 +261,7 @@ class Default(Policy):
         self.overload = overload
         self._queue_s = 0.0  # rule 11: the late backlog's wait at the last scheduling point
         self.speculate = speculate
+        self.stream_past = stream_past  # rule 8: speculate past a blocking statement without a re-add
         if isinstance(drain_after_s, bool) or not isinstance(drain_after_s, (int, float)) or not drain_after_s > 0:
             raise ValueError(f"drain_after_s must be a number > 0 (inf: the step-time cap always applies), "
                              f"got {drain_after_s!r}")
@@ -285,6 +291,7 @@ class Default(Policy):
         self.memory_full = memory_full
         self._capped = False  # the step-time cap or the KV budget held back a ready generation
         self._mem_held = False  # ... the KV budget did, with memory_full
+        self._mem_cut = False  # the KV budget held a ready generation back at the last point
         for k, v in (("lead_steps", lead_steps), ("min_lead_s", min_lead_s)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
                 raise ValueError(f"{k} must be a finite number >= 0, got {v!r}")
@@ -578,6 +585,7 @@ class Default(Policy):
         if self.kv_budget:
             order = self._fit_memory(order, running, ctx)
             held = self.memory_full and len(order) < n_in
+        self._mem_cut = len(order) < n_in  # rule 6 held a ready generation back (rule 8's stream_past reads it)
         preempt: list[Generation] = []
         if self.preempt and full and critical:
             # token-level preemption, one for one: deferrable victims first, then critical ones
@@ -784,9 +792,24 @@ class Default(Policy):
         """Stream on (keep the slot) unless the batch is full and g's next segment is not due
         within the lead: then free the slot for waiting work, as TimelyLLM does."""
         self.observe(g, seg)
+        return self._yields_slot(g, ctx, now)
+
+    def _yields_slot(self, g: Generation, ctx: PolicyContext, now: float) -> bool:
+        """Rule 5 at a statement end: g frees its slot when the batch is full and its next
+        statement is not due within the lead (rule 12: unless nobody waiting outranks it)."""
         if self._full and self._plan and self.plan_priorities([g], ctx.token_s)[0] >= self._head_pri:
             return False  # rule 12: nobody waiting outranks g, so yielding would only cost a re-add
         return self._full and self.slack(g, ctx, now, running=False) > self.lead(ctx)
+
+    def streams_past(self, g: Generation, seg: Segment, ctx: PolicyContext, now: float) -> bool:
+        """Rule 8 without a re-add (``stream_past``): at a blocking statement whose predicted result
+        is the one the model assumes untold, g streams on — where rule 5 would keep its slot at a
+        statement end, rule 11 sees no late backlog and rule 6's KV budget held nobody back at
+        the last point.  Otherwise g suspends and its speculation comes back by the policy's
+        order: the statement it generates cannot be dispatched before the robot answers, so under
+        a backlog or short memory it would hold a slot or KV that waiting work needs."""
+        return (self.speculate and self.stream_past and self._queue_s <= 0.0 and not self._mem_cut
+                and not self._yields_slot(g, ctx, now))
 
     def speculates(self, g: Generation, seg: Segment, ctx: PolicyContext) -> bool:
         """Rule 8: after a blocking statement, generate the next one under the predicted result
@@ -804,4 +827,4 @@ class Default(Policy):
                 "step_ratio": self.step_ratio, "memory_full": self.memory_full, "atc_k": self.atc_k,
                 "drain_after_s": self.drain_after_s, "speculate": self.speculate,
                 "overload": self.overload, "roomy_ratio": self.roomy_ratio, "plan_order": self.plan_order,
-                "plan_depth_s": self.plan_depth_s, "steep_cap": self.steep_cap}
+                "plan_depth_s": self.plan_depth_s, "steep_cap": self.steep_cap, "stream_past": self.stream_past}
