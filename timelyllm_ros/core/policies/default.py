@@ -132,14 +132,15 @@ costs a re-add (prefill) per statement (the edge board with chat_mixed lost 7 s 
 slot goes to waiting work) and resumes when it is critical or the engine is free.  Blocking statements
 suspend (the plan needs the value); with ``speculate`` (rule 8, `speculates`) the generation goes on
 under the predicted value, its next statement held until the robot's value confirms it
-(core/speculation.py).  With ``stream_past`` (on by default, `streams_past`), where the predicted
-value is the one the model goes on under untold (True for a bool skill) and the generation would
-keep its slot here (rule 5; no late backlog, rule 11; memory not short, rule 6), it does not leave the engine at all: it
-streams on, as an unsegmented policy's generation does, and what follows is held and checked
-alike — no abort and re-add with the value appended (the edge board's arm fleet, default
-batching: accrued 72.9 → 80.0 %; simulator, docs/results/2026-11-28-stream-past.md).  So: uncontended, plain streaming (suspending costs a re-add,
-a prefill and more, smaller steps — measured in issue 15); under a binding cap or memory limit,
-TimelyLLM's segmentation with preemption.
+(core/speculation.py).  With ``stream_past`` (on by default, `streams_past`), where the
+predicted value is the one the model goes on under untold (True for a bool skill) and the
+generation would keep its slot here (rule 5; no late backlog, rule 11; memory not short, rule 6),
+it does not leave the engine at all: it streams on, as an unsegmented policy's generation does,
+and what follows is held and checked alike — no abort and re-add with the value appended (the
+edge board's arm fleet, default batching: accrued 72.9 → 80.0 %; simulator,
+docs/results/2026-11-28-stream-past.md).  So: uncontended, plain streaming (suspending costs a
+re-add, a prefill and more, smaller steps — measured in issue 15); under a binding cap or memory
+limit, TimelyLLM's segmentation with preemption.
 
 Online by construction: it reads a request's arrival, TUF and robot type and what has been
 generated and executed so far — never ``reference_plan`` nor future arrivals
@@ -585,7 +586,7 @@ class Default(Policy):
         if self.kv_budget:
             order = self._fit_memory(order, running, ctx)
             held = self.memory_full and len(order) < n_in
-        self._mem_cut = len(order) < n_in  # rule 6 held a ready generation back (rule 8's stream_past reads it)
+        self._mem_cut = len(order) < n_in  # rule 6 held a ready generation back (read by rule 8's streams_past)
         preempt: list[Generation] = []
         if self.preempt and full and critical:
             # token-level preemption, one for one: deferrable victims first, then critical ones
