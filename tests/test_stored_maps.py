@@ -36,3 +36,33 @@ def test_a_corrupt_or_truncated_gzipped_map_is_a_clear_error(tmp_path):
         p.write_bytes(data)
         with pytest.raises(CliError, match=name):
             read_map(p)
+
+
+def test_bound_shares_are_recomputed_as_rejudge_does_wherever_every_request_finished():
+    """`benchmarks/rejudge.py` recomputes a re-run policy's % of the Eq. 3 bound from the cell's
+    stored bound figures (its % of max over the bound's); that holds for every stored record whose
+    run finished every request (the same requests, the same max), and rejudge keeps the stored
+    share where some did not."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rejudge", MAPS.parents[2] / "benchmarks" / "rejudge.py")
+    rejudge = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rejudge)
+    checked = kept = 0
+    for name in sorted(QUOTED):
+        for cell in read_map(MAPS / name)["cells"]:
+            for rec in cell["policies"].values():
+                if rec.get("status") != "ok":
+                    continue
+                stale = {k: ("stale", k) for k, _ in rejudge._BOUND_SHARES}
+                got = rejudge.bound_shares(dict(rec), cell["bound"], stale)
+                for share, _ in rejudge._BOUND_SHARES:
+                    if rec.get("unfinished"):
+                        assert got[share] == ("stale", share)
+                        kept += 1
+                    elif rec.get(share) is None:
+                        assert got[share] is None
+                    else:
+                        assert got[share] == pytest.approx(rec[share], rel=1e-5, abs=1e-5)
+                        checked += 1
+    assert checked > 9000 and kept > 0
