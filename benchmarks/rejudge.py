@@ -8,10 +8,10 @@ runs issue 25's acceptance (`sim/acceptance.check_plan`) on that cell: the verdi
 after, and the figures that moved.  Seconds a cell instead of minutes.
 
 Not a sweep: the Eq. 3 isolated-service bound is not re-run; the re-run policy's % of it is
-recomputed from the cell's stored bound figures (a share of the same max: its % of max over the
-bound's, exact wherever every request finished — checked against every stored record, 9,720 of
-9,720 alike; where some did not, the per-request maxima differ and the stored % is kept), and it
-holds only where the other policies' code is that of the map.  Checked 2026-11-27 against real sweeps (RTX 4090 9 cells, edge
+recomputed from the cell's stored bound figures (`bound_shares`: its % of max over the bound's,
+exact wherever every request finished — every such stored record agrees, tests/test_stored_maps.py;
+where some did not, the maxima differ and the stored % is kept), and it holds only where the other
+policies' code is that of the map.  Checked 2026-11-27 against real sweeps (RTX 4090 9 cells, edge
 board 4 cells, all policies): the same figures and verdicts (docs/results/2026-11-27-overload.md).
 
     python benchmarks/rejudge.py --map stock.json --map heavy.json \\

@@ -695,8 +695,8 @@ def test_default_fast_select_matches_reference_at_many_ready(specs, steps, block
         g.state = GenState.RUNNING if i < running_n else (GenState.SUSPENDED if g.segments else GenState.QUEUED)
     a, b = _copy(gens), _copy(gens)
     assert _run(fast, a, steps, blocked, engines=engines) == _run(ref, b, steps, blocked, engines=engines)
-    assert ((fast._full, fast._capped, fast._mem_held, fast._queue_s, fast._plan, fast._head_pri, fast._depth)
-            == (ref._full, ref._capped, ref._mem_held, ref._queue_s, ref._plan, ref._head_pri, ref._depth))
+    assert ((fast._full, fast._capped, fast._mem_held, fast._mem_cut, fast._queue_s, fast._plan, fast._head_pri, fast._depth)
+            == (ref._full, ref._capped, ref._mem_held, ref._mem_cut, ref._queue_s, ref._plan, ref._head_pri, ref._depth))
 
 
 @settings(max_examples=400, deadline=None)

@@ -292,7 +292,7 @@ class Default(Policy):
         self.memory_full = memory_full
         self._capped = False  # the step-time cap or the KV budget held back a ready generation
         self._mem_held = False  # ... the KV budget did, with memory_full
-        self._mem_cut = False  # the KV budget held a ready generation back at the last point
+        self._mem_cut = False  # KV memory was short at the last point: rule 6 cut within the cap's room (rule 8 reads it)
         for k, v in (("lead_steps", lead_steps), ("min_lead_s", min_lead_s)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
                 raise ValueError(f"{k} must be a finite number >= 0, got {v!r}")
@@ -586,7 +586,6 @@ class Default(Policy):
         if self.kv_budget:
             order = self._fit_memory(order, running, ctx)
             held = self.memory_full and len(order) < n_in
-        self._mem_cut = len(order) < n_in  # rule 6 held a ready generation back (read by rule 8's streams_past)
         preempt: list[Generation] = []
         if self.preempt and full and critical:
             # token-level preemption, one for one: deferrable victims first, then critical ones
@@ -618,8 +617,11 @@ class Default(Policy):
             preempt = self._shrink(running, preempt, ctx, order[:1])
             if len(preempt) > n_pre:  # shrunk to the cap: no room left (any head `_head_needed` gives cuts alike)
                 room = self._cap_room(ctx, len(running), len(preempt))
-        if room is not None and self.roomy_ratio > self.step_ratio and len(order) < min(n_in, room):
-            # KV memory binds before the roomy cap: memory is short, the cap is step_ratio's (rule 10)
+        # memory is short: rule 6's KV budget cut the order before the step-time cap would (both paths
+        # of `select` agree: the numpy one hands over at least the cap's room + 1, `_head_needed`)
+        self._mem_cut = len(order) < (n_in if room is None else min(n_in, room))
+        if room is not None and self.roomy_ratio > self.step_ratio and self._mem_cut:
+            # KV memory binds before the roomy cap: the cap is step_ratio's (rule 10)
             room = self._cap_room(ctx, len(running), len(preempt), short=True)
         if room is not None and len(order) > room:  # the step-time cap (rule 10)
             order = order[:room]
@@ -805,8 +807,8 @@ class Default(Policy):
     def streams_past(self, g: Generation, seg: Segment, ctx: PolicyContext, now: float) -> bool:
         """Rule 8 without a re-add (``stream_past``): at a blocking statement whose predicted result
         is the one the model assumes untold, g streams on — where rule 5 would keep its slot at a
-        statement end, rule 11 sees no late backlog and rule 6's KV budget held nobody back at
-        the last point.  Otherwise g suspends and its speculation comes back by the policy's
+        statement end, rule 11 sees no late backlog and memory was not short at the last point
+        (rule 6's KV budget cut nothing the step-time cap would have admitted).  Otherwise g suspends and its speculation comes back by the policy's
         order: the statement it generates cannot be dispatched before the robot answers, so under
         a backlog or short memory it would hold a slot or KV that waiting work needs."""
         return (self.speculate and self.stream_past and self._queue_s <= 0.0 and not self._mem_cut
