@@ -428,9 +428,11 @@ def test_longest_first_and_ascending_perm_equal_tuple_sorts(items):
 @given(**_SCEN, blocked=st.booleans(), net=st.sampled_from([0.0, 0.008, 0.6]), tpw=st.sampled_from([None, 1.3, 2.0]),
        mode=st.sampled_from(["stream", "suspend"]), solve_every=st.sampled_from([1, 2]),
        kv_trigger=st.sampled_from([0.05, 0.9]), max_batch=st.sampled_from([None, 3]), refine=st.booleans(),
-       speaking=st.booleans(), lat_per_seq=st.sampled_from([2e-4, 0.05]), compiled=st.booleans())
+       speaking=st.booleans(), lat_per_seq=st.sampled_from([2e-4, 0.05]), compiled=st.booleans(),
+       small=st.booleans())
 def test_andes_fast_select_matches_reference(specs, steps, blocked, net, tpw, mode, solve_every, kv_trigger,
-                                             max_batch, refine, speaking, lat_per_seq, compiled):
+                                             max_batch, refine, speaking, lat_per_seq, compiled, small):
+    """`small`: the few-requests path (`Andes._select_small`, compiled) or the numpy one."""
     from timelyllm_ros.core import qoe_kernel
     from timelyllm_ros.core.policies.andes import Andes
 
@@ -449,6 +451,8 @@ def test_andes_fast_select_matches_reference(specs, steps, blocked, net, tpw, mo
         qoe_kernel.warm = lambda: False
     try:
         fast, ref = Andes(**kw), Reference(**kw)
+        if not small:
+            fast.small_n = 0
         assert _run(fast, a, steps, blocked) == _run(ref, b, steps, blocked)
     finally:
         qoe_kernel.warm = warm
@@ -785,3 +789,33 @@ def test_slot_table_with_output_tracking_refills_what_changed():
     more = [gens[2], _gen(7), gens[0]]
     assert table.lookup(more, fill).tolist() == [2, 3, 0] and filled[7:] == ["r7"]
     assert table.lookup(more, fill).tolist() == [2, 3, 0] and len(filled) == 8
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.floats(allow_nan=False, allow_infinity=False),
+                                   st.floats(-1, 1), st.sampled_from([0.0, -0.0, 1e308, -1e308, 1e-300, 0.1])),
+                         min_size=3, max_size=3), min_size=1, max_size=12), st.data())
+def test_compiled_fsum_rows_equal_math_fsum(cols, data):
+    """Andes' small path sums its packing values and stall losses with qoe_kernel.fsum_rows (a
+    compiled port of math.fsum): the same floats (inf / NaN / overflow rows: math.fsum itself)."""
+    import numpy as np
+
+    from timelyllm_ros.core import qoe_kernel
+    if not qoe_kernel.warm():
+        pytest.skip("numba is not installed")
+    x = np.array(cols, dtype=float).T.copy()  # 3 rows
+    m = [data.draw(st.integers(0, x.shape[1])) for _ in range(3)]
+    want = []
+    for r in range(3):
+        try:
+            want.append(repr(math.fsum(x[r, :m[r]].tolist())))
+        except OverflowError:
+            want.append("overflow")
+    try:
+        got = [repr(v) for v in qoe_kernel.fsum_rows(x, m)]
+    except OverflowError:
+        got = None
+    if "overflow" in want:
+        assert got is None
+    else:
+        assert got == want

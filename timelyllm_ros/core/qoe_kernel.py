@@ -19,6 +19,7 @@ _EPS = 1e-9  # core/qoe.py's
 _kernel = None  # the compiled loop; False when numba is not importable
 _ema = None
 _at = None
+_small_q = _small_pack = _small_loss = _fsum_rows = None  # Andes' small-queue path (`Andes._select_small`)
 
 
 def _qoe_point(e, dli, sai, lai, pni, st, ui, T):  # pragma: no cover - compiled
@@ -137,6 +138,139 @@ def ema_trail(t: float, values: np.ndarray) -> np.ndarray | None:
     return out
 
 
+# --- Andes at a handful of requests: a few compiled calls instead of ~80 numpy calls -----------------
+def _small_q_loop(sa, pn, la, dl, start, u, pending, s, cnt, iv, T, q_wait, q_serve):  # pragma: no cover
+    """q_wait[i] = `_at_loop`'s value at T; q_serve[r, i] = `_loop`'s (the expected tokens at T
+    as `QoEBatch.expected` computes them), both in one call."""
+    n = sa.shape[0]
+    expected = np.empty(n)
+    for i in range(n):
+        st = start[i]
+        if T < st - _EPS:
+            e = 0.0
+        else:
+            e = np.floor((T - st) / u[i] + _EPS) + 1
+        expected[i] = e
+        q_wait[i] = _point(e, dl[i], sa[i], la[i], pn[i], st, u[i], T)
+    _loop(sa, pn, la, dl, start, u, expected, pending, s, cnt, iv, T, q_serve)
+
+
+def _fsum(xs, m, p):  # pragma: no cover - compiled
+    """math.fsum(xs[:m]) for finite xs (CPython's algorithm: Shewchuk's partials, then the
+    correctly rounded sum of them; `p`: room for m + 1 partials); NaN when an input or a partial
+    is not finite (the caller then calls math.fsum, which raises or returns what it does)."""
+    n = 0
+    for k in range(m):
+        x = xs[k]
+        if not math.isfinite(x):
+            return math.nan
+        i = 0
+        for j in range(n):
+            y = p[j]
+            if abs(x) < abs(y):
+                x, y = y, x
+            hi = x + y
+            lo = y - (hi - x)
+            if lo != 0.0:
+                p[i] = lo
+                i += 1
+            x = hi
+        n = i
+        if x != 0.0:
+            if not math.isfinite(x):
+                return math.nan
+            p[n] = x
+            n += 1
+    hi = 0.0
+    if n > 0:
+        n -= 1
+        hi = p[n]
+        lo = 0.0
+        while n > 0:
+            x = hi
+            n -= 1
+            y = p[n]
+            hi = x + y
+            yr = hi - x
+            lo = y - yr
+            if lo != 0.0:
+                break
+        if n > 0 and ((lo < 0.0 and p[n - 1] < 0.0) or (lo > 0.0 and p[n - 1] > 0.0)):
+            y = lo * 2.0
+            x = hi + y
+            yr = x - hi
+            if y == yr:
+                hi = x
+    return hi
+
+
+def _fsum_rows_loop(x, m, out):  # pragma: no cover - compiled
+    """out[r] = `_fsum`(x[r], m[r])."""
+    p = np.empty(x.shape[1] + 1)
+    for r in range(x.shape[0]):
+        out[r] = _fsum(x[r], m[r], p)
+
+
+def _small_pack_loop(q_wait, q_serve, mem, M, gains, pri, heads, fits, head_gains):  # pragma: no cover
+    """Per row r (a candidate batch size): gains = q_serve[r] - q_wait, pri = gains / mem, the
+    first k = heads.shape[1] indices of the stable ascending argsort of -pri (NaN last, as numpy
+    sorts), their gains, and fits[r] = how many of them the memory M takes (the first index
+    where the running sum of their mem exceeds M, else k): `Andes.select`'s numpy steps."""
+    rows, n = q_serve.shape
+    k = heads.shape[1]
+    idx = np.empty(n, dtype=np.intp)
+    key = np.empty(n)
+    for r in range(rows):
+        for i in range(n):
+            g = q_serve[r, i] - q_wait[i]
+            p = g / mem[i]
+            gains[r, i] = g
+            pri[r, i] = p
+            key[i] = -p
+        for i in range(n):  # insertion sort: stable; NaN after every number
+            x = key[i]
+            j = i
+            while j > 0:
+                y = key[idx[j - 1]]
+                if x < y or (y != y and x == x):
+                    idx[j] = idx[j - 1]
+                    j -= 1
+                else:
+                    break
+            idx[j] = i
+        used = 0.0
+        f = k
+        for j in range(k):
+            h = idx[j]
+            heads[r, j] = h
+            head_gains[r, j] = gains[r, h]
+            used += mem[h]
+            if f == k and used > M:
+                f = j
+        fits[r] = f
+
+
+def _small_loss_loop(sa, pn, la, dl, start, u, kept, times, over, out):  # pragma: no cover
+    """out[j, row] = the QoE request kept[row] loses when the batch stalls over[j] s: Q at
+    times[0] minus Q at times[j + 1], floored at 0 (0 where over[j] <= 0), as `_refine_fast`."""
+    m = over.shape[0]
+    for row in range(kept.shape[0]):
+        i = kept[row]
+        st = start[i]
+        ui = u[i]
+        q = np.empty(m + 1)
+        for j in range(m + 1):
+            at = times[j]
+            if at < st - _EPS:
+                e = 0.0
+            else:
+                e = np.floor((at - st) / ui + _EPS) + 1
+            q[j] = _point(e, dl[i], sa[i], la[i], pn[i], st, ui, at)
+        for j in range(m):
+            d = q[0] - q[j + 1]
+            out[j, row] = (d if d > 0.0 else 0.0) if over[j] > 0 else 0.0
+
+
 def warm() -> bool:
     """Import numba and compile (or load from the cache) the loop now, not at the first
     scheduling point that needs it (~0.5 s with a warm cache, a few s without).  False: no numba."""
@@ -147,14 +281,24 @@ def warm() -> bool:
         except ImportError:
             _kernel = False
         else:
-            global _ema, _at, _point
+            global _ema, _at, _point, _loop, _small_q, _small_pack, _small_loss, _fsum, _fsum_rows
             jit = numba.njit(cache=True, error_model="numpy", nogil=True)
             _point = jit(_qoe_point)
+            _fsum = jit(_fsum)
+            _fsum_rows = jit(_fsum_rows_loop)
             _kernel, _ema, _at = jit(_loop), jit(_ema_loop), jit(_at_loop)
+            _loop = _kernel  # (called by name from _small_q_loop)
+            _small_q, _small_pack, _small_loss = jit(_small_q_loop), jit(_small_pack_loop), jit(_small_loss_loop)
             one = np.ones(1)
             _kernel(one, one, one, one, one, one, one, one, one, one, one, 1.0, np.empty((1, 1)))
             _ema(1.0, one, np.empty(2))
             _at(one, one, one, one, one, one, one, np.empty((1, 1)))
+            _small_q(one, one, one, one, one, one, one, one, one, one, 1.0, np.empty(1), np.empty((1, 1)))
+            _small_pack(one, np.ones((1, 1)), one, 1.0, np.empty((1, 1)), np.empty((1, 1)),
+                        np.empty((1, 1), dtype=np.intp), np.empty(1, dtype=np.intp), np.empty((1, 1)))
+            _small_loss(one, one, one, one, one, one, np.zeros(1, dtype=np.intp), np.ones(2), one,
+                        np.empty((1, 1)))
+            _fsum_rows(np.ones((1, 1)), np.ones(1, dtype=np.intp), np.empty(1))
     return _kernel is not False
 
 
@@ -169,3 +313,17 @@ def stream_rows(qb, T: float, s, pending: np.ndarray, cnt, iv) -> np.ndarray | N
     _kernel(f(qb.sa), f(qb.pn), f(qb.la), f(qb.dl), f(qb.start), f(qb.u), f(qb.expected(T)), f(pending), s, cnt,
             iv, float(T), out)
     return out
+
+
+def fsum_rows(x: np.ndarray, m) -> list[float] | None:
+    """[math.fsum(x[r, :m[r]]) for each row r] in one compiled call (the same values: the sum is
+    correctly rounded either way; non-finite rows by math.fsum itself), or None without numba."""
+    if not warm():
+        return None
+    out = np.empty(x.shape[0])
+    _fsum_rows(x, np.asarray(m, dtype=np.intp), out)
+    res = out.tolist()
+    for r, v in enumerate(res):
+        if v != v:
+            res[r] = math.fsum(x[r, : int(m[r])].tolist())
+    return res

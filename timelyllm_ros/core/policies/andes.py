@@ -201,15 +201,27 @@ class Andes(Policy):
         """At most max_b_candidates sizes spaced geometrically in [B_min, bmax]; B_min: the largest
         batch whose token latency still keeps up with the fastest reader."""
         bmin = 1
-        while bmin < bmax and self.lat(bmin + 1, ctx, n_running) < 1.0 / r_max:
+        limit = 1.0 / r_max
+        if type(self).lat is Andes.lat:  # `lat` inlined (the same expression): ~0.4 µs a call
+            tok, slope, cur = ctx.token_s, self.lat_per_seq_s, max(1, n_running)
+            while bmin < bmax and max(1e-4, tok + slope * (bmin + 1 - cur)) < limit:
+                bmin += 1
+        while bmin < bmax and self.lat(bmin + 1, ctx, n_running) < limit:
             bmin += 1
         if bmin >= bmax:
             return [bmax]
+        memo = self.__dict__.setdefault("_cands_memo", {})  # (a function of bmin and bmax alone)
+        got = memo.get((bmin, bmax))
+        if got is not None:
+            return list(got)
         k = self.max_b_candidates
         cands = {bmin, bmax}
         for j in range(1, k - 1):
             cands.add(int(round(bmin * (bmax / bmin) ** (j / (k - 1)))))
-        return sorted(c for c in cands if bmin <= c <= bmax)
+        out = sorted(c for c in cands if bmin <= c <= bmax)
+        if len(memo) < 4096:
+            memo[(bmin, bmax)] = tuple(out)
+        return out
 
     # --- the decision ---------------------------------------------------------------------------
     # Evaluated per request and candidate batch size in Python this is ~60-100 ms at 1,000 ready
@@ -268,6 +280,12 @@ class Andes(Policy):
             self._robots = ctx.robots
         return self._table.lookup(gens, lambda g, slot: self._fill(g, slot, ctx))
 
+    # At a handful of live requests the numpy calls above cost ~1 µs each, most of a point
+    # (~140 µs at 8 ready + 8 running): up to `small_n` of them take `_select_small`, the same
+    # steps on Python lists with the compiled loops of qoe_kernel (three calls), the same bits
+    # (tests/test_scheduling_fastpaths.py runs both paths against the plain oracle).
+    small_n = 32
+
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
         full = batch_was_full(ready)
@@ -277,6 +295,10 @@ class Andes(Policy):
         n_run = len(running)
         n = len(gens)
         sl = self._slot_map(gens, ctx)
+        if n <= self.small_n and qoe_kernel.warm():
+            sel = self._select_small(gens, n_run, sl, full, ctx, now)
+            if sel is not None:
+                return sel
         a = self._table.a
         # consumption rates: the running tokens-per-word average is updated in item order
         fixed = a["fixed"][sl]
@@ -394,6 +416,172 @@ class Andes(Policy):
         if self.refine:
             acc_admit, acc_preempt = self._refine_fast(admit, victims, gains.tolist(), cs, n_run, mem, qb,
                                                        last_start, item, now)
+        if not n_run and not acc_admit:
+            acc_admit = _idle_engine_order(admit, pri_l)
+        self.last_decision = {"B": B, "why": why, "admit": len(acc_admit), "preempt": len(acc_preempt),
+                              "proposed_admit": len(admit), "proposed_preempt": len(victims)}
+        return Selection(order=[gens[i] for i in acc_admit], preempt=[gens[i] for i in acc_preempt])
+
+    def _select_small(self, gens: list[Generation], n_run: int, sl: np.ndarray, full: bool, ctx: PolicyContext,
+                      now: float) -> Selection | None:
+        """`select` after the slot lookup, for a few requests: per-request terms as Python floats
+        (the same operations as the numpy ones, element by element), Q_wait / Q_serve, the packing
+        of every candidate B and the refiner's stall losses in compiled loops.  None (nothing
+        changed yet): a rate that is not a finite number, left to the numpy path."""
+        a = self._table.a
+        n = len(gens)
+        fixed = a["fixed"][sl].tolist()
+        base = a["base"][sl].tolist()
+        tpw0 = self.tokens_per_word
+        t = self._tpw
+        rates = []
+        put = rates.append
+        if tpw0 is not None:
+            for f, b in zip(fixed, base):
+                put(f if f == f else b * tpw0 / PAPER_TOKENS_PER_WORD)
+        else:
+            for f, b, o in zip(fixed, base, a["own"][sl].tolist()):
+                if o == o:  # own tokens per word: it moves the running average (in item order)
+                    t = 0.9 * t + 0.1 * o
+                    tw = o
+                else:
+                    tw = t
+                put(f if f == f else b * tw / PAPER_TOKENS_PER_WORD)
+        if not math.isfinite(sum(rates)) or 0.0 in rates:  # a NaN, inf or 0: numpy's semantics
+            return None
+        if tpw0 is None:
+            self._tpw = t
+        u_l = [1.0 / r_ for r_ in rates]
+        last_l = a["last_start"][sl].tolist()
+        fold_l = a["fold_rate"][sl].tolist()
+        py = self._table.py
+        for i, (ls, fr, r_) in enumerate(zip(last_l, fold_l, rates)):
+            if ls > -_INF and fr != r_:  # delivered runs folded at the current rate
+                slot = int(sl[i])
+                runs = py[slot]
+                a["sa"][slot], a["pn"][slot], a["la"][slot] = fold_runs(runs, 1.0 / r_, float(a["start"][slot]))
+                a["dl"][slot] = sum(r.count for r in runs)
+                a["fold_rate"][slot] = r_
+        T_wait = now + self.delta_t
+        # triggering
+        st = ctx.stats
+        kv = 1.0 - st.kv_free_blocks / st.kv_total_blocks if st.kv_total_blocks else 0.0
+        if full:
+            on, why = True, "batch full"
+        elif kv > self.kv_trigger:
+            on, why = True, f"kv {kv:.2f}"
+        elif ctx.token_s > min(u_l):  # min over requests of 1 / rate
+            on, why = True, "token latency"
+        else:
+            on, why = False, ""
+        ready = gens[n_run:]
+        if not on:
+            if self.__dict__.get("_pri_written"):
+                for g in ready:
+                    g.extra.pop("andes_pri", None)
+            return Selection(order=arrival_order(ready))
+        self._triggered += 1
+        if (self._triggered - 1) % self.solve_every:
+            return Selection(order=sorted(ready, key=lambda g: (-g.extra.get("andes_pri", _INF), g.request.arrival,
+                                                                g.gen_id)))
+        self.solves += 1
+        M = float(st.kv_total_blocks * st.block_size) if st.kv_total_blocks else _INF
+        mem = a["l"][sl]
+        mem_l = mem.tolist()
+        # _batch_sizes
+        bmax = n
+        if self.max_batch is not None:
+            bmax = min(bmax, self.max_batch)
+        if full:
+            bmax = min(bmax, max(1, n_run))
+        fit = 0
+        used = 0.0
+        for x in sorted(mem_l):  # smallest first, while the sum stays <= M
+            used += x
+            if used > M:
+                break
+            fit += 1
+        cands = self._b_candidates(max(1, min(bmax, fit)), max(rates), n_run, ctx)
+        if type(self).lat is Andes.lat:  # (inlined, as in _b_candidates)
+            tok, slope, cur = ctx.token_s, self.lat_per_seq_s, max(1, n_run)
+            lats = [max(1e-4, tok + slope * (B - cur)) for B in cands]
+        else:
+            lats = [self.lat(B, ctx, n_run) for B in cands]
+        s0 = [now + lat + self.network_latency_s for lat in lats]
+        k_rows = len(cands)
+        u = np.array(u_l)
+        sa, pn, la, dl, start = a["sa"][sl], a["pn"][sl], a["la"][sl], a["dl"][sl], a["start"][sl]
+        q_wait = np.empty(n)
+        q_serve = np.empty((k_rows, n))
+        qoe_kernel._small_q(sa, pn, la, dl, start, u, a["pending"][sl], np.array(s0),
+                            np.array([float(int(self.delta_t / lat)) for lat in lats]), np.array(lats), T_wait,
+                            q_wait, q_serve)
+        items: list[_Item | None] = [None] * n
+
+        def item(i: int) -> _Item:  # the scalar terms, for requests the closed form does not cover
+            it_ = items[i]
+            if it_ is None:
+                slot = int(sl[i])
+                it_ = items[i] = _Item(gens[i], i < n_run, int(a["l"][slot]), list(py[slot]),
+                                       float(a["start"][slot]), rates[i], int(a["pending"][slot]), 0.0, 0.0)
+                it_.q_cur = qoe_of_runs(it_.runs, ideal_start=it_.start, rate=it_.rate, now=now, complete=False).qoe
+                it_.q_wait = qoe_of_runs(it_.runs, ideal_start=it_.start, rate=it_.rate, now=T_wait,
+                                         complete=False).qoe
+            return it_
+
+        late = max(last_l)
+        if late > T_wait + _EPS or late > min(s0):  # a delivered run not started yet: scalar formulas
+            odd_wait = [i for i, ls in enumerate(last_l) if ls > T_wait + _EPS]
+            for i in odd_wait:
+                q_wait[i] = item(i).q_wait
+            for r, lat in enumerate(lats):
+                for i in (odd_wait + [j for j, ls in enumerate(last_l) if ls > s0[r]] if late > min(s0)
+                          else odd_wait):
+                    q_serve[r, i] = self.q_serve(item(i), lat, now)
+        K = min(max(cands), n)
+        gains_m = np.empty((k_rows, n))
+        pri_m = np.empty((k_rows, n))
+        heads = np.empty((k_rows, K), dtype=np.intp)
+        fits_a = np.empty(k_rows, dtype=np.intp)
+        hg = np.empty((k_rows, K))
+        qoe_kernel._small_pack(q_wait, q_serve, mem, M, gains_m, pri_m, heads, fits_a, hg)
+        ms = [min(B, f) for B, f in zip(cands, fits_a.tolist())]
+        sums = qoe_kernel.fsum_rows(hg, ms)  # math.fsum of each row's head
+        best: tuple | None = None
+        for r, B in enumerate(cands):
+            key = (round(sums[r], 12), -abs(B - n_run))
+            if best is None or key > best[0]:
+                best = (key, B, ms[r], r)
+        assert best is not None
+        _, B, m, r = best
+        chosen = heads[r, :m].tolist()
+        g_l = gains_m[r].tolist()
+        pri_l = pri_m[r].tolist()
+        if self.solve_every > 1:  # the last priorities order the points between solves
+            for g, p in zip(gens, pri_l):
+                g.priority = p
+                g.extra["andes_pri"] = p
+            self._pri_written = True
+        else:
+            set_priorities(gens, pri_l)
+        cs = set(chosen)
+        admit = sorted((i for i in cs if i >= n_run), key=lambda i: -pri_l[i])
+        victims = sorted((i for i in range(n_run) if i not in cs), key=lambda i: pri_l[i])
+        acc_admit, acc_preempt = admit, victims
+        if self.refine:
+            kept = [i for i in range(n_run) if i in cs]
+            if kept and admit:  # every kept request's stall loss for every admission (`_refine_fast`)
+                over = [self.prefill_s_per_token * mem_l[j] for j in admit]
+                loss = np.empty((len(admit), len(kept)))
+                qoe_kernel._small_loss(sa, pn, la, dl, start, u, np.array(kept, dtype=np.intp),
+                                       np.array([now] + [now + o for o in over]), np.array(over), loss)
+                for row, i in enumerate(kept):  # a delivered run not started yet: the scalar formula
+                    if last_l[i] > now + _EPS:
+                        loss[:, row] = [self.loss(item(i), o, now) for o in over]
+                loss_l = qoe_kernel.fsum_rows(loss, [len(kept)] * len(admit))
+                acc_admit, acc_preempt = _paying_pairs(admit, victims, g_l, lambda k, j: loss_l[k])
+            else:
+                acc_admit, acc_preempt = _paying_pairs(admit, victims, g_l, lambda k, j: 0.0)
         if not n_run and not acc_admit:
             acc_admit = _idle_engine_order(admit, pri_l)
         self.last_decision = {"B": B, "why": why, "admit": len(acc_admit), "preempt": len(acc_preempt),
