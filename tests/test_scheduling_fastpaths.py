@@ -303,9 +303,10 @@ _SCEN = dict(specs=st.lists(_GEN, max_size=12), steps=st.lists(_STEP, min_size=1
 @settings(max_examples=300, deadline=None)
 @given(**_SCEN, threshold=st.integers(1, 3), allowed=st.sampled_from(
     [("preserve", "discard", "swap"), ("discard",), ("preserve", "swap"), ("swap", "discard")]),
-       jit=st.booleans(), admission=st.booleans(), interval=st.sampled_from([1, 1, 3]))
-def test_lamps_fast_select_matches_reference(specs, steps, threshold, allowed, jit, admission, interval):
-    """`interval`: LAMPS's score_interval (a score kept for that many iterations)."""
+       jit=st.booleans(), admission=st.booleans(), interval=st.sampled_from([1, 1, 3]), small=st.booleans())
+def test_lamps_fast_select_matches_reference(specs, steps, threshold, allowed, jit, admission, interval, small):
+    """`interval`: LAMPS's score_interval (a score kept for that many iterations); `small`: the
+    few-generations path (`LAMPS._select_small`) or the numpy one."""
     from timelyllm_ros.core.kv_handling import KVCostModel
     from timelyllm_ros.core.policies.lamps import LAMPS
 
@@ -317,6 +318,8 @@ def test_lamps_fast_select_matches_reference(specs, steps, threshold, allowed, j
     kw = dict(cost=cost, starvation_threshold=threshold, allowed=allowed, jit_resume=jit,
               memory_admission=admission, score_interval=interval)
     fast, ref = LAMPS(**kw), Reference(**kw)
+    if not small:
+        fast.small_n = 0
     gens = _scenario(specs)
     a, b = _copy(gens), _copy(gens)
     assert _run(fast, a, steps, False, True) == _run(ref, b, steps, False, True)

@@ -325,6 +325,8 @@ class LAMPS(WasteHandling, Policy):
             table.invalidate()
             sl = table.lookup(ready, fill)
         self._sig = sig2
+        if len(ready) <= self.small_n:
+            return self._select_small(ready, running, ctx, now, sl)
         a = table.a
         # starvation counters (_count, for all ready generations at once)
         starv = a["starving"][sl]  # (kept equal to a["starving"][sl] below: one gather)
@@ -421,6 +423,113 @@ class LAMPS(WasteHandling, Policy):
             if not running and over.size and over[0] == 0:
                 over = over[1:]
             order = order[: int(over[0]) if over.size else len(order)]
+        return Selection(order=order)
+
+    # At a handful of ready generations numpy's per-call cost (~1 µs) is most of the point
+    # (~65 µs at 8 ready): up to `small_n` of them take `_select_small`, the same operations on
+    # Python floats, element by element (the same bits; tests/test_scheduling_fastpaths.py runs
+    # both paths against the plain oracle).  Its order is the tuple sort `ascending_perm` stands
+    # for (and falls back to).
+    small_n = 32
+
+    def _select_small(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
+                      now: float, sl: np.ndarray) -> Selection:
+        a = self._slots.a
+        it = ctx.iteration
+        n = len(ready)
+        starv = a["starving"][sl].tolist()
+        cnt = [c + 1 if s_ == it - 1 else 0 for s_, c in zip(a["seen"][sl].tolist(), a["count"][sl].tolist())]
+        a["count"][sl] = cnt
+        a["seen"][sl] = it
+        thr = self.starvation_threshold
+        for i, c in enumerate(cnt):
+            if c >= thr and not starv[i]:
+                g = ready[i]
+                a["starving"][sl[i]] = starv[i] = True
+                g.extra[_STARVE] = True
+                g.extra["lamps_starved_at"] = it
+        elig = None
+        if self.jit_resume:
+            suspended = GenState.SUSPENDED
+            G = ctx.seg_gen_s
+            for i, jc in enumerate(a["jit_cand"][sl].tolist()):
+                g = ready[i]
+                if jc and g.state is suspended:
+                    e = g.prev_exec_end_estimate()
+                    if not (e is None or e == math.inf or now >= e - G):
+                        if elig is None:
+                            elig = [True] * n
+                        elig[i] = False
+        tau = max(ctx.token_s, 0.0)
+        shared: dict[str, int] = {}
+        c_sum = 0
+        for o in running:  # C_other outside the batch (as in select)
+            rt = o.request.robot_type
+            sh = shared.get(rt)
+            if sh is None:
+                sh = shared[rt] = self.prefix.shared(rt)
+            n_prompt = len(o.prompt_ids)
+            c_sum += max(0, n_prompt + len(o.output_ids) - min(sh, n_prompt))
+        c_other = float(c_sum)
+        m = self.cost.bytes_per_token
+        allowed = self.allowed
+        area = []
+        put = area.append
+        for c2, fwd2, swp2, t_call, wp, wd0, res, D in zip(
+                a["c2"][sl].tolist(), a["fwd2"][sl].tolist(), a["swp2"][sl].tolist(), a["t_call"][sl].tolist(),
+                a["wp"][sl].tolist(), a["wd0"][sl].tolist(), a["resume"][sl].tolist(), a["D"][sl].tolist()):
+            best_w = mult = None
+            for h in allowed:  # Waste.best: least waste, ties to the earlier handling
+                if h == "preserve":
+                    w, per = wp, t_call
+                elif h == "discard":
+                    w, per = wd0 + fwd2 * c_other * m, fwd2
+                else:
+                    w, per = 2.0 * swp2 * (c2 + c_other) * m, 2 * swp2
+                if best_w is None or w < best_w:
+                    best_w, mult = w, per
+            put((res + tau * D) + c2 * mult)
+        run_ids = {o.request.request_id for o in running}
+        ok = a["ok"][sl].tolist()
+        slow = [i for i, o in enumerate(ok) if not o]
+        if run_ids:
+            hashes = {hash(r) for r in run_ids}
+            slow += [i for i, h in enumerate(a["id_hash"][sl].tolist()) if h in hashes and ready[i].gen_id in run_ids]
+        for i in slow:  # C_other of a running one, or inputs waste() refuses: the plain formula
+            area[i] = self.area(ready[i], ctx, running, None if ready[i].gen_id in run_ids else int(c_other))
+        if self.score_interval > 1:
+            for i in range(n):
+                if elig is not None and not elig[i]:
+                    continue
+                g = ready[i]
+                cached = g.extra.get(_SCORE)  # (policy, iteration, area, segments)
+                if (cached is None or cached[0] != self._token or it - cached[1] >= self.score_interval
+                        or cached[3] != len(g.segments)):
+                    g.extra[_SCORE] = (self._token, it, float(area[i]), len(g.segments))
+                else:
+                    area[i] = cached[2]
+        arrival = a["arrival"][sl].tolist()
+        keep = range(n) if elig is None else [i for i in range(n) if elig[i]]
+        gens = [ready[i] for i in keep]
+        set_priorities(gens, [-area[i] for i in keep])
+        # starving ones first, each group by area, FCFS among equals: `ascending_perm`'s order
+        perm = sorted(keep, key=lambda i: (not starv[i], area[i], ready[i].ready_since, arrival[i], ready[i].gen_id))
+        order = [ready[i] for i in perm]
+        if self.memory_admission and order:  # admission_cut over the static block needs (as in select)
+            st = ctx.stats
+            bs = max(1, st.block_size)
+            growth = 0
+            for o in running:
+                robot = ctx.robots.get(o.request.robot_type)
+                growth += math.ceil((robot.max_segment_tokens if robot else 16) / bs)
+            free = st.kv_free_blocks - growth
+            need = a["need"][sl].tolist()
+            cum = 0.0
+            for k, i in enumerate(perm):
+                cum += need[i]
+                if cum > free and (k or running):
+                    order = order[:k]
+                    break
         return Selection(order=order)
 
     def priority(self, g, ctx, now):
