@@ -20,6 +20,7 @@ _kernel = None  # the compiled loop; False when numba is not importable
 _ema = None
 _at = None
 _small_q = _small_pack = _small_loss = _fsum_rows = None  # Andes' small-queue path (`Andes._select_small`)
+_small_terms = _small_solve = _small_loss_sums = None
 
 
 def _qoe_point(e, dli, sai, lai, pni, st, ui, T):  # pragma: no cover - compiled
@@ -155,6 +156,60 @@ def _small_q_loop(sa, pn, la, dl, start, u, pending, s, cnt, iv, T, q_wait, q_se
     _loop(sa, pn, la, dl, start, u, expected, pending, s, cnt, iv, T, q_serve)
 
 
+def _small_terms_loop(own_tpw, t, P, M, fixed_t, base_t, own_t, last_t, fold_t, sl, cols, X):  # pragma: no cover
+    """Andes' per-request terms of the live requests (slots `sl`): X[0..6] = the table columns
+    `cols` (sa, pn, la, dl, start, pending, l) gathered, X[7] = u, X[8] = last delivered run's
+    start, X[9] = rate, where rate = the fixed rate, else base · tokens per word / P (own tokens
+    per word if measured, else the running average t, which own values move in item order when
+    `own_tpw`; else t is the fixed value): `Andes.select`'s steps.  Returns (ok: every rate
+    finite and non-zero, the average after the last item, refolds needed, min u, max rate, max
+    last start, how many l fit M smallest first)."""
+    n = sl.shape[0]
+    nref = 0
+    ok = True
+    for i in range(n):
+        s = sl[i]
+        for c in range(7):
+            X[c, i] = cols[c][s]
+        f = fixed_t[s]
+        if own_tpw:
+            o = own_t[s]
+            if o == o:
+                t = 0.9 * t + 0.1 * o
+                tw = o
+            else:
+                tw = t
+        else:
+            tw = t
+        r = f if f == f else base_t[s] * tw / P
+        if not math.isfinite(r) or r == 0.0:
+            ok = False
+        X[7, i] = 1.0 / r if r != 0.0 else math.inf
+        X[8, i] = last_t[s]
+        X[9, i] = r
+        if last_t[s] > -math.inf and fold_t[s] != r:
+            nref += 1
+    u_min = math.inf
+    r_max = -math.inf
+    late = -math.inf
+    for i in range(n):
+        if X[7, i] < u_min:
+            u_min = X[7, i]
+        if X[9, i] > r_max:
+            r_max = X[9, i]
+        if X[8, i] > late:
+            late = X[8, i]
+    srt = np.sort(X[6])
+    used = 0.0
+    fit = 0
+    for i in range(n):
+        used += srt[i]
+        if used > M:
+            break
+        fit += 1
+    return ok, t, nref, u_min, r_max, late, fit
+
+
 def _fsum(xs, m, p):  # pragma: no cover - compiled
     """math.fsum(xs[:m]) for finite xs (CPython's algorithm: Shewchuk's partials, then the
     correctly rounded sum of them; `p`: room for m + 1 partials); NaN when an input or a partial
@@ -250,6 +305,27 @@ def _small_pack_loop(q_wait, q_serve, mem, M, gains, pri, heads, fits, head_gain
         fits[r] = f
 
 
+def _small_solve_loop(X, s, cnt, iv, cands, T, M, compute_q, q_wait, q_serve, gains, pri, heads, fits,
+                      head_gains, sums):  # pragma: no cover - compiled
+    """Q_wait and Q_serve (unless given: `compute_q` False), the packing of every candidate B
+    (`_small_pack_loop`) and the math.fsum of each row's first min(B, fits) gains, in one call."""
+    if compute_q:
+        _small_q_loop(X[0], X[1], X[2], X[3], X[4], X[7], X[5], s, cnt, iv, T, q_wait, q_serve)
+    _small_pack_loop(q_wait, q_serve, X[6], M, gains, pri, heads, fits, head_gains)
+    p = np.empty(head_gains.shape[1] + 1)
+    for r in range(head_gains.shape[0]):
+        m = cands[r] if cands[r] < fits[r] else fits[r]
+        sums[r] = _fsum(head_gains[r], m, p)
+
+
+def _small_loss_sums_loop(X, kept, times, over, loss, sums):  # pragma: no cover - compiled
+    """`_small_loss_loop` on X's columns, then sums[j] = math.fsum(loss[j])."""
+    _small_loss_loop(X[0], X[1], X[2], X[3], X[4], X[7], kept, times, over, loss)
+    p = np.empty(loss.shape[1] + 1)
+    for j in range(loss.shape[0]):
+        sums[j] = _fsum(loss[j], loss.shape[1], p)
+
+
 def _small_loss_loop(sa, pn, la, dl, start, u, kept, times, over, out):  # pragma: no cover
     """out[j, row] = the QoE request kept[row] loses when the batch stalls over[j] s: Q at
     times[0] minus Q at times[j + 1], floored at 0 (0 where over[j] <= 0), as `_refine_fast`."""
@@ -282,6 +358,7 @@ def warm() -> bool:
             _kernel = False
         else:
             global _ema, _at, _point, _loop, _small_q, _small_pack, _small_loss, _fsum, _fsum_rows
+            global _small_q_loop, _small_pack_loop, _small_loss_loop, _small_terms, _small_solve, _small_loss_sums
             jit = numba.njit(cache=True, error_model="numpy", nogil=True)
             _point = jit(_qoe_point)
             _fsum = jit(_fsum)
@@ -289,6 +366,9 @@ def warm() -> bool:
             _kernel, _ema, _at = jit(_loop), jit(_ema_loop), jit(_at_loop)
             _loop = _kernel  # (called by name from _small_q_loop)
             _small_q, _small_pack, _small_loss = jit(_small_q_loop), jit(_small_pack_loop), jit(_small_loss_loop)
+            _small_q_loop, _small_pack_loop, _small_loss_loop = _small_q, _small_pack, _small_loss  # (by name)
+            _small_terms, _small_solve = jit(_small_terms_loop), jit(_small_solve_loop)
+            _small_loss_sums = jit(_small_loss_sums_loop)
             one = np.ones(1)
             _kernel(one, one, one, one, one, one, one, one, one, one, one, 1.0, np.empty((1, 1)))
             _ema(1.0, one, np.empty(2))
@@ -299,6 +379,13 @@ def warm() -> bool:
             _small_loss(one, one, one, one, one, one, np.zeros(1, dtype=np.intp), np.ones(2), one,
                         np.empty((1, 1)))
             _fsum_rows(np.ones((1, 1)), np.ones(1, dtype=np.intp), np.empty(1))
+            one_i = np.zeros(1, dtype=np.intp)
+            X = np.ones((10, 1))
+            _small_terms(True, 1.0, 1.3, 1.0, one, one, one, one, one, one_i, (one,) * 7, X)
+            _small_solve(X, one, one, one, np.ones(1, dtype=np.intp), 1.0, 1.0, True, np.empty(1),
+                         np.empty((1, 1)), np.empty((1, 1)), np.empty((1, 1)), np.empty((1, 1), dtype=np.intp),
+                         np.empty(1, dtype=np.intp), np.empty((1, 1)), np.empty(1))
+            _small_loss_sums(X, one_i, np.ones(2), one, np.empty((1, 1)), np.empty(1))
     return _kernel is not False
 
 

@@ -424,44 +424,34 @@ class Andes(Policy):
 
     def _select_small(self, gens: list[Generation], n_run: int, sl: np.ndarray, full: bool, ctx: PolicyContext,
                       now: float) -> Selection | None:
-        """`select` after the slot lookup, for a few requests: per-request terms as Python floats
-        (the same operations as the numpy ones, element by element), Q_wait / Q_serve, the packing
-        of every candidate B and the refiner's stall losses in compiled loops.  None (nothing
-        changed yet): a rate that is not a finite number, left to the numpy path."""
+        """`select` after the slot lookup, for a few requests: the per-request terms, Q_wait /
+        Q_serve, the packing of every candidate B (with math.fsum of its gains) and the refiner's
+        stall losses in compiled loops (qoe_kernel's `_small_*`: the same operations, element by
+        element), the rest on Python lists.  None (nothing changed yet): a rate that is not a
+        finite non-zero number, left to the numpy path."""
         a = self._table.a
         n = len(gens)
-        fixed = a["fixed"][sl].tolist()
-        base = a["base"][sl].tolist()
-        tpw0 = self.tokens_per_word
-        t = self._tpw
-        rates = []
-        put = rates.append
-        if tpw0 is not None:
-            for f, b in zip(fixed, base):
-                put(f if f == f else b * tpw0 / PAPER_TOKENS_PER_WORD)
-        else:
-            for f, b, o in zip(fixed, base, a["own"][sl].tolist()):
-                if o == o:  # own tokens per word: it moves the running average (in item order)
-                    t = 0.9 * t + 0.1 * o
-                    tw = o
-                else:
-                    tw = t
-                put(f if f == f else b * tw / PAPER_TOKENS_PER_WORD)
-        if not math.isfinite(sum(rates)) or 0.0 in rates:  # a NaN, inf or 0: numpy's semantics
+        X = np.empty((10, n))
+        own_tpw = self.tokens_per_word is None
+        ok, t, nref, u_min, r_max, late, fit = qoe_kernel._small_terms(
+            own_tpw, float(self._tpw if own_tpw else self.tokens_per_word), PAPER_TOKENS_PER_WORD,
+            self._mem_bound(ctx), a["fixed"], a["base"], a["own"], a["last_start"], a["fold_rate"], sl,
+            (a["sa"], a["pn"], a["la"], a["dl"], a["start"], a["pending"], a["l"]), X)
+        if not ok:
             return None
-        if tpw0 is None:
+        if own_tpw:
             self._tpw = t
-        u_l = [1.0 / r_ for r_ in rates]
-        last_l = a["last_start"][sl].tolist()
-        fold_l = a["fold_rate"][sl].tolist()
         py = self._table.py
-        for i, (ls, fr, r_) in enumerate(zip(last_l, fold_l, rates)):
-            if ls > -_INF and fr != r_:  # delivered runs folded at the current rate
-                slot = int(sl[i])
-                runs = py[slot]
-                a["sa"][slot], a["pn"][slot], a["la"][slot] = fold_runs(runs, 1.0 / r_, float(a["start"][slot]))
-                a["dl"][slot] = sum(r.count for r in runs)
-                a["fold_rate"][slot] = r_
+        if nref:  # delivered runs folded at the current rate (refolded when a request's rate moved)
+            rates = X[9].tolist()
+            for i, (ls, fr, r_) in enumerate(zip(X[8].tolist(), a["fold_rate"][sl].tolist(), rates)):
+                if ls > -_INF and fr != r_:
+                    slot = int(sl[i])
+                    runs = py[slot]
+                    a["sa"][slot], a["pn"][slot], a["la"][slot] = fold_runs(runs, 1.0 / r_, float(a["start"][slot]))
+                    a["dl"][slot] = sum(r.count for r in runs)
+                    a["fold_rate"][slot] = r_
+            X[0], X[1], X[2], X[3] = a["sa"][sl], a["pn"][sl], a["la"][sl], a["dl"][sl]
         T_wait = now + self.delta_t
         # triggering
         st = ctx.stats
@@ -470,7 +460,7 @@ class Andes(Policy):
             on, why = True, "batch full"
         elif kv > self.kv_trigger:
             on, why = True, f"kv {kv:.2f}"
-        elif ctx.token_s > min(u_l):  # min over requests of 1 / rate
+        elif ctx.token_s > u_min:  # min over requests of 1 / rate
             on, why = True, "token latency"
         else:
             on, why = False, ""
@@ -485,37 +475,33 @@ class Andes(Policy):
             return Selection(order=sorted(ready, key=lambda g: (-g.extra.get("andes_pri", _INF), g.request.arrival,
                                                                 g.gen_id)))
         self.solves += 1
-        M = float(st.kv_total_blocks * st.block_size) if st.kv_total_blocks else _INF
-        mem = a["l"][sl]
-        mem_l = mem.tolist()
-        # _batch_sizes
+        M = self._mem_bound(ctx)
+        # _batch_sizes (fit: how many contexts fit M smallest first, from the compiled loop)
         bmax = n
         if self.max_batch is not None:
             bmax = min(bmax, self.max_batch)
         if full:
             bmax = min(bmax, max(1, n_run))
-        fit = 0
-        used = 0.0
-        for x in sorted(mem_l):  # smallest first, while the sum stays <= M
-            used += x
-            if used > M:
-                break
-            fit += 1
-        cands = self._b_candidates(max(1, min(bmax, fit)), max(rates), n_run, ctx)
+        cands = self._b_candidates(max(1, min(bmax, fit)), r_max, n_run, ctx)
         if type(self).lat is Andes.lat:  # (inlined, as in _b_candidates)
             tok, slope, cur = ctx.token_s, self.lat_per_seq_s, max(1, n_run)
             lats = [max(1e-4, tok + slope * (B - cur)) for B in cands]
         else:
             lats = [self.lat(B, ctx, n_run) for B in cands]
-        s0 = [now + lat + self.network_latency_s for lat in lats]
+        net = self.network_latency_s
+        s0 = [now + lat + net for lat in lats]
         k_rows = len(cands)
-        u = np.array(u_l)
-        sa, pn, la, dl, start = a["sa"][sl], a["pn"][sl], a["la"][sl], a["dl"][sl], a["start"][sl]
+        K = min(max(cands), n)
         q_wait = np.empty(n)
         q_serve = np.empty((k_rows, n))
-        qoe_kernel._small_q(sa, pn, la, dl, start, u, a["pending"][sl], np.array(s0),
-                            np.array([float(int(self.delta_t / lat)) for lat in lats]), np.array(lats), T_wait,
-                            q_wait, q_serve)
+        gains_m = np.empty((k_rows, n))
+        pri_m = np.empty((k_rows, n))
+        heads = np.empty((k_rows, K), dtype=np.intp)
+        fits = np.empty(k_rows, dtype=np.intp)
+        hg = np.empty((k_rows, K))
+        sums = np.empty(k_rows)
+        s0_a, cnt_a, iv_a = np.array(s0), np.array([float(int(self.delta_t / lat)) for lat in lats]), np.array(lats)
+        cands_a = np.array(cands, dtype=np.intp)
         items: list[_Item | None] = [None] * n
 
         def item(i: int) -> _Item:  # the scalar terms, for requests the closed form does not cover
@@ -523,14 +509,16 @@ class Andes(Policy):
             if it_ is None:
                 slot = int(sl[i])
                 it_ = items[i] = _Item(gens[i], i < n_run, int(a["l"][slot]), list(py[slot]),
-                                       float(a["start"][slot]), rates[i], int(a["pending"][slot]), 0.0, 0.0)
+                                       float(a["start"][slot]), float(X[9, i]), int(a["pending"][slot]), 0.0, 0.0)
                 it_.q_cur = qoe_of_runs(it_.runs, ideal_start=it_.start, rate=it_.rate, now=now, complete=False).qoe
                 it_.q_wait = qoe_of_runs(it_.runs, ideal_start=it_.start, rate=it_.rate, now=T_wait,
                                          complete=False).qoe
             return it_
 
-        late = max(last_l)
-        if late > T_wait + _EPS or late > min(s0):  # a delivered run not started yet: scalar formulas
+        odd = late > T_wait + _EPS or late > min(s0)  # a delivered run not started yet: scalar formulas
+        if odd:
+            qoe_kernel._small_q(X[0], X[1], X[2], X[3], X[4], X[7], X[5], s0_a, cnt_a, iv_a, T_wait, q_wait, q_serve)
+            last_l = X[8].tolist()
             odd_wait = [i for i, ls in enumerate(last_l) if ls > T_wait + _EPS]
             for i in odd_wait:
                 q_wait[i] = item(i).q_wait
@@ -538,22 +526,21 @@ class Andes(Policy):
                 for i in (odd_wait + [j for j, ls in enumerate(last_l) if ls > s0[r]] if late > min(s0)
                           else odd_wait):
                     q_serve[r, i] = self.q_serve(item(i), lat, now)
-        K = min(max(cands), n)
-        gains_m = np.empty((k_rows, n))
-        pri_m = np.empty((k_rows, n))
-        heads = np.empty((k_rows, K), dtype=np.intp)
-        fits_a = np.empty(k_rows, dtype=np.intp)
-        hg = np.empty((k_rows, K))
-        qoe_kernel._small_pack(q_wait, q_serve, mem, M, gains_m, pri_m, heads, fits_a, hg)
-        ms = [min(B, f) for B, f in zip(cands, fits_a.tolist())]
-        sums = qoe_kernel.fsum_rows(hg, ms)  # math.fsum of each row's head
+        qoe_kernel._small_solve(X, s0_a, cnt_a, iv_a, cands_a, T_wait, M, not odd, q_wait, q_serve, gains_m, pri_m,
+                                heads, fits, hg, sums)
+        sums_l = sums.tolist()
+        fits_l = fits.tolist()
         best: tuple | None = None
         for r, B in enumerate(cands):
-            key = (round(sums[r], 12), -abs(B - n_run))
+            v = sums_l[r]
+            if v != v:  # a value the compiled sum leaves to math.fsum (not finite)
+                v = math.fsum(hg[r, :min(B, fits_l[r])].tolist())
+            key = (round(v, 12), -abs(B - n_run))
             if best is None or key > best[0]:
-                best = (key, B, ms[r], r)
+                best = (key, B, r)
         assert best is not None
-        _, B, m, r = best
+        _, B, r = best
+        m = min(B, fits_l[r])
         chosen = heads[r, :m].tolist()
         g_l = gains_m[r].tolist()
         pri_l = pri_m[r].tolist()
@@ -571,14 +558,24 @@ class Andes(Policy):
         if self.refine:
             kept = [i for i in range(n_run) if i in cs]
             if kept and admit:  # every kept request's stall loss for every admission (`_refine_fast`)
-                over = [self.prefill_s_per_token * mem_l[j] for j in admit]
+                pf = self.prefill_s_per_token
+                over = [pf * a_ for a_ in X[6, admit].tolist()]
                 loss = np.empty((len(admit), len(kept)))
-                qoe_kernel._small_loss(sa, pn, la, dl, start, u, np.array(kept, dtype=np.intp),
-                                       np.array([now] + [now + o for o in over]), np.array(over), loss)
-                for row, i in enumerate(kept):  # a delivered run not started yet: the scalar formula
-                    if last_l[i] > now + _EPS:
-                        loss[:, row] = [self.loss(item(i), o, now) for o in over]
-                loss_l = qoe_kernel.fsum_rows(loss, [len(kept)] * len(admit))
+                kept_a = np.array(kept, dtype=np.intp)
+                times = np.array([now] + [now + o for o in over])
+                late_kept = [i for i in kept if X[8, i] > now + _EPS]
+                if not late_kept:
+                    lsum = np.empty(len(admit))
+                    qoe_kernel._small_loss_sums(X, kept_a, times, np.array(over), loss, lsum)
+                    loss_l = lsum.tolist()
+                    if any(v != v for v in loss_l):
+                        loss_l = qoe_kernel.fsum_rows(loss, [len(kept)] * len(admit))
+                else:
+                    qoe_kernel._small_loss(X[0], X[1], X[2], X[3], X[4], X[7], kept_a, times, np.array(over), loss)
+                    for row, i in enumerate(kept):  # a delivered run not started yet: the scalar formula
+                        if i in late_kept:
+                            loss[:, row] = [self.loss(item(i), o, now) for o in over]
+                    loss_l = qoe_kernel.fsum_rows(loss, [len(kept)] * len(admit))
                 acc_admit, acc_preempt = _paying_pairs(admit, victims, g_l, lambda k, j: loss_l[k])
             else:
                 acc_admit, acc_preempt = _paying_pairs(admit, victims, g_l, lambda k, j: 0.0)
@@ -587,6 +584,12 @@ class Andes(Policy):
         self.last_decision = {"B": B, "why": why, "admit": len(acc_admit), "preempt": len(acc_preempt),
                               "proposed_admit": len(admit), "proposed_preempt": len(victims)}
         return Selection(order=[gens[i] for i in acc_admit], preempt=[gens[i] for i in acc_preempt])
+
+    @staticmethod
+    def _mem_bound(ctx: PolicyContext) -> float:
+        """M: the engine's KV capacity in tokens (unbounded without one)."""
+        st = ctx.stats
+        return float(st.kv_total_blocks * st.block_size) if st.kv_total_blocks else _INF
 
     def _batch_sizes(self, mem: np.ndarray, rate: np.ndarray, n_running: int, full: bool, ctx: PolicyContext,
                      M: float) -> list[int]:
