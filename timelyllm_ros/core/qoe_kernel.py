@@ -306,9 +306,12 @@ def _small_pack_loop(q_wait, q_serve, mem, M, gains, pri, heads, fits, head_gain
 
 
 def _small_solve_loop(X, s, cnt, iv, cands, T, M, compute_q, q_wait, q_serve, gains, pri, heads, fits,
-                      head_gains, sums):  # pragma: no cover - compiled
+                      head_gains, sums, now, net):  # pragma: no cover - compiled
     """Q_wait and Q_serve (unless given: `compute_q` False), the packing of every candidate B
-    (`_small_pack_loop`) and the math.fsum of each row's first min(B, fits) gains, in one call."""
+    (`_small_pack_loop`) and the math.fsum of each row's first min(B, fits) gains, in one call.
+    s[r] = now + iv[r] + net (the projected stream's start; iv: the token latency of B)."""
+    for r in range(s.shape[0]):
+        s[r] = now + iv[r] + net
     if compute_q:
         _small_q_loop(X[0], X[1], X[2], X[3], X[4], X[7], X[5], s, cnt, iv, T, q_wait, q_serve)
     _small_pack_loop(q_wait, q_serve, X[6], M, gains, pri, heads, fits, head_gains)
@@ -318,8 +321,16 @@ def _small_solve_loop(X, s, cnt, iv, cands, T, M, compute_q, q_wait, q_serve, ga
         sums[r] = _fsum(head_gains[r], m, p)
 
 
-def _small_loss_sums_loop(X, kept, times, over, loss, sums):  # pragma: no cover - compiled
-    """`_small_loss_loop` on X's columns, then sums[j] = math.fsum(loss[j])."""
+def _small_loss_sums_loop(X, kept, admit, pf, now, loss, sums):  # pragma: no cover - compiled
+    """`_small_loss_loop` on X's columns with over[j] = pf · X[6, admit[j]] (the stall of
+    admitting admit[j]), times = now, then now + over[j]; then sums[j] = math.fsum(loss[j])."""
+    m = admit.shape[0]
+    over = np.empty(m)
+    times = np.empty(m + 1)
+    times[0] = now
+    for j in range(m):
+        over[j] = pf * X[6, admit[j]]
+        times[j + 1] = now + over[j]
     _small_loss_loop(X[0], X[1], X[2], X[3], X[4], X[7], kept, times, over, loss)
     p = np.empty(loss.shape[1] + 1)
     for j in range(loss.shape[0]):
@@ -382,10 +393,10 @@ def warm() -> bool:
             one_i = np.zeros(1, dtype=np.intp)
             X = np.ones((10, 1))
             _small_terms(True, 1.0, 1.3, 1.0, one, one, one, one, one, one_i, (one,) * 7, X)
-            _small_solve(X, one, one, one, np.ones(1, dtype=np.intp), 1.0, 1.0, True, np.empty(1),
+            _small_solve(X, np.ones(1), one, one, np.ones(1, dtype=np.intp), 1.0, 1.0, True, np.empty(1),
                          np.empty((1, 1)), np.empty((1, 1)), np.empty((1, 1)), np.empty((1, 1), dtype=np.intp),
-                         np.empty(1, dtype=np.intp), np.empty((1, 1)), np.empty(1))
-            _small_loss_sums(X, one_i, np.ones(2), one, np.empty((1, 1)), np.empty(1))
+                         np.empty(1, dtype=np.intp), np.empty((1, 1)), np.empty(1), 0.0, 0.0)
+            _small_loss_sums(X, one_i, one_i, 1.0, 0.0, np.empty((1, 1)), np.empty(1))
     return _kernel is not False
 
 
