@@ -286,13 +286,17 @@ class LAMPS(WasteHandling, Policy):
         need = math.ceil((robot.max_segment_tokens if robot else 16) / bs)
         if not (g.segments and g.extra.get(_KV) == "preserve"):
             need += math.ceil(c / bs)
-        for k, v in zip(self._STATIC, (c, resume, n * c + n * (n + 1) / 2, c2, t_call, fwd2, swp2,
-                                       t_call * c2 * m, fwd2 * c2 * m, need)):
+        static = (c, resume, n * c + n * (n + 1) / 2, c2, t_call, fwd2, swp2, t_call * c2 * m, fwd2 * c2 * m, need)
+        for k, v in zip(self._STATIC, static):
             a[k][slot] = v
-        a["ok"][slot] = t_call >= 0 and c2 >= 0  # waste() refuses negative inputs: the plain path raises
-        a["jit_cand"][slot] = bool(g.segments) and not g.segments[-1].blocking
-        a["id_hash"][slot] = hash(g.gen_id)
+        ok = t_call >= 0 and c2 >= 0  # waste() refuses negative inputs: the plain path raises
+        jit_cand = bool(g.segments) and not g.segments[-1].blocking
+        a["ok"][slot] = ok
+        a["jit_cand"][slot] = jit_cand
+        a["id_hash"][slot] = id_hash = hash(g.gen_id)
         a["arrival"][slot] = g.request.arrival
+        # the same terms as Python values, as the arrays hold them (float64), for `_select_small`
+        self._slots.py[slot] = tuple(map(float, static[1:])) + (ok, jit_cand, id_hash, float(g.request.arrival))
         if g.extra.get(_STARVE):
             a["starving"][slot] = True
 
@@ -453,13 +457,17 @@ class LAMPS(WasteHandling, Policy):
                 a["starving"][sl[i]] = starv[i] = True
                 g.extra[_STARVE] = True
                 g.extra["lamps_starved_at"] = it
+        py = self._slots.py
+        # per generation (its fill's values): resume, D, c2, t_call, fwd2, swp2, wp, wd0, need, ok,
+        # jit_cand, id_hash, arrival
+        rows = [py[s_] for s_ in sl.tolist()]
         elig = None
         if self.jit_resume:
             suspended = GenState.SUSPENDED
             G = ctx.seg_gen_s
-            for i, jc in enumerate(a["jit_cand"][sl].tolist()):
+            for i, row in enumerate(rows):
                 g = ready[i]
-                if jc and g.state is suspended:
+                if row[10] and g.state is suspended:
                     e = g.prev_exec_end_estimate()
                     if not (e is None or e == math.inf or now >= e - G):
                         if elig is None:
@@ -480,9 +488,7 @@ class LAMPS(WasteHandling, Policy):
         allowed = self.allowed
         area = []
         put = area.append
-        for c2, fwd2, swp2, t_call, wp, wd0, res, D in zip(
-                a["c2"][sl].tolist(), a["fwd2"][sl].tolist(), a["swp2"][sl].tolist(), a["t_call"][sl].tolist(),
-                a["wp"][sl].tolist(), a["wd0"][sl].tolist(), a["resume"][sl].tolist(), a["D"][sl].tolist()):
+        for res, D, c2, t_call, fwd2, swp2, wp, wd0, *_ in rows:
             best_w = mult = None
             for h in allowed:  # Waste.best: least waste, ties to the earlier handling
                 if h == "preserve":
@@ -495,11 +501,10 @@ class LAMPS(WasteHandling, Policy):
                     best_w, mult = w, per
             put((res + tau * D) + c2 * mult)
         run_ids = {o.request.request_id for o in running}
-        ok = a["ok"][sl].tolist()
-        slow = [i for i, o in enumerate(ok) if not o]
+        slow = [i for i, row in enumerate(rows) if not row[9]]
         if run_ids:
             hashes = {hash(r) for r in run_ids}
-            slow += [i for i, h in enumerate(a["id_hash"][sl].tolist()) if h in hashes and ready[i].gen_id in run_ids]
+            slow += [i for i, row in enumerate(rows) if row[11] in hashes and ready[i].gen_id in run_ids]
         for i in slow:  # C_other of a running one, or inputs waste() refuses: the plain formula
             area[i] = self.area(ready[i], ctx, running, None if ready[i].gen_id in run_ids else int(c_other))
         if self.score_interval > 1:
@@ -513,7 +518,7 @@ class LAMPS(WasteHandling, Policy):
                     g.extra[_SCORE] = (self._token, it, float(area[i]), len(g.segments))
                 else:
                     area[i] = cached[2]
-        arrival = a["arrival"][sl].tolist()
+        arrival = [row[12] for row in rows]
         keep = range(n) if elig is None else [i for i in range(n) if elig[i]]
         gens = [ready[i] for i in keep]
         set_priorities(gens, [-area[i] for i in keep])
@@ -528,10 +533,9 @@ class LAMPS(WasteHandling, Policy):
                 robot = ctx.robots.get(o.request.robot_type)
                 growth += math.ceil((robot.max_segment_tokens if robot else 16) / bs)
             free = st.kv_free_blocks - growth
-            need = a["need"][sl].tolist()
             cum = 0.0
             for k, i in enumerate(perm):
-                cum += need[i]
+                cum += rows[i][8]
                 if cum > free and (k or running):
                     order = order[:k]
                     break
