@@ -428,7 +428,7 @@ def test_longest_first_and_ascending_perm_equal_tuple_sorts(items):
 
 
 @settings(max_examples=300, deadline=None)
-@given(**_SCEN, blocked=st.booleans(), net=st.sampled_from([0.0, 0.008, 0.6]), tpw=st.sampled_from([None, 1.3, 2.0]),
+@given(**_SCEN, blocked=st.booleans(), net=st.sampled_from([0.0, 0.008, 0.6, 5.0]), tpw=st.sampled_from([None, 1.3, 2.0]),
        mode=st.sampled_from(["stream", "suspend"]), solve_every=st.sampled_from([1, 2]),
        kv_trigger=st.sampled_from([0.05, 0.9]), max_batch=st.sampled_from([None, 3]), refine=st.booleans(),
        speaking=st.booleans(), lat_per_seq=st.sampled_from([2e-4, 0.05]), compiled=st.booleans(),
@@ -822,3 +822,37 @@ def test_compiled_fsum_rows_equal_math_fsum(cols, data):
         assert got is None
     else:
         assert got == want
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_andes_fast_select_prices_a_late_delivery_of_a_kept_request_by_the_scalar_formula(small):
+    """Running requests whose delivered runs start after `now` (a large network latency) and
+    ready ones to admit: the refiner prices their stall by the scalar `loss` (the closed form
+    does not cover them), in both paths, as the oracle does."""
+    from timelyllm_ros.core.policies.andes import Andes
+
+    class Reference(Andes):
+        def select(self, ready, running, ctx, now):
+            return andes_select_reference(self, ready, running, ctx, now)
+
+    class Counted(Andes):
+        scalar = 0
+
+        def loss(self, it, overhead_s, now):
+            Counted.scalar += 1
+            return super().loss(it, overhead_s, now)
+
+    seg = (6, False, 0.5, None, None)
+    specs = [(2, 3, 10, [seg, seg], 0.0, 0.0, None, True), (2, 4, 12, [seg], 0.0, 0.0, None, True),
+             (1, 5, 8, [seg], 0.5, 0.0, None, True), (2, 6, 0, [], 1.0, 1.0, None, False),
+             (2, 7, 0, [], 1.5, 1.5, None, False), (0, 8, 0, [], 2.0, 2.0, None, False)]
+    steps = [(1, 1.0, 0.4, [], 300), (1, 1.5, 0.4, [(0, 2, None, False)], 300)]
+    kw = dict(network_latency_s=5.0, lat_per_seq_s=2e-4)
+    fast, ref = Counted(**kw), Reference(**kw)
+    if not small:
+        fast.small_n = 0
+    gens = _scenario(specs)
+    a, b = _copy(gens), _copy(gens)
+    assert _run(fast, a, steps, False) == _run(ref, b, steps, False)
+    assert fast.last_decision == ref.last_decision
+    assert fast.last_decision["proposed_admit"] > 0 and Counted.scalar > 0  # the case is exercised
