@@ -491,7 +491,7 @@ class Andes(Policy):
             lats = [self.lat(B, ctx, n_run) for B in cands]
             K = min(max(cands), n)
             got = (cands, lats, min(lats), np.array([float(int(self.delta_t / lat)) for lat in lats]),
-                   np.array(lats), np.array(cands, dtype=np.intp), K)
+                   np.array(lats, dtype=float), np.array(cands, dtype=np.intp), K)
             if type(self).lat is Andes.lat:
                 if len(memo) >= 256:
                     memo.clear()
@@ -535,7 +535,7 @@ class Andes(Policy):
                           else odd_wait):
                     q_serve[r, i] = self.q_serve(item(i), lat, now)
         qoe_kernel._small_solve(X, s0_a, cnt_a, iv_a, cands_a, T_wait, M, not odd, q_wait, q_serve, gains_m, pri_m,
-                                heads, fits, hg, sums, now, net)
+                                heads, fits, hg, sums, float(now), net)  # (floats: one compiled signature)
         sums_l = sums.tolist()
         fits_l = fits.tolist()
         for r, v in enumerate(sums_l):
@@ -580,7 +580,8 @@ class Andes(Policy):
                 late_kept = [i for i in kept if X[8, i] > now + _EPS] if late > now + _EPS else ()
                 if not late_kept:
                     lsum = np.empty(len(admit))
-                    qoe_kernel._small_loss_sums(X, kept_a, np.array(admit, dtype=np.intp), pf, now, loss, lsum)
+                    qoe_kernel._small_loss_sums(X, kept_a, np.array(admit, dtype=np.intp), pf, float(now), loss,
+                                                lsum)
                     loss_l = lsum.tolist()
                     if any(v != v for v in loss_l):
                         loss_l = qoe_kernel.fsum_rows(loss, [len(kept)] * len(admit))
