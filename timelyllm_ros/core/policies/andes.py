@@ -431,12 +431,20 @@ class Andes(Policy):
         finite non-zero number, left to the numpy path."""
         a = self._table.a
         n = len(gens)
-        X = np.empty((10, n))
+        ws = self.__dict__.setdefault("_small_ws", {})  # work arrays by shape (read out before the next point)
+        X = ws.get(n)
+        if X is None:
+            if len(ws) >= 64:
+                ws.clear()
+            X = ws[n] = np.empty((10, n))
+        cols = self.__dict__.get("_small_cols")  # the table's columns (new arrays when the table grows)
+        if cols is None or cols[1] is not a["fixed"] or cols[0][0] is not a["sa"]:
+            cols = self._small_cols = ((a["sa"], a["pn"], a["la"], a["dl"], a["start"], a["pending"], a["l"]),
+                                       a["fixed"], a["base"], a["own"], a["last_start"], a["fold_rate"])
         own_tpw = self.tokens_per_word is None
         ok, t, nref, u_min, r_max, late, fit = qoe_kernel._small_terms(
             own_tpw, float(self._tpw if own_tpw else self.tokens_per_word), PAPER_TOKENS_PER_WORD,
-            self._mem_bound(ctx), a["fixed"], a["base"], a["own"], a["last_start"], a["fold_rate"], sl,
-            (a["sa"], a["pn"], a["la"], a["dl"], a["start"], a["pending"], a["l"]), X)
+            self._mem_bound(ctx), cols[1], cols[2], cols[3], cols[4], cols[5], sl, cols[0], X)
         if not ok:
             return None
         if own_tpw:
@@ -499,7 +507,6 @@ class Andes(Policy):
         cands, lats, lat_min, cnt_a, iv_a, cands_a, K = got
         net = self.network_latency_s
         k_rows = len(cands)
-        ws = self.__dict__.setdefault("_small_ws", {})  # work arrays by shape (read out before the next point)
         w = ws.get((k_rows, n, K))
         if w is None:
             if len(ws) >= 64:
@@ -538,9 +545,11 @@ class Andes(Policy):
                                 heads, fits, hg, sums, float(now), net)  # (floats: one compiled signature)
         sums_l = sums.tolist()
         fits_l = fits.tolist()
-        for r, v in enumerate(sums_l):
-            if v != v:  # a value the compiled sum leaves to math.fsum (not finite)
-                sums_l[r] = math.fsum(hg[r, :min(cands[r], fits_l[r])].tolist())
+        total = sum(sums_l)
+        if total != total:  # a value the compiled sum leaves to math.fsum (NaN: not finite)
+            for r, v in enumerate(sums_l):
+                if v != v:
+                    sums_l[r] = math.fsum(hg[r, :min(cands[r], fits_l[r])].tolist())
         # the best (rounded value, closeness to the running batch): round(v, 12) moves v by at most
         # 0.5e-12 (and not at all where v's ulp exceeds that), so a row more than 1e-11 below the
         # largest value cannot round to the largest rounded value: only the others are rounded
@@ -568,8 +577,9 @@ class Andes(Policy):
         else:
             set_priorities(gens, pri_l)
         cs = set(chosen)
-        admit = sorted((i for i in cs if i >= n_run), key=lambda i: -pri_l[i])
-        victims = sorted((i for i in range(n_run) if i not in cs), key=lambda i: pri_l[i])
+        neg = [-p for p in pri_l]  # (the same keys as `select`'s lambdas)
+        admit = sorted([i for i in cs if i >= n_run], key=neg.__getitem__)
+        victims = sorted([i for i in range(n_run) if i not in cs], key=pri_l.__getitem__)
         acc_admit, acc_preempt = admit, victims
         if self.refine:
             kept = [i for i in range(n_run) if i in cs]
@@ -583,7 +593,8 @@ class Andes(Policy):
                     qoe_kernel._small_loss_sums(X, kept_a, np.array(admit, dtype=np.intp), pf, float(now), loss,
                                                 lsum)
                     loss_l = lsum.tolist()
-                    if any(v != v for v in loss_l):
+                    total = sum(loss_l)
+                    if total != total:  # (a NaN: math.fsum's own answer)
                         loss_l = qoe_kernel.fsum_rows(loss, [len(kept)] * len(admit))
                 else:
                     over = [pf * a_ for a_ in X[6, admit].tolist()]
