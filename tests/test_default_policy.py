@@ -530,9 +530,8 @@ def test_step_cap_ratio_is_roomy_unless_kv_memory_binds_first():
     ready = [gen(f"q{i:02d}", 10.0, URGENT) for i in range(80)]
     assert len(p.select(ready, running, ctx(), 10.0).order) == roomy - 12 and p._capped  # room: 10 x
     base = ctx()
-    from policy_oracles import default_select_reference  # the plain path gets the whole order
-
     ref = Default(roomy_ratio=10.0, steep_cap=False)
+    ref._small_below = math.inf  # the plain path (default_small.py) gets the whole order
     _feed(ref._steps, a=0.022, b=0.004)
     for free, short in ((20, True), (3, True), (60, False)):  # 60 blocks: memory admits 60 > 47
         tight = dataclasses.replace(base, stats=dataclasses.replace(base.stats, kv_free_blocks=free))
@@ -540,7 +539,7 @@ def test_step_cap_ratio_is_roomy_unless_kv_memory_binds_first():
         kv_only = len(p._fit_memory(list(ready), running, tight))
         assert (kv_only < roomy - 12) is short  # memory binds before the roomy cap: 3 x (or less)
         assert len(order) == (min(kv_only, 14 - 12) if short else roomy - 12)
-        assert ids(default_select_reference(ref, ready, running, tight, 10.1).order) == ids(order)
+        assert ids(ref.select(ready, running, tight, 10.1).order) == ids(order)
     assert len(p.select(ready, running, base, 10.2).order) == roomy - 12  # room again
     assert Default(step_ratio=float("inf")).step_cap(ctx(), 0) is None
     assert Default(roomy_ratio=float("inf")).step_cap(ctx(), 0) is None  # no cap while memory has room
