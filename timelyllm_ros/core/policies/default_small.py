@@ -142,7 +142,8 @@ def select_small(self: Default, ready: Sequence[Generation], running: Sequence[G
         alphas: list[float] = []
         ps: list[float] = []
         slacks: list[float] = []
-        add_crit, add_defer, add_alpha, add_p, add_s = crit.append, defer.append, alphas.append, ps.append, slacks.append
+        add_crit, add_defer = crit.append, defer.append
+        add_alpha, add_p, add_s = alphas.append, ps.append, slacks.append
         crit_first = False
         for g in gens:
             req = g.request
