@@ -1,7 +1,9 @@
 """Reference implementations of the policies' scheduling decisions: the rules as written, one
 Python pass per generation.  Production keeps one `select` per policy (numpy where a scheduling
 point at 1,000 ready generations needs it); these are the oracles the property tests hold it
-to, bit for bit (tests/test_scheduling_fastpaths.py, test_andes.py, test_lamps.py)."""
+to, bit for bit (tests/test_scheduling_fastpaths.py, test_andes.py, test_lamps.py).  The
+default policy's plain pass is production code itself (core/policies/default_small.py, taken
+under 64 live generations): the property tests force each of its two paths and compare them."""
 
 from __future__ import annotations
 
@@ -9,206 +11,12 @@ import math
 import operator
 from typing import Sequence
 
-import numpy as np
-
 from timelyllm_ros.core.kv_handling import other_context, private_context
 from timelyllm_ros.core.policies.andes import _INF, _Item, _idle_engine_order, _paying_pairs
-from timelyllm_ros.core.policies.base import (DispatchMode, PolicyContext, Selection, _order_key, arrival_order,
-                                              batch_was_full, priority_order, set_priorities)
-from timelyllm_ros.core.policies.default import atc_priorities
+from timelyllm_ros.core.policies.base import DispatchMode, PolicyContext, Selection, arrival_order, batch_was_full
 from timelyllm_ros.core.policies.lamps import _SCORE, _STARVE
 from timelyllm_ros.core.qoe import consume_rate, delivery_runs, measured_tokens_per_word, qoe_of_runs, ttft_target
 from timelyllm_ros.core.types import Generation, GenState
-
-
-# --- the default policy (core/policies/default.py) -----------------------------------------------
-def pairwise_sum(xs: Sequence[float]) -> float:
-    """``float(np.sum(np.asarray(xs, dtype=float)))`` in Python, the same bits: numpy's pairwise
-    summation (8 accumulators per block of up to 128, blocks halved above that; under 8 values
-    one running sum).  Python's own sum() is not it (3.12 compensates its rounding).  The mean of
-    `atc_priority_lists` (tests/test_scheduling_fastpaths.py checks it against np.sum)."""
-    return _pairwise(xs, 0, len(xs))
-
-
-def _pairwise(a: Sequence[float], lo: int, n: int) -> float:
-    if n < 8:
-        res = 0.0
-        for i in range(lo, lo + n):
-            res += a[i]
-        return res
-    if n <= 128:
-        r0, r1, r2, r3, r4, r5, r6, r7 = a[lo:lo + 8]
-        end = lo + n - n % 8
-        i = lo + 8
-        while i < end:
-            r0 += a[i]
-            r1 += a[i + 1]
-            r2 += a[i + 2]
-            r3 += a[i + 3]
-            r4 += a[i + 4]
-            r5 += a[i + 5]
-            r6 += a[i + 6]
-            r7 += a[i + 7]
-            i += 8
-        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-        for j in range(end, lo + n):
-            res += a[j]
-        return res
-    n2 = n // 2
-    n2 -= n2 % 8
-    return _pairwise(a, lo, n2) + _pairwise(a, lo + n2, n - n2)
-
-
-
-_ATC_PY_MAX = 64  # below this many values `atc_priority_lists` skips numpy but for exp
-
-
-def atc_priority_lists(groups: Sequence[tuple[Sequence[float], Sequence[float], Sequence[float]]],
-                       k: float) -> list[list[float]]:
-    """``atc_priorities(alphas, ps, slacks, k).tolist()`` for each (alphas, ps, slacks) of
-    `groups` (an empty group: []), the same bits: groups under `_ATC_PY_MAX` values in Python
-    (numpy's per-call overhead is most of the work at a handful), the mean by numpy's pairwise
-    summation (`pairwise_sum`) and exp still numpy's (its SIMD exp is not libm's: they differ in
-    the last bit on ~5 % of arguments) — one call for all groups, only where the argument is not 0
-    (exp(0) = 1 exactly).  tests/test_scheduling_fastpaths.py checks it against `atc_priorities`."""
-    out: list[list[float]] = []
-    todo = None  # small groups with a generation not yet late: (out index, exp arguments)
-    for alphas, ps, slacks in groups:
-        n = len(ps)
-        if not n or n >= _ATC_PY_MAX:
-            out.append(atc_priorities(alphas, ps, slacks, k).tolist() if n else [])
-            continue
-        res: list[float] = []
-        out.append(res)
-        for s in slacks:
-            if not s <= 0.0:  # (NaN too) exp of -np.maximum(s, 0.0) / scale != 0
-                break
-        else:  # all late: exp(0) = 1
-            put = res.append
-            for a, p in zip(alphas, ps):
-                w = (-a if a < 0.0 else 1e-12) / (p if not p < 1e-9 else 1e-9)
-                put(w if w > 0.0 else 5e-324)
-            continue
-        if n < 8:  # (pairwise_sum's first case)
-            tot = 0.0
-            for p in ps:
-                tot += p
-        else:
-            tot = pairwise_sum(ps)
-        scale = tot / n * k
-        scale = scale if scale > 1e-9 else 1e-9
-        if todo is None:
-            todo = []
-        todo.append((len(out) - 1, [-(s if not s <= 0.0 else 0.0) / scale for s in slacks]))
-    if todo is None:
-        return out
-    nz = [x for _, args in todo for x in args if x != 0.0]
-    e = iter(np.exp(nz).tolist())
-    for gi, args in todo:
-        alphas, ps, _ = groups[gi]
-        put = out[gi].append
-        for a, p, x in zip(alphas, ps, args):
-            w = (-a if a < 0.0 else 1e-12) / (p if not p < 1e-9 else 1e-9) * (next(e) if x != 0.0 else 1.0)
-            put(w if w > 0.0 else 5e-324)
-    return out
-
-
-def _small_order(gens: list[Generation]) -> list[Generation]:
-    """`priority_order(gens)`: under 32 generations the plain tuple sort it is defined by (its
-    float-first shortcut pays only at hundreds)."""
-    return sorted(gens, key=_order_key) if len(gens) < 32 else priority_order(gens)
-
-
-def default_split(self, gens: Sequence[Generation], now: float, running: bool, terms: tuple[float, float, dict]
-           ) -> tuple[list[Generation], list[Generation], bool, list[float], list[float], list[float], bool]:
-    """The rules 1-3 terms of `gens` for `Default` `self`, one Python pass (the reference select
-    below reads them; `Default.select` computes the same with numpy): (critical, deferrable, a critical
-    one is a first segment, their TUF slopes, estimated times and slacks for ATC, some
-    generation is a first segment); deferrable ones get −1 − slack (`Generation.next_due` minus
-    the estimated time, with the per-point terms hoisted)."""
-    token_s, lead, pred = terms
-    enter = 0.0 if running else token_s
-    critical: list[Generation] = []
-    deferrable: list[Generation] = []
-    crit = critical.append
-    defer = deferrable.append
-    alphas: list[float] = []
-    ps: list[float] = []
-    slacks: list[float] = []
-    first_critical = some_first = False
-    if pred is self._pred:  # by robot type: continuations, first segments
-        get_cont, get_first = self._pred_by[0].get, self._pred_by[1].get
-    else:
-        get_cont = lambda t, d: pred.get((t, False), d)  # noqa: E731
-        get_first = lambda t, d: pred.get((t, True), d)  # noqa: E731
-    for g in gens:
-        req = g.request
-        segs = g.segments
-        due = g.next_due(now)
-        if segs:
-            left = get_cont(req.robot_type, 8.0) - g.seg_tokens
-        else:
-            some_first = True
-            left = get_first(req.robot_type, 8.0) - g.seg_tokens
-        p = (left if left > 1.0 else 1.0) * token_s
-        s = due - now - p - enter
-        if s <= lead:
-            crit(g)
-            if not segs:
-                first_critical = True
-            alphas.append(req.tuf.alpha)
-            ps.append(p + enter)
-            slacks.append(s)
-        else:
-            g.priority = -1.0 - s
-            defer(g)
-    return critical, deferrable, first_critical, alphas, ps, slacks, some_first
-
-
-def default_select_reference(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
-                             now: float) -> Selection:
-    """`Default.select` (`self`: the policy) as its rules read: two Python passes over the ready
-    list, ATC in Python (`atc_priority_lists`), a plain sort below 32."""
-    self._full = batch_was_full(ready) or self._mem_held  # a cap or KV memory binds (suspend_at)
-    full = self._full or self._capped
-    terms = self._point_terms(ctx)
-    critical, deferrable, protect, *atc_r, some_first = default_split(self, ready, now, False, terms)
-    run_crit, run_def, run_first, *atc_w, _ = default_split(self, running, now, True, terms)
-    late_ps = [q for q, x in zip(atc_r[1], atc_r[2]) if x < 0.0]  # rule 11: the late backlog
-    self._queue_s = self.queue_wait(len(late_ps), late_ps, len(running))
-    self._plan = self.plan_applies(now)  # rule 12
-    if critical or run_crit:  # ATC priorities, each list on its own (one exp call for both)
-        pr, pw = atc_priority_lists((atc_r, atc_w), self.atc_k)
-        set_priorities(critical, pr)
-        set_priorities(run_crit, pw)
-        if self._plan:  # rule 12: the whole reply's WSRPT instead
-            set_priorities(critical, self.plan_priorities(critical, terms[0]))
-            set_priorities(run_crit, self.plan_priorities(run_crit, terms[0]))
-    self._head_pri = max((g.priority for g in critical), default=0.0) if self._plan else 0.0
-    protect = protect or run_first  # a critical first segment is running or waiting
-    order = _small_order(critical)  # ATC (> 0), best first
-    if not protect:
-        order += _small_order(deferrable)
-    live = [*running, *ready]
-    if self.steep_cap and live:  # rule 10 protects first segments steeper than the flattest live generation
-        flat = min(-g.request.tuf.alpha for g in live)
-        first = any(not g.segments and -g.request.tuf.alpha > flat * (1 + 1e-9) for g in live)
-    else:
-        first = any(not g.segments for g in live)
-    sel = self._finish(order, bool(critical), run_crit, full, running, ctx, now, first=first)
-    if not protect or not self.pace:  # (rule 9 off: `_paced` returns sel as it is)
-        return sel
-    budget = math.inf  # rule 9's tightest per-token budget of the waiting critical first segments
-    if self._pacing(ctx):
-        _, _, pred = terms
-        for g in critical:
-            if not g.segments:
-                req = g.request
-                left = pred.get((req.robot_type, True), 8.0) - g.seg_tokens
-                t = (g.next_due(now) - now) / (left if left > 1.0 else 1.0)
-                if 0.0 < t < budget:
-                    budget = t
-    return self._paced(sel, run_crit, run_def, running, ctx, now, budget)
 
 
 # --- Andes (core/policies/andes.py) ---------------------------------------------------------------

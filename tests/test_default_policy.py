@@ -335,6 +335,7 @@ def _decisions(workload, perturb_after=None, **kw):
     return log, r
 
 
+@pytest.mark.parametrize("small", [False, True], ids=["numpy", "plain"])
 @pytest.mark.parametrize("workload, kw", [
     ("mixed_small", dict(max_batch=4)),  # preemptions, blocking statements under speculation
     ("chat_mixed", dict(max_batch=8, faults=FaultConfig(abort_p=0.1, reject_p=0.05, timeout_p=0.02, timeout_s=2.0))),
@@ -342,13 +343,15 @@ def _decisions(workload, perturb_after=None, **kw):
     ("drones:2000", dict(max_batch=4, profile_path="profiles/vllm_cpu_tiny.yaml",
                          policy_params=dict(plan_order=True, plan_depth_s=0.0))),  # rule 12, a backlog
 ])
-def test_select_reads_again_whatever_the_planner_changed(workload, kw):
+def test_select_reads_again_whatever_the_planner_changed(workload, kw, small):
     """`select` keeps whether a generation has segments, its current segment's tokens and its
-    next due time, and rule 12 the predicted remaining reply, until its `sched_rev` moves
-    (`Generation.touch`).  Over whole runs (tokens, statements cut and suspended, speculation,
-    executor results and faults, preemptions), at every scheduling point what it used equals
-    what the generations hold then: a planner path that changed one of them without `touch`
-    fails here."""
+    next due time (the numpy path; the plain path, `small`, only the due time of one with
+    segments, in its `extra`), and rule 12 the predicted remaining reply, until its `sched_rev`
+    moves (`Generation.touch`).  Over whole runs (tokens, statements cut and suspended,
+    speculation, executor results and faults, preemptions), at every scheduling point what it
+    used equals what the generations hold then: a planner path that changed one of them without
+    `touch` fails here."""
+    from timelyllm_ros.core.policies.default_small import _DUE
     checked = []
     plan = []
     if workload.startswith("drones:"):
@@ -356,6 +359,7 @@ def test_select_reads_again_whatever_the_planner_changed(workload, kw):
 
     def setup(planner, arrivals):
         pol = planner.policy
+        pol._small_below = math.inf if small else 0  # each path on its own
         inner = pol.select
 
         def select(ready, running, ctx, now):
@@ -364,8 +368,11 @@ def test_select_reads_again_whatever_the_planner_changed(workload, kw):
             for g in [*running, *ready]:
                 j = pol._table.slot(g)
                 fresh = (bool(g.segments), float(g.seg_tokens), g.next_due(now))
-                assert (bool(a["has"][j]), float(a["tok"][j]), float(a["due"][j])) == fresh, g.gen_id
-                if a["prev"][j] == g.sched_rev:  # (its text did not grow: asking changes nothing)
+                if small:
+                    assert not g.segments or g.extra[_DUE] == (g.sched_rev, fresh[2]), g.gen_id
+                else:
+                    assert (bool(a["has"][j]), float(a["tok"][j]), float(a["due"][j])) == fresh, g.gen_id
+                if j is not None and a["prev"][j] == g.sched_rev:  # (its text did not grow: asking changes nothing)
                     assert float(a["rem"][j]) == float(pol._lenpred.remaining(g)), g.gen_id
                     plan.append(g.gen_id)
             checked.append(len(ready) + len(running))
@@ -530,9 +537,8 @@ def test_step_cap_ratio_is_roomy_unless_kv_memory_binds_first():
     ready = [gen(f"q{i:02d}", 10.0, URGENT) for i in range(80)]
     assert len(p.select(ready, running, ctx(), 10.0).order) == roomy - 12 and p._capped  # room: 10 x
     base = ctx()
-    from policy_oracles import default_select_reference  # the plain path gets the whole order
-
     ref = Default(roomy_ratio=10.0, steep_cap=False)
+    ref._small_below = math.inf  # the plain path (default_small.py) gets the whole order
     _feed(ref._steps, a=0.022, b=0.004)
     for free, short in ((20, True), (3, True), (60, False)):  # 60 blocks: memory admits 60 > 47
         tight = dataclasses.replace(base, stats=dataclasses.replace(base.stats, kv_free_blocks=free))
@@ -540,7 +546,7 @@ def test_step_cap_ratio_is_roomy_unless_kv_memory_binds_first():
         kv_only = len(p._fit_memory(list(ready), running, tight))
         assert (kv_only < roomy - 12) is short  # memory binds before the roomy cap: 3 x (or less)
         assert len(order) == (min(kv_only, 14 - 12) if short else roomy - 12)
-        assert ids(default_select_reference(ref, ready, running, tight, 10.1).order) == ids(order)
+        assert ids(ref.select(ready, running, tight, 10.1).order) == ids(order)
     assert len(p.select(ready, running, base, 10.2).order) == roomy - 12  # room again
     assert Default(step_ratio=float("inf")).step_cap(ctx(), 0) is None
     assert Default(roomy_ratio=float("inf")).step_cap(ctx(), 0) is None  # no cap while memory has room

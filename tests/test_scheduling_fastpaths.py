@@ -42,8 +42,10 @@ _PRI = st.one_of(st.sampled_from([0.0, -0.0, 1.0, 1, 2, 0.5, math.inf, -math.inf
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.tuples(_PRI, st.sampled_from([0.0, 1.0, 2.0]), st.sampled_from([0.0, 1.0])), max_size=25))
 def test_priority_order_equals_tuple_sort(items):
+    from timelyllm_ros.core.policies.default_small import _order  # (the default's plain path: its small sort)
     gens = [_gen(i, priority=p, ready_since=rs, arrival=a) for i, (p, rs, a) in enumerate(items)]
     assert [g.gen_id for g in priority_order(gens)] == [g.gen_id for g in _plain(gens)]
+    assert [g.gen_id for g in _order(gens)] == [g.gen_id for g in _plain(gens)]
 
 
 @settings(max_examples=300, deadline=None)
@@ -209,8 +211,7 @@ from timelyllm_ros.core.exec_time import ExecTimeEstimator  # noqa: E402
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
 from timelyllm_ros.core.types import GenState  # noqa: E402
 from timelyllm_ros.engines.base import EngineStats  # noqa: E402
-from policy_oracles import (andes_select_reference, default_select_reference, hybrid_select_reference,  # noqa: E402
-                            lamps_select_reference)
+from policy_oracles import andes_select_reference, hybrid_select_reference, lamps_select_reference  # noqa: E402
 
 ROBOTS = load_robots()
 _TYPES = ("tello", "arm", "chat", "tello")
@@ -556,6 +557,35 @@ def test_andes_stable_heads_are_the_stable_argsort_prefixes(rows, k):
     assert _stable_heads(x, k).tolist() == np.argsort(x, axis=1, kind="stable")[:, :k].tolist()
 
 
+def _default_paths(**kw):
+    """`Default(**kw)` three times: the numpy path forced, the plain path (default_small.py)
+    forced, and one that alternates between them point by point (the caches either keeps for the
+    other must hold)."""
+    from timelyllm_ros.core.policies.default import Default
+
+    class Alternating(Default):
+        def select(self, ready, running, ctx, now):
+            self._small_below = 0 if self._small_below else math.inf
+            return super().select(ready, running, ctx, now)
+
+    paths = (Default(**kw), Default(**kw), Alternating(**kw))
+    paths[0]._small_below, paths[1]._small_below = 0, math.inf
+    return paths
+
+
+def _same_on_each_path(paths, gens, run):
+    """`run(policy, its own copy of gens)` decides alike on each of `paths` (orders, preemptions,
+    priorities at every point), and leaves the same policy state and rule 9's pause marks."""
+    copies = [_copy(gens) for _ in paths]
+    seen = [run(p, c) for p, c in zip(paths, copies)]
+    state = [(p._full, p._capped, p._mem_held, p._mem_cut, p._queue_s, p._plan, p._head_pri, p._depth,
+              p._first_seen) for p in paths]  # (rules 5-7, 10's verdicts, 11's backlog wait, 12's)
+    marks = [[g.extra.get("pause_kv") for g in c] for c in copies]
+    assert seen[1] == seen[0] and seen[2] == seen[0]
+    assert state[1] == state[0] and state[2] == state[0]
+    assert marks[1] == marks[0] and marks[2] == marks[0]
+
+
 @settings(max_examples=300, deadline=None)
 @given(**_SCEN, blocked=st.booleans(), lead_steps=st.sampled_from([0.0, 4.0, 50.0]),
        min_lead_s=st.sampled_from([0.0, 0.05, 3.0]), kv_budget=st.booleans(), pace=st.booleans(),
@@ -572,16 +602,10 @@ def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps
     rule 11's backlog, the whole reply's WSRPT by the learned length predictor); `steep_cap`: rule
     10 protects only first segments steeper than the flattest live generation and shrinks the batch
     (`urgent_every`: every third generation urgent, so that some are steeper)."""
-    from timelyllm_ros.core.policies.default import Default
-
-    class Reference(Default):
-        def select(self, ready, running, ctx, now):
-            return default_select_reference(self, ready, running, ctx, now)
-
     kw = dict(lead_steps=lead_steps, min_lead_s=min_lead_s, kv_budget=kv_budget, pace_min_free=min_free, pace=pace,
               plan_order=plan_order, plan_depth_s=plan_depth, steep_cap=steep_cap)
-    fast, ref = Default(**kw), Reference(**kw)
-    for p in (fast, ref):
+    paths = _default_paths(**kw)
+    for p in paths:
         for t, first, tok in seen:  # learned segment lengths (some robot types still unseen)
             g = Generation(request=PlanRequest(request_id="o", robot_id="x", robot_type=_TYPES[t], task="t",
                                                scene="", tuf=NORMAL, arrival=0.0))
@@ -591,13 +615,8 @@ def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps
             for n in (1, 5, 12, 40, 3):
                 p.on_step(0.02 + slope * n, n)
     gens = _scenario(specs, urgent_every)
-    a, b = _copy(gens), _copy(gens)
     modes = frozenset({"cache", "preserve"} if preserve else {"cache"})
-    assert _run(fast, a, steps, blocked, kv_modes=modes) == _run(ref, b, steps, blocked, kv_modes=modes)
-    assert (fast._full, fast._queue_s) == (ref._full, ref._queue_s)  # (rule 11's backlog wait too)
-    assert ((fast._plan, fast._head_pri, fast._depth)
-            == (ref._plan, ref._head_pri, ref._depth))  # (rule 12's verdict, head and backlog average)
-    assert [g.extra.get("pause_kv") for g in a] == [g.extra.get("pause_kv") for g in b]
+    _same_on_each_path(paths, gens, lambda p, gs: _run(p, gs, steps, blocked, kv_modes=modes))
 
 
 _FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
@@ -611,7 +630,7 @@ def test_pairwise_sum_is_numpy_sum(xs):
     8-value and 128-value blocks)."""
     import numpy as np
 
-    from policy_oracles import pairwise_sum
+    from timelyllm_ros.core.policies.default_small import pairwise_sum
     assert repr(pairwise_sum(xs)) == repr(float(np.sum(np.asarray(xs, dtype=float))))
 
 
@@ -624,7 +643,7 @@ def test_default_atc_lists_equal_numpy_atc(groups, k):
     bit, per group, with late (slack <= 0), not yet late and non-finite terms mixed."""
     import numpy as np
 
-    from policy_oracles import atc_priority_lists
+    from timelyllm_ros.core.policies.default_small import atc_priority_lists
 
     from timelyllm_ros.core.policies.default import atc_priorities
     cols = [tuple(map(list, zip(*g))) if g else ([], [], []) for g in groups]
@@ -685,25 +704,16 @@ def test_default_fast_select_matches_reference_at_many_ready(specs, steps, block
     pool too, where the cap holds per engine; with rule 10's opt-in `roomy_ratio`, whose ratio
     depends on whether the KV budget (each step's free blocks) cuts before the cap; with rule 12's
     opt-in `plan_order`."""
-    from timelyllm_ros.core.policies.default import Default
-
-    class Reference(Default):
-        def select(self, ready, running, ctx, now):
-            return default_select_reference(self, ready, running, ctx, now)
-
     kw = dict(drain_after_s=drain, memory_full=memory_full, roomy_ratio=roomy, plan_order=plan_order,
               plan_depth_s=plan_depth, steep_cap=steep_cap)
-    fast, ref = Default(**kw), Reference(**kw)
-    for p in (fast, ref):
+    paths = _default_paths(**kw)
+    for p in paths:
         for n in (1, 5, 12, 40, 3):
             p.on_step(0.02 + slope * n, n)
     gens = _scenario(specs, urgent_every)
     for i, g in enumerate(gens):  # a few running, the rest ready
         g.state = GenState.RUNNING if i < running_n else (GenState.SUSPENDED if g.segments else GenState.QUEUED)
-    a, b = _copy(gens), _copy(gens)
-    assert _run(fast, a, steps, blocked, engines=engines) == _run(ref, b, steps, blocked, engines=engines)
-    assert ((fast._full, fast._capped, fast._mem_held, fast._mem_cut, fast._queue_s, fast._plan, fast._head_pri, fast._depth)
-            == (ref._full, ref._capped, ref._mem_held, ref._mem_cut, ref._queue_s, ref._plan, ref._head_pri, ref._depth))
+    _same_on_each_path(paths, gens, lambda p, gs: _run(p, gs, steps, blocked, engines=engines))
 
 
 @settings(max_examples=400, deadline=None)

@@ -249,17 +249,22 @@ class Generation:
         if len(segs) == 1:  # (the loop below for one segment)
             start = last.exec_start if last.exec_start is not None else (last.dispatched_at or last.gen_end)
             return start + last.est_exec_s
-        i = len(segs) - 2
+        n = len(segs)
+        i = n - 2
         while i > 0 and segs[i].exec_end is None:
             i -= 1
-        end: float | None = None
-        for seg in segs[max(i, 0):]:
-            if seg.exec_end is not None:
-                end = seg.exec_end
-                continue
-            start = seg.exec_start if seg.exec_start is not None else (seg.dispatched_at or seg.gen_end)
-            if end is not None:
-                start = max(start, end)
+        seg = segs[i]  # measured, or the first: every one after it is not measured
+        end = seg.exec_end
+        if end is None:
+            start = seg.exec_start
+            end = (start if start is not None else (seg.dispatched_at or seg.gen_end)) + seg.est_exec_s
+        for i in range(i + 1, n):
+            seg = segs[i]
+            start = seg.exec_start
+            if start is None:
+                start = seg.dispatched_at or seg.gen_end
+            if end > start:  # (= max(start, end), NaN alike)
+                start = end
             end = start + seg.est_exec_s
         return end
 

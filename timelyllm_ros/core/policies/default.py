@@ -146,7 +146,8 @@ Online by construction: it reads a request's arrival, TUF and robot type and wha
 generated and executed so far — never ``reference_plan`` nor future arrivals
 (tests/test_default_policy.py checks this).  It never sheds: every request is served.
 KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM; a rule-9 pause: "preserve".
-(About 650 lines: the twelve rules, stated here, and their one vectorised `select`; the step-time
+(About 650 lines: the twelve rules, stated here, and their vectorised `select`; the same
+point for a handful of live generations, in plain Python, is default_small.py; the step-time
 model is step_time.py.)
 """
 
@@ -163,6 +164,7 @@ import numpy as np
 from ..length_predictor import PredictorError, make_predictor
 from ..types import Generation, Segment
 from .base import DispatchMode, Policy, PolicyContext, Selection, batch_was_full, priority_head, set_priorities
+from .default_small import SMALL_BELOW, select_small
 from .slots import SlotTable
 from .step_time import StepTimeModel
 
@@ -191,7 +193,6 @@ def _plan_weights(alpha: np.ndarray, rem: np.ndarray, token_s: float) -> np.ndar
 
 _PLAN_TAU_S = 10.0  # rule 12: time constant of the backlog wait's average (a few bursts long)
 _PLAN_FALLBACK = 256.0  # rule 12: tokens of a reply the length predictor cannot predict (Trail's fallback_len)
-_ROBOT_TYPE = operator.attrgetter("request.robot_type")
 _REV = operator.attrgetter("sched_rev")
 _PAUSE_KEY = operator.attrgetter("priority", "gen_id")  # lowest priority (most slack) first
 
@@ -324,6 +325,7 @@ class Default(Policy):
                                  "prev": (np.int64, -1), "rem": (float, 0.0)},
                                 track_output=False)
         self._rtypes: dict[str, int] = {}  # robot type -> row of the per-point prediction table
+        self._small_below = SMALL_BELOW  # fewer live generations: `select` takes default_small.py's path
         self._P: tuple = (None, -1, np.zeros(0))  # (pred, rows, predicted tokens at 2 x row + first?)
 
     # --- online estimates -------------------------------------------------------------------------
@@ -373,8 +375,8 @@ class Default(Policy):
 
     def _pred_flat(self, pred: dict[tuple[str, bool], float]) -> np.ndarray:
         """Predicted tokens of a next segment at 2 x (robot type's row) + (first segment?), 8
-        for robot types `pred` does not know (as tests/policy_oracles.py `default_split`, the
-        reference); rebuilt when `pred` or the rows change."""
+        for robot types `pred` does not know (as default_small.py, the plain path); rebuilt when
+        `pred` or the rows change."""
         rtypes = self._rtypes
         if self._P[0] is not pred or self._P[1] != len(rtypes):
             P = np.full((len(rtypes), 2), 8.0)
@@ -382,6 +384,15 @@ class Default(Policy):
                 P[rtypes[name], int(first)] = v
             self._P = (pred, len(rtypes), P.ravel())
         return self._P[2]
+
+    def _fill(self, g: Generation, slot: int) -> None:
+        """`SlotTable` fill: g's request constants; its per-point terms are read at the next point."""
+        req = g.request
+        a = self._table.a
+        rtypes = self._rtypes
+        a["alpha"][slot] = req.tuf.alpha
+        a["rt2f"][slot] = 2 * rtypes.setdefault(req.robot_type, len(rtypes)) + 1  # (- has segments)
+        a["rev"][slot] = a["prev"][slot] = -1
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
@@ -391,32 +402,28 @@ class Default(Policy):
         generation; whether it has segments, the current segment's tokens and the next due time
         (executor reports move it) are read again only for generations whose `sched_rev` moved
         since (`Generation.touch`: the running ones and those with news).  Only the
-        head the step-time cap can admit is ordered.  The rules written out plainly, one Python
-        pass per generation, are the oracle of tests/test_scheduling_fastpaths.py
-        (tests/policy_oracles.py): the same Selection and priorities bit for bit, at every size."""
+        head the step-time cap can admit is ordered.  Under `SMALL_BELOW` live generations (64)
+        the point is one plain Python pass per generation instead (default_small.py: numpy's
+        per-call overhead is most of a point at a handful); the two give the same Selection,
+        priorities and state bit for bit, at every size (tests/test_scheduling_fastpaths.py
+        forces each)."""
         self._full = batch_was_full(ready) or self._mem_held  # a cap or KV memory binds (suspend_at)
         full = self._full or self._capped
         token_s, lead, pred = self._point_terms(ctx)
         n_run = len(running)
-        gens = [*running, *ready]
-        n = len(gens)
+        n = n_run + len(ready)
         if not n:
             self._queue_s = 0.0
             self._plan = self.plan_applies(now)
             return self._finish([], False, [], full, running, ctx, now, first=False)
+        if n < self._small_below:  # a handful: plain Python (default_small.py), the same bits
+            return select_small(self, ready, running, ctx, now, full, token_s, lead)
+        gens = [*running, *ready]
         rtypes = self._rtypes
         if self._P[0] is not pred:
             for name, _ in pred:
                 rtypes.setdefault(name, len(rtypes))
-
-        def fill(g: Generation, slot: int) -> None:
-            req = g.request
-            a = self._table.a
-            a["alpha"][slot] = req.tuf.alpha
-            a["rt2f"][slot] = 2 * rtypes.setdefault(req.robot_type, len(rtypes)) + 1  # (- has segments)
-            a["rev"][slot] = a["prev"][slot] = -1  # its per-point terms are read below
-
-        sl = self._table.lookup(gens, fill)
+        sl = self._table.lookup(gens, self._fill)
         a = self._table.a
         P = self._pred_flat(pred)
         # what the planner changed since the last point (`Generation.touch`: the running ones'
@@ -611,10 +618,11 @@ class Default(Policy):
         if first:
             self._first_seen = now
         drain = now - self._first_seen >= self.drain_after_s  # rule 10 lifted: only continuations left
-        room = None if drain else self._cap_room(ctx, len(running), len(preempt))
-        if self.steep_cap and first and room is not None:
+        cap = None if drain else self._cap_total(ctx, len(running) - len(preempt))  # (`_cap_room`'s)
+        room = None if cap is None else max(0, cap - len(running) + len(preempt))
+        if self.steep_cap and first and cap is not None:
             n_pre = len(preempt)
-            preempt = self._shrink(running, preempt, ctx, order[:1])
+            preempt = self._shrink(running, preempt, cap, order[:1])
             if len(preempt) > n_pre:  # shrunk to the cap: no room left (any head `_head_needed` gives cuts alike)
                 room = self._cap_room(ctx, len(running), len(preempt))
         # memory is short: rule 6's KV budget cut the order before the step-time cap would (both paths
@@ -628,17 +636,16 @@ class Default(Policy):
             self._capped = True
         return Selection(order=order, preempt=preempt)
 
-    def _shrink(self, running: Sequence[Generation], preempt: list[Generation], ctx: PolicyContext,
+    def _shrink(self, running: Sequence[Generation], preempt: list[Generation], cap: int,
                 head: Sequence[Generation]) -> list[Generation]:
         """Rule 10 with `steep_cap`, while a protected first segment runs or waits: the running
         batch shrinks to the cap at once — `preempt` plus as many running continuations of the
         flattest slope in the batch as it holds beyond the cap, and one more when the admission
         order's `head` is a critical waiting first segment steeper than them, so that it enters now
         (deferrable ones first, most slack first, then critical ones by priority, lowest first);
-        first segments and steeper work stay."""
+        first segments and steeper work stay.  `cap`: `_cap_total` with the others staying."""
         staying = len(running) - len(preempt)
-        cap = self._cap_total(ctx, staying)
-        if not running or cap is None:
+        if not running or staying < cap:  # (room even with the head entering)
             return preempt
         flat = min(-g.request.tuf.alpha for g in running)
         excess = staying - cap
@@ -774,7 +781,7 @@ class Default(Policy):
         if self._mem_seg[0] is not robots or len(self._mem_seg[1]) != len(robots):
             self._mem_seg = (robots, {name: r.max_segment_tokens + 1 for name, r in robots.items()})
         seg = self._mem_seg[1]
-        busy = set(map(_ROBOT_TYPE, running))
+        busy = {g.request.robot_type for g in running}  # (a dotted attrgetter is slower)
         free = st.kv_free_blocks
         used = n = 0
         for g in order:
