@@ -526,8 +526,9 @@ def test_step_cap_ratio_is_roomy_unless_kv_memory_binds_first():
     """Rule 10's opt-in ratio: roomy_ratio (here 10) while KV memory has room; step_ratio (3) at a
     point where the KV budget (rule 6) admits fewer than the roomy cap would (memory is short: a
     wider batch would only fill it), and roomy again as soon as memory admits the cap's room.
-    By default roomy_ratio is step_ratio: one cap."""
-    assert Default().roomy_ratio == Default().step_ratio == 3.0
+    Memory then counts as short (rule 8's `_mem_cut`) only where it cuts within the cap that
+    applies.  The default since 2026-11-28 (session 15): roomy_ratio 10, step_ratio 3."""
+    assert (Default().roomy_ratio, Default().step_ratio) == (10.0, 3.0)
     p = Default(roomy_ratio=10.0, steep_cap=False)  # (every generation here is urgent: one slope)
     _feed(p._steps, a=0.022, b=0.004)
     roomy = p.step_cap(ctx(), 0)
@@ -540,12 +541,13 @@ def test_step_cap_ratio_is_roomy_unless_kv_memory_binds_first():
     ref = Default(roomy_ratio=10.0, steep_cap=False)
     ref._small_below = math.inf  # the plain path (default_small.py) gets the whole order
     _feed(ref._steps, a=0.022, b=0.004)
-    for free, short in ((20, True), (3, True), (60, False)):  # 60 blocks: memory admits 60 > 47
+    for free, short in ((20, True), (3, True), (1, True), (60, False)):  # 60 blocks: memory admits 60 > 47
         tight = dataclasses.replace(base, stats=dataclasses.replace(base.stats, kv_free_blocks=free))
         order = p.select(ready, running, tight, 10.1).order
         kv_only = len(p._fit_memory(list(ready), running, tight))
         assert (kv_only < roomy - 12) is short  # memory binds before the roomy cap: 3 x (or less)
         assert len(order) == (min(kv_only, 14 - 12) if short else roomy - 12)
+        assert p._mem_cut is (kv_only < 14 - 12)  # short against the 3 x cap that applies, not the roomy one
         assert ids(ref.select(ready, running, tight, 10.1).order) == ids(order)
     assert len(p.select(ready, running, base, 10.2).order) == roomy - 12  # room again
     assert Default(step_ratio=float("inf")).step_cap(ctx(), 0) is None
@@ -562,7 +564,7 @@ def test_step_cap_cuts_admission_and_counts_as_a_full_batch():
     full for preemption (a waiting critical first segment takes a deferrable one's slot); it does
     not make continuations yield at statement boundaries.  (`steep_cap=False`: the cap protects
     every first segment — here all of them urgent, one slope.)"""
-    p = Default(steep_cap=False)
+    p = Default(steep_cap=False, roomy_ratio=3.0)  # (3 x: the cap where memory is short)
     assert p.step_cap(ctx(), 5) == 10 and p.step_cap(ctx(), 1) == 8  # slow start: 2 x running, >= 8
     _feed(p._steps, a=0.022, b=0.004)
     cap = p.step_cap(ctx(), 0)
@@ -590,7 +592,7 @@ def test_step_cap_holds_per_engine_of_a_pool():
     """Behind an engine pool the step-time cap bounds each member's step, not the pool's: k
     usable members (`PolicyContext.engines`) run up to k times one engine's cap side by side
     (capped pool-wide, 8 engines ran one engine's batch and preempted continuations for it)."""
-    p = Default(steep_cap=False)  # (every generation here is urgent: one slope)
+    p = Default(steep_cap=False, roomy_ratio=3.0)  # (every generation here is urgent: one slope)
     _feed(p._steps, a=0.022, b=0.004)
     assert p.step_cap(ctx(), 0) == 14
     running = [gen(f"r{i}", 9.0, URGENT, state=GenState.RUNNING) for i in range(12)]
@@ -608,7 +610,7 @@ def test_step_cap_protects_only_steeper_first_segments_and_shrinks_the_batch_for
     would hold back, and throughput decides; when a steeper first segment runs or waits, the
     running batch shrinks to the cap at once: running continuations of the flattest slope beyond
     it are preempted (deferrable ones first), first segments and steeper work stay."""
-    p = Default()
+    p = Default(roomy_ratio=3.0)
     assert p.steep_cap
     _feed(p._steps, a=0.022, b=0.004)
     cap = p.step_cap(ctx(), 0)
@@ -630,7 +632,7 @@ def test_step_cap_protects_only_steeper_first_segments_and_shrinks_the_batch_for
     sel = p.select([urgent], late, ctx(), 10.02)
     assert ids(sel.order) == ["u"] and len(sel.preempt) == 1
     # a steeper *continuation* protects nothing: no cap for it
-    q = Default()
+    q = Default(roomy_ratio=3.0)
     _feed(q._steps, a=0.022, b=0.004)
     steep_cont = gen("uc", 0.0, URGENT, [seg(0, 1.0, 9.0)], state=GenState.RUNNING)
     sel = q.select(ready, running[:19] + [steep_cont], ctx(), 10.0)
@@ -643,7 +645,7 @@ def test_step_cap_is_lifted_while_only_continuations_are_left():
     """Rule 10 protects response times: once no first segment has run or waited for drain_after_s
     (5 s) the cap no longer cuts admissions (late continuations: throughput decides); a new
     request brings it back at the next point."""
-    p = Default()
+    p = Default(roomy_ratio=3.0)
     _feed(p._steps, a=0.022, b=0.004)
     cap = p.step_cap(ctx(), 0)
     assert cap == 14

@@ -167,9 +167,9 @@ def test_policy_params_reach_the_policy_and_bad_ones_fail_configure_and_live_cha
     """`policy_params` ("[POLICY:]NAME=VALUE, ..."): scoped items reach that policy, unscoped ones
     whichever runs; a bad name, value or policy fails configure in one line; a live `policy`
     change the unscoped items do not fit is refused with the reason (the policy in use stays)."""
-    setup = wiring.PlannerSetup({"policy_params": "default:roomy_ratio=10, trail:c=0.5, lead_steps=6"})
+    setup = wiring.PlannerSetup({"policy_params": "default:roomy_ratio=3, trail:c=0.5, lead_steps=6"})
     try:
-        assert (setup.policy.name, setup.policy.roomy_ratio, setup.policy.lead_steps) == ("default", 10.0, 6.0)
+        assert (setup.policy.name, setup.policy.roomy_ratio, setup.policy.lead_steps) == ("default", 3.0, 6.0)
         life = wiring._PlannerLifecycle(None)
         life.setup = setup
         assert "unknown parameter 'lead_steps'" in life.apply({"policy": "fcfs"})  # unscoped: not fcfs'

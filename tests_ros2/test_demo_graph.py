@@ -96,13 +96,13 @@ def _graph_processes(domain: int) -> list[str]:
 
 def test_demo_runs_the_ros_graph_end_to_end(tmp_path: Path) -> None:
     domain = free_domain_id(150 + os.getpid() % 50)
-    argv, out = _demo(tmp_path, domain, "--param", "roomy_ratio=10")  # reaches the node: policy_params
+    argv, out = _demo(tmp_path, domain, "--param", "roomy_ratio=3")  # reaches the node: policy_params
     rc, text = _run(argv, 240)
     assert rc == 0, text[-3000:]
     assert "all 3 requests terminal" in text, text[-3000:]
     doc = json.loads((out / "results.json").read_text())
     assert doc["mode"] == "ROS 2 graph" and doc["engine"] == "simulated" and doc["ros_domain_id"] == domain
-    assert "policy default, roomy_ratio=10.0) serving" in (out / "logs" / "planner.log").read_text()
+    assert "policy default, roomy_ratio=3.0) serving" in (out / "logs" / "planner.log").read_text()
     rows = {r["request_id"]: r for r in doc["metrics"]["requests"]}
     assert set(rows) == IDS
     assert all(r["state"] == "finished" and r["response_s"] is not None for r in rows.values()), rows

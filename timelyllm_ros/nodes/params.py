@@ -81,7 +81,7 @@ PLANNER_PARAMS: tuple[Param, ...] = (
     Param("policy", DEFAULT_POLICY, "scheduling policy (docs/policies.md); live: the next scheduling "
           "point uses it", live=True, choices=_policies),
     Param("policy_params", "", "policy parameters (docs/policies.md), comma-separated [POLICY:]NAME=VALUE with "
-          "YAML values, e.g. 'default:roomy_ratio=10'; an unscoped one goes to whichever policy runs, so a "
+          "YAML values, e.g. 'default:roomy_ratio=3'; an unscoped one goes to whichever policy runs, so a "
           "live policy change is refused if the new policy does not take it"),
     Param("robots_dir", "", "directory of robot YAMLs ('' = robots/ of the source tree or share/timelyllm)"),
     Param("max_batch", 0, "fixed batch-size cap; 0 = the policy's own batching (latency-guided or "

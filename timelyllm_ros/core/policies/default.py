@@ -68,12 +68,14 @@ At each scheduling point (``select``):
    −41,886 % with the cap held, −36,185 % lifted).  A new request brings the cap back at once
    for admissions: it enters by preempting a continuation (rule 7) and the batch shrinks to the
    cap as continuations end — the price: the first request after a quiet spell of 5 s may meet
-   a wide batch.  Opt-in, ``roomy_ratio`` > 3 (default 3: off) widens the cap to that ratio at
-   points where KV memory has room (rule 6's KV budget admits at least what the wider cap would;
-   else 3).  It trades urgent robots' response times for the throughput of a saturated fleet on
-   an engine whose extra sequence is costly against its step (`vllm_cpu_tiny` drones:800: −80.4 %
-   accrued total at 3 against 94.6 % at 10); measured on the whole grid and not made the default
-   (docs/results/2026-11-27-roomy.md; simulator).
+   a wide batch.  ``roomy_ratio`` (10, the default since 2026-11-28 evening; 3: one cap) widens
+   the cap to that ratio at points where KV memory has room (rule 6's KV budget admits at least
+   what the wider cap would; else 3, and memory counts as short for rule 8 only where it cuts
+   within that cap of 3).  It buys the throughput of a saturated fleet on an engine whose extra
+   sequence is costly against its step (`vllm_cpu_tiny` drones:800, default batching: accrued
+   total −65.1 % at 3 against 96.9 % at 10; the full grid 243 -> 255 of 324 cells pass) with
+   urgent robots' response times where wider steps slow their first statements (the edge
+   board's WID2: accrued urgent 45.7 -> 34.9 %); simulator, docs/results/2026-11-28-roomy-default.md.
    Steep cap (``steep_cap``, on by default since 2026-11-28): the cap protects a first segment
    only when its TUF is steeper than the flattest live generation's (|alpha| above the least,
    running and ready alike) — where every live generation has one slope (an arm fleet, a chat
@@ -233,7 +235,7 @@ class Default(Policy):
                  pace: bool = False, pace_min_free: float = 0.25, pace_max_error: float = 0.5,
                  pace_kv: str = "preserve", step_ratio: float = 3.0, memory_full: bool = False,
                  atc_k: float = 2.0, drain_after_s: float = 5.0, speculate: bool = True,
-                 overload: bool = True, roomy_ratio: float = 3.0, plan_order: bool = True,
+                 overload: bool = True, roomy_ratio: float = 10.0, plan_order: bool = True,
                  plan_depth_s: float = 8.0, steep_cap: bool = True, stream_past: bool = True) -> None:
         for k, v in (("preempt", preempt), ("kv_budget", kv_budget), ("pace", pace), ("memory_full", memory_full),
                      ("speculate", speculate), ("overload", overload), ("plan_order", plan_order),
@@ -631,6 +633,7 @@ class Default(Policy):
         if room is not None and self.roomy_ratio > self.step_ratio and self._mem_cut:
             # KV memory binds before the roomy cap: the cap is step_ratio's (rule 10)
             room = self._cap_room(ctx, len(running), len(preempt), short=True)
+            self._mem_cut = len(order) < min(n_in, room)  # ... and short against the cap that applies
         if room is not None and len(order) > room:  # the step-time cap (rule 10)
             order = order[:room]
             self._capped = True
