@@ -280,6 +280,42 @@ class Andes(Policy):
             self._robots = ctx.robots
         return self._table.lookup(gens, lambda g, slot: self._fill(g, slot, ctx))
 
+    def _write_priorities(self, gens: Sequence[Generation], pri: list[float]) -> None:
+        """A solve's priorities onto the generations; with `solve_every` > 1 also kept in their
+        `extra` (the last solve's order holds at the points between solves, `_trigger`)."""
+        if self.solve_every > 1:
+            for g, p in zip(gens, pri):
+                g.priority = p
+                g.extra["andes_pri"] = p
+            self._pri_written = True
+        else:
+            set_priorities(gens, pri)
+
+    def _trigger(self, full: bool, ctx: PolicyContext, u_min: float, ready: Sequence[Generation]
+                 ) -> tuple[str, Selection | None]:
+        """Andes' triggering (both paths of `select`): why the knapsack runs ("batch full", KV use
+        above `kv_trigger`, or the token latency above the fastest reader's 1 / rate, `u_min`), and
+        the Selection to return at once where it does not — not triggered: arrival order (stale
+        priorities dropped); triggered between solves (`solve_every`): the last solve's priorities."""
+        st = ctx.stats
+        kv = 1.0 - st.kv_free_blocks / st.kv_total_blocks if st.kv_total_blocks else 0.0
+        if full:
+            why = "batch full"
+        elif kv > self.kv_trigger:
+            why = f"kv {kv:.2f}"
+        elif ctx.token_s > u_min:  # min over requests of 1 / rate
+            why = "token latency"
+        else:
+            if self.__dict__.get("_pri_written"):
+                for g in ready:
+                    g.extra.pop("andes_pri", None)
+            return "", Selection(order=arrival_order(ready))
+        self._triggered += 1
+        if (self._triggered - 1) % self.solve_every:
+            return why, Selection(order=sorted(ready, key=lambda g: (-g.extra.get("andes_pri", _INF),
+                                                                     g.request.arrival, g.gen_id)))
+        return why, None
+
     # At a handful of live requests the numpy calls above cost ~1 µs each, most of a point
     # (~140 µs at 8 ready + 8 running): up to `small_n` of them take `_select_small`, the same
     # steps on Python lists with the compiled loops of qoe_kernel (three calls), the same bits
@@ -351,28 +387,11 @@ class Andes(Policy):
         odd_wait = (last_start > T_wait + _EPS).nonzero()[0].tolist()  # a delivered run not started yet
         for i in odd_wait:
             q_wait[i] = item(i).q_wait
-        # triggering
-        st = ctx.stats
-        kv = 1.0 - st.kv_free_blocks / st.kv_total_blocks if st.kv_total_blocks else 0.0
-        if full:
-            on, why = True, "batch full"
-        elif kv > self.kv_trigger:
-            on, why = True, f"kv {kv:.2f}"
-        elif ctx.token_s > qb.u_min:  # min over requests of 1 / rate
-            on, why = True, "token latency"
-        else:
-            on, why = False, ""
-        if not on:
-            if self.__dict__.get("_pri_written"):
-                for g in ready:
-                    g.extra.pop("andes_pri", None)
-            return Selection(order=arrival_order(ready))
-        self._triggered += 1
-        if (self._triggered - 1) % self.solve_every:
-            return Selection(order=sorted(ready, key=lambda g: (-g.extra.get("andes_pri", _INF), g.request.arrival,
-                                                                g.gen_id)))
+        why, early = self._trigger(full, ctx, qb.u_min, ready)
+        if early is not None:
+            return early
         self.solves += 1
-        M = float(st.kv_total_blocks * st.block_size) if st.kv_total_blocks else _INF
+        M = self._mem_bound(ctx)
         mem = a["l"][sl]
         cands = self._batch_sizes(mem, rate, n_run, full, ctx, M)
         lats = [self.lat(B, ctx, n_run) for B in cands]
@@ -402,13 +421,7 @@ class Andes(Policy):
         chosen = heads[r, :m]
         gains, pri = gains[r], pri_all[r]
         pri_l = pri.tolist()
-        if self.solve_every > 1:  # the last priorities order the points between solves
-            for g, p in zip(gens, pri_l):
-                g.priority = p
-                g.extra["andes_pri"] = p
-            self._pri_written = True
-        else:
-            set_priorities(gens, pri_l)
+        self._write_priorities(gens, pri_l)
         cs = set(chosen.tolist())
         admit = sorted((i for i in cs if i >= n_run), key=lambda i: -pri_l[i])
         victims = sorted((i for i in range(n_run) if i not in cs), key=lambda i: pri_l[i])
@@ -461,27 +474,10 @@ class Andes(Policy):
                     a["fold_rate"][slot] = r_
             X[0], X[1], X[2], X[3] = a["sa"][sl], a["pn"][sl], a["la"][sl], a["dl"][sl]
         T_wait = now + self.delta_t
-        # triggering
-        st = ctx.stats
-        kv = 1.0 - st.kv_free_blocks / st.kv_total_blocks if st.kv_total_blocks else 0.0
-        if full:
-            on, why = True, "batch full"
-        elif kv > self.kv_trigger:
-            on, why = True, f"kv {kv:.2f}"
-        elif ctx.token_s > u_min:  # min over requests of 1 / rate
-            on, why = True, "token latency"
-        else:
-            on, why = False, ""
         ready = gens[n_run:]
-        if not on:
-            if self.__dict__.get("_pri_written"):
-                for g in ready:
-                    g.extra.pop("andes_pri", None)
-            return Selection(order=arrival_order(ready))
-        self._triggered += 1
-        if (self._triggered - 1) % self.solve_every:
-            return Selection(order=sorted(ready, key=lambda g: (-g.extra.get("andes_pri", _INF), g.request.arrival,
-                                                                g.gen_id)))
+        why, early = self._trigger(full, ctx, u_min, ready)
+        if early is not None:
+            return early
         self.solves += 1
         M = self._mem_bound(ctx)
         # _batch_sizes (fit: how many contexts fit M smallest first, from the compiled loop)
@@ -569,13 +565,7 @@ class Andes(Policy):
         chosen = heads[r, :m].tolist()
         g_l = gains_m[r].tolist()
         pri_l = pri_m[r].tolist()
-        if self.solve_every > 1:  # the last priorities order the points between solves
-            for g, p in zip(gens, pri_l):
-                g.priority = p
-                g.extra["andes_pri"] = p
-            self._pri_written = True
-        else:
-            set_priorities(gens, pri_l)
+        self._write_priorities(gens, pri_l)
         cs = set(chosen)
         neg = [-p for p in pri_l]  # (the same keys as `select`'s lambdas)
         admit = sorted([i for i in cs if i >= n_run], key=neg.__getitem__)

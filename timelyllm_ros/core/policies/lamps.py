@@ -306,6 +306,44 @@ class LAMPS(WasteHandling, Policy):
         slot = t.slot(g)
         return 0 if slot is None else int(t.a["count"][slot])
 
+    @staticmethod
+    def _free_after_growth(running: Sequence[Generation], ctx: PolicyContext) -> int:
+        """Free KV blocks once every running generation grew by one worst-case segment (the
+        admission cut's budget)."""
+        st = ctx.stats
+        bs = max(1, st.block_size)
+        growth = 0
+        for o in running:
+            robot = ctx.robots.get(o.request.robot_type)
+            growth += math.ceil((robot.max_segment_tokens if robot else 16) / bs)
+        return st.kv_free_blocks - growth
+
+    def _held_area(self, g: Generation, it: int, area: float) -> float:
+        """With `score_interval` > 1 a score holds that many iterations, or until g's segments
+        change: g's kept area (its `_SCORE` entry: policy, iteration, area, segments), or `area`,
+        kept from now on."""
+        cached = g.extra.get(_SCORE)
+        if (cached is None or cached[0] != self._token or it - cached[1] >= self.score_interval
+                or cached[3] != len(g.segments)):
+            g.extra[_SCORE] = (self._token, it, area, len(g.segments))
+            return area
+        return cached[2]
+
+    def _c_other(self, running: Sequence[Generation]) -> float:
+        """C_other outside the batch: the summed `private_context` of the running generations (all
+        observed by the caller, so without its observe call; the shared prefix read once per robot
+        type)."""
+        shared: dict[str, int] = {}
+        c_sum = 0
+        for o in running:
+            rt = o.request.robot_type
+            sh = shared.get(rt)
+            if sh is None:
+                sh = shared[rt] = self.prefix.shared(rt)
+            n_prompt = len(o.prompt_ids)
+            c_sum += max(0, n_prompt + len(o.output_ids) - min(sh, n_prompt))
+        return float(c_sum)
+
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
         self.observe(running)
@@ -358,18 +396,7 @@ class LAMPS(WasteHandling, Policy):
                     elig = None
         # areas
         tau = max(ctx.token_s, 0.0)
-        # C_other outside the batch: `private_context` of each running one (all observed above, so
-        # without its observe call; the shared prefix read once per robot type)
-        shared: dict[str, int] = {}
-        c_sum = 0
-        for o in running:
-            rt = o.request.robot_type
-            sh = shared.get(rt)
-            if sh is None:
-                sh = shared[rt] = self.prefix.shared(rt)
-            n_prompt = len(o.prompt_ids)
-            c_sum += max(0, n_prompt + len(o.output_ids) - min(sh, n_prompt))
-        c_other = float(c_sum)
+        c_other = self._c_other(running)
         m = self.cost.bytes_per_token
         c2, fwd2, swp2, t_call = a["c2"][sl], a["fwd2"][sl], a["swp2"][sl], a["t_call"][sl]
         waste = {"preserve": a["wp"][sl], "discard": a["wd0"][sl] + fwd2 * c_other * m,
@@ -398,13 +425,7 @@ class LAMPS(WasteHandling, Policy):
             area[i] = self.area(ready[i], ctx, running, None if ready[i].gen_id in run_ids else int(c_other))
         if self.score_interval > 1:  # a score holds score_interval iterations, or until g's segments change
             for i in (range(len(ready)) if elig is None else elig.nonzero()[0].tolist()):
-                g = ready[i]
-                cached = g.extra.get(_SCORE)  # (policy, iteration, area, segments)
-                if (cached is None or cached[0] != self._token or it - cached[1] >= self.score_interval
-                        or cached[3] != len(g.segments)):
-                    g.extra[_SCORE] = (self._token, it, float(area[i]), len(g.segments))
-                else:
-                    area[i] = cached[2]
+                area[i] = self._held_area(ready[i], it, float(area[i]))
         arrival = a["arrival"][sl]
         keep = None if elig is None else elig.nonzero()[0]
         if keep is None:
@@ -419,13 +440,7 @@ class LAMPS(WasteHandling, Policy):
         if self.memory_admission and order:
             # admission_cut over the static block needs: the longest prefix whose cumulative need
             # stays within the free blocks (the head always, when nothing runs)
-            st = ctx.stats
-            bs = max(1, st.block_size)
-            growth = 0
-            for o in running:
-                robot = ctx.robots.get(o.request.robot_type)
-                growth += math.ceil((robot.max_segment_tokens if robot else 16) / bs)
-            free = st.kv_free_blocks - growth
+            free = self._free_after_growth(running, ctx)
             need = a["need"][sl] if keep is None else a["need"][sl][keep]
             cum = need[perm].cumsum()
             over = (cum > free).nonzero()[0]
@@ -474,16 +489,7 @@ class LAMPS(WasteHandling, Policy):
                             elig = [True] * n
                         elig[i] = False
         tau = max(ctx.token_s, 0.0)
-        shared: dict[str, int] = {}
-        c_sum = 0
-        for o in running:  # C_other outside the batch (as in select)
-            rt = o.request.robot_type
-            sh = shared.get(rt)
-            if sh is None:
-                sh = shared[rt] = self.prefix.shared(rt)
-            n_prompt = len(o.prompt_ids)
-            c_sum += max(0, n_prompt + len(o.output_ids) - min(sh, n_prompt))
-        c_other = float(c_sum)
+        c_other = self._c_other(running)
         m = self.cost.bytes_per_token
         allowed = self.allowed
         area = []
@@ -509,15 +515,8 @@ class LAMPS(WasteHandling, Policy):
             area[i] = self.area(ready[i], ctx, running, None if ready[i].gen_id in run_ids else int(c_other))
         if self.score_interval > 1:
             for i in range(n):
-                if elig is not None and not elig[i]:
-                    continue
-                g = ready[i]
-                cached = g.extra.get(_SCORE)  # (policy, iteration, area, segments)
-                if (cached is None or cached[0] != self._token or it - cached[1] >= self.score_interval
-                        or cached[3] != len(g.segments)):
-                    g.extra[_SCORE] = (self._token, it, float(area[i]), len(g.segments))
-                else:
-                    area[i] = cached[2]
+                if elig is None or elig[i]:
+                    area[i] = self._held_area(ready[i], it, area[i])
         arrival = [row[12] for row in rows]
         keep = range(n) if elig is None else [i for i in range(n) if elig[i]]
         gens = [ready[i] for i in keep]
@@ -526,13 +525,7 @@ class LAMPS(WasteHandling, Policy):
         perm = sorted(keep, key=lambda i: (not starv[i], area[i], ready[i].ready_since, arrival[i], ready[i].gen_id))
         order = [ready[i] for i in perm]
         if self.memory_admission and order:  # admission_cut over the static block needs (as in select)
-            st = ctx.stats
-            bs = max(1, st.block_size)
-            growth = 0
-            for o in running:
-                robot = ctx.robots.get(o.request.robot_type)
-                growth += math.ceil((robot.max_segment_tokens if robot else 16) / bs)
-            free = st.kv_free_blocks - growth
+            free = self._free_after_growth(running, ctx)
             cum = 0.0
             for k, i in enumerate(perm):
                 cum += rows[i][8]
