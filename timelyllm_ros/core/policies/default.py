@@ -73,7 +73,7 @@ At each scheduling point (``select``):
    what the wider cap would; else 3, and memory counts as short for rule 8 only where it cuts
    within that cap of 3).  It buys the throughput of a saturated fleet on an engine whose extra
    sequence is costly against its step (`vllm_cpu_tiny` drones:800, default batching: accrued
-   total −65.1 % at 3 against 96.9 % at 10; the full grid 243 -> 255 of 324 cells pass) with
+   total −65.1 % at 3 against 96.9 % at 10; the full grid 243 -> 257 of 324 cells pass) with
    urgent robots' response times where wider steps slow their first statements (the edge
    board's WID2: accrued urgent 45.7 -> 34.9 %); simulator, docs/results/2026-11-28-roomy-default.md.
    Steep cap (``steep_cap``, on by default since 2026-11-28): the cap protects a first segment
