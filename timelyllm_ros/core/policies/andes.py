@@ -177,6 +177,12 @@ class Andes(Policy):
         self.solves = 0
         qoe_kernel.warm()  # compile Q_serve's loop at construction, not at the first scheduling point
         self.last_decision: dict = {}
+        self._pri_written = False  # a solve's priorities sit in the generations' extra (solve_every > 1)
+        # few-requests path (`_select_small`): memos keyed by what they are a function of, work arrays
+        self._cands_memo: dict[tuple[int, int], tuple[int, ...]] = {}  # (bmin, bmax) -> candidate sizes
+        self._small_memo: dict[tuple, tuple] = {}  # (B bounds, rates, token time, ...) -> sizes, latencies
+        self._small_ws: dict[int, np.ndarray] = {}  # live requests -> a (10, n) work array
+        self._small_cols: tuple | None = None  # the slot table's columns (new arrays when it grows)
 
     # --- per-request QoE terms --------------------------------------------------------------------
     def lat(self, B: int, ctx: PolicyContext, n_running: int) -> float:
@@ -210,7 +216,7 @@ class Andes(Policy):
             bmin += 1
         if bmin >= bmax:
             return [bmax]
-        memo = self.__dict__.setdefault("_cands_memo", {})  # (a function of bmin and bmax alone)
+        memo = self._cands_memo  # (a function of bmin and bmax alone)
         got = memo.get((bmin, bmax))
         if got is not None:
             return list(got)
@@ -306,7 +312,7 @@ class Andes(Policy):
         elif ctx.token_s > u_min:  # min over requests of 1 / rate
             why = "token latency"
         else:
-            if self.__dict__.get("_pri_written"):
+            if self._pri_written:
                 for g in ready:
                     g.extra.pop("andes_pri", None)
             return "", Selection(order=arrival_order(ready))
@@ -444,13 +450,13 @@ class Andes(Policy):
         finite non-zero number, left to the numpy path."""
         a = self._table.a
         n = len(gens)
-        ws = self.__dict__.setdefault("_small_ws", {})  # work arrays by shape (read out before the next point)
+        ws = self._small_ws  # work arrays by shape (read out before the next point)
         X = ws.get(n)
         if X is None:
             if len(ws) >= 64:
                 ws.clear()
             X = ws[n] = np.empty((10, n))
-        cols = self.__dict__.get("_small_cols")  # the table's columns (new arrays when the table grows)
+        cols = self._small_cols  # the table's columns (new arrays when the table grows)
         if cols is None or cols[1] is not a["fixed"] or cols[0][0] is not a["sa"]:
             cols = self._small_cols = ((a["sa"], a["pn"], a["la"], a["dl"], a["start"], a["pending"], a["l"]),
                                        a["fixed"], a["base"], a["own"], a["last_start"], a["fold_rate"])
@@ -488,7 +494,7 @@ class Andes(Policy):
             bmax = min(bmax, max(1, n_run))
         bkey = (max(1, min(bmax, fit)), r_max, n_run, ctx.token_s, n, self.lat_per_seq_s, self.delta_t,
                 self.max_b_candidates)
-        memo = self.__dict__.setdefault("_small_memo", {})
+        memo = self._small_memo
         got = memo.get(bkey) if type(self).lat is Andes.lat else None  # (a function of bkey alone then)
         if got is None:
             cands = self._b_candidates(bkey[0], r_max, n_run, ctx)
