@@ -161,6 +161,46 @@ def test_suspend_at_streams_unless_the_batch_is_full_and_the_next_segment_can_wa
     assert p.suspend_at(h, soon, ctx(), 10.0) is False  # keep the slot: it is needed at once
 
 
+def test_a_full_batch_prices_a_yield_where_a_re_add_is_dear():
+    """Rule 5's price (`yield_price` 0.08, `yield_backlog_s` 30 s): on an engine where a re-add's
+    re-prefill (half a KV block at the step-time model's seconds per prefilled token) costs more
+    than 0.08 of a one-generation step, a full batch keeps its slots at statement ends while only
+    continuations wait (a swap of one continuation for another is not worth a re-add); it yields
+    as before where a first statement waits (behind a late backlog under 30 s) or rule 10
+    protects a first statement while critical work waits, and wherever a re-add is cheap.  Until
+    the step-time model has seen 4 steps it yields."""
+    def point(p, waiting, yield_backlog=None):
+        g = gen("g", 0.0, NORMAL, state=GenState.RUNNING)
+        far = seg(0, 10.0, 5.0)  # robot busy until 15.0: the next segment can wait
+        g.segments.append(far)
+        waiting.blocked = "batch full (1)"
+        p.select([waiting], [g], ctx(), 10.0)
+        return p.suspend_at(g, far, ctx(), 10.0)
+
+    def cont():  # a waiting continuation, deferrable
+        return gen("w", 0.0, NORMAL, segments=[seg(0, 9.0, 5.0)], state=GenState.SUSPENDED)
+
+    assert (Default().yield_price, Default().yield_backlog_s) == (0.08, 30.0)
+    assert point(Default(), cont()) is True  # no steps seen: yields
+    dear, cheap = Default(), Default()
+    _feed(dear._steps, a=0.022, b=0.004, d=0.001)  # 8 tokens x 1 ms = 8 ms > 0.08 x 26 ms
+    _feed(cheap._steps, a=0.022, b=0.004, d=0.0001)  # 0.8 ms < 2.08 ms
+    assert dear.readd_dear(ctx()) and not cheap.readd_dear(ctx())
+    assert point(dear, cont()) is False and point(cheap, cont()) is True
+    assert point(dear, gen("f", 10.0, NORMAL)) is True  # a first statement waits, no backlog
+    strict = Default(yield_backlog_s=0.0)  # no backlog is short enough: only rule 10's protection
+    _feed(strict._steps, a=0.022, b=0.004, d=0.001)
+    assert point(strict, gen("f", 10.0, NORMAL)) is False  # NORMAL: not steeper, not critical
+    assert point(strict, gen("u", 10.0, URGENT)) is True  # a steeper first statement, critical
+    lax = Default(yield_price=float("inf"))
+    _feed(lax._steps, a=0.022, b=0.004, d=0.001)
+    assert point(lax, cont()) is True  # inf: always the old rule
+    for k, bad in (("yield_price", -0.1), ("yield_price", float("nan")), ("yield_price", True),
+                   ("yield_backlog_s", "30"), ("yield_backlog_s", -1)):
+        with pytest.raises(ValueError, match=k):
+            Default(**{k: bad})
+
+
 def test_overload_preempts_only_victims_that_can_be_back_in_time():
     """Rule 11: when more ready generations are past their deadlines than the batch holds, a
     generation that leaves the batch now waits behind them (their estimated times summed over

@@ -131,7 +131,13 @@ batch is full — a batch cap or KV memory refused a ready generation (with ``me
 this policy's KV budget), *not* the step-time cap, a limit of the policy's own: suspending for it
 costs a re-add (prefill) per statement (the edge board with chat_mixed lost 7 s of engine time in
 120 s to that churn) — and its next segment is not due within the lead: then it is suspended (the
-slot goes to waiting work) and resumes when it is critical or the engine is free.  Blocking statements
+slot goes to waiting work) and resumes when it is critical or the engine is free.  Its price
+(``yield_price``, ``yield_backlog_s``; `_yield_priced`): where a re-add is dear — its re-prefill,
+half a KV block at the step-time model's seconds per prefilled token, costs more than 0.08 of a
+one-generation step (edge board, `vllm_cpu_tiny`) — a full batch yields only for a first
+statement: one waiting behind a late backlog (rule 11's wait) under 30 s, or a steeper one rule 10
+protects while critical work waits; a swap of continuations is not worth the re-add there
+(docs/results/2026-11-28-yield-price-default.md).  Blocking statements
 suspend (the plan needs the value); with ``speculate`` (rule 8, `speculates`) the generation goes on
 under the predicted value, its next statement held until the robot's value confirms it
 (core/speculation.py).  With ``stream_past`` (on by default, `streams_past`), where the
@@ -236,7 +242,8 @@ class Default(Policy):
                  pace_kv: str = "preserve", step_ratio: float = 3.0, memory_full: bool = False,
                  atc_k: float = 2.0, drain_after_s: float = 5.0, speculate: bool = True,
                  overload: bool = True, roomy_ratio: float = 10.0, plan_order: bool = True,
-                 plan_depth_s: float = 8.0, steep_cap: bool = True, stream_past: bool = True) -> None:
+                 plan_depth_s: float = 8.0, steep_cap: bool = True, stream_past: bool = True,
+                 yield_price: float = 0.08, yield_backlog_s: float = 30.0) -> None:
         for k, v in (("preempt", preempt), ("kv_budget", kv_budget), ("pace", pace), ("memory_full", memory_full),
                      ("speculate", speculate), ("overload", overload), ("plan_order", plan_order),
                      ("steep_cap", steep_cap), ("stream_past", stream_past)):
@@ -266,6 +273,14 @@ class Default(Policy):
         self._queue_s = 0.0  # rule 11: the late backlog's wait at the last scheduling point
         self.speculate = speculate
         self.stream_past = stream_past  # rule 8: speculate past a blocking statement without a re-add
+        for k, v, what in (("yield_price", yield_price, "a share of a one-generation step; inf: rule 5 always "
+                            "yields"), ("yield_backlog_s", yield_backlog_s, "seconds of late backlog")):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                raise ValueError(f"{k} must be a number >= 0 ({what}), got {v!r}")
+        self.yield_price = float(yield_price)  # rule 5: a yield is priced where a re-add costs more
+        self.yield_backlog_s = float(yield_backlog_s)  # ... unless a first statement waits behind less
+        self._first_ready = False  # a first statement was among the ready generations at the last point
+        self._first_crit = False  # rule 10 protected a first statement while critical work waited (ditto)
         if isinstance(drain_after_s, bool) or not isinstance(drain_after_s, (int, float)) or not drain_after_s > 0:
             raise ValueError(f"drain_after_s must be a number > 0 (inf: the step-time cap always applies), "
                              f"got {drain_after_s!r}")
@@ -415,6 +430,7 @@ class Default(Policy):
         n_run = len(running)
         n = n_run + len(ready)
         if not n:
+            self._first_ready = False
             self._queue_s = 0.0
             self._plan = self.plan_applies(now)
             return self._finish([], False, [], full, running, ctx, now, first=False)
@@ -476,6 +492,7 @@ class Default(Policy):
         run_first = not all([has_l[i] for i in cl[:nr]])  # a critical first segment runs
         crit_ready = cl[nr:]
         first_r = ~has[n_run:]
+        self._first_ready = bool(first_r.any())  # (rule 5's price)
         waits_first = bool(np.count_nonzero(first_r & crit[n_run:]))  # a critical first segment waits
         protect = run_first or waits_first  # a critical first segment runs or waits
         if self.steep_cap:  # rule 10 protects first segments steeper than the flattest live generation
@@ -590,6 +607,7 @@ class Default(Policy):
         """Rules 6 and 7: the memory cut, then token-level preemption (`critical`: whether a
         ready generation is critical), then rule 10's step-time cap (`first`: a first segment it
         protects runs or waits), which with `steep_cap` also shrinks the batch (`_shrink`)."""
+        self._first_crit = first and critical  # (rule 5's price)
         held = False
         n_in = len(order)
         if self.kv_budget:
@@ -809,10 +827,37 @@ class Default(Policy):
 
     def _yields_slot(self, g: Generation, ctx: PolicyContext, now: float) -> bool:
         """Rule 5 at a statement end: g frees its slot when the batch is full and its next
-        statement is not due within the lead (rule 12: unless nobody waiting outranks it)."""
-        if self._full and self._plan and self.plan_priorities([g], ctx.token_s)[0] >= self._head_pri:
+        statement is not due within the lead — unless nobody waiting outranks it (rule 12) or the
+        yield is not worth its re-add (`_yield_priced`)."""
+        if not self._full:
+            return False
+        if self._plan and self.plan_priorities([g], ctx.token_s)[0] >= self._head_pri:
             return False  # rule 12: nobody waiting outranks g, so yielding would only cost a re-add
-        return self._full and self.slack(g, ctx, now, running=False) > self.lead(ctx)
+        if self._yield_priced(ctx):
+            return False  # rule 5's price: the re-add costs more than the swap is worth
+        return self.slack(g, ctx, now, running=False) > self.lead(ctx)
+
+    def _yield_priced(self, ctx: PolicyContext) -> bool:
+        """Rule 5's price at a full batch (as of the last point): True where a yield is not worth
+        its re-add — the re-add is dear (`readd_dear`), and neither did rule 10 protect a first
+        statement while critical work waited, nor did a first statement wait behind a late
+        backlog (rule 11's wait) shorter than `yield_backlog_s`."""
+        if self._first_crit or (self._first_ready and self._queue_s < self.yield_backlog_s):
+            return False
+        return self.readd_dear(ctx)
+
+    def readd_dear(self, ctx: PolicyContext, min_steps: int = 4) -> bool:
+        """Whether a re-add costs more than `yield_price` of a one-generation step on this engine:
+        the re-prefill of a stock engine's re-add — on average half a KV block of tokens through
+        the prefix cache, at the step-time model's seconds per prefilled token — against the
+        model's a + b.  False until the model has seen `min_steps` steps.  Measured (simulator):
+        0.02-0.03 on the RTX 4090 profile, 0.13-0.34 on the edge board and `vllm_cpu_tiny`
+        (docs/results/2026-11-28-yield-price.md)."""
+        m = self._steps
+        if m.n < min_steps:
+            return False
+        a, b, _ = m.coefficients(ctx.token_s)
+        return m.prefill_s_per_token(ctx.token_s) * max(1, ctx.stats.block_size or 16) / 2 > self.yield_price * (a + b)
 
     def streams_past(self, g: Generation, seg: Segment, ctx: PolicyContext, now: float) -> bool:
         """Rule 8 without a re-add (``stream_past``): at a blocking statement whose predicted result
@@ -840,4 +885,5 @@ class Default(Policy):
                 "step_ratio": self.step_ratio, "memory_full": self.memory_full, "atc_k": self.atc_k,
                 "drain_after_s": self.drain_after_s, "speculate": self.speculate,
                 "overload": self.overload, "roomy_ratio": self.roomy_ratio, "plan_order": self.plan_order,
-                "plan_depth_s": self.plan_depth_s, "steep_cap": self.steep_cap, "stream_past": self.stream_past}
+                "plan_depth_s": self.plan_depth_s, "steep_cap": self.steep_cap, "stream_past": self.stream_past,
+                "yield_price": self.yield_price, "yield_backlog_s": self.yield_backlog_s}

@@ -68,6 +68,11 @@ class StepTimeModel:
             self._coef, self._a0, self._d = (a, max(0.0, b), max(0.0, c)), a0, max(0.0, d)
         return self._coef
 
+    def prefill_s_per_token(self, a0: float) -> float:
+        """d: the fit's seconds per prefilled token (>= 0; 0 before any observation)."""
+        self.coefficients(a0)
+        return self._d
+
     def relative_error(self) -> float:
         """Root mean square of the one-step-ahead prediction errors over the mean step time (the
         same forgetting); inf before two observations."""
