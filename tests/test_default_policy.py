@@ -166,9 +166,9 @@ def test_a_full_batch_prices_a_yield_where_a_re_add_is_dear():
     re-prefill (half a KV block at the step-time model's seconds per prefilled token) costs more
     than 0.08 of a one-generation step, a full batch keeps its slots at statement ends while only
     continuations wait (a swap of one continuation for another is not worth a re-add); it yields
-    as before where a first statement waits (behind a late backlog under 30 s) or rule 10
-    protects a first statement while critical work waits, and wherever a re-add is cheap.  Until
-    the step-time model has seen 4 steps it yields."""
+    as before where a critical first statement waits (behind a late backlog under 30 s) or rule
+    10 protects a steeper first statement while critical work waits, and wherever a re-add is
+    cheap.  Until the step-time model has seen 4 steps it yields."""
     def point(p, waiting, yield_backlog=None):
         g = gen("g", 0.0, NORMAL, state=GenState.RUNNING)
         far = seg(0, 10.0, 5.0)  # robot busy until 15.0: the next segment can wait
@@ -187,10 +187,12 @@ def test_a_full_batch_prices_a_yield_where_a_re_add_is_dear():
     _feed(cheap._steps, a=0.022, b=0.004, d=0.0001)  # 0.8 ms < 2.08 ms
     assert dear.readd_dear(ctx()) and not cheap.readd_dear(ctx())
     assert point(dear, cont()) is False and point(cheap, cont()) is True
-    assert point(dear, gen("f", 10.0, NORMAL)) is True  # a first statement waits, no backlog
+    # due 10.2: slack 0.2 - 7 steps x 0.02 = 0.06 <= lead 0.08, critical
+    assert point(dear, gen("f", 9.2, NORMAL)) is True  # a critical first statement waits, no backlog
+    assert point(dear, gen("f", 10.0, NORMAL)) is False  # due 11.0: not critical yet, it can wait
     strict = Default(yield_backlog_s=0.0)  # no backlog is short enough: only rule 10's protection
     _feed(strict._steps, a=0.022, b=0.004, d=0.001)
-    assert point(strict, gen("f", 10.0, NORMAL)) is False  # NORMAL: not steeper, not critical
+    assert point(strict, gen("f", 9.2, NORMAL)) is False  # critical, but no steeper than the batch
     assert point(strict, gen("u", 10.0, URGENT)) is True  # a steeper first statement, critical
     lax = Default(yield_price=float("inf"))
     _feed(lax._steps, a=0.022, b=0.004, d=0.001)

@@ -579,7 +579,7 @@ def _same_on_each_path(paths, gens, run):
     copies = [_copy(gens) for _ in paths]
     seen = [run(p, c) for p, c in zip(paths, copies)]
     state = [(p._full, p._capped, p._mem_held, p._mem_cut, p._queue_s, p._plan, p._head_pri, p._depth,
-              p._first_seen, p._first_ready, p._first_crit) for p in paths]  # (rules 5-7, 10's verdicts, 11's backlog wait, 12's)
+              p._first_seen, p._first_waits, p._first_crit) for p in paths]  # (rules 5-7, 10's verdicts, 11's backlog wait, 12's)
     marks = [[g.extra.get("pause_kv") for g in c] for c in copies]
     assert seen[1] == seen[0] and seen[2] == seen[0]
     assert state[1] == state[0] and state[2] == state[0]

@@ -135,7 +135,7 @@ slot goes to waiting work) and resumes when it is critical or the engine is free
 (``yield_price``, ``yield_backlog_s``; `_yield_priced`): where a re-add is dear — its re-prefill,
 half a KV block at the step-time model's seconds per prefilled token, costs more than 0.08 of a
 one-generation step (edge board, `vllm_cpu_tiny`) — a full batch yields only for a first
-statement: one waiting behind a late backlog (rule 11's wait) under 30 s, or a steeper one rule 10
+statement: a critical one waiting behind a late backlog (rule 11's wait) under 30 s, or a steeper one rule 10
 protects while critical work waits; a swap of continuations is not worth the re-add there
 (docs/results/2026-11-28-yield-price-default.md).  Blocking statements
 suspend (the plan needs the value); with ``speculate`` (rule 8, `speculates`) the generation goes on
@@ -279,7 +279,7 @@ class Default(Policy):
                 raise ValueError(f"{k} must be a number >= 0 ({what}), got {v!r}")
         self.yield_price = float(yield_price)  # rule 5: a yield is priced where a re-add costs more
         self.yield_backlog_s = float(yield_backlog_s)  # ... unless a first statement waits behind less
-        self._first_ready = False  # a first statement was among the ready generations at the last point
+        self._first_waits = False  # a critical first statement was among the ready ones at the last point
         self._first_crit = False  # rule 10 protected a first statement while critical work waited (ditto)
         if isinstance(drain_after_s, bool) or not isinstance(drain_after_s, (int, float)) or not drain_after_s > 0:
             raise ValueError(f"drain_after_s must be a number > 0 (inf: the step-time cap always applies), "
@@ -430,7 +430,7 @@ class Default(Policy):
         n_run = len(running)
         n = n_run + len(ready)
         if not n:
-            self._first_ready = False
+            self._first_waits = False
             self._queue_s = 0.0
             self._plan = self.plan_applies(now)
             return self._finish([], False, [], full, running, ctx, now, first=False)
@@ -492,8 +492,8 @@ class Default(Policy):
         run_first = not all([has_l[i] for i in cl[:nr]])  # a critical first segment runs
         crit_ready = cl[nr:]
         first_r = ~has[n_run:]
-        self._first_ready = bool(first_r.any())  # (rule 5's price)
         waits_first = bool(np.count_nonzero(first_r & crit[n_run:]))  # a critical first segment waits
+        self._first_waits = waits_first  # (rule 5's price)
         protect = run_first or waits_first  # a critical first segment runs or waits
         if self.steep_cap:  # rule 10 protects first segments steeper than the flattest live generation
             mag = -a["alpha"][sl]
@@ -840,9 +840,9 @@ class Default(Policy):
     def _yield_priced(self, ctx: PolicyContext) -> bool:
         """Rule 5's price at a full batch (as of the last point): True where a yield is not worth
         its re-add — the re-add is dear (`readd_dear`), and neither did rule 10 protect a first
-        statement while critical work waited, nor did a first statement wait behind a late
-        backlog (rule 11's wait) shorter than `yield_backlog_s`."""
-        if self._first_crit or (self._first_ready and self._queue_s < self.yield_backlog_s):
+        statement while critical work waited, nor did a critical first statement wait behind a
+        late backlog (rule 11's wait) shorter than `yield_backlog_s`."""
+        if self._first_crit or (self._first_waits and self._queue_s < self.yield_backlog_s):
             return False
         return self.readd_dear(ctx)
 

@@ -7,7 +7,7 @@ At hundreds the numpy pass wins (measured: docs/results/2026-11-28-cost.md, sess
 
 Contract: the same decisions and the same bits as the numpy path, at any size — the Selection
 (order, preemptions), every generation's priority, the policy's state (`_full`, `_queue_s`,
-`_plan`, `_head_pri`, `_depth`, `_capped`, `_mem_held`, `_mem_cut`, `_first_seen`, `_first_ready`,
+`_plan`, `_head_pri`, `_depth`, `_capped`, `_mem_held`, `_mem_cut`, `_first_seen`, `_first_waits`,
 `_first_crit`) and rule 9's
 pause marks.  The arithmetic is the numpy path's, operation for operation, on Python floats:
 numpy's float64 + - * / are IEEE's, as Python's; the mean of `atc_priority_lists` is numpy's
@@ -136,9 +136,8 @@ def select_small(self: Default, ready: Sequence[Generation], running: Sequence[G
     flat = math.inf  # rule 10's steep cap: the flattest live slope, the steepest first segment's
     steepest_first = -math.inf
     some_first = False
-    first_ready = False  # a first statement among the ready ones (rule 5's price)
     split = []  # per group (running, ready): critical, deferrable, a critical first segment, ATC terms
-    for is_ready, enter, gens in ((False, 0.0, running), (True, token_s, ready)):  # +1 step to (re)enter: the ready
+    for enter, gens in ((0.0, running), (token_s, ready)):  # +1 step to (re)enter the batch: the ready ones
         crit: list[Generation] = []
         defer: list[Generation] = []
         alphas: list[float] = []
@@ -163,8 +162,6 @@ def select_small(self: Default, ready: Sequence[Generation], running: Sequence[G
                 left = get_first(req.robot_type, 8.0) - g.seg_tokens
                 seg = False
                 some_first = True
-                if is_ready:
-                    first_ready = True
                 if -alpha > steepest_first:
                     steepest_first = -alpha
                 due = g.next_due(now)
@@ -184,9 +181,9 @@ def select_small(self: Default, ready: Sequence[Generation], running: Sequence[G
                 add_defer(g)
         split.append((crit, defer, crit_first, alphas, ps, slacks))
     (run_crit, run_def, run_first, *atc_w), (crit_r, defer_r, waits_first, *atc_r) = split
+    self._first_waits = waits_first  # (rule 5's price)
     late_ps = [q for q, x in zip(atc_r[1], atc_r[2]) if x < 0.0]  # rule 11: the ready ones past their deadlines
     self._queue_s = self.queue_wait(len(late_ps), late_ps, len(running))
-    self._first_ready = first_ready
     self._plan = self.plan_applies(now)
     if run_crit or crit_r:  # critical segments: ATC, the running batch and the ready ones each a group
         pw, pr = atc_priority_lists((atc_w, atc_r), self.atc_k)
