@@ -268,7 +268,12 @@ def test_the_installed_executable_starts_a_node(nodes, tmp_path):
                                  "__ns:=/drone_inst"], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
     try:
         assert wait_for(lambda: " serving " in log.read_text() or proc.poll() is not None, 60), log.read_text()
-        assert state(t, "/drone_inst/executor") == "active"
+        assert proc.poll() is None, f"the installed node exited ({proc.returncode}):\n{log.read_text()}"
+        try:  # (a CI run once got no answer here: the node's own log then says whether it was serving)
+            label = state(t, "/drone_inst/executor")
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n--- the installed node's log:\n{log.read_text()}") from e
+        assert label == "active"
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0, log.read_text()
     finally:
