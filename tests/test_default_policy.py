@@ -203,6 +203,35 @@ def test_a_full_batch_prices_a_yield_where_a_re_add_is_dear():
             Default(**{k: bad})
 
 
+def test_a_suspension_keeps_its_kv_where_the_engine_can_and_memory_has_room():
+    """Rule 13 (`keep_kv`, `keep_kv_min_free` 0.25): on an engine that honours "preserve" (an
+    InferCept/LAMPS-style engine, the map's preserve column) a generation suspended at a
+    statement end or preempted keeps its KV in place while at least a quarter of the KV memory is
+    free — its re-add then recomputes one token, so rule 5's price sees no dear re-add there;
+    on a stock engine (vLLM: "cache" only), with memory short, or with `keep_kv=false` it goes
+    to the prefix cache as before."""
+    pres = dataclasses.replace(ctx(), kv_modes=frozenset({"cache", "preserve"}))  # 1000 of 1000 blocks free
+    short = dataclasses.replace(pres, stats=EngineStats(1000, 240, 16, 0, 45.0))  # 24 % free
+    g = gen("g", 0.0, NORMAL, [seg(0, 9.0, 5.0)], state=GenState.RUNNING)
+    p = Default()
+    assert (p.keep_kv, p.keep_kv_min_free) == (True, 0.25)
+    assert p.kv_mode(g, g.segments[-1], pres) == "preserve" and p.kv_mode(g, None, pres) == "preserve"
+    assert p.kv_mode(g, g.segments[-1], ctx()) == "cache"  # stock vLLM cannot keep it
+    assert p.kv_mode(g, g.segments[-1], short) == "cache"
+    edge = dataclasses.replace(pres, stats=EngineStats(1000, 250, 16, 0, 45.0))  # exactly 25 %
+    assert p.kv_mode(g, None, edge) == "preserve"
+    assert Default(keep_kv=False).kv_mode(g, g.segments[-1], pres) == "cache"
+    assert Default(keep_kv_min_free=0.0).kv_mode(g, None, short) == "preserve"
+    dear = Default()
+    _feed(dear._steps, a=0.022, b=0.004, d=0.001)  # a re-prefill dear on this engine (see rule 5's test)
+    assert dear.readd_dear(ctx()) and dear.readd_dear(short) and not dear.readd_dear(pres)
+    assert dear.params()["keep_kv"] is True and dear.params()["keep_kv_min_free"] == 0.25
+    for k, bad in (("keep_kv", 1), ("keep_kv", "true"), ("keep_kv_min_free", 1.5), ("keep_kv_min_free", -0.1),
+                   ("keep_kv_min_free", float("nan")), ("keep_kv_min_free", True)):
+        with pytest.raises(ValueError, match=k):
+            Default(**{k: bad})
+
+
 def test_overload_preempts_only_victims_that_can_be_back_in_time():
     """Rule 11: when more ready generations are past their deadlines than the batch holds, a
     generation that leaves the batch now waits behind them (their estimated times summed over
@@ -762,7 +791,8 @@ def test_pacing_pauses_deferrable_work_while_an_urgent_first_segment_is_generate
     # 20 running + u = 21 > 13: the 8 with the most slack (robots busy longest) are paused
     assert ids(sel.preempt) == [f"c{i:02d}" for i in range(19, 11, -1)]
     assert {p.kv_mode(g, None, c) for g in sel.preempt} == {"preserve"}  # KV kept in place
-    assert p.kv_mode(running[0], None, c) == "cache"  # anything else: the prefix cache
+    assert p.kv_mode(running[0], None, c) == "preserve"  # rule 13 keeps any other suspension's too here
+    assert Default(keep_kv=False).kv_mode(running[0], None, c) == "cache"  # without it: the prefix cache
     # the paused ones wait while the urgent one runs (the gate, rule 4) and come back after it
     for g in sel.preempt:
         g.state = GenState.SUSPENDED

@@ -153,8 +153,16 @@ limit, TimelyLLM's segmentation with preemption.
 Online by construction: it reads a request's arrival, TUF and robot type and what has been
 generated and executed so far — never ``reference_plan`` nor future arrivals
 (tests/test_default_policy.py checks this).  It never sheds: every request is served.
-KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM; a rule-9 pause: "preserve".
-(About 650 lines: the twelve rules, stated here, and their vectorised `select`; the same
+KV on suspension: vLLM's prefix-cache behaviour ("cache"), as TimelyLLM; a rule-9 pause: "preserve";
+and rule 13 (``keep_kv``, on by default since 2026-11-28 night; `keeps_kv`): where the engine honours
+"preserve" (an InferCept/LAMPS-style engine — the map's preserve column; stock vLLM cannot) and at
+least ``keep_kv_min_free`` (0.25) of its KV memory is free, every suspension — a statement end,
+a preemption — keeps its KV in place, so its re-add recomputes one token instead of re-prefilling
+its last, partial block (rule 5's price then sees no dear re-add); where kept KV stalls the
+engine, the planner releases it (`Planner._release_pinned`).  All stored cells: 280 -> 282 of 348
+pass, none lost (the RTX 4090's drones:400 cap 8 and our edge burst fleet cap 8, preserve column);
+no stock-column record moves (simulator, docs/results/2026-11-28-keep-kv.md).
+(About 650 lines: the thirteen rules, stated here, and their vectorised `select`; the same
 point for a handful of live generations, in plain Python, is default_small.py; the step-time
 model is step_time.py.)
 """
@@ -243,10 +251,11 @@ class Default(Policy):
                  atc_k: float = 2.0, drain_after_s: float = 5.0, speculate: bool = True,
                  overload: bool = True, roomy_ratio: float = 10.0, plan_order: bool = True,
                  plan_depth_s: float = 8.0, steep_cap: bool = True, stream_past: bool = True,
-                 yield_price: float = 0.08, yield_backlog_s: float = 30.0) -> None:
+                 yield_price: float = 0.08, yield_backlog_s: float = 30.0, keep_kv: bool = True,
+                 keep_kv_min_free: float = 0.25) -> None:
         for k, v in (("preempt", preempt), ("kv_budget", kv_budget), ("pace", pace), ("memory_full", memory_full),
                      ("speculate", speculate), ("overload", overload), ("plan_order", plan_order),
-                     ("steep_cap", steep_cap), ("stream_past", stream_past)):
+                     ("steep_cap", steep_cap), ("stream_past", stream_past), ("keep_kv", keep_kv)):
             if not isinstance(v, bool):
                 raise ValueError(f"{k} must be true or false, got {v!r}")
         self.kv_budget = kv_budget
@@ -279,6 +288,12 @@ class Default(Policy):
                 raise ValueError(f"{k} must be a number >= 0 ({what}), got {v!r}")
         self.yield_price = float(yield_price)  # rule 5: a yield is priced where a re-add costs more
         self.yield_backlog_s = float(yield_backlog_s)  # ... unless a first statement waits behind less
+        self.keep_kv = keep_kv  # rule 13: a suspension keeps its KV where the engine can and memory has room
+        if (isinstance(keep_kv_min_free, bool) or not isinstance(keep_kv_min_free, (int, float))
+                or not 0 <= keep_kv_min_free <= 1):
+            raise ValueError(f"keep_kv_min_free must be in [0, 1] (rule 13 keeps a suspended generation's KV "
+                             f"while at least this share of KV memory is free), got {keep_kv_min_free!r}")
+        self.keep_kv_min_free = float(keep_kv_min_free)
         self._first_waits = False  # a critical first statement was among the ready ones at the last point
         self._first_crit = False  # rule 10 protected a first statement while critical work waited (ditto)
         if isinstance(drain_after_s, bool) or not isinstance(drain_after_s, (int, float)) or not drain_after_s > 0:
@@ -597,10 +612,22 @@ class Default(Policy):
         return Selection(order=order, preempt=list(sel.preempt) + paused)
 
     def kv_mode(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> str:
-        """A generation paused by rule 9 keeps its KV in place; any other suspension "cache"."""
+        """A generation paused by rule 9 keeps its KV in place (`pace_kv`); any other suspension
+        — at a statement end, or preempted — too where rule 13 keeps KV (`keeps_kv`); else "cache"."""
         if g.extra.pop("pause_kv", False) and seg is None:
             return self.pace_kv
-        return super().kv_mode(g, seg, ctx)
+        return "preserve" if self.keeps_kv(ctx) else "cache"
+
+    def keeps_kv(self, ctx: PolicyContext) -> bool:
+        """Rule 13: whether a generation suspended now keeps its KV in place — `keep_kv` is on,
+        the engine honours "preserve" (`Engine.kv_modes`: an InferCept/LAMPS-style engine; stock
+        vLLM cannot) and at least `keep_kv_min_free` of its KV memory is free.  Its resume then
+        recomputes one token instead of re-prefilling its last, partial KV block; where kept KV
+        stalls the engine, the planner releases it (`Planner._release_pinned`)."""
+        if not self.keep_kv or "preserve" not in ctx.kv_modes:
+            return False
+        st = ctx.stats
+        return not st.kv_total_blocks or st.kv_free_blocks >= self.keep_kv_min_free * st.kv_total_blocks
 
     def _finish(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
                 running: Sequence[Generation], ctx: PolicyContext, now: float, first: bool = True) -> Selection:
@@ -850,11 +877,12 @@ class Default(Policy):
         """Whether a re-add costs more than `yield_price` of a one-generation step on this engine:
         the re-prefill of a stock engine's re-add — on average half a KV block of tokens through
         the prefix cache, at the step-time model's seconds per prefilled token — against the
-        model's a + b.  False until the model has seen `min_steps` steps.  Measured (simulator):
+        model's a + b.  False until the model has seen `min_steps` steps, and where the
+        suspension keeps its KV (rule 13, `keeps_kv`: the re-add recomputes one token).  Measured (simulator):
         0.02-0.03 on the RTX 4090 profile, 0.13-0.34 on the edge board and `vllm_cpu_tiny`
         (docs/results/2026-11-28-yield-price.md)."""
         m = self._steps
-        if m.n < min_steps:
+        if m.n < min_steps or self.keeps_kv(ctx):
             return False
         a, b, _ = m.coefficients(ctx.token_s)
         return m.prefill_s_per_token(ctx.token_s) * max(1, ctx.stats.block_size or 16) / 2 > self.yield_price * (a + b)
@@ -886,4 +914,5 @@ class Default(Policy):
                 "drain_after_s": self.drain_after_s, "speculate": self.speculate,
                 "overload": self.overload, "roomy_ratio": self.roomy_ratio, "plan_order": self.plan_order,
                 "plan_depth_s": self.plan_depth_s, "steep_cap": self.steep_cap, "stream_past": self.stream_past,
-                "yield_price": self.yield_price, "yield_backlog_s": self.yield_backlog_s}
+                "yield_price": self.yield_price, "yield_backlog_s": self.yield_backlog_s, "keep_kv": self.keep_kv,
+                "keep_kv_min_free": self.keep_kv_min_free}
