@@ -173,7 +173,7 @@ def build_mix(n_ready: int, n_running: int, robots: dict, catalog: dict, seed: i
 def clone(gens: list[Generation]) -> list[Generation]:
     """Independent copies for one policy (token lists are shared: select() never mutates them)."""
     return [dataclasses.replace(g, segments=[dataclasses.replace(s) for s in g.segments],
-                                extra=copy.deepcopy(g.extra), cached_tokens=list(g.cached_tokens))
+                                policy=copy.deepcopy(g.policy), cached_tokens=list(g.cached_tokens))
             for g in gens]
 
 

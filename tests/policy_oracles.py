@@ -14,7 +14,7 @@ from typing import Sequence
 from timelyllm_ros.core.kv_handling import other_context, private_context
 from timelyllm_ros.core.policies.andes import _INF, _Item, _idle_engine_order, _paying_pairs
 from timelyllm_ros.core.policies.base import DispatchMode, PolicyContext, Selection, arrival_order, batch_was_full
-from timelyllm_ros.core.policies.lamps import _SCORE, _STARVE
+from timelyllm_ros.core.policies.lamps import lamps_state, starving
 from timelyllm_ros.core.qoe import consume_rate, delivery_runs, measured_tokens_per_word, qoe_of_runs, ttft_target
 from timelyllm_ros.core.types import Generation, GenState
 
@@ -93,14 +93,14 @@ def andes_select_reference(self, ready: Sequence[Generation], running: Sequence[
     """`Andes.select` (`self`: the policy) as the paper's steps read: per request and candidate
     batch size in Python (Algorithm 1's `greedy_pack`, the refiner pair by pair)."""
     full = batch_was_full(ready)
-    fcfs = sorted(ready, key=lambda g: (-g.extra.get("andes_pri", _INF), g.request.arrival, g.gen_id))
+    fcfs = sorted(ready, key=lambda g: (-(_INF if g.policy.andes_pri is None else g.policy.andes_pri), g.request.arrival, g.gen_id))
     if not ready:
         return Selection(order=[])
     items = [andes_item(self, g, True, ctx, now) for g in running] + [andes_item(self, g, False, ctx, now) for g in ready]
     on, why = andes_triggered(self, items, full, ctx)
     if not on:
         for g in ready:
-            g.extra.pop("andes_pri", None)
+            g.policy.andes_pri = None
         return Selection(order=sorted(ready, key=lambda g: (g.request.arrival, g.gen_id)))
     self._triggered += 1
     if (self._triggered - 1) % self.solve_every:
@@ -125,7 +125,7 @@ def andes_select_reference(self, ready: Sequence[Generation], running: Sequence[
     _, B, chosen, gains, pri = best
     for i, it in enumerate(items):
         it.g.priority = pri[i]
-        it.g.extra["andes_pri"] = pri[i]
+        it.g.policy.andes_pri = pri[i]
     cs = set(chosen)
     admit = sorted((i for i in cs if not items[i].running), key=lambda i: -pri[i])
     victims = sorted((i for i in idx if items[i].running and i not in cs), key=lambda i: pri[i])
@@ -149,8 +149,6 @@ def andes_refine(self, items: list[_Item], admit: list[int], victims: list[int],
 
 
 # --- LAMPS (core/policies/lamps.py) ---------------------------------------------------------------
-_COUNT = "lamps_wait"
-_SEEN = "lamps_seen"
 
 
 def lamps_eligible(self, g: Generation, ctx: PolicyContext, now: float) -> bool:
@@ -164,22 +162,32 @@ def lamps_eligible(self, g: Generation, ctx: PolicyContext, now: float) -> bool:
     return end is None or now >= end - ctx.seg_gen_s
 
 
+def lamps_counters(self) -> dict[str, tuple[int, int]]:
+    """The reference's starvation counters (the fast path keeps them in its SlotTable): per
+    generation id, (the last iteration it was seen ready, consecutive iterations ready)."""
+    return self.__dict__.setdefault("_ref_counters", {})
+
+
+def lamps_ref_wait(self, g: Generation) -> int:
+    """The reference's starvation counter of g (`LAMPS.wait_count` on the fast path)."""
+    return lamps_counters(self).get(g.gen_id, (None, 0))[1]
+
+
 def lamps_count(self, g: Generation, it: int) -> None:
     """Starvation counter: +1 per consecutive iteration spent ready; reset otherwise."""
-    if g.extra.get(_SEEN) == it - 1:
-        g.extra[_COUNT] = g.extra.get(_COUNT, 0) + 1
-    else:
-        g.extra[_COUNT] = 0  # newly ready: arrived, returned from a call, or was running
-    g.extra[_SEEN] = it
-    if g.extra[_COUNT] >= self.starvation_threshold and not g.extra.get(_STARVE):
-        g.extra[_STARVE] = True
-        g.extra["lamps_starved_at"] = it
+    seen, count = lamps_counters(self).get(g.gen_id, (None, 0))
+    count = count + 1 if seen == it - 1 else 0  # 0: newly ready (arrived, returned from a call, or was running)
+    lamps_counters(self)[g.gen_id] = (it, count)
+    if count >= self.starvation_threshold and not starving(g):
+        st = lamps_state(g)
+        st.starving = True
+        st.starved_at = it
 
 
 def lamps_select_reference(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                            now: float) -> Selection:
     """`LAMPS.select` (`self`: the policy) per generation, as written; the starvation counters
-    in each generation's extra (`_COUNT`)."""
+    per generation id on the policy (`lamps_counters`)."""
     self.observe(running)
     self.observe(ready)
     it = ctx.iteration
@@ -192,7 +200,7 @@ def lamps_select_reference(self, ready: Sequence[Generation], running: Sequence[
         lamps_count(self, g, it)
         if not lamps_eligible(self, g, ctx, now):
             continue
-        cached = g.extra.get(_SCORE)  # (policy, iteration, area, segments)
+        cached = lamps_state(g).score  # (policy, iteration, area, segments)
         if (cached is None or cached[0] != self._token or it - cached[1] >= self.score_interval
                 or cached[3] != len(g.segments)):
             c_other = None
@@ -200,10 +208,10 @@ def lamps_select_reference(self, ready: Sequence[Generation], running: Sequence[
                 if batch_ctx is None:
                     batch_ctx = other_context(g, running, self.prefix)
                 c_other = batch_ctx
-            g.extra[_SCORE] = (self._token, it, self.area(g, ctx, running, c_other), len(g.segments))
-        g.priority = -g.extra[_SCORE][2]
+            lamps_state(g).score = (self._token, it, self.area(g, ctx, running, c_other), len(g.segments))
+        g.priority = -lamps_state(g).score[2]
         order.append(g)
-    order.sort(key=lambda g: (not g.extra.get(_STARVE, False), -g.priority, g.ready_since,
+    order.sort(key=lambda g: (not starving(g), -g.priority, g.ready_since,
                               g.request.arrival, g.gen_id))
     if self.memory_admission:
         order = self.admission_cut(order, running, ctx)

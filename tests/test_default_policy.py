@@ -11,6 +11,7 @@ from timelyllm_ros.core.policies import DEFAULT_POLICY, PolicyContext, make_poli
 from timelyllm_ros.core.policies.default import Default
 from timelyllm_ros.core.robots import load_robots
 from timelyllm_ros.core.tuf import NORMAL, URGENT
+from timelyllm_ros.core.policy_state import PolicyState
 from timelyllm_ros.core.types import Generation, GenState, PlanRequest, Segment
 from timelyllm_ros.engines.base import EngineStats
 from timelyllm_ros.workloads.format import scaled_drones
@@ -324,7 +325,7 @@ def test_plan_order_ranks_late_work_by_the_whole_replys_wsrpt_and_keeps_slots_no
         near = req_gen("near", 0.0, "mf(50); tl(90);", segments=[seg(0, 9.0, 1.8)],
                        state=GenState.RUNNING)  # robot busy until 10.8: deferrable, but rule 11 keeps it
         runs = [near,
-                dataclasses.replace(crit_run, output_ids=list(crit_run.output_ids), extra={})]
+                dataclasses.replace(crit_run, output_ids=list(crit_run.output_ids), policy=PolicyState())]
         lates = [req_gen("s1", 9.0, "mf(50);", URGENT), req_gen("s2", 9.0, "mf(50);", URGENT),
                  req_gen("s3", 9.0, "mf(50);", URGENT)]
         for g in lates:
@@ -417,12 +418,11 @@ def _decisions(workload, perturb_after=None, **kw):
 def test_select_reads_again_whatever_the_planner_changed(workload, kw, small):
     """`select` keeps whether a generation has segments, its current segment's tokens and its
     next due time (the numpy path; the plain path, `small`, only the due time of one with
-    segments, in its `extra`), and rule 12 the predicted remaining reply, until its `sched_rev`
+    segments, in its `DefaultState.due`), and rule 12 the predicted remaining reply, until its `sched_rev`
     moves (`Generation.touch`).  Over whole runs (tokens, statements cut and suspended,
     speculation, executor results and faults, preemptions), at every scheduling point what it
     used equals what the generations hold then: a planner path that changed one of them without
     `touch` fails here."""
-    from timelyllm_ros.core.policies.default_small import _DUE
     checked = []
     plan = []
     if workload.startswith("drones:"):
@@ -440,7 +440,7 @@ def test_select_reads_again_whatever_the_planner_changed(workload, kw, small):
                 j = pol._table.slot(g)
                 fresh = (bool(g.segments), float(g.seg_tokens), g.next_due(now))
                 if small:
-                    assert not g.segments or g.extra[_DUE] == (g.sched_rev, fresh[2]), g.gen_id
+                    assert not g.segments or g.policy.default.due == (g.sched_rev, fresh[2]), g.gen_id
                 else:
                     assert (bool(a["has"][j]), float(a["tok"][j]), float(a["due"][j])) == fresh, g.gen_id
                 if j is not None and a["prev"][j] == g.sched_rev:  # (its text did not grow: asking changes nothing)

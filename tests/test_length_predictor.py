@@ -104,7 +104,7 @@ def test_learned_refinement_tracks_a_reply_as_it_is_generated(learned):
     assert abs(first - true_total) < 64
     # near the end it knows the reply is nearly done
     assert np.mean(errs[-10:]) < 32
-    assert g.extra["lenpred"]["seen"] == len(pieces)
+    assert g.policy.length.seen == len(pieces)
 
 
 def test_save_load_roundtrip_and_errors(tmp_path):

@@ -402,14 +402,14 @@ def test_pinned_kv_that_blocks_an_empty_engine_is_released():
     run_until(planner, lambda: disp.goals)  # a: scan dispatched, waits for its result, KV pinned
     a = planner.generations["a"]
     assert a.state is GenState.WAITING and engine.pinned_blocks > 150
-    assert a.extra["lamps_kv"] == "preserve"
+    assert a.policy.lamps.kv == "preserve"
     assert planner.submit(req("b", "tp;", robot="d2")).accepted
     planner.step()
     b = planner.generations["b"]
     assert b.state is not GenState.QUEUED, b.blocked
     assert engine.pinned_blocks == 0 and engine.suspended_mode("a") == "cache"
     assert a.kv_released == 1 and planner.kv_released == 1
-    assert a.extra["lamps_kv"] == "cache"  # the policy was told (LAMPS's admission and ranking read it)
+    assert a.policy.lamps.kv == "cache"  # the policy was told (LAMPS's admission and ranking read it)
     ok(planner, disp.goals[0], clock, value=True)  # the scan's result: a resumes
     run_until(planner, lambda: a.state is GenState.DRAINING or a.state.terminal, limit=2000)
     assert a.state is GenState.DRAINING and a.text == "s('cat');g('cat');"

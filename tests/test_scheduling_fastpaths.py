@@ -211,7 +211,8 @@ from timelyllm_ros.core.exec_time import ExecTimeEstimator  # noqa: E402
 from timelyllm_ros.core.robots import load_robots  # noqa: E402
 from timelyllm_ros.core.types import GenState  # noqa: E402
 from timelyllm_ros.engines.base import EngineStats  # noqa: E402
-from policy_oracles import andes_select_reference, hybrid_select_reference, lamps_select_reference  # noqa: E402
+from policy_oracles import andes_select_reference, hybrid_select_reference, lamps_ref_wait, lamps_select_reference  # noqa: E402
+from timelyllm_ros.core.policies.lamps import lamps_state, starving  # noqa: E402
 
 ROBOTS = load_robots()
 _TYPES = ("tello", "arm", "chat", "tello")
@@ -244,7 +245,7 @@ def _scenario(specs, urgent_every: int = 0):
                                       gen_start=0.0, gen_end=0.5 * j, est_exec_s=est, dispatched_at=0.5 * j,
                                       exec_start=start, exec_end=end))
         if kv is not None:
-            g.extra["lamps_kv"] = kv
+            lamps_state(g).kv = kv
         g.state = GenState.RUNNING if run else (GenState.SUSPENDED if g.segments else GenState.QUEUED)
         gens.append(g)
     return gens
@@ -252,7 +253,7 @@ def _scenario(specs, urgent_every: int = 0):
 
 def _copy(gens):
     return [dataclasses.replace(g, prompt_ids=list(g.prompt_ids), output_ids=list(g.output_ids),
-                                segments=[dataclasses.replace(s) for s in g.segments], extra=copy.deepcopy(g.extra))
+                                segments=[dataclasses.replace(s) for s in g.segments], policy=copy.deepcopy(g.policy))
             for g in gens]
 
 
@@ -282,7 +283,7 @@ def _run(policy, gens, steps, blocked, kv_via_policy=False, kv_modes=frozenset({
                 if kv_via_policy:
                     policy.kv_mode(g, None, _ctx(gens, it, token_s, free))
                 else:
-                    g.extra["lamps_kv"] = kv
+                    lamps_state(g).kv = kv
             if flip:
                 g.state = (GenState.RUNNING if g.state is not GenState.RUNNING
                            else GenState.SUSPENDED if g.segments else GenState.QUEUED)
@@ -294,7 +295,7 @@ def _run(policy, gens, steps, blocked, kv_via_policy=False, kv_modes=frozenset({
         sel = policy.select(ready, running, _ctx(gens, it, token_s, free, kv_modes, engines), now)
         seen.append(([g.gen_id for g in sel.order], [g.gen_id for g in sel.preempt],
                      [repr(g.priority) for g in gens],
-                     sorted((g.gen_id, bool(g.extra.get("lamps_starving"))) for g in gens)))
+                     sorted((g.gen_id, starving(g)) for g in gens)))
     return seen
 
 
@@ -324,7 +325,7 @@ def test_lamps_fast_select_matches_reference(specs, steps, threshold, allowed, j
     gens = _scenario(specs)
     a, b = _copy(gens), _copy(gens)
     assert _run(fast, a, steps, False, True) == _run(ref, b, steps, False, True)
-    assert [fast.wait_count(g) for g in a] == [g.extra.get("lamps_wait", 0) for g in b]
+    assert [fast.wait_count(g) for g in a] == [lamps_ref_wait(ref, g) for g in b]
 
 
 def _trail_reference(p, ready, running):
@@ -580,7 +581,7 @@ def _same_on_each_path(paths, gens, run):
     seen = [run(p, c) for p, c in zip(paths, copies)]
     state = [(p._full, p._capped, p._mem_held, p._mem_cut, p._queue_s, p._plan, p._head_pri, p._depth,
               p._first_seen, p._first_waits, p._first_crit) for p in paths]  # (rules 5-7, 10's verdicts, 11's backlog wait, 12's)
-    marks = [[g.extra.get("pause_kv") for g in c] for c in copies]
+    marks = [[bool(g.policy.default and g.policy.default.pause_kv) for g in c] for c in copies]
     assert seen[1] == seen[0] and seen[2] == seen[0]
     assert state[1] == state[0] and state[2] == state[0]
     assert marks[1] == marks[0] and marks[2] == marks[0]

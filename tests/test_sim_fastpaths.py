@@ -112,15 +112,15 @@ def _stats(tps: float) -> EngineStats:
 @given(st.lists(st.tuples(st.floats(-1, 2), st.integers(0, 20)), min_size=1, max_size=30),
        st.lists(st.booleans(), min_size=1, max_size=30), st.sampled_from([5.0, 40.0, 400.0]))
 def test_can_admit_carried_scan_equals_a_fresh_one(items, admit, tps):
-    gens = []
+    gens, budgets = [], {}
     for i, (budget, seg_tokens) in enumerate(items):
         g = _gen(i)
         g.seg_tokens = seg_tokens
-        g.extra["budget"] = budget
+        budgets[g.gen_id] = budget
         gens.append(g)
 
     def budget(g, now):
-        return g.extra["budget"] - now
+        return budgets[g.gen_id] - now
 
     def make():
         return LatencyGuidedBatch(budget=budget, max_segment_tokens=lambda g: 16, slowdown=0.3)

@@ -143,7 +143,7 @@ def test_oracle_without_reference_ranks_last_and_says_why():
     short = gen("s", 4)
     sel = p.select([g, short], [], ctx(), 0)
     assert [x.gen_id for x in sel.order] == ["s", "x"]  # ranked as a 256-token reply
-    assert "reference_plan" in g.extra["lenpred_error"]
+    assert "reference_plan" in g.policy.trail.error
     g.output_ids.append(1)
     p.on_token(g, 1, ctx())  # no exception from the token hook either
 
@@ -154,4 +154,4 @@ def test_on_token_records_pinning_age():
     for _ in range(8):
         g.output_ids.append(1)
         p.on_token(g, 1, ctx())
-    assert g.extra["trail"]["pinned_at"] == 6 and g.extra["trail"]["r0"] == 11
+    assert g.policy.trail.pinned_at == 6 and g.policy.trail.r0 == 11

@@ -13,7 +13,7 @@ Three implementations of one small interface:
   T_ii = 1 − 1/|B_i|, T_i,i−1 = 1/|B_i|); prediction = Σ q_t[i]·mid_i.  The model is a one-hidden-
   layer MLP in numpy, trained by ``scripts/train_length_predictor.py``.
 
-All state lives in ``Generation.extra["lenpred"]`` (policy-private), so the predictor is stateless
+All state lives in the generation (``Generation.policy.length``, a `LengthState`), so the predictor is stateless
 and one instance can serve many planners.  Pure: no I/O except ``LearnedPredictor.load``.
 """
 
@@ -31,10 +31,10 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from ..paths import data_dir
+from .policy_state import LengthState
 from .types import Generation, PlanRequest
 
 DEFAULT_MODEL_DIR = data_dir("models") / "length-predictor"
-_KEY = "lenpred"
 
 
 class PredictorError(ValueError):
@@ -57,10 +57,10 @@ class LengthPredictor(Protocol):
         ...
 
 
-def _state(g: Generation) -> dict:
-    st = g.extra.get(_KEY)
+def _state(g: Generation) -> LengthState:
+    st = g.policy.length
     if st is None:
-        st = g.extra[_KEY] = {}
+        st = g.policy.length = LengthState()
     return st
 
 
@@ -94,9 +94,9 @@ class OraclePredictor:
 
     def total(self, g: Generation) -> float:
         st = _state(g)
-        if "total" not in st:
-            st["total"] = float(self.true_length(g.request))
-        return st["total"]
+        if st.total is None:
+            st.total = float(self.true_length(g.request))
+        return st.total
 
     def initial(self, g: Generation) -> float:
         return self.total(g)
@@ -122,11 +122,11 @@ class NoisyOraclePredictor(OraclePredictor):
 
     def total(self, g: Generation) -> float:
         st = _state(g)
-        if "total" not in st:
+        if st.total is None:
             true = self.true_length(g.request)
             rng = random.Random(zlib.crc32(f"{self.seed}:{g.request.request_id}".encode()))
-            st["total"] = max(1.0, true + rng.gauss(0.0, self.p * true))
-        return st["total"]
+            st.total = max(1.0, true + rng.gauss(0.0, self.p * true))
+        return st.total
 
 
 # --- bins and the Bayesian refinement -------------------------------------------------------------
@@ -353,42 +353,42 @@ class LearnedPredictor:
     def observe_proba(self, request: PlanRequest, output_text: str, age_tokens: int) -> np.ndarray:
         return self.model.proba(self.features_of(request, output_text, age_tokens))[0]
 
-    def _st(self, g: Generation) -> dict:
+    def _st(self, g: Generation) -> LengthState:
         st = _state(g)
-        if "q" not in st:
+        if st.q is None:
             p0 = self.observe_proba(g.request, "", 0)
-            st["q"] = p0
-            st["r0"] = float(self._mids[int(np.argmax(p0))])  # Trail: midpoint of the predicted bin
-            st["seen"] = 0
+            st.q = p0
+            st.r0 = float(self._mids[int(np.argmax(p0))])  # Trail: midpoint of the predicted bin
+            st.seen = 0
         return st
 
     def initial(self, g: Generation) -> float:
-        return self._st(g)["r0"]
+        return self._st(g).r0
 
     def remaining(self, g: Generation) -> float:
         st = self._st(g)
         self._catch_up(g, st)
-        return max(1.0, float(st["q"] @ self._mids))
+        return max(1.0, float(st.q @ self._mids))
 
     def observe(self, g: Generation, n_new: int) -> None:
         self._catch_up(g, self._st(g))
 
-    def _catch_up(self, g: Generation, st: dict) -> None:
+    def _catch_up(self, g: Generation, st: LengthState) -> None:
         """One Bayesian step per generated token not yet seen.  The classifier observes the latest
         text when at least ``refresh_every`` tokens passed since its last observation (skipped
         tokens get the transition only: their text is gone)."""
         a = age(g)
-        seen = st["seen"]
+        seen = st.seen
         if a <= seen:
             return
-        q = st["q"]
+        q = st.q
         for t in range(seen + 1, a + 1):
             p = None
-            if t == a and t - st.get("last_obs", 0) >= self.refresh_every:
+            if t == a and t - st.last_obs >= self.refresh_every:
                 p = self.observe_proba(g.request, g.text, t)
-                st["last_obs"] = t
+                st.last_obs = t
             q = bayes_update(q, p, self._T, self.floor)
-        st["q"], st["seen"] = q, a
+        st.q, st.seen = q, a
 
     def predict_trajectory(self, request: PlanRequest, texts: Sequence[str]) -> list[float]:
         """Remaining-length predictions at ages 0..len(texts)-1 (texts[a] = output text after a

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .policy_state import PolicyState
 from .tuf import TUF, TUFError
 
 Value = int | float | str | bool | None
@@ -200,9 +201,9 @@ class Generation:
     engine_restarts: int = 0  # times it was re-queued because the engine was restarted
     engine_lost: int = 0  # times it was re-queued because its engine-pool member failed
     sched_rev: int = 0  # bumped (`touch`) whenever its segments, seg_tokens or output change: see `touch`
-    # policy-private state, written and read by the policy alone (Trail's prediction, LAMPS' KV
-    # mode and starvation count, Andes' priority, the default's pacing marks); never the planner's
-    extra: dict[str, Any] = field(default_factory=dict)
+    # policy-private state, typed, one record per owner (core/policy_state.py: the length
+    # predictor's, Trail's, LAMPS', Andes' priority, the default's marks); never the planner's
+    policy: PolicyState = field(default_factory=PolicyState)
 
     @property
     def gen_id(self) -> str:

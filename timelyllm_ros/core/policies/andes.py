@@ -53,6 +53,11 @@ _MODES = {"stream": DispatchMode.STREAM, "suspend": DispatchMode.SUSPEND}
 _INF = float("inf")
 
 
+def _pri_or_inf(p: float | None) -> float:
+    """A kept solve priority, or +inf for a generation no solve has ranked (it sorts first)."""
+    return _INF if p is None else p
+
+
 @dataclass
 class _Item:
     g: Generation
@@ -177,7 +182,7 @@ class Andes(Policy):
         self.solves = 0
         qoe_kernel.warm()  # compile Q_serve's loop at construction, not at the first scheduling point
         self.last_decision: dict = {}
-        self._pri_written = False  # a solve's priorities sit in the generations' extra (solve_every > 1)
+        self._pri_written = False  # a solve's priorities sit on the generations (`andes_pri`, solve_every > 1)
         # few-requests path (`_select_small`): memos keyed by what they are a function of, work arrays
         self._cands_memo: dict[tuple[int, int], tuple[int, ...]] = {}  # (bmin, bmax) -> candidate sizes
         self._small_memo: dict[tuple, tuple] = {}  # (B bounds, rates, token time, ...) -> sizes, latencies
@@ -288,11 +293,12 @@ class Andes(Policy):
 
     def _write_priorities(self, gens: Sequence[Generation], pri: list[float]) -> None:
         """A solve's priorities onto the generations; with `solve_every` > 1 also kept in their
-        `extra` (the last solve's order holds at the points between solves, `_trigger`)."""
+        policy state (`PolicyState.andes_pri`: the last solve's order holds at the points between
+        solves, `_trigger`)."""
         if self.solve_every > 1:
             for g, p in zip(gens, pri):
                 g.priority = p
-                g.extra["andes_pri"] = p
+                g.policy.andes_pri = p
             self._pri_written = True
         else:
             set_priorities(gens, pri)
@@ -314,11 +320,11 @@ class Andes(Policy):
         else:
             if self._pri_written:
                 for g in ready:
-                    g.extra.pop("andes_pri", None)
+                    g.policy.andes_pri = None
             return "", Selection(order=arrival_order(ready))
         self._triggered += 1
         if (self._triggered - 1) % self.solve_every:
-            return why, Selection(order=sorted(ready, key=lambda g: (-g.extra.get("andes_pri", _INF),
+            return why, Selection(order=sorted(ready, key=lambda g: (-_pri_or_inf(g.policy.andes_pri),
                                                                      g.request.arrival, g.gen_id)))
         return why, None
 

@@ -16,7 +16,7 @@ last bit on ~5 % of arguments).  The rules are stated once, in default.py's docs
 computes their per-generation terms and hands over to the same `Default._finish` (rules 6, 7, 10)
 and `Default._paced` (rule 9).  Its per-generation terms are read afresh at every point but one:
 the next due time of a generation with segments (`Generation.next_due`, its robot's dispatched
-actions' estimated end) is kept in the generation's `extra` with its `sched_rev`, as the numpy
+actions' estimated end) is kept in the generation's `DefaultState.due` with its `sched_rev`, as the numpy
 path keeps it in its SlotTable (`Default._table`) — both read it again once the planner marked
 a change (`Generation.touch`); rule 12's predictions are that SlotTable's, shared.
 tests/test_scheduling_fastpaths.py forces each path on the same scenarios (hypothesis, at every
@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from ..policy_state import DefaultState
 from ..types import Generation
 from .base import PolicyContext, Selection, priority_order
 
 if TYPE_CHECKING:
     from .default import Default
 
-_DUE = "default_due"  # g.extra: (sched_rev, `Generation.next_due`) of a generation with segments
 SMALL_BELOW = 64  # live generations (running + ready) under which `Default.select` takes this path
 
 
@@ -152,12 +152,16 @@ def select_small(self: Default, ready: Sequence[Generation], running: Sequence[G
             if g.segments:
                 left = get_cont(req.robot_type, 8.0) - g.seg_tokens
                 seg = True
-                kept = g.extra.get(_DUE)  # (the robot's dispatched actions' end: moves only with sched_rev)
-                if kept is not None and kept[0] == g.sched_rev:
+                # `DefaultState.due`: (sched_rev, next_due) — the robot's dispatched actions' end
+                # moves only with sched_rev
+                st = g.policy.default
+                if st is not None and (kept := st.due) is not None and kept[0] == g.sched_rev:
                     due = kept[1]
                 else:
                     due = g.next_due(now)
-                    g.extra[_DUE] = (g.sched_rev, due)
+                    if st is None:
+                        st = g.policy.default = DefaultState()
+                    st.due = (g.sched_rev, due)
             else:
                 left = get_first(req.robot_type, 8.0) - g.seg_tokens
                 seg = False

@@ -50,15 +50,39 @@ import numpy as np
 
 from ..kv_handling import (HANDLINGS, KVCostModel, SharedPrefix, choose, cost_model, other_context, predicted_idle,
                            private_context)
+from ..policy_state import LampsState
 from ..types import Generation, GenState, Segment
 from .base import Policy, PolicyContext, Selection, ascending_perm, set_priorities
 from .slots import SlotTable
 from .timelyllm import TimelyLLM
 
-_STARVE = "lamps_starving"
-_KV = "lamps_kv"  # handling chosen at the last suspension
-_SCORE = "lamps_score"
 _INSTANCES = itertools.count()
+
+
+def lamps_state(g: Generation) -> LampsState:
+    """g's `LampsState`, created on first use."""
+    st = g.policy.lamps
+    if st is None:
+        st = g.policy.lamps = LampsState()
+    return st
+
+
+def last_kv(g: Generation) -> str | None:
+    """The KV handling chosen at g's last suspension (None: none yet)."""
+    st = g.policy.lamps
+    return None if st is None else st.kv
+
+
+def starving(g: Generation) -> bool:
+    """g is starving: ready for `starvation_threshold` iterations in a row (ranked first)."""
+    st = g.policy.lamps
+    return st is not None and st.starving
+
+
+def _mark_starving(g: Generation, it: int) -> None:
+    st = lamps_state(g)
+    st.starving = True
+    st.starved_at = it
 
 
 class WasteHandling:
@@ -115,7 +139,7 @@ class WasteHandling:
         free = st.kv_free_blocks - sum(seg_blocks(g) for g in running)
         out = []
         for g in order:
-            kept = g.segments and g.extra.get(_KV) == "preserve"
+            kept = g.segments and last_kv(g) == "preserve"
             need = seg_blocks(g) + (0 if kept else math.ceil(self.private(g) / bs))
             if need > free and (running or out):
                 break  # strict order: nobody overtakes the head of the queue
@@ -140,23 +164,23 @@ class WasteHandling:
             if self._pinned_blocks(bs) + need > self.max_pinned_frac * ctx.stats.kv_total_blocks:
                 rest = [h for h in self.allowed if h != "preserve"]
                 mode = (w.best(rest) if w is not None else rest[0]) if rest else "cache"
-                g.extra["lamps_pin_fallbacks"] = g.extra.get("lamps_pin_fallbacks", 0) + 1
+                lamps_state(g).pin_fallbacks += 1
             else:
                 self._pinned[g.gen_id] = g
-        g.extra[_KV] = mode
+        st = lamps_state(g)
+        st.kv = mode
         table = self.__dict__.get("_slots")
         if table is not None:  # LAMPS's cached area terms depend on the last handling
             table.invalidate(g)
-        g.extra.setdefault("kv_modes", {}).setdefault(mode, 0)
-        g.extra["kv_modes"][mode] += 1
+        st.kv_modes[mode] = st.kv_modes.get(mode, 0) + 1
         return mode
 
 
     def on_kv_released(self, g: Generation) -> None:
         """The planner released g's preserved KV (pinned memory stalled the engine): from now on
         it is cached KV, neither pinned nor kept for admission."""
-        if g.extra.get(_KV) == "preserve":
-            g.extra[_KV] = "cache"
+        if last_kv(g) == "preserve":
+            lamps_state(g).kv = "cache"
         pinned = self.__dict__.get("_pinned")
         if pinned is not None:
             pinned.pop(g.gen_id, None)
@@ -221,7 +245,7 @@ class LAMPS(WasteHandling, Policy):
              c_other: int | None = None) -> float:
         """Memory-over-time of g's next segment and the call after it (token-seconds)."""
         c = self.private(g)
-        last = g.extra.get(_KV) if g.segments else None
+        last = last_kv(g) if g.segments else None
         resume = 0.0
         if last == "discard":
             resume = c * self.cost.t_fwd(c)
@@ -241,7 +265,7 @@ class LAMPS(WasteHandling, Policy):
 
     # ----------------------------------------------------------------- scheduling
     # At 1,000 ready generations the per-generation Python of the rule as written (area(),
-    # counters in `extra`) costs ~8 ms a scheduling point.  A generation's area differs between
+    # counters on each generation) costs ~8 ms a scheduling point.  A generation's area differs between
     # points only through tau (the measured token time) and C_other (the running batch): the
     # rest (C, the resume term, n, T, the KV-growth term and the costs of the three handlings)
     # stays put while it is ready.  Those static terms, its admission need and the starvation
@@ -269,7 +293,7 @@ class LAMPS(WasteHandling, Policy):
         a = self._slots.a
         cost = self.cost
         c = self.private(g)
-        last = g.extra.get(_KV) if g.segments else None
+        last = last_kv(g) if g.segments else None
         resume = 0.0
         if last == "discard":
             resume = c * cost.t_fwd(c)
@@ -284,7 +308,7 @@ class LAMPS(WasteHandling, Policy):
         robot = ctx.robots.get(g.request.robot_type)
         bs = max(1, ctx.stats.block_size)
         need = math.ceil((robot.max_segment_tokens if robot else 16) / bs)
-        if not (g.segments and g.extra.get(_KV) == "preserve"):
+        if not (g.segments and last_kv(g) == "preserve"):
             need += math.ceil(c / bs)
         static = (c, resume, n * c + n * (n + 1) / 2, c2, t_call, fwd2, swp2, t_call * c2 * m, fwd2 * c2 * m, need)
         for k, v in zip(self._STATIC, static):
@@ -297,7 +321,7 @@ class LAMPS(WasteHandling, Policy):
         a["arrival"][slot] = g.request.arrival
         # the same terms as Python values, as the arrays hold them (float64), for `_select_small`
         self._slots.py[slot] = tuple(map(float, static[1:])) + (ok, jit_cand, id_hash, float(g.request.arrival))
-        if g.extra.get(_STARVE):
+        if starving(g):
             a["starving"][slot] = True
 
     def wait_count(self, g: Generation) -> int:
@@ -320,12 +344,13 @@ class LAMPS(WasteHandling, Policy):
 
     def _held_area(self, g: Generation, it: int, area: float) -> float:
         """With `score_interval` > 1 a score holds that many iterations, or until g's segments
-        change: g's kept area (its `_SCORE` entry: policy, iteration, area, segments), or `area`,
-        kept from now on."""
-        cached = g.extra.get(_SCORE)
+        change: g's kept area (its `LampsState.score`: policy, iteration, area, segments), or
+        `area`, kept from now on."""
+        st = lamps_state(g)
+        cached = st.score
         if (cached is None or cached[0] != self._token or it - cached[1] >= self.score_interval
                 or cached[3] != len(g.segments)):
-            g.extra[_SCORE] = (self._token, it, area, len(g.segments))
+            st.score = (self._token, it, area, len(g.segments))
             return area
         return cached[2]
 
@@ -378,8 +403,7 @@ class LAMPS(WasteHandling, Policy):
         for i in ((cnt >= self.starvation_threshold) & ~starv).nonzero()[0].tolist():
             g = ready[i]
             a["starving"][sl[i]] = starv[i] = True
-            g.extra[_STARVE] = True
-            g.extra["lamps_starved_at"] = it
+            _mark_starving(g, it)
         # eligibility (just-in-time resume): a suspended generation whose last segment does not
         # block waits until its robot's action is about G from its end
         elig = None  # None: all eligible (no array built for that common case)
@@ -470,8 +494,7 @@ class LAMPS(WasteHandling, Policy):
             if c >= thr and not starv[i]:
                 g = ready[i]
                 a["starving"][sl[i]] = starv[i] = True
-                g.extra[_STARVE] = True
-                g.extra["lamps_starved_at"] = it
+                _mark_starving(g, it)
         py = self._slots.py
         # per generation (its fill's values): resume, D, c2, t_call, fwd2, swp2, wp, wd0, need, ok,
         # jit_cand, id_hash, arrival

@@ -25,6 +25,7 @@ from typing import Sequence
 
 from ..length_predictor import (LearnedPredictor, LengthPredictor, NoisyOraclePredictor, OraclePredictor,
                                 PredictorError, age, make_predictor)
+from ..policy_state import TrailState
 from ..types import Generation, Segment
 from .base import (DispatchMode, Policy, PolicyContext, Selection, ascending_perm, batch_was_full,
                    set_priorities)
@@ -79,11 +80,11 @@ class Trail(Policy):
     def _safe(self, fn, g: Generation) -> float:
         """A request the predictor cannot handle (e.g. the oracle without a reference reply) must
         not take the planner loop down: it ranks as the longest possible reply and the reason is
-        kept in ``extra["lenpred_error"]``."""
+        kept in its `TrailState` (``error``)."""
         try:
             return fn(g)
         except PredictorError as e:
-            g.extra["lenpred_error"] = str(e)
+            _state(g).error = str(e)
             return float(self.fallback_len)
 
     def r0(self, g: Generation) -> float:
@@ -119,13 +120,12 @@ class Trail(Policy):
         """A ready generation's rank terms: fixed until it runs (its age changes, or the predictor
         sees it again: `remaining`, `on_token`), for the predictors whose answers only change
         then; others (and generations whose prediction failed) are refilled at every point."""
-        ex = g.extra
-        errors = "lenpred_error" in ex
+        errors = _failed(g)
         a = self._table.a
         a["rem"][slot] = self._safe(self.predictor.remaining, g)
         a["pinned"][slot] = self.pinned(g)
         a["arrival"][slot] = g.request.arrival
-        if not self._cacheable or errors or "lenpred_error" in ex:
+        if not self._cacheable or errors or _failed(g):
             self._table.invalidate(g)
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
@@ -156,18 +156,33 @@ class Trail(Policy):
 
     def on_token(self, g: Generation, n_new: int, ctx: PolicyContext) -> None:
         self._forget(g)
-        if "lenpred_error" not in g.extra:
+        if not _failed(g):
             try:
                 self.predictor.observe(g, n_new)
             except PredictorError as e:
-                g.extra["lenpred_error"] = str(e)
-        st = g.extra.setdefault("trail", {})
-        st.setdefault("r0", self.r0(g))
-        if "pinned_at" not in st and self.pinned(g):
-            st["pinned_at"] = age(g)
+                _state(g).error = str(e)
+        st = _state(g)
+        if st.r0 is None:
+            st.r0 = self.r0(g)
+        if st.pinned_at is None and self.pinned(g):
+            st.pinned_at = age(g)
 
     def kv_mode(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> str:
         return self.kv if seg is None else "cache"
+
+
+def _state(g: Generation) -> TrailState:
+    """g's `TrailState`, created on first use."""
+    st = g.policy.trail
+    if st is None:
+        st = g.policy.trail = TrailState()
+    return st
+
+
+def _failed(g: Generation) -> bool:
+    """The length predictor failed for g (Trail ranks it as the longest reply from then on)."""
+    st = g.policy.trail
+    return st is not None and st.error is not None
 
     def params(self) -> dict:
         return dict(self._desc)
