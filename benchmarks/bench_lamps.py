@@ -77,9 +77,9 @@ def run(set_name: str, policy: str, duration: float | None, rate: float | None, 
     starved = 0
     for g in gens:
         states[g.state.value] = states.get(g.state.value, 0) + 1
-        for k, v in (g.policy.lamps.kv_modes if g.policy.lamps else {}).items():
+        for k, v in g.policy.lamps.kv_modes.items():
             modes[k] = modes.get(k, 0) + v
-        starved += bool(g.policy.lamps and g.policy.lamps.starving)
+        starved += g.policy.lamps.starving
         if g.finished_at is not None and g.state.value == "finished":
             lat.append(g.finished_at - g.request.arrival)
         if g.segments:
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             ov, cat = r.metrics["overall"], r.metrics["by_category"]
             modes: dict[str, int] = {}
             for g in r.generations:
-                for k, v in (g.policy.lamps.kv_modes if g.policy.lamps else {}).items():
+                for k, v in g.policy.lamps.kv_modes.items():
                     modes[k] = modes.get(k, 0) + v
             urgent = cat.get("urgent", {}).get("utility_pct_of_max")
             print(f"{p:16} {ov['utility_pct_of_max']:10.1f} {urgent if urgent is not None else float('nan'):9.1f} "

@@ -14,7 +14,6 @@ from typing import Sequence
 from timelyllm_ros.core.kv_handling import other_context, private_context
 from timelyllm_ros.core.policies.andes import _INF, _Item, _idle_engine_order, _paying_pairs
 from timelyllm_ros.core.policies.base import DispatchMode, PolicyContext, Selection, arrival_order, batch_was_full
-from timelyllm_ros.core.policies.lamps import lamps_state, starving
 from timelyllm_ros.core.qoe import consume_rate, delivery_runs, measured_tokens_per_word, qoe_of_runs, ttft_target
 from timelyllm_ros.core.types import Generation, GenState
 
@@ -178,8 +177,8 @@ def lamps_count(self, g: Generation, it: int) -> None:
     seen, count = lamps_counters(self).get(g.gen_id, (None, 0))
     count = count + 1 if seen == it - 1 else 0  # 0: newly ready (arrived, returned from a call, or was running)
     lamps_counters(self)[g.gen_id] = (it, count)
-    if count >= self.starvation_threshold and not starving(g):
-        st = lamps_state(g)
+    if count >= self.starvation_threshold and not g.policy.lamps.starving:
+        st = g.policy.lamps
         st.starving = True
         st.starved_at = it
 
@@ -200,7 +199,7 @@ def lamps_select_reference(self, ready: Sequence[Generation], running: Sequence[
         lamps_count(self, g, it)
         if not lamps_eligible(self, g, ctx, now):
             continue
-        cached = lamps_state(g).score  # (policy, iteration, area, segments)
+        cached = g.policy.lamps.score  # (policy, iteration, area, segments)
         if (cached is None or cached[0] != self._token or it - cached[1] >= self.score_interval
                 or cached[3] != len(g.segments)):
             c_other = None
@@ -208,10 +207,10 @@ def lamps_select_reference(self, ready: Sequence[Generation], running: Sequence[
                 if batch_ctx is None:
                     batch_ctx = other_context(g, running, self.prefix)
                 c_other = batch_ctx
-            lamps_state(g).score = (self._token, it, self.area(g, ctx, running, c_other), len(g.segments))
-        g.priority = -lamps_state(g).score[2]
+            g.policy.lamps.score = (self._token, it, self.area(g, ctx, running, c_other), len(g.segments))
+        g.priority = -g.policy.lamps.score[2]
         order.append(g)
-    order.sort(key=lambda g: (not starving(g), -g.priority, g.ready_since,
+    order.sort(key=lambda g: (not g.policy.lamps.starving, -g.priority, g.ready_since,
                               g.request.arrival, g.gen_id))
     if self.memory_admission:
         order = self.admission_cut(order, running, ctx)

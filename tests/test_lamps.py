@@ -9,7 +9,7 @@ from timelyllm_ros.core.exec_time import ExecTimeEstimator
 from timelyllm_ros.core.kv_handling import (KVCostModel, SharedPrefix, choose, other_context,
                                             predicted_idle, private_context, waste)
 from timelyllm_ros.core.policies import PolicyContext, make_policy, policy_names
-from timelyllm_ros.core.policies.lamps import LAMPS, lamps_state, starving
+from timelyllm_ros.core.policies.lamps import LAMPS
 from timelyllm_ros.core.robots import load_robots
 from timelyllm_ros.core.tuf import NORMAL
 from timelyllm_ros.core.types import Generation, GenState, PlanRequest, Segment
@@ -149,7 +149,7 @@ def test_area_hand_computed():
     assert p.area(g, ctx()) == pytest.approx(expected)
     # after a discarded segment of 8 tokens with E = 2 s: resume recompute + n = 8, T = 2
     h = gen("b", prompt=100, out=8, segments=[seg(2.0, tokens=8)])
-    lamps_state(h).kv = "discard"
+    h.policy.lamps.kv = "discard"
     expected = 108 * COST.t_fwd(108) + 0.02 * (8 * 108 + 36) + 116 * 2.0
     assert p.area(h, ctx()) == pytest.approx(expected)
 
@@ -176,11 +176,11 @@ def test_starvation_counter_threshold_and_reset():
     for it in range(1, 4):  # ready in iterations 1..3 behind fresh small ones: counter 0, 1, 2
         small = [gen(f"s{it}{i}", prompt=100, arrival=1.0) for i in range(2)]
         sel = p.select([big] + small, [], ctx(iteration=it), 1.0)
-        assert sel.order[-1] is big and not starving(big)
+        assert sel.order[-1] is big and not big.policy.lamps.starving
     small = [gen(f"s4{i}", prompt=100, arrival=1.0) for i in range(2)]
     sel = p.select([big] + small, [], ctx(iteration=4), 1.0)  # counter 3 = threshold
-    assert starving(big) and sel.order[0] is big
-    assert not any(starving(s) for s in small)
+    assert big.policy.lamps.starving and sel.order[0] is big
+    assert not any(s.policy.lamps.starving for s in small)
     # a gap (it ran or waited on a call) resets a non-starving counter
     s = small[0]
     p.select([s], [], ctx(iteration=5), 1.0)
@@ -193,7 +193,7 @@ def test_starvation_counter_threshold_and_reset():
     q = LAMPS(cost=COST)
     for it in range(1, 100):
         q.select([big2 := gen("big2", prompt=5000)] if it == 1 else [big2], [], ctx(iteration=it), 1.0)
-    assert q.wait_count(big2) == 98 and not starving(big2)
+    assert q.wait_count(big2) == 98 and not big2.policy.lamps.starving
     q.select([big2], [], ctx(iteration=101), 1.0)  # gap at 100: reset
     assert q.wait_count(big2) == 0
 
@@ -236,7 +236,7 @@ def test_simulated_toolbot_run_every_request_terminal(policy):
     assert all(g.state is GenState.FINISHED for g in r.generations), [g.reason for g in r.generations]
     modes = {}
     for g in r.generations:
-        for k, v in (g.policy.lamps.kv_modes if g.policy.lamps else {}).items():
+        for k, v in g.policy.lamps.kv_modes.items():
             modes[k] = modes.get(k, 0) + v
     if policy == "fcfs-discard":
         assert set(modes) == {"discard"}
@@ -244,7 +244,7 @@ def test_simulated_toolbot_run_every_request_terminal(policy):
         # math/VE calls (< 0.1 s) are preserved, chatbot/image/TTS (17-29 s) swapped
         assert modes.get("preserve", 0) > 0 and modes.get("swap", 0) > 0
         for g in r.generations:
-            m = g.policy.lamps.kv_modes if g.policy.lamps else {}
+            m = g.policy.lamps.kv_modes
             if g.request.task_type in ("S_chatbot", "S_image", "S_tts"):
                 assert "swap" in m
 
@@ -262,7 +262,7 @@ def test_memory_admission_cut():
     assert p.admission_cut([a, b, c], run, c_) == [a]  # 60 free after reserving: a (21) fits, b (41) not
     assert p.admission_cut([a, c, b], run, c_) == [a, c]  # strict order stops at b
     b.segments.append(seg(1.0))
-    lamps_state(b).kv = "preserve"  # KV pinned: only growth needed
+    b.policy.lamps.kv = "preserve"  # KV pinned: only growth needed
     assert p.admission_cut([a, b, c], run, c_) == [a, b, c]
     # with nothing running the head is always offered (the engine decides if it really fits)
     tiny = PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS,

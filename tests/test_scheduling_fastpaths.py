@@ -212,7 +212,6 @@ from timelyllm_ros.core.robots import load_robots  # noqa: E402
 from timelyllm_ros.core.types import GenState  # noqa: E402
 from timelyllm_ros.engines.base import EngineStats  # noqa: E402
 from policy_oracles import andes_select_reference, hybrid_select_reference, lamps_ref_wait, lamps_select_reference  # noqa: E402
-from timelyllm_ros.core.policies.lamps import lamps_state, starving  # noqa: E402
 
 ROBOTS = load_robots()
 _TYPES = ("tello", "arm", "chat", "tello")
@@ -245,7 +244,7 @@ def _scenario(specs, urgent_every: int = 0):
                                       gen_start=0.0, gen_end=0.5 * j, est_exec_s=est, dispatched_at=0.5 * j,
                                       exec_start=start, exec_end=end))
         if kv is not None:
-            lamps_state(g).kv = kv
+            g.policy.lamps.kv = kv
         g.state = GenState.RUNNING if run else (GenState.SUSPENDED if g.segments else GenState.QUEUED)
         gens.append(g)
     return gens
@@ -283,7 +282,7 @@ def _run(policy, gens, steps, blocked, kv_via_policy=False, kv_modes=frozenset({
                 if kv_via_policy:
                     policy.kv_mode(g, None, _ctx(gens, it, token_s, free))
                 else:
-                    lamps_state(g).kv = kv
+                    g.policy.lamps.kv = kv
             if flip:
                 g.state = (GenState.RUNNING if g.state is not GenState.RUNNING
                            else GenState.SUSPENDED if g.segments else GenState.QUEUED)
@@ -295,7 +294,7 @@ def _run(policy, gens, steps, blocked, kv_via_policy=False, kv_modes=frozenset({
         sel = policy.select(ready, running, _ctx(gens, it, token_s, free, kv_modes, engines), now)
         seen.append(([g.gen_id for g in sel.order], [g.gen_id for g in sel.preempt],
                      [repr(g.priority) for g in gens],
-                     sorted((g.gen_id, starving(g)) for g in gens)))
+                     sorted((g.gen_id, g.policy.lamps.starving) for g in gens)))
     return seen
 
 
@@ -581,7 +580,7 @@ def _same_on_each_path(paths, gens, run):
     seen = [run(p, c) for p, c in zip(paths, copies)]
     state = [(p._full, p._capped, p._mem_held, p._mem_cut, p._queue_s, p._plan, p._head_pri, p._depth,
               p._first_seen, p._first_waits, p._first_crit) for p in paths]  # (rules 5-7, 10's verdicts, 11's backlog wait, 12's)
-    marks = [[bool(g.policy.default and g.policy.default.pause_kv) for g in c] for c in copies]
+    marks = [[g.policy.default.pause_kv for g in c] for c in copies]
     assert seen[1] == seen[0] and seen[2] == seen[0]
     assert state[1] == state[0] and state[2] == state[0]
     assert marks[1] == marks[0] and marks[2] == marks[0]

@@ -57,13 +57,6 @@ class LengthPredictor(Protocol):
         ...
 
 
-def _state(g: Generation) -> LengthState:
-    st = g.policy.length
-    if st is None:
-        st = g.policy.length = LengthState()
-    return st
-
-
 def age(g: Generation) -> int:
     """Generated tokens so far (Trail's job age, in tokens)."""
     return len(g.output_ids)
@@ -93,7 +86,7 @@ class OraclePredictor:
         return self._count(request.reference_plan) + 1  # + EOS
 
     def total(self, g: Generation) -> float:
-        st = _state(g)
+        st = g.policy.length
         if st.total is None:
             st.total = float(self.true_length(g.request))
         return st.total
@@ -121,7 +114,7 @@ class NoisyOraclePredictor(OraclePredictor):
         self.seed = int(seed)
 
     def total(self, g: Generation) -> float:
-        st = _state(g)
+        st = g.policy.length
         if st.total is None:
             true = self.true_length(g.request)
             rng = random.Random(zlib.crc32(f"{self.seed}:{g.request.request_id}".encode()))
@@ -354,7 +347,7 @@ class LearnedPredictor:
         return self.model.proba(self.features_of(request, output_text, age_tokens))[0]
 
     def _st(self, g: Generation) -> LengthState:
-        st = _state(g)
+        st = g.policy.length
         if st.q is None:
             p0 = self.observe_proba(g.request, "", 0)
             st.q = p0

@@ -1,6 +1,6 @@
 """Per-generation state a policy keeps on a `Generation` (`Generation.policy`): typed fields, one
-record per owner, created by the owner on first use, written and read by it alone — never by the
-planner, the journal or the simulator (they read `Generation`'s own fields).
+record per owner, written and read by it alone — never by the planner, the journal or the
+simulator (they read `Generation`'s own fields).
 
     owner                                   record            on `PolicyState`
     core/length_predictor.py (Trail, rule 12)  `LengthState`   ``length``
@@ -59,10 +59,10 @@ class DefaultState:
 
 @dataclass(slots=True)
 class PolicyState:
-    """Each owner's record (None until it writes one)."""
+    """Each owner's record, one per generation (a few hundred bytes: made with the generation)."""
 
-    length: LengthState | None = None
-    trail: TrailState | None = None
-    lamps: LampsState | None = None
+    length: LengthState = field(default_factory=LengthState)
+    trail: TrailState = field(default_factory=TrailState)
+    lamps: LampsState = field(default_factory=LampsState)
     andes_pri: float | None = None  # Andes: the priority of the last solve (None: no solve holds)
-    default: DefaultState | None = None
+    default: DefaultState = field(default_factory=DefaultState)

@@ -178,7 +178,6 @@ from typing import Sequence
 import numpy as np
 
 from ..length_predictor import PredictorError, make_predictor
-from ..policy_state import DefaultState
 from ..types import Generation, Segment
 from .base import DispatchMode, Policy, PolicyContext, Selection, batch_was_full, priority_head, set_priorities
 from .default_small import SMALL_BELOW, select_small
@@ -194,14 +193,6 @@ def _learned_predictor():
     except PredictorError as e:
         raise ValueError(f"plan_order (rule 12, on by default) needs the learned length predictor: {e}; "
                          f"install it or set plan_order=false") from e
-
-
-def _marks(g: Generation) -> DefaultState:
-    """g's `DefaultState` (the default's per-generation marks), created on first use."""
-    st = g.policy.default
-    if st is None:
-        st = g.policy.default = DefaultState()
-    return st
 
 
 def _steeper(mag, flat):
@@ -550,7 +541,7 @@ class Default(Policy):
         if not g.segments and not g.resumes and len(g.output_ids) == n_new:
             self._seen_new += 1
         adds = len(g.cached_tokens)  # the engine reports prefix-cache hits with an add's first output
-        if adds and (st := _marks(g)).step_adds != adds:
+        if adds and (st := g.policy.default).step_adds != adds:
             st.step_adds = adds
             self._seen_prefill += max(0, len(g.prompt_ids) + len(g.output_ids) - n_new - g.cached_tokens[-1])
 
@@ -617,16 +608,14 @@ class Default(Policy):
             victims += sorted((g for g in run_crit if g.segments and id(g) not in held), key=_PAUSE_KEY)
         paused = victims[:over]
         for g in paused:
-            _marks(g).pause_kv = True
+            g.policy.default.pause_kv = True
         return Selection(order=order, preempt=list(sel.preempt) + paused)
 
     def kv_mode(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> str:
         """A generation paused by rule 9 keeps its KV in place (`pace_kv`); any other suspension
         — at a statement end, or preempted — too where rule 13 keeps KV (`keeps_kv`); else "cache"."""
         st = g.policy.default
-        paused = st is not None and st.pause_kv
-        if paused:
-            st.pause_kv = False
+        paused, st.pause_kv = st.pause_kv, False
         if paused and seg is None:
             return self.pace_kv
         return "preserve" if self.keeps_kv(ctx) else "cache"

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from ..policy_state import DefaultState
 from ..types import Generation
 from .base import PolicyContext, Selection, priority_order
 
@@ -155,12 +154,11 @@ def select_small(self: Default, ready: Sequence[Generation], running: Sequence[G
                 # `DefaultState.due`: (sched_rev, next_due) — the robot's dispatched actions' end
                 # moves only with sched_rev
                 st = g.policy.default
-                if st is not None and (kept := st.due) is not None and kept[0] == g.sched_rev:
+                kept = st.due
+                if kept is not None and kept[0] == g.sched_rev:
                     due = kept[1]
                 else:
                     due = g.next_due(now)
-                    if st is None:
-                        st = g.policy.default = DefaultState()
                     st.due = (g.sched_rev, due)
             else:
                 left = get_first(req.robot_type, 8.0) - g.seg_tokens

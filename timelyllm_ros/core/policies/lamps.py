@@ -50,7 +50,6 @@ import numpy as np
 
 from ..kv_handling import (HANDLINGS, KVCostModel, SharedPrefix, choose, cost_model, other_context, predicted_idle,
                            private_context)
-from ..policy_state import LampsState
 from ..types import Generation, GenState, Segment
 from .base import Policy, PolicyContext, Selection, ascending_perm, set_priorities
 from .slots import SlotTable
@@ -59,28 +58,9 @@ from .timelyllm import TimelyLLM
 _INSTANCES = itertools.count()
 
 
-def lamps_state(g: Generation) -> LampsState:
-    """g's `LampsState`, created on first use."""
-    st = g.policy.lamps
-    if st is None:
-        st = g.policy.lamps = LampsState()
-    return st
-
-
-def last_kv(g: Generation) -> str | None:
-    """The KV handling chosen at g's last suspension (None: none yet)."""
-    st = g.policy.lamps
-    return None if st is None else st.kv
-
-
-def starving(g: Generation) -> bool:
-    """g is starving: ready for `starvation_threshold` iterations in a row (ranked first)."""
-    st = g.policy.lamps
-    return st is not None and st.starving
-
-
 def _mark_starving(g: Generation, it: int) -> None:
-    st = lamps_state(g)
+    """g starts starving at iteration `it`: ready `starvation_threshold` iterations in a row."""
+    st = g.policy.lamps
     st.starving = True
     st.starved_at = it
 
@@ -139,7 +119,7 @@ class WasteHandling:
         free = st.kv_free_blocks - sum(seg_blocks(g) for g in running)
         out = []
         for g in order:
-            kept = g.segments and last_kv(g) == "preserve"
+            kept = g.segments and g.policy.lamps.kv == "preserve"
             need = seg_blocks(g) + (0 if kept else math.ceil(self.private(g) / bs))
             if need > free and (running or out):
                 break  # strict order: nobody overtakes the head of the queue
@@ -164,10 +144,10 @@ class WasteHandling:
             if self._pinned_blocks(bs) + need > self.max_pinned_frac * ctx.stats.kv_total_blocks:
                 rest = [h for h in self.allowed if h != "preserve"]
                 mode = (w.best(rest) if w is not None else rest[0]) if rest else "cache"
-                lamps_state(g).pin_fallbacks += 1
+                g.policy.lamps.pin_fallbacks += 1
             else:
                 self._pinned[g.gen_id] = g
-        st = lamps_state(g)
+        st = g.policy.lamps
         st.kv = mode
         table = self.__dict__.get("_slots")
         if table is not None:  # LAMPS's cached area terms depend on the last handling
@@ -179,8 +159,8 @@ class WasteHandling:
     def on_kv_released(self, g: Generation) -> None:
         """The planner released g's preserved KV (pinned memory stalled the engine): from now on
         it is cached KV, neither pinned nor kept for admission."""
-        if last_kv(g) == "preserve":
-            lamps_state(g).kv = "cache"
+        if g.policy.lamps.kv == "preserve":
+            g.policy.lamps.kv = "cache"
         pinned = self.__dict__.get("_pinned")
         if pinned is not None:
             pinned.pop(g.gen_id, None)
@@ -245,7 +225,7 @@ class LAMPS(WasteHandling, Policy):
              c_other: int | None = None) -> float:
         """Memory-over-time of g's next segment and the call after it (token-seconds)."""
         c = self.private(g)
-        last = last_kv(g) if g.segments else None
+        last = g.policy.lamps.kv if g.segments else None
         resume = 0.0
         if last == "discard":
             resume = c * self.cost.t_fwd(c)
@@ -293,7 +273,7 @@ class LAMPS(WasteHandling, Policy):
         a = self._slots.a
         cost = self.cost
         c = self.private(g)
-        last = last_kv(g) if g.segments else None
+        last = g.policy.lamps.kv if g.segments else None
         resume = 0.0
         if last == "discard":
             resume = c * cost.t_fwd(c)
@@ -308,7 +288,7 @@ class LAMPS(WasteHandling, Policy):
         robot = ctx.robots.get(g.request.robot_type)
         bs = max(1, ctx.stats.block_size)
         need = math.ceil((robot.max_segment_tokens if robot else 16) / bs)
-        if not (g.segments and last_kv(g) == "preserve"):
+        if not (g.segments and g.policy.lamps.kv == "preserve"):
             need += math.ceil(c / bs)
         static = (c, resume, n * c + n * (n + 1) / 2, c2, t_call, fwd2, swp2, t_call * c2 * m, fwd2 * c2 * m, need)
         for k, v in zip(self._STATIC, static):
@@ -321,7 +301,7 @@ class LAMPS(WasteHandling, Policy):
         a["arrival"][slot] = g.request.arrival
         # the same terms as Python values, as the arrays hold them (float64), for `_select_small`
         self._slots.py[slot] = tuple(map(float, static[1:])) + (ok, jit_cand, id_hash, float(g.request.arrival))
-        if starving(g):
+        if g.policy.lamps.starving:
             a["starving"][slot] = True
 
     def wait_count(self, g: Generation) -> int:
@@ -346,7 +326,7 @@ class LAMPS(WasteHandling, Policy):
         """With `score_interval` > 1 a score holds that many iterations, or until g's segments
         change: g's kept area (its `LampsState.score`: policy, iteration, area, segments), or
         `area`, kept from now on."""
-        st = lamps_state(g)
+        st = g.policy.lamps
         cached = st.score
         if (cached is None or cached[0] != self._token or it - cached[1] >= self.score_interval
                 or cached[3] != len(g.segments)):

@@ -25,7 +25,6 @@ from typing import Sequence
 
 from ..length_predictor import (LearnedPredictor, LengthPredictor, NoisyOraclePredictor, OraclePredictor,
                                 PredictorError, age, make_predictor)
-from ..policy_state import TrailState
 from ..types import Generation, Segment
 from .base import (DispatchMode, Policy, PolicyContext, Selection, ascending_perm, batch_was_full,
                    set_priorities)
@@ -84,7 +83,7 @@ class Trail(Policy):
         try:
             return fn(g)
         except PredictorError as e:
-            _state(g).error = str(e)
+            g.policy.trail.error = str(e)
             return float(self.fallback_len)
 
     def r0(self, g: Generation) -> float:
@@ -160,8 +159,8 @@ class Trail(Policy):
             try:
                 self.predictor.observe(g, n_new)
             except PredictorError as e:
-                _state(g).error = str(e)
-        st = _state(g)
+                g.policy.trail.error = str(e)
+        st = g.policy.trail
         if st.r0 is None:
             st.r0 = self.r0(g)
         if st.pinned_at is None and self.pinned(g):
@@ -171,18 +170,9 @@ class Trail(Policy):
         return self.kv if seg is None else "cache"
 
 
-def _state(g: Generation) -> TrailState:
-    """g's `TrailState`, created on first use."""
-    st = g.policy.trail
-    if st is None:
-        st = g.policy.trail = TrailState()
-    return st
-
-
 def _failed(g: Generation) -> bool:
     """The length predictor failed for g (Trail ranks it as the longest reply from then on)."""
-    st = g.policy.trail
-    return st is not None and st.error is not None
+    return g.policy.trail.error is not None
 
     def params(self) -> dict:
         return dict(self._desc)
