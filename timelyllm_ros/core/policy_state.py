@@ -1,13 +1,14 @@
 """Per-generation state a policy keeps on a `Generation` (`Generation.policy`): typed fields, one
 record per owner, written and read by it alone — never by the planner, the journal or the
-simulator (they read `Generation`'s own fields).
+simulator, which read `Generation`'s own fields (benchmarks read LAMPS' handling counts for
+their reports).
 
-    owner                                   record            on `PolicyState`
-    core/length_predictor.py (Trail, rule 12)  `LengthState`   ``length``
-    core/policies/trail.py                  `TrailState`      ``trail``
-    core/policies/lamps.py (+ timelyllm-lamps)  `LampsState`  ``lamps``
-    core/policies/andes.py                  a float            ``andes_pri``
-    core/policies/default.py, default_small.py  `DefaultState`  ``default``
+    owner                                         record          field of `PolicyState`
+    core/length_predictor.py (Trail, rule 12)     `LengthState`   ``length``
+    core/policies/trail.py                        `TrailState`    ``trail``
+    core/policies/lamps.py (and timelyllm-lamps)  `LampsState`    ``lamps``
+    core/policies/andes.py                        a float         ``andes_pri``
+    core/policies/default.py, default_small.py    `DefaultState`  ``default``
 """
 
 from __future__ import annotations

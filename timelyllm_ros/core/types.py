@@ -203,7 +203,7 @@ class Generation:
     sched_rev: int = 0  # bumped (`touch`) whenever its segments, seg_tokens or output change: see `touch`
     # policy-private state, typed, one record per owner (core/policy_state.py: the length
     # predictor's, Trail's, LAMPS', Andes' priority, the default's marks); never the planner's
-    policy: PolicyState = field(default_factory=PolicyState)
+    policy: PolicyState = field(default_factory=PolicyState, repr=False)
 
     @property
     def gen_id(self) -> str:
