@@ -12,7 +12,7 @@ import operator
 from typing import Sequence
 
 from timelyllm_ros.core.kv_handling import other_context, private_context
-from timelyllm_ros.core.policies.andes import _INF, _Item, _idle_engine_order, _paying_pairs
+from timelyllm_ros.core.policies.andes import _INF, _Item, _idle_engine_order, _paying_pairs, _pri_or_inf
 from timelyllm_ros.core.policies.base import DispatchMode, PolicyContext, Selection, arrival_order, batch_was_full
 from timelyllm_ros.core.qoe import consume_rate, delivery_runs, measured_tokens_per_word, qoe_of_runs, ttft_target
 from timelyllm_ros.core.types import Generation, GenState
@@ -92,7 +92,7 @@ def andes_select_reference(self, ready: Sequence[Generation], running: Sequence[
     """`Andes.select` (`self`: the policy) as the paper's steps read: per request and candidate
     batch size in Python (Algorithm 1's `greedy_pack`, the refiner pair by pair)."""
     full = batch_was_full(ready)
-    fcfs = sorted(ready, key=lambda g: (-(_INF if g.policy.andes_pri is None else g.policy.andes_pri), g.request.arrival, g.gen_id))
+    fcfs = sorted(ready, key=lambda g: (-_pri_or_inf(g.policy.andes_pri), g.request.arrival, g.gen_id))
     if not ready:
         return Selection(order=[])
     items = [andes_item(self, g, True, ctx, now) for g in running] + [andes_item(self, g, False, ctx, now) for g in ready]
@@ -174,9 +174,10 @@ def lamps_ref_wait(self, g: Generation) -> int:
 
 def lamps_count(self, g: Generation, it: int) -> None:
     """Starvation counter: +1 per consecutive iteration spent ready; reset otherwise."""
-    seen, count = lamps_counters(self).get(g.gen_id, (None, 0))
+    counters = lamps_counters(self)
+    seen, count = counters.get(g.gen_id, (None, 0))
     count = count + 1 if seen == it - 1 else 0  # 0: newly ready (arrived, returned from a call, or was running)
-    lamps_counters(self)[g.gen_id] = (it, count)
+    counters[g.gen_id] = (it, count)
     if count >= self.starvation_threshold and not g.policy.lamps.starving:
         st = g.policy.lamps
         st.starving = True

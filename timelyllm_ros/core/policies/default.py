@@ -195,6 +195,13 @@ def _learned_predictor():
                          f"install it or set plan_order=false") from e
 
 
+def _kv_room(ctx: PolicyContext, share: float) -> bool:
+    """At least `share` of the engine's KV memory is free (rules 9 and 13); True where the engine
+    reports no KV memory."""
+    st = ctx.stats
+    return not st.kv_total_blocks or st.kv_free_blocks >= share * st.kv_total_blocks
+
+
 def _steeper(mag, flat):
     """Rule 10's steep cap: |TUF slope| `mag` (a float or an array) is steeper than `flat`."""
     return mag > flat * (1 + 1e-9)
@@ -289,11 +296,6 @@ class Default(Policy):
         self.yield_price = float(yield_price)  # rule 5: a yield is priced where a re-add costs more
         self.yield_backlog_s = float(yield_backlog_s)  # ... unless a first statement waits behind less
         self.keep_kv = keep_kv  # rule 13: a suspension keeps its KV where the engine can and memory has room
-        if (isinstance(keep_kv_min_free, bool) or not isinstance(keep_kv_min_free, (int, float))
-                or not 0 <= keep_kv_min_free <= 1):
-            raise ValueError(f"keep_kv_min_free must be in [0, 1] (rule 13 keeps a suspended generation's KV "
-                             f"while at least this share of KV memory is free), got {keep_kv_min_free!r}")
-        self.keep_kv_min_free = float(keep_kv_min_free)
         self._first_waits = False  # a critical first statement was among the ready ones at the last point
         self._first_crit = False  # rule 10 protected a first statement while critical work waited (ditto)
         if isinstance(drain_after_s, bool) or not isinstance(drain_after_s, (int, float)) or not drain_after_s > 0:
@@ -304,9 +306,10 @@ class Default(Policy):
         if isinstance(atc_k, bool) or not isinstance(atc_k, (int, float)) or not 0 < atc_k < math.inf:
             raise ValueError(f"atc_k must be a finite number > 0, got {atc_k!r}")
         self.atc_k = float(atc_k)
-        if (isinstance(pace_min_free, bool) or not isinstance(pace_min_free, (int, float))
-                or not 0 <= pace_min_free <= 1):
-            raise ValueError(f"pace_min_free must be in [0, 1], got {pace_min_free!r}")
+        for k, v in (("pace_min_free", pace_min_free), ("keep_kv_min_free", keep_kv_min_free)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+                raise ValueError(f"{k} must be in [0, 1] (a share of the engine's KV memory that must be free), "
+                                 f"got {v!r}")
         if (isinstance(pace_max_error, bool) or not isinstance(pace_max_error, (int, float))
                 or not pace_max_error > 0):
             raise ValueError(f"pace_max_error must be > 0, got {pace_max_error!r}")
@@ -316,6 +319,7 @@ class Default(Policy):
         self.pace = pace
         self.pace_kv = pace_kv  # KV of a paused generation ("cache": only to measure what it costs)
         self.pace_min_free = float(pace_min_free)
+        self.keep_kv_min_free = float(keep_kv_min_free)  # rule 13's memory room
         self._steps = StepTimeModel()  # the engine's step time against batch size (rules 9 and 10)
         self._seen_new = 0  # new requests (their first output) in the engine step being reported
         self._seen_prefill = 0  # tokens that step prefilled (added generations' context - cache hits)
@@ -558,8 +562,7 @@ class Default(Policy):
         a memory-starved engine — the batch size does not decide it and pausing only adds noise)."""
         if not self.pace or (self.pace_kv != "cache" and self.pace_kv not in ctx.kv_modes):
             return False
-        st = ctx.stats
-        if st.kv_total_blocks and st.kv_free_blocks < self.pace_min_free * st.kv_total_blocks:
+        if not _kv_room(ctx, self.pace_min_free):
             return False
         return (self._steps.max_seqs(1.0, 0, ctx.token_s) is not None
                 and self._steps.relative_error() <= self.pace_max_error)
@@ -626,10 +629,7 @@ class Default(Policy):
         vLLM cannot) and at least `keep_kv_min_free` of its KV memory is free.  Its resume then
         recomputes one token instead of re-prefilling its last, partial KV block; where kept KV
         stalls the engine, the planner releases it (`Planner._release_pinned`)."""
-        if not self.keep_kv or "preserve" not in ctx.kv_modes:
-            return False
-        st = ctx.stats
-        return not st.kv_total_blocks or st.kv_free_blocks >= self.keep_kv_min_free * st.kv_total_blocks
+        return self.keep_kv and "preserve" in ctx.kv_modes and _kv_room(ctx, self.keep_kv_min_free)
 
     def _finish(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
                 running: Sequence[Generation], ctx: PolicyContext, now: float, first: bool = True) -> Selection:
