@@ -398,13 +398,12 @@ class Default(Policy):
         """(time per token, lead, predicted tokens by (robot type, first?)) for one point (the
         table is rebuilt only after `observe` learned a length or for other robots)."""
         robots = ctx.robots
-        key = (id(robots), len(robots), self._seg_ver)
-        if self._pred_key != key or self._pred_robots is not robots:
+        if self._pred_robots is not robots or self._pred_key != (len(robots), self._seg_ver):
             pred = dict(self._seg_len)
             for name, robot in robots.items():
                 for first in (True, False):
                     pred.setdefault((name, first), 0.5 * robot.max_segment_tokens)
-            self._pred, self._pred_key, self._pred_robots = pred, key, robots
+            self._pred, self._pred_key, self._pred_robots = pred, (len(robots), self._seg_ver), robots
             self._pred_by = ({t: v for (t, f), v in pred.items() if not f},  # continuations, first segments
                              {t: v for (t, f), v in pred.items() if f})
         return ctx.token_s, self.lead(ctx), self._pred
@@ -729,10 +728,11 @@ class Default(Policy):
         `plan_order` is on, there is a backlog, and its wait averaged over time (exponentially,
         time constant `_PLAN_TAU_S`) is at least `plan_depth_s` — a deep, lasting overload, not
         a burst that drains within seconds."""
-        if self._depth_t is None:
-            self._depth_t = now
-        w = math.exp(-max(0.0, now - self._depth_t) / _PLAN_TAU_S)
-        self._depth = w * self._depth + (1.0 - w) * self._queue_s
+        if self._depth or self._queue_s:  # (no backlog, none remembered: the average stays 0.0 exactly)
+            if self._depth_t is None:
+                self._depth_t = now
+            w = math.exp(-max(0.0, now - self._depth_t) / _PLAN_TAU_S)
+            self._depth = w * self._depth + (1.0 - w) * self._queue_s
         self._depth_t = now
         return self.plan_order and self._queue_s > 0.0 and self._depth >= self.plan_depth_s
 
