@@ -11,8 +11,7 @@ import enum
 import math
 import operator
 from dataclasses import dataclass, field
-from collections import deque
-from itertools import islice, repeat
+from itertools import islice
 from typing import Callable, Sequence
 
 import numpy as np
@@ -75,8 +74,10 @@ def arrival_order(gens: Sequence[Generation]) -> list[Generation]:
 
 
 def set_priorities(gens: Sequence[Generation], values: Sequence[float]) -> None:
-    """g.priority = value for each pair (a C-level loop)."""
-    deque(map(setattr, gens, repeat("priority"), values), maxlen=0)
+    """g.priority = value for each pair (a plain loop: Python 3.11 specialises the slot store,
+    measured faster than a C-level ``map(setattr, ...)`` at 16 and at 1,000 generations)."""
+    for g, v in zip(gens, values):
+        g.priority = v
 
 
 def _order_key(g: Generation) -> tuple:
