@@ -306,10 +306,12 @@ def _small_pack_loop(q_wait, q_serve, mem, M, gains, pri, heads, fits, head_gain
 
 
 def _small_solve_loop(X, s, cnt, iv, cands, T, M, compute_q, q_wait, q_serve, gains, pri, heads, fits,
-                      head_gains, sums, now, net):  # pragma: no cover - compiled
+                      head_gains, sums, now, net, n_run, refine, pf, order, lsum):  # pragma: no cover - compiled
     """Q_wait and Q_serve (unless given: `compute_q` False), the packing of every candidate B
-    (`_small_pack_loop`) and the math.fsum of each row's first min(B, fits) gains, in one call.
-    s[r] = now + iv[r] + net (the projected stream's start; iv: the token latency of B)."""
+    (`_small_pack_loop`) and the math.fsum of each row's first min(B, fits) gains; then the best
+    row where no rounding decides it (`_small_best`) and its proposal (`_small_tail`), in one call.
+    s[r] = now + iv[r] + net (the projected stream's start; iv: the token latency of B; cands[r]: B).
+    Returns (best row, or -1: the caller's rule; then `_small_tail`'s (na, nv, ok), else (0, 0, False))."""
     for r in range(s.shape[0]):
         s[r] = now + iv[r] + net
     if compute_q:
@@ -319,6 +321,95 @@ def _small_solve_loop(X, s, cnt, iv, cands, T, M, compute_q, q_wait, q_serve, ga
     for r in range(head_gains.shape[0]):
         m = cands[r] if cands[r] < fits[r] else fits[r]
         sums[r] = _fsum(head_gains[r], m, p)
+    r = _small_best(sums, cands, n_run)
+    if r < 0:
+        return r, 0, 0, False
+    m = cands[r] if cands[r] < fits[r] else fits[r]
+    na, nv, ok = _small_tail(r, m, n_run, heads, pri, X, pf, now, refine, order, lsum)
+    return r, na, nv, ok
+
+
+def _small_best(sums, cands, n_run):  # pragma: no cover - compiled
+    """`Andes._select_small`'s best row — the largest round(sum, 12), then the batch size closest
+    to the running batch, the first row on ties — where rounding cannot change it: every row within
+    1e-11 of the largest sum holds that very sum (round moves a value by at most 0.5e-12, so a row
+    further below cannot round to the largest rounded value; equal sums round alike).  -1 where it
+    could: a NaN sum, a largest sum outside (-1e6, 1e6), or different sums within 1e-11 of it."""
+    top = -math.inf
+    for r in range(sums.shape[0]):
+        v = sums[r]
+        if v != v:
+            return -1
+        if v > top:
+            top = v
+    if not (-1e6 < top < 1e6):
+        return -1
+    cut = top - 1e-11
+    best = -1
+    dist = 0
+    for r in range(sums.shape[0]):
+        v = sums[r]
+        if v < cut:
+            continue
+        if v != top:
+            return -1
+        d = abs(cands[r] - n_run)
+        if best < 0 or d < dist:
+            best = r
+            dist = d
+    return best
+
+
+def _small_tail(r, m, n_run, heads, pri, X, pf, now, refine, order, lsum):  # pragma: no cover - compiled
+    """`Andes._select_small`'s proposal from row r, chosen = heads[r, :m] (requests 0..n_run-1
+    run): order[:na] = the chosen ready requests by priority descending (heads' order, which is
+    the Python sort's as long as no two of them tie), order[na:na + nv] = the running requests not
+    chosen by priority ascending (a stable insertion sort over ascending indices: the Python
+    sort's without NaN); with `refine` and both kept running requests and admissions, lsum[k] =
+    the k-th admission's stall loss summed over the kept ones (`_small_loss_sums_loop`).
+    Returns (na, nv, ok); ok False (the caller's Python steps then): two admissions tie, a
+    priority is NaN, a kept request has a delivered run after now (the scalar formula prices
+    it), or a loss sum is not finite."""
+    n = pri.shape[1]
+    chosen = np.zeros(n, dtype=np.bool_)
+    na = 0
+    for j in range(m):
+        h = heads[r, j]
+        chosen[h] = True
+        if h >= n_run:
+            x = pri[r, h]
+            if x != x or (na > 0 and x == pri[r, order[na - 1]]):
+                return 0, 0, False
+            order[na] = h
+            na += 1
+    nv = 0
+    for i in range(n_run):
+        x = pri[r, i]
+        if x != x:
+            return 0, 0, False
+        if chosen[i]:
+            continue
+        j = na + nv
+        while j > na and pri[r, order[j - 1]] > x:
+            order[j] = order[j - 1]
+            j -= 1
+        order[j] = i
+        nv += 1
+    nk = n_run - nv
+    if refine and nk and na:
+        kept = np.empty(nk, dtype=np.intp)
+        k = 0
+        for i in range(n_run):
+            if chosen[i]:
+                if X[8, i] > now + _EPS:
+                    return 0, 0, False
+                kept[k] = i
+                k += 1
+        _small_loss_sums_loop(X, kept, order[:na], pf, now, np.empty((na, nk)), lsum)
+        for k in range(na):
+            if lsum[k] != lsum[k]:
+                return 0, 0, False
+    return na, nv, True
 
 
 def _small_loss_sums_loop(X, kept, admit, pf, now, loss, sums):  # pragma: no cover - compiled
@@ -370,6 +461,7 @@ def warm() -> bool:
         else:
             global _ema, _at, _point, _loop, _small_q, _small_pack, _small_loss, _fsum, _fsum_rows
             global _small_q_loop, _small_pack_loop, _small_loss_loop, _small_terms, _small_solve, _small_loss_sums
+            global _small_best, _small_tail, _small_loss_sums_loop
             jit = numba.njit(cache=True, error_model="numpy", nogil=True)
             _point = jit(_qoe_point)
             _fsum = jit(_fsum)
@@ -378,8 +470,9 @@ def warm() -> bool:
             _loop = _kernel  # (called by name from _small_q_loop)
             _small_q, _small_pack, _small_loss = jit(_small_q_loop), jit(_small_pack_loop), jit(_small_loss_loop)
             _small_q_loop, _small_pack_loop, _small_loss_loop = _small_q, _small_pack, _small_loss  # (by name)
+            _small_loss_sums = _small_loss_sums_loop = jit(_small_loss_sums_loop)  # (by name, from _small_tail)
+            _small_best, _small_tail = jit(_small_best), jit(_small_tail)  # (by name, from _small_solve_loop)
             _small_terms, _small_solve = jit(_small_terms_loop), jit(_small_solve_loop)
-            _small_loss_sums = jit(_small_loss_sums_loop)
             one = np.ones(1)
             _kernel(one, one, one, one, one, one, one, one, one, one, one, 1.0, np.empty((1, 1)))
             _ema(1.0, one, np.empty(2))
@@ -395,7 +488,8 @@ def warm() -> bool:
             _small_terms(True, 1.0, 1.3, 1.0, one, one, one, one, one, one_i, (one,) * 7, X)
             _small_solve(X, np.ones(1), one, one, np.ones(1, dtype=np.intp), 1.0, 1.0, True, np.empty(1),
                          np.empty((1, 1)), np.empty((1, 1)), np.empty((1, 1)), np.empty((1, 1), dtype=np.intp),
-                         np.empty(1, dtype=np.intp), np.empty((1, 1)), np.empty(1), 0.0, 0.0)
+                         np.empty(1, dtype=np.intp), np.empty((1, 1)), np.empty(1), 0.0, 0.0, 0, True, 1.0,
+                         np.empty(1, dtype=np.intp), np.empty(1))
             _small_loss_sums(X, one_i, one_i, 1.0, 0.0, np.empty((1, 1)), np.empty(1))
     return _kernel is not False
 

@@ -330,8 +330,9 @@ class Andes(Policy):
 
     # At a handful of live requests the numpy calls above cost ~1 µs each, most of a point
     # (~140 µs at 8 ready + 8 running): up to `small_n` of them take `_select_small`, the same
-    # steps on Python lists with the compiled loops of qoe_kernel (three calls), the same bits
-    # (tests/test_scheduling_fastpaths.py runs both paths against the plain oracle).
+    # steps on Python lists with the compiled loops of qoe_kernel (two calls where no scalar
+    # formula is needed), the same bits (tests/test_scheduling_fastpaths.py runs both paths, and
+    # the small path's Python steps on their own, against the plain oracle).
     small_n = 32
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
@@ -450,10 +451,13 @@ class Andes(Policy):
     def _select_small(self, gens: list[Generation], n_run: int, sl: np.ndarray, full: bool, ctx: PolicyContext,
                       now: float) -> Selection | None:
         """`select` after the slot lookup, for a few requests: the per-request terms, Q_wait /
-        Q_serve, the packing of every candidate B (with math.fsum of its gains) and the refiner's
-        stall losses in compiled loops (qoe_kernel's `_small_*`: the same operations, element by
-        element), the rest on Python lists.  None (nothing changed yet): a rate that is not a
-        finite non-zero number, left to the numpy path."""
+        Q_serve, the packing of every candidate B (with math.fsum of its gains), the best B, the
+        proposed admissions and victims and the refiner's stall losses in compiled loops
+        (qoe_kernel's `_small_*`: the same operations, element by element), the rest on Python
+        lists.  The best B and the proposal take Python steps (`_best_row`, `_small_proposal`)
+        where the compiled ones decline: rounding could decide the best B, two admissions tie (the
+        Python sort's order over a set), a kept request needs the scalar loss.  None (nothing
+        changed yet): a rate that is not a finite non-zero number, left to the numpy path."""
         a = self._table.a
         n = len(gens)
         ws = self._small_ws  # work arrays by shape (read out before the next point)
@@ -521,8 +525,9 @@ class Andes(Policy):
                 ws.clear()
             w = ws[(k_rows, n, K)] = (np.empty(k_rows), np.empty(n), np.empty((k_rows, n)), np.empty((k_rows, n)),
                                       np.empty((k_rows, n)), np.empty((k_rows, K), dtype=np.intp),
-                                      np.empty(k_rows, dtype=np.intp), np.empty((k_rows, K)), np.empty(k_rows))
-        s0_a, q_wait, q_serve, gains_m, pri_m, heads, fits, hg, sums = w
+                                      np.empty(k_rows, dtype=np.intp), np.empty((k_rows, K)), np.empty(k_rows),
+                                      np.empty(n, dtype=np.intp), np.empty(n))
+        s0_a, q_wait, q_serve, gains_m, pri_m, heads, fits, hg, sums, order, lsum = w
         items: list[_Item | None] = [None] * n
 
         def item(i: int) -> _Item:  # the scalar terms, for requests the closed form does not cover
@@ -549,18 +554,48 @@ class Andes(Policy):
                 for i in (odd_wait + [j for j, ls in enumerate(last_l) if ls > s0[r]] if late > min(s0)
                           else odd_wait):
                     q_serve[r, i] = self.q_serve(item(i), lat, now)
-        qoe_kernel._small_solve(X, s0_a, cnt_a, iv_a, cands_a, T_wait, M, not odd, q_wait, q_serve, gains_m, pri_m,
-                                heads, fits, hg, sums, float(now), net)  # (floats: one compiled signature)
+        # (floats: one compiled signature)
+        r, na, nv, done = qoe_kernel._small_solve(X, s0_a, cnt_a, iv_a, cands_a, T_wait, M, not odd, q_wait, q_serve,
+                                                  gains_m, pri_m, heads, fits, hg, sums, float(now), net, n_run,
+                                                  self.refine, self.prefill_s_per_token, order, lsum)
+        if r < 0:  # rounding decides the best row
+            r = self._best_row(sums, fits, hg, cands, n_run)
+        B = cands[r]
+        g_l = gains_m[r].tolist()
+        pri_l = pri_m[r].tolist()
+        self._write_priorities(gens, pri_l)
+        if done:  # the compiled proposal (and stall losses)
+            proposal = order[:na + nv].tolist()
+            admit, victims = proposal[:na], proposal[na:]
+            loss_l = lsum[:na].tolist() if self.refine and na and nv < n_run else None
+        else:
+            admit, victims, loss_l = self._small_proposal(heads[r, :min(B, int(fits[r]))].tolist(), pri_l, n_run, X,
+                                                          item, now)
+        acc_admit, acc_preempt = admit, victims
+        if self.refine:
+            acc_admit, acc_preempt = _paying_pairs(admit, victims, g_l, (lambda k, j: 0.0) if loss_l is None
+                                                   else (lambda k, j: loss_l[k]))
+        if not n_run and not acc_admit:
+            acc_admit = _idle_engine_order(admit, pri_l)
+        self.last_decision = {"B": B, "why": why, "admit": len(acc_admit), "preempt": len(acc_preempt),
+                              "proposed_admit": len(admit), "proposed_preempt": len(victims)}
+        return Selection(order=[gens[i] for i in acc_admit], preempt=[gens[i] for i in acc_preempt])
+
+    @staticmethod
+    def _best_row(sums: np.ndarray, fits: np.ndarray, hg: np.ndarray, cands: list[int], n_run: int) -> int:
+        """The small path's best candidate row: the largest round(value, 12), then the batch size
+        closest to the running batch, the first on ties (`select`'s key); value = the row's
+        compiled fsum (`sums`), or math.fsum's own answer where that is NaN (not finite)."""
         sums_l = sums.tolist()
-        fits_l = fits.tolist()
         total = sum(sums_l)
         if total != total:  # a value the compiled sum leaves to math.fsum (NaN: not finite)
+            fits_l = fits.tolist()
             for r, v in enumerate(sums_l):
                 if v != v:
                     sums_l[r] = math.fsum(hg[r, :min(cands[r], fits_l[r])].tolist())
-        # the best (rounded value, closeness to the running batch): round(v, 12) moves v by at most
-        # 0.5e-12 (and not at all where v's ulp exceeds that), so a row more than 1e-11 below the
-        # largest value cannot round to the largest rounded value: only the others are rounded
+        # round(v, 12) moves v by at most 0.5e-12 (and not at all where v's ulp exceeds that), so a
+        # row more than 1e-11 below the largest value cannot round to the largest rounded value:
+        # only the others are rounded
         top = max(sums_l)
         cut = top - 1e-11 if -1e6 < top < 1e6 else -_INF
         best: tuple | None = None
@@ -570,50 +605,44 @@ class Andes(Policy):
                 continue
             key = (round(v, 12), -abs(B - n_run))
             if best is None or key > best[0]:
-                best = (key, B, r)
+                best = (key, r)
         assert best is not None
-        _, B, r = best
-        m = min(B, fits_l[r])
-        chosen = heads[r, :m].tolist()
-        g_l = gains_m[r].tolist()
-        pri_l = pri_m[r].tolist()
-        self._write_priorities(gens, pri_l)
+        return best[1]
+
+    def _small_proposal(self, chosen: list[int], pri_l: list[float], n_run: int, X: np.ndarray, item,
+                        now: float) -> tuple[list[int], list[int], list[float] | None]:
+        """The small path's admissions (priority descending), victims (ascending) and, with the
+        refiner, each admission's stall loss summed over the kept running requests (None: none
+        kept or none admitted), as `select` computes them: where the compiled `_small_tail`
+        leaves them (a tie, a NaN, a kept request's delivered run after now, a loss not finite)."""
         cs = set(chosen)
         neg = [-p for p in pri_l]  # (the same keys as `select`'s lambdas)
         admit = sorted([i for i in cs if i >= n_run], key=neg.__getitem__)
         victims = sorted([i for i in range(n_run) if i not in cs], key=pri_l.__getitem__)
-        acc_admit, acc_preempt = admit, victims
-        if self.refine:
-            kept = [i for i in range(n_run) if i in cs]
-            if kept and admit:  # every kept request's stall loss for every admission (`_refine_fast`)
-                pf = self.prefill_s_per_token
-                loss = np.empty((len(admit), len(kept)))
-                kept_a = np.array(kept, dtype=np.intp)
-                late_kept = [i for i in kept if X[8, i] > now + _EPS] if late > now + _EPS else ()
-                if not late_kept:
-                    lsum = np.empty(len(admit))
-                    qoe_kernel._small_loss_sums(X, kept_a, np.array(admit, dtype=np.intp), pf, float(now), loss,
-                                                lsum)
-                    loss_l = lsum.tolist()
-                    total = sum(loss_l)
-                    if total != total:  # (a NaN: math.fsum's own answer)
-                        loss_l = qoe_kernel.fsum_rows(loss, [len(kept)] * len(admit))
-                else:
-                    over = [pf * a_ for a_ in X[6, admit].tolist()]
-                    times = np.array([now] + [now + o for o in over])
-                    qoe_kernel._small_loss(X[0], X[1], X[2], X[3], X[4], X[7], kept_a, times, np.array(over), loss)
-                    for row, i in enumerate(kept):  # a delivered run not started yet: the scalar formula
-                        if i in late_kept:
-                            loss[:, row] = [self.loss(item(i), o, now) for o in over]
-                    loss_l = qoe_kernel.fsum_rows(loss, [len(kept)] * len(admit))
-                acc_admit, acc_preempt = _paying_pairs(admit, victims, g_l, lambda k, j: loss_l[k])
-            else:
-                acc_admit, acc_preempt = _paying_pairs(admit, victims, g_l, lambda k, j: 0.0)
-        if not n_run and not acc_admit:
-            acc_admit = _idle_engine_order(admit, pri_l)
-        self.last_decision = {"B": B, "why": why, "admit": len(acc_admit), "preempt": len(acc_preempt),
-                              "proposed_admit": len(admit), "proposed_preempt": len(victims)}
-        return Selection(order=[gens[i] for i in acc_admit], preempt=[gens[i] for i in acc_preempt])
+        kept = [i for i in range(n_run) if i in cs]
+        if not (self.refine and kept and admit):
+            return admit, victims, None
+        # every kept request's stall loss for every admission (`_refine_fast`)
+        pf = self.prefill_s_per_token
+        loss = np.empty((len(admit), len(kept)))
+        kept_a = np.array(kept, dtype=np.intp)
+        late_kept = [i for i in kept if X[8, i] > now + _EPS]
+        if not late_kept:
+            lsum = np.empty(len(admit))
+            qoe_kernel._small_loss_sums(X, kept_a, np.array(admit, dtype=np.intp), pf, float(now), loss, lsum)
+            loss_l = lsum.tolist()
+            total = sum(loss_l)
+            if total != total:  # (a NaN: math.fsum's own answer)
+                loss_l = qoe_kernel.fsum_rows(loss, [len(kept)] * len(admit))
+        else:
+            over = [pf * a_ for a_ in X[6, admit].tolist()]
+            times = np.array([now] + [now + o for o in over])
+            qoe_kernel._small_loss(X[0], X[1], X[2], X[3], X[4], X[7], kept_a, times, np.array(over), loss)
+            for row, i in enumerate(kept):  # a delivered run not started yet: the scalar formula
+                if i in late_kept:
+                    loss[:, row] = [self.loss(item(i), o, now) for o in over]
+            loss_l = qoe_kernel.fsum_rows(loss, [len(kept)] * len(admit))
+        return admit, victims, loss_l
 
     @staticmethod
     def _mem_bound(ctx: PolicyContext) -> float:
