@@ -458,7 +458,7 @@ def test_andes_fast_select_matches_reference(specs, steps, blocked, net, tpw, mo
     if not compiled:  # the numpy / Python fallbacks, as without numba
         qoe_kernel.warm = lambda: False
     elif not tail:
-        qoe_kernel._small_solve = lambda *args: (solve(*args), (-1, 0, 0, False))[1]
+        qoe_kernel._small_solve = lambda *args: (solve(*args), (-1, 0, 0, 0, False))[1]
     try:
         fast, ref = Andes(**kw), Reference(**kw)
         if not small:

@@ -305,28 +305,30 @@ def _small_pack_loop(q_wait, q_serve, mem, M, gains, pri, heads, fits, head_gain
         fits[r] = f
 
 
-def _small_solve_loop(X, s, cnt, iv, cands, T, M, compute_q, q_wait, q_serve, gains, pri, heads, fits,
-                      head_gains, sums, now, net, n_run, refine, pf, order, lsum):  # pragma: no cover - compiled
+def _small_solve_loop(X, s, cnt, iv, cands, T, M, compute_q, q_wait, q_serve, gp, heads, fits, head_gains, sums, now,
+                      net, n_run, refine, pf, order, lsum):  # pragma: no cover - compiled
     """Q_wait and Q_serve (unless given: `compute_q` False), the packing of every candidate B
-    (`_small_pack_loop`) and the math.fsum of each row's first min(B, fits) gains; then the best
-    row where no rounding decides it (`_small_best`) and its proposal (`_small_tail`), in one call.
+    (`_small_pack_loop`; gp[r, 0] = row r's gains, gp[r, 1] its priorities) and the math.fsum of
+    each row's first min(B, fits) gains; then the best row where no rounding decides it
+    (`_small_best`) and its proposal and refiner walk (`_small_tail`), in one call.
     s[r] = now + iv[r] + net (the projected stream's start; iv: the token latency of B; cands[r]: B).
-    Returns (best row, or -1: the caller's rule; then `_small_tail`'s (na, nv, ok), else (0, 0, False))."""
+    Returns (best row, or -1: the caller's rule; then `_small_tail`'s (na, nv, npay, ok), else
+    (0, 0, 0, False))."""
     for r in range(s.shape[0]):
         s[r] = now + iv[r] + net
     if compute_q:
         _small_q_loop(X[0], X[1], X[2], X[3], X[4], X[7], X[5], s, cnt, iv, T, q_wait, q_serve)
-    _small_pack_loop(q_wait, q_serve, X[6], M, gains, pri, heads, fits, head_gains)
+    _small_pack_loop(q_wait, q_serve, X[6], M, gp[:, 0], gp[:, 1], heads, fits, head_gains)
     p = np.empty(head_gains.shape[1] + 1)
     for r in range(head_gains.shape[0]):
         m = cands[r] if cands[r] < fits[r] else fits[r]
         sums[r] = _fsum(head_gains[r], m, p)
     r = _small_best(sums, cands, n_run)
     if r < 0:
-        return r, 0, 0, False
+        return r, 0, 0, 0, False
     m = cands[r] if cands[r] < fits[r] else fits[r]
-    na, nv, ok = _small_tail(r, m, n_run, heads, pri, X, pf, now, refine, order, lsum)
-    return r, na, nv, ok
+    na, nv, npay, ok = _small_tail(heads[r, :m], n_run, gp[r, 0], gp[r, 1], X, pf, now, refine, order, lsum)
+    return r, na, nv, npay, ok
 
 
 def _small_best(sums, cands, n_run):  # pragma: no cover - compiled
@@ -360,56 +362,63 @@ def _small_best(sums, cands, n_run):  # pragma: no cover - compiled
     return best
 
 
-def _small_tail(r, m, n_run, heads, pri, X, pf, now, refine, order, lsum):  # pragma: no cover - compiled
-    """`Andes._select_small`'s proposal from row r, chosen = heads[r, :m] (requests 0..n_run-1
-    run): order[:na] = the chosen ready requests by priority descending (heads' order, which is
-    the Python sort's as long as no two of them tie), order[na:na + nv] = the running requests not
-    chosen by priority ascending (a stable insertion sort over ascending indices: the Python
-    sort's without NaN); with `refine` and both kept running requests and admissions, lsum[k] =
-    the k-th admission's stall loss summed over the kept ones (`_small_loss_sums_loop`).
-    Returns (na, nv, ok); ok False (the caller's Python steps then): two admissions tie, a
-    priority is NaN, a kept request has a delivered run after now (the scalar formula prices
-    it), or a loss sum is not finite."""
-    n = pri.shape[1]
-    chosen = np.zeros(n, dtype=np.bool_)
+def _small_tail(chosen, n_run, gains, pri, X, pf, now, refine, order, lsum):  # pragma: no cover - compiled
+    """`Andes._select_small`'s proposal from the chosen requests (0..n_run-1 run; `gains`, `pri`:
+    the chosen row's): order[:na] = the chosen ready requests by priority descending (`chosen`'s
+    order, the packing's, which is the Python sort's as long as no two of them tie), order[na:na +
+    nv] = the running requests not chosen by priority ascending (a stable insertion sort over
+    ascending indices: the Python sort's without NaN); with `refine`, lsum[k] = the k-th
+    admission's stall loss summed over the kept running requests (`_small_loss_sums_loop`; none
+    where nothing is kept or admitted) and npay = how many admit/victim pairs the refiner keeps
+    (`andes._paying_pairs`' walk; na without `refine`).  Returns (na, nv, npay, ok); ok False (the
+    caller's Python steps then): two admissions tie, a priority is NaN, a kept request has a
+    delivered run after now (the scalar formula prices it), or a loss sum is not finite."""
+    taken = np.zeros(pri.shape[0], dtype=np.bool_)
     na = 0
-    for j in range(m):
-        h = heads[r, j]
-        chosen[h] = True
+    for h in chosen:
+        taken[h] = True
         if h >= n_run:
-            x = pri[r, h]
-            if x != x or (na > 0 and x == pri[r, order[na - 1]]):
-                return 0, 0, False
+            x = pri[h]
+            if x != x or (na > 0 and x == pri[order[na - 1]]):
+                return 0, 0, 0, False
             order[na] = h
             na += 1
     nv = 0
     for i in range(n_run):
-        x = pri[r, i]
+        x = pri[i]
         if x != x:
-            return 0, 0, False
-        if chosen[i]:
+            return 0, 0, 0, False
+        if taken[i]:
             continue
         j = na + nv
-        while j > na and pri[r, order[j - 1]] > x:
+        while j > na and pri[order[j - 1]] > x:
             order[j] = order[j - 1]
             j -= 1
         order[j] = i
         nv += 1
+    if not refine:
+        return na, nv, na, True
     nk = n_run - nv
-    if refine and nk and na:
+    losses = nk > 0 and na > 0
+    if losses:
         kept = np.empty(nk, dtype=np.intp)
         k = 0
         for i in range(n_run):
-            if chosen[i]:
+            if taken[i]:
                 if X[8, i] > now + _EPS:
-                    return 0, 0, False
+                    return 0, 0, 0, False
                 kept[k] = i
                 k += 1
         _small_loss_sums_loop(X, kept, order[:na], pf, now, np.empty((na, nk)), lsum)
         for k in range(na):
             if lsum[k] != lsum[k]:
-                return 0, 0, False
-    return na, nv, True
+                return 0, 0, 0, False
+    npay = 0
+    while npay < na:  # gain(admit) - gain(victim) - the kept requests' stall loss > 0
+        if gains[order[npay]] - (gains[order[na + npay]] if npay < nv else 0.0) - (lsum[npay] if losses else 0.0) <= 0:
+            break
+        npay += 1
+    return na, nv, npay, True
 
 
 def _small_loss_sums_loop(X, kept, admit, pf, now, loss, sums):  # pragma: no cover - compiled
@@ -487,7 +496,7 @@ def warm() -> bool:
             X = np.ones((10, 1))
             _small_terms(True, 1.0, 1.3, 1.0, one, one, one, one, one, one_i, (one,) * 7, X)
             _small_solve(X, np.ones(1), one, one, np.ones(1, dtype=np.intp), 1.0, 1.0, True, np.empty(1),
-                         np.empty((1, 1)), np.empty((1, 1)), np.empty((1, 1)), np.empty((1, 1), dtype=np.intp),
+                         np.empty((1, 1)), np.empty((1, 2, 1)), np.empty((1, 1), dtype=np.intp),
                          np.empty(1, dtype=np.intp), np.empty((1, 1)), np.empty(1), 0.0, 0.0, 0, True, 1.0,
                          np.empty(1, dtype=np.intp), np.empty(1))
             _small_loss_sums(X, one_i, one_i, 1.0, 0.0, np.empty((1, 1)), np.empty(1))

@@ -75,16 +75,11 @@ def _paying_pairs(admit: list[int], victims: list[int], gains: Sequence[float],
                   loss_of) -> tuple[list[int], list[int]]:
     """The refiner's walk: admit/preempt pairs in order while gain(admit) − gain(victim) − the
     stall loss of the kept requests (`loss_of(k, j)` for the k-th admission, j) stays > 0."""
-    acc_a: list[int] = []
-    acc_v: list[int] = []
+    nv = len(victims)
     for k, j in enumerate(admit):
-        v = victims[k] if k < len(victims) else None
-        if gains[j] - (gains[v] if v is not None else 0.0) - loss_of(k, j) <= 0:
-            break
-        acc_a.append(j)
-        if v is not None:
-            acc_v.append(v)
-    return acc_a, acc_v
+        if gains[j] - (gains[victims[k]] if k < nv else 0.0) - loss_of(k, j) <= 0:
+            return admit[:k], victims[:k]
+    return admit[:], victims[:len(admit)]
 
 
 def _idle_engine_order(admit: list[int], pri: Sequence[float]) -> list[int]:
@@ -471,15 +466,16 @@ class Andes(Policy):
             cols = self._small_cols = ((a["sa"], a["pn"], a["la"], a["dl"], a["start"], a["pending"], a["l"]),
                                        a["fixed"], a["base"], a["own"], a["last_start"], a["fold_rate"])
         own_tpw = self.tokens_per_word is None
+        M = self._mem_bound(ctx)
         ok, t, nref, u_min, r_max, late, fit = qoe_kernel._small_terms(
-            own_tpw, float(self._tpw if own_tpw else self.tokens_per_word), PAPER_TOKENS_PER_WORD,
-            self._mem_bound(ctx), cols[1], cols[2], cols[3], cols[4], cols[5], sl, cols[0], X)
+            own_tpw, float(self._tpw if own_tpw else self.tokens_per_word), PAPER_TOKENS_PER_WORD, M,
+            cols[1], cols[2], cols[3], cols[4], cols[5], sl, cols[0], X)
         if not ok:
             return None
         if own_tpw:
             self._tpw = t
-        py = self._table.py
         if nref:  # delivered runs folded at the current rate (refolded when a request's rate moved)
+            py = self._table.py
             rates = X[9].tolist()
             for i, (ls, fr, r_) in enumerate(zip(X[8].tolist(), a["fold_rate"][sl].tolist(), rates)):
                 if ls > -_INF and fr != r_:
@@ -495,7 +491,6 @@ class Andes(Policy):
         if early is not None:
             return early
         self.solves += 1
-        M = self._mem_bound(ctx)
         # _batch_sizes (fit: how many contexts fit M smallest first, from the compiled loop)
         bmax = n
         if self.max_batch is not None:
@@ -509,40 +504,28 @@ class Andes(Policy):
         if got is None:
             cands = self._b_candidates(bkey[0], r_max, n_run, ctx)
             lats = [self.lat(B, ctx, n_run) for B in cands]
-            K = min(max(cands), n)
+            k_rows, K = len(cands), min(max(cands), n)
+            w = ws.get((k_rows, n, K))  # (work arrays by shape)
+            if w is None:
+                if len(ws) >= 64:
+                    ws.clear()
+                w = ws[(k_rows, n, K)] = (
+                    np.empty(k_rows), np.empty(n), np.empty((k_rows, n)), np.empty((k_rows, 2, n)),
+                    np.empty((k_rows, K), dtype=np.intp), np.empty(k_rows, dtype=np.intp), np.empty((k_rows, K)),
+                    np.empty(k_rows), np.empty(n, dtype=np.intp), np.empty(n))
             got = (cands, lats, min(lats), np.array([float(int(self.delta_t / lat)) for lat in lats]),
-                   np.array(lats, dtype=float), np.array(cands, dtype=np.intp), K)
+                   np.array(lats, dtype=float), np.array(cands, dtype=np.intp), w)
             if type(self).lat is Andes.lat:
                 if len(memo) >= 256:
                     memo.clear()
                 memo[bkey] = got
-        cands, lats, lat_min, cnt_a, iv_a, cands_a, K = got
+        cands, lats, lat_min, cnt_a, iv_a, cands_a, w = got
+        s0_a, q_wait, q_serve, gp, heads, fits, hg, sums, order, lsum = w
         net = self.network_latency_s
-        k_rows = len(cands)
-        w = ws.get((k_rows, n, K))
-        if w is None:
-            if len(ws) >= 64:
-                ws.clear()
-            w = ws[(k_rows, n, K)] = (np.empty(k_rows), np.empty(n), np.empty((k_rows, n)), np.empty((k_rows, n)),
-                                      np.empty((k_rows, n)), np.empty((k_rows, K), dtype=np.intp),
-                                      np.empty(k_rows, dtype=np.intp), np.empty((k_rows, K)), np.empty(k_rows),
-                                      np.empty(n, dtype=np.intp), np.empty(n))
-        s0_a, q_wait, q_serve, gains_m, pri_m, heads, fits, hg, sums, order, lsum = w
-        items: list[_Item | None] = [None] * n
-
-        def item(i: int) -> _Item:  # the scalar terms, for requests the closed form does not cover
-            it_ = items[i]
-            if it_ is None:
-                slot = int(sl[i])
-                it_ = items[i] = _Item(gens[i], i < n_run, int(a["l"][slot]), list(py[slot]),
-                                       float(a["start"][slot]), float(X[9, i]), int(a["pending"][slot]), 0.0, 0.0)
-                it_.q_cur = qoe_of_runs(it_.runs, ideal_start=it_.start, rate=it_.rate, now=now, complete=False).qoe
-                it_.q_wait = qoe_of_runs(it_.runs, ideal_start=it_.start, rate=it_.rate, now=T_wait,
-                                         complete=False).qoe
-            return it_
-
+        item = None  # the scalar terms (`_small_items`), made where needed
         odd = late > T_wait + _EPS or late > now + lat_min + net  # a delivered run not started yet: scalar formulas
         if odd:
+            item = self._small_items(gens, n_run, sl, X, now, T_wait)
             s0 = [now + lat + net for lat in lats]
             s0_a[:] = s0
             qoe_kernel._small_q(X[0], X[1], X[2], X[3], X[4], X[7], X[5], s0_a, cnt_a, iv_a, T_wait, q_wait, q_serve)
@@ -555,31 +538,50 @@ class Andes(Policy):
                           else odd_wait):
                     q_serve[r, i] = self.q_serve(item(i), lat, now)
         # (floats: one compiled signature)
-        r, na, nv, done = qoe_kernel._small_solve(X, s0_a, cnt_a, iv_a, cands_a, T_wait, M, not odd, q_wait, q_serve,
-                                                  gains_m, pri_m, heads, fits, hg, sums, float(now), net, n_run,
-                                                  self.refine, self.prefill_s_per_token, order, lsum)
+        r, na, nv, npay, done = qoe_kernel._small_solve(
+            X, s0_a, cnt_a, iv_a, cands_a, T_wait, M, not odd, q_wait, q_serve, gp, heads, fits, hg, sums, float(now),
+            net, n_run, self.refine, self.prefill_s_per_token, order, lsum)
         if r < 0:  # rounding decides the best row
             r = self._best_row(sums, fits, hg, cands, n_run)
         B = cands[r]
-        g_l = gains_m[r].tolist()
-        pri_l = pri_m[r].tolist()
+        g_l, pri_l = gp[r].tolist()
         self._write_priorities(gens, pri_l)
-        if done:  # the compiled proposal (and stall losses)
+        if done:  # the compiled proposal and refiner walk
             proposal = order[:na + nv].tolist()
             admit, victims = proposal[:na], proposal[na:]
-            loss_l = lsum[:na].tolist() if self.refine and na and nv < n_run else None
+            acc_admit, acc_preempt = (admit[:npay], victims[:npay]) if self.refine else (admit, victims)
         else:
-            admit, victims, loss_l = self._small_proposal(heads[r, :min(B, int(fits[r]))].tolist(), pri_l, n_run, X,
-                                                          item, now)
-        acc_admit, acc_preempt = admit, victims
-        if self.refine:
-            acc_admit, acc_preempt = _paying_pairs(admit, victims, g_l, (lambda k, j: 0.0) if loss_l is None
-                                                   else (lambda k, j: loss_l[k]))
+            admit, victims, loss_l = self._small_proposal(
+                heads[r, :min(B, int(fits[r]))].tolist(), pri_l, n_run, X,
+                item or self._small_items(gens, n_run, sl, X, now, T_wait), now)
+            acc_admit, acc_preempt = admit, victims
+            if self.refine:
+                acc_admit, acc_preempt = _paying_pairs(admit, victims, g_l, (lambda k, j: 0.0) if loss_l is None
+                                                       else (lambda k, j: loss_l[k]))
         if not n_run and not acc_admit:
             acc_admit = _idle_engine_order(admit, pri_l)
         self.last_decision = {"B": B, "why": why, "admit": len(acc_admit), "preempt": len(acc_preempt),
                               "proposed_admit": len(admit), "proposed_preempt": len(victims)}
-        return Selection(order=[gens[i] for i in acc_admit], preempt=[gens[i] for i in acc_preempt])
+        return Selection(order=list(map(gens.__getitem__, acc_admit)), preempt=list(map(gens.__getitem__, acc_preempt)))
+
+    def _small_items(self, gens: list[Generation], n_run: int, sl: np.ndarray, X: np.ndarray, now: float,
+                     T_wait: float):
+        """`item(i)`: request i's scalar terms (an `_Item`, made at its first call), for the small
+        path's requests the closed form does not cover (X: `_select_small`'s per-request terms)."""
+        a, py = self._table.a, self._table.py
+        items: list[_Item | None] = [None] * len(gens)
+
+        def item(i: int) -> _Item:
+            it_ = items[i]
+            if it_ is None:
+                slot = int(sl[i])
+                it_ = items[i] = _Item(gens[i], i < n_run, int(a["l"][slot]), list(py[slot]),
+                                       float(a["start"][slot]), float(X[9, i]), int(a["pending"][slot]), 0.0, 0.0)
+                it_.q_cur = qoe_of_runs(it_.runs, ideal_start=it_.start, rate=it_.rate, now=now, complete=False).qoe
+                it_.q_wait = qoe_of_runs(it_.runs, ideal_start=it_.start, rate=it_.rate, now=T_wait,
+                                         complete=False).qoe
+            return it_
+        return item
 
     @staticmethod
     def _best_row(sums: np.ndarray, fits: np.ndarray, hg: np.ndarray, cands: list[int], n_run: int) -> int:
