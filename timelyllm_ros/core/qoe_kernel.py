@@ -156,9 +156,10 @@ def _small_q_loop(sa, pn, la, dl, start, u, pending, s, cnt, iv, T, q_wait, q_se
     _loop(sa, pn, la, dl, start, u, expected, pending, s, cnt, iv, T, q_serve)
 
 
-def _small_terms_loop(own_tpw, t, P, M, fixed_t, base_t, own_t, last_t, fold_t, sl, cols, X):  # pragma: no cover
+def _small_terms_loop(own_tpw, t, P, M, sl, X, fixed_t, base_t, own_t, last_t, fold_t, sa, pn, la, dl, start, pending,
+                      l):  # pragma: no cover - compiled (the columns as arguments: a tuple of them costs more a call)
     """Andes' per-request terms of the live requests (slots `sl`): X[0..6] = the table columns
-    `cols` (sa, pn, la, dl, start, pending, l) gathered, X[7] = u, X[8] = last delivered run's
+    sa, pn, la, dl, start, pending, l gathered, X[7] = u, X[8] = last delivered run's
     start, X[9] = rate, where rate = the fixed rate, else base · tokens per word / P (own tokens
     per word if measured, else the running average t, which own values move in item order when
     `own_tpw`; else t is the fixed value): `Andes.select`'s steps.  Returns (ok: every rate
@@ -169,8 +170,13 @@ def _small_terms_loop(own_tpw, t, P, M, fixed_t, base_t, own_t, last_t, fold_t, 
     ok = True
     for i in range(n):
         s = sl[i]
-        for c in range(7):
-            X[c, i] = cols[c][s]
+        X[0, i] = sa[s]
+        X[1, i] = pn[s]
+        X[2, i] = la[s]
+        X[3, i] = dl[s]
+        X[4, i] = start[s]
+        X[5, i] = pending[s]
+        X[6, i] = l[s]
         f = fixed_t[s]
         if own_tpw:
             o = own_t[s]
@@ -441,11 +447,11 @@ def _small_loss_loop(sa, pn, la, dl, start, u, kept, times, over, out):  # pragm
     """out[j, row] = the QoE request kept[row] loses when the batch stalls over[j] s: Q at
     times[0] minus Q at times[j + 1], floored at 0 (0 where over[j] <= 0), as `_refine_fast`."""
     m = over.shape[0]
+    q = np.empty(m + 1)  # (each row's Q at every time)
     for row in range(kept.shape[0]):
         i = kept[row]
         st = start[i]
         ui = u[i]
-        q = np.empty(m + 1)
         for j in range(m + 1):
             at = times[j]
             if at < st - _EPS:
@@ -494,7 +500,7 @@ def warm() -> bool:
             _fsum_rows(np.ones((1, 1)), np.ones(1, dtype=np.intp), np.empty(1))
             one_i = np.zeros(1, dtype=np.intp)
             X = np.ones((10, 1))
-            _small_terms(True, 1.0, 1.3, 1.0, one, one, one, one, one, one_i, (one,) * 7, X)
+            _small_terms(True, 1.0, 1.3, 1.0, one_i, X, *(one,) * 12)
             _small_solve(X, np.ones(1), one, one, np.ones(1, dtype=np.intp), 1.0, 1.0, True, np.empty(1),
                          np.empty((1, 1)), np.empty((1, 2, 1)), np.empty((1, 1), dtype=np.intp),
                          np.empty(1, dtype=np.intp), np.empty((1, 1)), np.empty(1), 0.0, 0.0, 0, True, 1.0,

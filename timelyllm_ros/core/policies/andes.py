@@ -462,14 +462,13 @@ class Andes(Policy):
                 ws.clear()
             X = ws[n] = np.empty((10, n))
         cols = self._small_cols  # the table's columns (new arrays when the table grows)
-        if cols is None or cols[1] is not a["fixed"] or cols[0][0] is not a["sa"]:
-            cols = self._small_cols = ((a["sa"], a["pn"], a["la"], a["dl"], a["start"], a["pending"], a["l"]),
-                                       a["fixed"], a["base"], a["own"], a["last_start"], a["fold_rate"])
+        if cols is None or cols[0] is not a["fixed"] or cols[5] is not a["sa"]:
+            cols = self._small_cols = tuple(a[k] for k in ("fixed", "base", "own", "last_start", "fold_rate", "sa", "pn",
+                                                           "la", "dl", "start", "pending", "l"))
         own_tpw = self.tokens_per_word is None
         M = self._mem_bound(ctx)
         ok, t, nref, u_min, r_max, late, fit = qoe_kernel._small_terms(
-            own_tpw, float(self._tpw if own_tpw else self.tokens_per_word), PAPER_TOKENS_PER_WORD, M,
-            cols[1], cols[2], cols[3], cols[4], cols[5], sl, cols[0], X)
+            own_tpw, float(self._tpw if own_tpw else self.tokens_per_word), PAPER_TOKENS_PER_WORD, M, sl, X, *cols)
         if not ok:
             return None
         if own_tpw:
