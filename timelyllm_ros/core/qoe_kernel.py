@@ -311,20 +311,26 @@ def _small_pack_loop(q_wait, q_serve, mem, M, gains, pri, heads, fits, head_gain
         fits[r] = f
 
 
-def _small_solve_loop(X, s, cnt, iv, cands, T, M, compute_q, q_wait, q_serve, gp, heads, fits, head_gains, sums, now,
-                      net, n_run, refine, pf, order, lsum):  # pragma: no cover - compiled
+def _small_solve_loop(X, S, C, heads, G, order, T, M, compute_q, now, net, n_run, refine,
+                      pf):  # pragma: no cover - compiled (a few arrays: each argument costs a call ~0.1 µs)
     """Q_wait and Q_serve (unless given: `compute_q` False), the packing of every candidate B
-    (`_small_pack_loop`; gp[r, 0] = row r's gains, gp[r, 1] its priorities) and the math.fsum of
-    each row's first min(B, fits) gains; then the best row where no rounding decides it
-    (`_small_best`) and its proposal and refiner walk (`_small_tail`), in one call.
-    s[r] = now + iv[r] + net (the projected stream's start; iv: the token latency of B; cands[r]: B).
-    Returns (best row, or -1: the caller's rule; then `_small_tail`'s (na, nv, npay, ok), else
-    (0, 0, 0, False))."""
+    (`_small_pack_loop`) and the math.fsum of each row's first min(B, fits) gains; then the best
+    row where no rounding decides it (`_small_best`) and its proposal and refiner walk
+    (`_small_tail`), in one call.  X: the per-request terms (`_small_terms_loop`'s rows 0-9),
+    X[10] = Q_wait, X[11, :na] = the admissions' stall losses; per candidate row r: C[0, r] = B,
+    C[1, r] = fits, S[0, r] = the projected stream's start (now + S[2, r] + net), S[1, r] its
+    token count, S[2, r] its token interval (the token latency of B), S[3, r] = the sum;
+    heads[r] = the first K by priority; G[0, r] = Q_serve, G[1, r] = gains, G[2, r] =
+    priorities, G[3, r, :K] = the heads' gains; order: the proposal.  Returns (best row, or -1:
+    the caller's rule; then `_small_tail`'s (na, nv, npay, ok), else (0, 0, 0, False))."""
+    s, cnt, iv, sums = S[0], S[1], S[2], S[3]
+    cands, fits = C[0], C[1]
+    head_gains = G[3, :, :heads.shape[1]]
     for r in range(s.shape[0]):
         s[r] = now + iv[r] + net
     if compute_q:
-        _small_q_loop(X[0], X[1], X[2], X[3], X[4], X[7], X[5], s, cnt, iv, T, q_wait, q_serve)
-    _small_pack_loop(q_wait, q_serve, X[6], M, gp[:, 0], gp[:, 1], heads, fits, head_gains)
+        _small_q_loop(X[0], X[1], X[2], X[3], X[4], X[7], X[5], s, cnt, iv, T, X[10], G[0])
+    _small_pack_loop(X[10], G[0], X[6], M, G[1], G[2], heads, fits, head_gains)
     p = np.empty(head_gains.shape[1] + 1)
     for r in range(head_gains.shape[0]):
         m = cands[r] if cands[r] < fits[r] else fits[r]
@@ -333,7 +339,7 @@ def _small_solve_loop(X, s, cnt, iv, cands, T, M, compute_q, q_wait, q_serve, gp
     if r < 0:
         return r, 0, 0, 0, False
     m = cands[r] if cands[r] < fits[r] else fits[r]
-    na, nv, npay, ok = _small_tail(heads[r, :m], n_run, gp[r, 0], gp[r, 1], X, pf, now, refine, order, lsum)
+    na, nv, npay, ok = _small_tail(heads[r, :m], n_run, G[1, r], G[2, r], X, pf, now, refine, order, X[11])
     return r, na, nv, npay, ok
 
 
@@ -499,12 +505,10 @@ def warm() -> bool:
                         np.empty((1, 1)))
             _fsum_rows(np.ones((1, 1)), np.ones(1, dtype=np.intp), np.empty(1))
             one_i = np.zeros(1, dtype=np.intp)
-            X = np.ones((10, 1))
+            X, G = np.ones((12, 1)), np.ones((4, 1, 1))
             _small_terms(True, 1.0, 1.3, 1.0, one_i, X, *(one,) * 12)
-            _small_solve(X, np.ones(1), one, one, np.ones(1, dtype=np.intp), 1.0, 1.0, True, np.empty(1),
-                         np.empty((1, 1)), np.empty((1, 2, 1)), np.empty((1, 1), dtype=np.intp),
-                         np.empty(1, dtype=np.intp), np.empty((1, 1)), np.empty(1), 0.0, 0.0, 0, True, 1.0,
-                         np.empty(1, dtype=np.intp), np.empty(1))
+            _small_solve(X, np.ones((4, 1)), np.ones((2, 1), dtype=np.intp), np.zeros((1, 1), dtype=np.intp), G,
+                         np.empty(1, dtype=np.intp), 1.0, 1.0, True, 0.0, 0.0, 0, True, 1.0)
             _small_loss_sums(X, one_i, one_i, 1.0, 0.0, np.empty((1, 1)), np.empty(1))
     return _kernel is not False
 

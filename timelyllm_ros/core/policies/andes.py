@@ -181,7 +181,7 @@ class Andes(Policy):
         # few-requests path (`_select_small`): memos keyed by what they are a function of, work arrays
         self._cands_memo: dict[tuple[int, int], tuple[int, ...]] = {}  # (bmin, bmax) -> candidate sizes
         self._small_memo: dict[tuple, tuple] = {}  # (B bounds, rates, token time, ...) -> sizes, latencies
-        self._small_ws: dict[int, np.ndarray] = {}  # live requests -> a (10, n) work array
+        self._small_ws: dict = {}  # live requests -> a (12, n) work array; by shape: the packing's
         self._small_cols: tuple | None = None  # the slot table's columns (new arrays when it grows)
 
     # --- per-request QoE terms --------------------------------------------------------------------
@@ -460,7 +460,7 @@ class Andes(Policy):
         if X is None:
             if len(ws) >= 64:
                 ws.clear()
-            X = ws[n] = np.empty((10, n))
+            X = ws[n] = np.empty((12, n))
         cols = self._small_cols  # the table's columns (new arrays when the table grows)
         if cols is None or cols[0] is not a["fixed"] or cols[5] is not a["sa"]:
             cols = self._small_cols = tuple(a[k] for k in ("fixed", "base", "own", "last_start", "fold_rate", "sa", "pn",
@@ -504,30 +504,31 @@ class Andes(Policy):
             cands = self._b_candidates(bkey[0], r_max, n_run, ctx)
             lats = [self.lat(B, ctx, n_run) for B in cands]
             k_rows, K = len(cands), min(max(cands), n)
-            w = ws.get((k_rows, n, K))  # (work arrays by shape)
+            w = ws.get((k_rows, n, K))  # (by shape: the heads, G and the proposal's order of `_small_solve`)
             if w is None:
                 if len(ws) >= 64:
                     ws.clear()
-                w = ws[(k_rows, n, K)] = (
-                    np.empty(k_rows), np.empty(n), np.empty((k_rows, n)), np.empty((k_rows, 2, n)),
-                    np.empty((k_rows, K), dtype=np.intp), np.empty(k_rows, dtype=np.intp), np.empty((k_rows, K)),
-                    np.empty(k_rows), np.empty(n, dtype=np.intp), np.empty(n))
-            got = (cands, lats, min(lats), np.array([float(int(self.delta_t / lat)) for lat in lats]),
-                   np.array(lats, dtype=float), np.array(cands, dtype=np.intp), w)
+                w = ws[(k_rows, n, K)] = (np.empty((k_rows, K), dtype=np.intp), np.empty((4, k_rows, n)),
+                                          np.empty(n, dtype=np.intp))
+            S = np.empty((4, k_rows))  # (stream starts, token counts, token intervals, sums)
+            S[1] = [float(int(self.delta_t / lat)) for lat in lats]
+            S[2] = lats
+            C = np.array([cands, cands], dtype=np.intp)  # (B, fits)
+            got = (cands, lats, min(lats), S, C, w)
             if type(self).lat is Andes.lat:
                 if len(memo) >= 256:
                     memo.clear()
                 memo[bkey] = got
-        cands, lats, lat_min, cnt_a, iv_a, cands_a, w = got
-        s0_a, q_wait, q_serve, gp, heads, fits, hg, sums, order, lsum = w
+        cands, lats, lat_min, S, C, (heads, G, order) = got
         net = self.network_latency_s
         item = None  # the scalar terms (`_small_items`), made where needed
         odd = late > T_wait + _EPS or late > now + lat_min + net  # a delivered run not started yet: scalar formulas
         if odd:
             item = self._small_items(gens, n_run, sl, X, now, T_wait)
             s0 = [now + lat + net for lat in lats]
-            s0_a[:] = s0
-            qoe_kernel._small_q(X[0], X[1], X[2], X[3], X[4], X[7], X[5], s0_a, cnt_a, iv_a, T_wait, q_wait, q_serve)
+            S[0] = s0
+            q_wait, q_serve = X[10], G[0]
+            qoe_kernel._small_q(X[0], X[1], X[2], X[3], X[4], X[7], X[5], S[0], S[1], S[2], T_wait, q_wait, q_serve)
             last_l = X[8].tolist()
             odd_wait = [i for i, ls in enumerate(last_l) if ls > T_wait + _EPS]
             for i in odd_wait:
@@ -537,13 +538,12 @@ class Andes(Policy):
                           else odd_wait):
                     q_serve[r, i] = self.q_serve(item(i), lat, now)
         # (floats: one compiled signature)
-        r, na, nv, npay, done = qoe_kernel._small_solve(
-            X, s0_a, cnt_a, iv_a, cands_a, T_wait, M, not odd, q_wait, q_serve, gp, heads, fits, hg, sums, float(now),
-            net, n_run, self.refine, self.prefill_s_per_token, order, lsum)
+        r, na, nv, npay, done = qoe_kernel._small_solve(X, S, C, heads, G, order, T_wait, M, not odd, float(now), net,
+                                                        n_run, self.refine, self.prefill_s_per_token)
         if r < 0:  # rounding decides the best row
-            r = self._best_row(sums, fits, hg, cands, n_run)
+            r = self._best_row(S[3], C[1], G[3, :, :heads.shape[1]], cands, n_run)
         B = cands[r]
-        g_l, pri_l = gp[r].tolist()
+        g_l, pri_l = G[1:3, r].tolist()
         self._write_priorities(gens, pri_l)
         if done:  # the compiled proposal and refiner walk
             proposal = order[:na + nv].tolist()
@@ -551,7 +551,7 @@ class Andes(Policy):
             acc_admit, acc_preempt = (admit[:npay], victims[:npay]) if self.refine else (admit, victims)
         else:
             admit, victims, loss_l = self._small_proposal(
-                heads[r, :min(B, int(fits[r]))].tolist(), pri_l, n_run, X,
+                heads[r, :min(B, int(C[1, r]))].tolist(), pri_l, n_run, X,
                 item or self._small_items(gens, n_run, sl, X, now, T_wait), now)
             acc_admit, acc_preempt = admit, victims
             if self.refine:
@@ -561,7 +561,7 @@ class Andes(Policy):
             acc_admit = _idle_engine_order(admit, pri_l)
         self.last_decision = {"B": B, "why": why, "admit": len(acc_admit), "preempt": len(acc_preempt),
                               "proposed_admit": len(admit), "proposed_preempt": len(victims)}
-        return Selection(order=list(map(gens.__getitem__, acc_admit)), preempt=list(map(gens.__getitem__, acc_preempt)))
+        return Selection(order=[gens[i] for i in acc_admit], preempt=[gens[i] for i in acc_preempt])
 
     def _small_items(self, gens: list[Generation], n_run: int, sl: np.ndarray, X: np.ndarray, now: float,
                      T_wait: float):
