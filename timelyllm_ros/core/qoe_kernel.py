@@ -157,7 +157,7 @@ def _small_q_loop(sa, pn, la, dl, start, u, pending, s, cnt, iv, T, q_wait, q_se
 
 
 def _small_terms_loop(own_tpw, t, P, M, sl, X, fixed_t, base_t, own_t, last_t, fold_t, sa, pn, la, dl, start, pending,
-                      l):  # pragma: no cover - compiled (the columns as arguments: a tuple of them costs more a call)
+                      l):  # pragma: no cover - compiled (columns as arguments: a tuple of them costs more per call)
     """Andes' per-request terms of the live requests (slots `sl`): X[0..6] = the table columns
     sa, pn, la, dl, start, pending, l gathered, X[7] = u, X[8] = last delivered run's
     start, X[9] = rate, where rate = the fixed rate, else base · tokens per word / P (own tokens
@@ -312,7 +312,7 @@ def _small_pack_loop(q_wait, q_serve, mem, M, gains, pri, heads, fits, head_gain
 
 
 def _small_solve_loop(X, S, C, heads, G, order, T, M, compute_q, now, net, n_run, refine,
-                      pf):  # pragma: no cover - compiled (a few arrays: each argument costs a call ~0.1 µs)
+                      pf):  # pragma: no cover - compiled (few arrays: each array argument costs ~0.1 µs per call)
     """Q_wait and Q_serve (unless given: `compute_q` False), the packing of every candidate B
     (`_small_pack_loop`) and the math.fsum of each row's first min(B, fits) gains; then the best
     row where no rounding decides it (`_small_best`) and its proposal and refiner walk

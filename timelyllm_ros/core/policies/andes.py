@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -180,8 +180,9 @@ class Andes(Policy):
         self._pri_written = False  # a solve's priorities sit on the generations (`andes_pri`, solve_every > 1)
         # few-requests path (`_select_small`): memos keyed by what they are a function of, work arrays
         self._cands_memo: dict[tuple[int, int], tuple[int, ...]] = {}  # (bmin, bmax) -> candidate sizes
-        self._small_memo: dict[tuple, tuple] = {}  # (B bounds, rates, token time, ...) -> sizes, latencies
-        self._small_ws: dict = {}  # live requests -> a (12, n) work array; by shape: the packing's
+        self._small_memo: dict[tuple, tuple] = {}  # (B bounds, rates, token time, ...) -> sizes, latencies, arrays
+        # live requests n -> a (12, n) work array; (rows, n, K) -> the packing's (`_select_small`)
+        self._small_ws: dict[int | tuple[int, int, int], np.ndarray | tuple[np.ndarray, ...]] = {}
         self._small_cols: tuple | None = None  # the slot table's columns (new arrays when it grows)
 
     # --- per-request QoE terms --------------------------------------------------------------------
@@ -463,8 +464,8 @@ class Andes(Policy):
             X = ws[n] = np.empty((12, n))
         cols = self._small_cols  # the table's columns (new arrays when the table grows)
         if cols is None or cols[0] is not a["fixed"] or cols[5] is not a["sa"]:
-            cols = self._small_cols = tuple(a[k] for k in ("fixed", "base", "own", "last_start", "fold_rate", "sa", "pn",
-                                                           "la", "dl", "start", "pending", "l"))
+            cols = self._small_cols = tuple(a[k] for k in ("fixed", "base", "own", "last_start", "fold_rate", "sa",
+                                                           "pn", "la", "dl", "start", "pending", "l"))
         own_tpw = self.tokens_per_word is None
         M = self._mem_bound(ctx)
         ok, t, nref, u_min, r_max, late, fit = qoe_kernel._small_terms(
@@ -537,9 +538,8 @@ class Andes(Policy):
                 for i in (odd_wait + [j for j, ls in enumerate(last_l) if ls > s0[r]] if late > min(s0)
                           else odd_wait):
                     q_serve[r, i] = self.q_serve(item(i), lat, now)
-        # (floats: one compiled signature)
-        r, na, nv, npay, done = qoe_kernel._small_solve(X, S, C, heads, G, order, T_wait, M, not odd, float(now), net,
-                                                        n_run, self.refine, self.prefill_s_per_token)
+        r, na, nv, npay, done = qoe_kernel._small_solve(X, S, C, heads, G, order, T_wait, M, not odd, float(now),
+                                                        net, n_run, self.refine, self.prefill_s_per_token)
         if r < 0:  # rounding decides the best row
             r = self._best_row(S[3], C[1], G[3, :, :heads.shape[1]], cands, n_run)
         B = cands[r]
@@ -564,7 +564,7 @@ class Andes(Policy):
         return Selection(order=[gens[i] for i in acc_admit], preempt=[gens[i] for i in acc_preempt])
 
     def _small_items(self, gens: list[Generation], n_run: int, sl: np.ndarray, X: np.ndarray, now: float,
-                     T_wait: float):
+                     T_wait: float) -> Callable[[int], _Item]:
         """`item(i)`: request i's scalar terms (an `_Item`, made at its first call), for the small
         path's requests the closed form does not cover (X: `_select_small`'s per-request terms)."""
         a, py = self._table.a, self._table.py
@@ -610,8 +610,8 @@ class Andes(Policy):
         assert best is not None
         return best[1]
 
-    def _small_proposal(self, chosen: list[int], pri_l: list[float], n_run: int, X: np.ndarray, item,
-                        now: float) -> tuple[list[int], list[int], list[float] | None]:
+    def _small_proposal(self, chosen: list[int], pri_l: list[float], n_run: int, X: np.ndarray,
+                        item: Callable[[int], _Item], now: float) -> tuple[list[int], list[int], list[float] | None]:
         """The small path's admissions (priority descending), victims (ascending) and, with the
         refiner, each admission's stall loss summed over the kept running requests (None: none
         kept or none admitted), as `select` computes them: where the compiled `_small_tail`
