@@ -433,10 +433,13 @@ def test_longest_first_and_ascending_perm_equal_tuple_sorts(items):
        mode=st.sampled_from(["stream", "suspend"]), solve_every=st.sampled_from([1, 2]),
        kv_trigger=st.sampled_from([0.05, 0.9]), max_batch=st.sampled_from([None, 3]), refine=st.booleans(),
        speaking=st.booleans(), lat_per_seq=st.sampled_from([2e-4, 0.05]), compiled=st.booleans(),
-       small=st.booleans())
+       small=st.booleans(), tail=st.booleans())
 def test_andes_fast_select_matches_reference(specs, steps, blocked, net, tpw, mode, solve_every, kv_trigger,
-                                             max_batch, refine, speaking, lat_per_seq, compiled, small):
-    """`small`: the few-requests path (`Andes._select_small`, compiled) or the numpy one."""
+                                             max_batch, refine, speaking, lat_per_seq, compiled, small, tail):
+    """`small`: the few-requests path (`Andes._select_small`, compiled) or the numpy one; on the
+    small path, `tail` False: the compiled best row and proposal (`qoe_kernel._small_best`,
+    `_small_tail`) are set aside, as where they decline, for the Python steps (`Andes._best_row`,
+    `Andes._small_proposal`)."""
     from timelyllm_ros.core import qoe_kernel
     from timelyllm_ros.core.policies.andes import Andes
 
@@ -451,8 +454,11 @@ def test_andes_fast_select_matches_reference(specs, steps, blocked, net, tpw, mo
     gens = _scenario(specs)
     a, b = _copy(gens), _copy(gens)
     warm = qoe_kernel.warm
+    solve = qoe_kernel._small_solve if warm() else None
     if not compiled:  # the numpy / Python fallbacks, as without numba
         qoe_kernel.warm = lambda: False
+    elif not tail:
+        qoe_kernel._small_solve = lambda *args: (solve(*args), (-1, 0, 0, 0, False))[1]
     try:
         fast, ref = Andes(**kw), Reference(**kw)
         if not small:
@@ -460,6 +466,7 @@ def test_andes_fast_select_matches_reference(specs, steps, blocked, net, tpw, mo
         assert _run(fast, a, steps, blocked) == _run(ref, b, steps, blocked)
     finally:
         qoe_kernel.warm = warm
+        qoe_kernel._small_solve = solve
     assert (fast.solves, fast.last_decision, repr(fast._tpw)) == (ref.solves, ref.last_decision, repr(ref._tpw))
 
 

@@ -156,9 +156,10 @@ def _small_q_loop(sa, pn, la, dl, start, u, pending, s, cnt, iv, T, q_wait, q_se
     _loop(sa, pn, la, dl, start, u, expected, pending, s, cnt, iv, T, q_serve)
 
 
-def _small_terms_loop(own_tpw, t, P, M, fixed_t, base_t, own_t, last_t, fold_t, sl, cols, X):  # pragma: no cover
+def _small_terms_loop(own_tpw, t, P, M, sl, X, fixed_t, base_t, own_t, last_t, fold_t, sa, pn, la, dl, start, pending,
+                      l):  # pragma: no cover - compiled (columns as arguments: a tuple of them costs more per call)
     """Andes' per-request terms of the live requests (slots `sl`): X[0..6] = the table columns
-    `cols` (sa, pn, la, dl, start, pending, l) gathered, X[7] = u, X[8] = last delivered run's
+    sa, pn, la, dl, start, pending, l gathered, X[7] = u, X[8] = last delivered run's
     start, X[9] = rate, where rate = the fixed rate, else base · tokens per word / P (own tokens
     per word if measured, else the running average t, which own values move in item order when
     `own_tpw`; else t is the fixed value): `Andes.select`'s steps.  Returns (ok: every rate
@@ -169,8 +170,13 @@ def _small_terms_loop(own_tpw, t, P, M, fixed_t, base_t, own_t, last_t, fold_t, 
     ok = True
     for i in range(n):
         s = sl[i]
-        for c in range(7):
-            X[c, i] = cols[c][s]
+        X[0, i] = sa[s]
+        X[1, i] = pn[s]
+        X[2, i] = la[s]
+        X[3, i] = dl[s]
+        X[4, i] = start[s]
+        X[5, i] = pending[s]
+        X[6, i] = l[s]
         f = fixed_t[s]
         if own_tpw:
             o = own_t[s]
@@ -305,20 +311,126 @@ def _small_pack_loop(q_wait, q_serve, mem, M, gains, pri, heads, fits, head_gain
         fits[r] = f
 
 
-def _small_solve_loop(X, s, cnt, iv, cands, T, M, compute_q, q_wait, q_serve, gains, pri, heads, fits,
-                      head_gains, sums, now, net):  # pragma: no cover - compiled
+def _small_solve_loop(X, S, C, heads, G, order, T, M, compute_q, now, net, n_run, refine,
+                      pf):  # pragma: no cover - compiled (few arrays: each array argument costs ~0.1 µs per call)
     """Q_wait and Q_serve (unless given: `compute_q` False), the packing of every candidate B
-    (`_small_pack_loop`) and the math.fsum of each row's first min(B, fits) gains, in one call.
-    s[r] = now + iv[r] + net (the projected stream's start; iv: the token latency of B)."""
+    (`_small_pack_loop`) and the math.fsum of each row's first min(B, fits) gains; then the best
+    row where no rounding decides it (`_small_best`) and its proposal and refiner walk
+    (`_small_tail`), in one call.  X: the per-request terms (`_small_terms_loop`'s rows 0-9),
+    X[10] = Q_wait, X[11, :na] = the admissions' stall losses; per candidate row r: C[0, r] = B,
+    C[1, r] = fits, S[0, r] = the projected stream's start (now + S[2, r] + net), S[1, r] its
+    token count, S[2, r] its token interval (the token latency of B), S[3, r] = the sum;
+    heads[r] = the first K by priority; G[0, r] = Q_serve, G[1, r] = gains, G[2, r] =
+    priorities, G[3, r, :K] = the heads' gains; order: the proposal.  Returns (best row, or -1:
+    the caller's rule; then `_small_tail`'s (na, nv, npay, ok), else (0, 0, 0, False))."""
+    s, cnt, iv, sums = S[0], S[1], S[2], S[3]
+    cands, fits = C[0], C[1]
+    head_gains = G[3, :, :heads.shape[1]]
     for r in range(s.shape[0]):
         s[r] = now + iv[r] + net
     if compute_q:
-        _small_q_loop(X[0], X[1], X[2], X[3], X[4], X[7], X[5], s, cnt, iv, T, q_wait, q_serve)
-    _small_pack_loop(q_wait, q_serve, X[6], M, gains, pri, heads, fits, head_gains)
+        _small_q_loop(X[0], X[1], X[2], X[3], X[4], X[7], X[5], s, cnt, iv, T, X[10], G[0])
+    _small_pack_loop(X[10], G[0], X[6], M, G[1], G[2], heads, fits, head_gains)
     p = np.empty(head_gains.shape[1] + 1)
     for r in range(head_gains.shape[0]):
         m = cands[r] if cands[r] < fits[r] else fits[r]
         sums[r] = _fsum(head_gains[r], m, p)
+    r = _small_best(sums, cands, n_run)
+    if r < 0:
+        return r, 0, 0, 0, False
+    m = cands[r] if cands[r] < fits[r] else fits[r]
+    na, nv, npay, ok = _small_tail(heads[r, :m], n_run, G[1, r], G[2, r], X, pf, now, refine, order, X[11])
+    return r, na, nv, npay, ok
+
+
+def _small_best(sums, cands, n_run):  # pragma: no cover - compiled
+    """`Andes._select_small`'s best row — the largest round(sum, 12), then the batch size closest
+    to the running batch, the first row on ties — where rounding cannot change it: every row within
+    1e-11 of the largest sum holds that very sum (round moves a value by at most 0.5e-12, so a row
+    further below cannot round to the largest rounded value; equal sums round alike).  -1 where it
+    could: a NaN sum, a largest sum outside (-1e6, 1e6), or different sums within 1e-11 of it."""
+    top = -math.inf
+    for r in range(sums.shape[0]):
+        v = sums[r]
+        if v != v:
+            return -1
+        if v > top:
+            top = v
+    if not (-1e6 < top < 1e6):
+        return -1
+    cut = top - 1e-11
+    best = -1
+    dist = 0
+    for r in range(sums.shape[0]):
+        v = sums[r]
+        if v < cut:
+            continue
+        if v != top:
+            return -1
+        d = abs(cands[r] - n_run)
+        if best < 0 or d < dist:
+            best = r
+            dist = d
+    return best
+
+
+def _small_tail(chosen, n_run, gains, pri, X, pf, now, refine, order, lsum):  # pragma: no cover - compiled
+    """`Andes._select_small`'s proposal from the chosen requests (0..n_run-1 run; `gains`, `pri`:
+    the chosen row's): order[:na] = the chosen ready requests by priority descending (`chosen`'s
+    order, the packing's, which is the Python sort's as long as no two of them tie), order[na:na +
+    nv] = the running requests not chosen by priority ascending (a stable insertion sort over
+    ascending indices: the Python sort's without NaN); with `refine`, lsum[k] = the k-th
+    admission's stall loss summed over the kept running requests (`_small_loss_sums_loop`; none
+    where nothing is kept or admitted) and npay = how many admit/victim pairs the refiner keeps
+    (`andes._paying_pairs`' walk; na without `refine`).  Returns (na, nv, npay, ok); ok False (the
+    caller's Python steps then): two admissions tie, a priority is NaN, a kept request has a
+    delivered run after now (the scalar formula prices it), or a loss sum is not finite."""
+    taken = np.zeros(pri.shape[0], dtype=np.bool_)
+    na = 0
+    for h in chosen:
+        taken[h] = True
+        if h >= n_run:
+            x = pri[h]
+            if x != x or (na > 0 and x == pri[order[na - 1]]):
+                return 0, 0, 0, False
+            order[na] = h
+            na += 1
+    nv = 0
+    for i in range(n_run):
+        x = pri[i]
+        if x != x:
+            return 0, 0, 0, False
+        if taken[i]:
+            continue
+        j = na + nv
+        while j > na and pri[order[j - 1]] > x:
+            order[j] = order[j - 1]
+            j -= 1
+        order[j] = i
+        nv += 1
+    if not refine:
+        return na, nv, na, True
+    nk = n_run - nv
+    losses = nk > 0 and na > 0
+    if losses:
+        kept = np.empty(nk, dtype=np.intp)
+        k = 0
+        for i in range(n_run):
+            if taken[i]:
+                if X[8, i] > now + _EPS:
+                    return 0, 0, 0, False
+                kept[k] = i
+                k += 1
+        _small_loss_sums_loop(X, kept, order[:na], pf, now, np.empty((na, nk)), lsum)
+        for k in range(na):
+            if lsum[k] != lsum[k]:
+                return 0, 0, 0, False
+    npay = 0
+    while npay < na:  # gain(admit) - gain(victim) - the kept requests' stall loss > 0
+        if gains[order[npay]] - (gains[order[na + npay]] if npay < nv else 0.0) - (lsum[npay] if losses else 0.0) <= 0:
+            break
+        npay += 1
+    return na, nv, npay, True
 
 
 def _small_loss_sums_loop(X, kept, admit, pf, now, loss, sums):  # pragma: no cover - compiled
@@ -341,11 +453,11 @@ def _small_loss_loop(sa, pn, la, dl, start, u, kept, times, over, out):  # pragm
     """out[j, row] = the QoE request kept[row] loses when the batch stalls over[j] s: Q at
     times[0] minus Q at times[j + 1], floored at 0 (0 where over[j] <= 0), as `_refine_fast`."""
     m = over.shape[0]
+    q = np.empty(m + 1)  # (each row's Q at every time)
     for row in range(kept.shape[0]):
         i = kept[row]
         st = start[i]
         ui = u[i]
-        q = np.empty(m + 1)
         for j in range(m + 1):
             at = times[j]
             if at < st - _EPS:
@@ -370,6 +482,7 @@ def warm() -> bool:
         else:
             global _ema, _at, _point, _loop, _small_q, _small_pack, _small_loss, _fsum, _fsum_rows
             global _small_q_loop, _small_pack_loop, _small_loss_loop, _small_terms, _small_solve, _small_loss_sums
+            global _small_best, _small_tail, _small_loss_sums_loop
             jit = numba.njit(cache=True, error_model="numpy", nogil=True)
             _point = jit(_qoe_point)
             _fsum = jit(_fsum)
@@ -378,8 +491,9 @@ def warm() -> bool:
             _loop = _kernel  # (called by name from _small_q_loop)
             _small_q, _small_pack, _small_loss = jit(_small_q_loop), jit(_small_pack_loop), jit(_small_loss_loop)
             _small_q_loop, _small_pack_loop, _small_loss_loop = _small_q, _small_pack, _small_loss  # (by name)
+            _small_loss_sums = _small_loss_sums_loop = jit(_small_loss_sums_loop)  # (by name, from _small_tail)
+            _small_best, _small_tail = jit(_small_best), jit(_small_tail)  # (by name, from _small_solve_loop)
             _small_terms, _small_solve = jit(_small_terms_loop), jit(_small_solve_loop)
-            _small_loss_sums = jit(_small_loss_sums_loop)
             one = np.ones(1)
             _kernel(one, one, one, one, one, one, one, one, one, one, one, 1.0, np.empty((1, 1)))
             _ema(1.0, one, np.empty(2))
@@ -391,11 +505,10 @@ def warm() -> bool:
                         np.empty((1, 1)))
             _fsum_rows(np.ones((1, 1)), np.ones(1, dtype=np.intp), np.empty(1))
             one_i = np.zeros(1, dtype=np.intp)
-            X = np.ones((10, 1))
-            _small_terms(True, 1.0, 1.3, 1.0, one, one, one, one, one, one_i, (one,) * 7, X)
-            _small_solve(X, np.ones(1), one, one, np.ones(1, dtype=np.intp), 1.0, 1.0, True, np.empty(1),
-                         np.empty((1, 1)), np.empty((1, 1)), np.empty((1, 1)), np.empty((1, 1), dtype=np.intp),
-                         np.empty(1, dtype=np.intp), np.empty((1, 1)), np.empty(1), 0.0, 0.0)
+            X, G = np.ones((12, 1)), np.ones((4, 1, 1))
+            _small_terms(True, 1.0, 1.3, 1.0, one_i, X, *(one,) * 12)
+            _small_solve(X, np.ones((4, 1)), np.ones((2, 1), dtype=np.intp), np.zeros((1, 1), dtype=np.intp), G,
+                         np.empty(1, dtype=np.intp), 1.0, 1.0, True, 0.0, 0.0, 0, True, 1.0)
             _small_loss_sums(X, one_i, one_i, 1.0, 0.0, np.empty((1, 1)), np.empty(1))
     return _kernel is not False
 

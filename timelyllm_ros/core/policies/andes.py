@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -75,16 +75,11 @@ def _paying_pairs(admit: list[int], victims: list[int], gains: Sequence[float],
                   loss_of) -> tuple[list[int], list[int]]:
     """The refiner's walk: admit/preempt pairs in order while gain(admit) − gain(victim) − the
     stall loss of the kept requests (`loss_of(k, j)` for the k-th admission, j) stays > 0."""
-    acc_a: list[int] = []
-    acc_v: list[int] = []
+    nv = len(victims)
     for k, j in enumerate(admit):
-        v = victims[k] if k < len(victims) else None
-        if gains[j] - (gains[v] if v is not None else 0.0) - loss_of(k, j) <= 0:
-            break
-        acc_a.append(j)
-        if v is not None:
-            acc_v.append(v)
-    return acc_a, acc_v
+        if gains[j] - (gains[victims[k]] if k < nv else 0.0) - loss_of(k, j) <= 0:
+            return admit[:k], victims[:k]
+    return admit[:], victims[:len(admit)]
 
 
 def _idle_engine_order(admit: list[int], pri: Sequence[float]) -> list[int]:
@@ -185,8 +180,9 @@ class Andes(Policy):
         self._pri_written = False  # a solve's priorities sit on the generations (`andes_pri`, solve_every > 1)
         # few-requests path (`_select_small`): memos keyed by what they are a function of, work arrays
         self._cands_memo: dict[tuple[int, int], tuple[int, ...]] = {}  # (bmin, bmax) -> candidate sizes
-        self._small_memo: dict[tuple, tuple] = {}  # (B bounds, rates, token time, ...) -> sizes, latencies
-        self._small_ws: dict[int, np.ndarray] = {}  # live requests -> a (10, n) work array
+        self._small_memo: dict[tuple, tuple] = {}  # (B bounds, rates, token time, ...) -> sizes, latencies, arrays
+        # live requests n -> a (12, n) work array; (rows, n, K) -> the packing's (`_select_small`)
+        self._small_ws: dict[int | tuple[int, int, int], np.ndarray | tuple[np.ndarray, ...]] = {}
         self._small_cols: tuple | None = None  # the slot table's columns (new arrays when it grows)
 
     # --- per-request QoE terms --------------------------------------------------------------------
@@ -330,8 +326,9 @@ class Andes(Policy):
 
     # At a handful of live requests the numpy calls above cost ~1 µs each, most of a point
     # (~140 µs at 8 ready + 8 running): up to `small_n` of them take `_select_small`, the same
-    # steps on Python lists with the compiled loops of qoe_kernel (three calls), the same bits
-    # (tests/test_scheduling_fastpaths.py runs both paths against the plain oracle).
+    # steps on Python lists with the compiled loops of qoe_kernel (two calls where no scalar
+    # formula is needed), the same bits (tests/test_scheduling_fastpaths.py runs both paths, and
+    # the small path's Python steps on their own, against the plain oracle).
     small_n = 32
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
@@ -450,10 +447,13 @@ class Andes(Policy):
     def _select_small(self, gens: list[Generation], n_run: int, sl: np.ndarray, full: bool, ctx: PolicyContext,
                       now: float) -> Selection | None:
         """`select` after the slot lookup, for a few requests: the per-request terms, Q_wait /
-        Q_serve, the packing of every candidate B (with math.fsum of its gains) and the refiner's
-        stall losses in compiled loops (qoe_kernel's `_small_*`: the same operations, element by
-        element), the rest on Python lists.  None (nothing changed yet): a rate that is not a
-        finite non-zero number, left to the numpy path."""
+        Q_serve, the packing of every candidate B (with math.fsum of its gains), the best B, the
+        proposed admissions and victims and the refiner's stall losses in compiled loops
+        (qoe_kernel's `_small_*`: the same operations, element by element), the rest on Python
+        lists.  The best B and the proposal take Python steps (`_best_row`, `_small_proposal`)
+        where the compiled ones decline: rounding could decide the best B, two admissions tie (the
+        Python sort's order over a set), a kept request needs the scalar loss.  None (nothing
+        changed yet): a rate that is not a finite non-zero number, left to the numpy path."""
         a = self._table.a
         n = len(gens)
         ws = self._small_ws  # work arrays by shape (read out before the next point)
@@ -461,21 +461,21 @@ class Andes(Policy):
         if X is None:
             if len(ws) >= 64:
                 ws.clear()
-            X = ws[n] = np.empty((10, n))
+            X = ws[n] = np.empty((12, n))
         cols = self._small_cols  # the table's columns (new arrays when the table grows)
-        if cols is None or cols[1] is not a["fixed"] or cols[0][0] is not a["sa"]:
-            cols = self._small_cols = ((a["sa"], a["pn"], a["la"], a["dl"], a["start"], a["pending"], a["l"]),
-                                       a["fixed"], a["base"], a["own"], a["last_start"], a["fold_rate"])
+        if cols is None or cols[0] is not a["fixed"] or cols[5] is not a["sa"]:
+            cols = self._small_cols = tuple(a[k] for k in ("fixed", "base", "own", "last_start", "fold_rate", "sa",
+                                                           "pn", "la", "dl", "start", "pending", "l"))
         own_tpw = self.tokens_per_word is None
+        M = self._mem_bound(ctx)
         ok, t, nref, u_min, r_max, late, fit = qoe_kernel._small_terms(
-            own_tpw, float(self._tpw if own_tpw else self.tokens_per_word), PAPER_TOKENS_PER_WORD,
-            self._mem_bound(ctx), cols[1], cols[2], cols[3], cols[4], cols[5], sl, cols[0], X)
+            own_tpw, float(self._tpw if own_tpw else self.tokens_per_word), PAPER_TOKENS_PER_WORD, M, sl, X, *cols)
         if not ok:
             return None
         if own_tpw:
             self._tpw = t
-        py = self._table.py
         if nref:  # delivered runs folded at the current rate (refolded when a request's rate moved)
+            py = self._table.py
             rates = X[9].tolist()
             for i, (ls, fr, r_) in enumerate(zip(X[8].tolist(), a["fold_rate"][sl].tolist(), rates)):
                 if ls > -_INF and fr != r_:
@@ -491,7 +491,6 @@ class Andes(Policy):
         if early is not None:
             return early
         self.solves += 1
-        M = self._mem_bound(ctx)
         # _batch_sizes (fit: how many contexts fit M smallest first, from the compiled loop)
         bmax = n
         if self.max_batch is not None:
@@ -505,27 +504,73 @@ class Andes(Policy):
         if got is None:
             cands = self._b_candidates(bkey[0], r_max, n_run, ctx)
             lats = [self.lat(B, ctx, n_run) for B in cands]
-            K = min(max(cands), n)
-            got = (cands, lats, min(lats), np.array([float(int(self.delta_t / lat)) for lat in lats]),
-                   np.array(lats, dtype=float), np.array(cands, dtype=np.intp), K)
+            k_rows, K = len(cands), min(max(cands), n)
+            w = ws.get((k_rows, n, K))  # (by shape: the heads, G and the proposal's order of `_small_solve`)
+            if w is None:
+                if len(ws) >= 64:
+                    ws.clear()
+                w = ws[(k_rows, n, K)] = (np.empty((k_rows, K), dtype=np.intp), np.empty((4, k_rows, n)),
+                                          np.empty(n, dtype=np.intp))
+            S = np.empty((4, k_rows))  # (stream starts, token counts, token intervals, sums)
+            S[1] = [float(int(self.delta_t / lat)) for lat in lats]
+            S[2] = lats
+            C = np.array([cands, cands], dtype=np.intp)  # (B, fits)
+            got = (cands, lats, min(lats), S, C, w)
             if type(self).lat is Andes.lat:
                 if len(memo) >= 256:
                     memo.clear()
                 memo[bkey] = got
-        cands, lats, lat_min, cnt_a, iv_a, cands_a, K = got
+        cands, lats, lat_min, S, C, (heads, G, order) = got
         net = self.network_latency_s
-        k_rows = len(cands)
-        w = ws.get((k_rows, n, K))
-        if w is None:
-            if len(ws) >= 64:
-                ws.clear()
-            w = ws[(k_rows, n, K)] = (np.empty(k_rows), np.empty(n), np.empty((k_rows, n)), np.empty((k_rows, n)),
-                                      np.empty((k_rows, n)), np.empty((k_rows, K), dtype=np.intp),
-                                      np.empty(k_rows, dtype=np.intp), np.empty((k_rows, K)), np.empty(k_rows))
-        s0_a, q_wait, q_serve, gains_m, pri_m, heads, fits, hg, sums = w
-        items: list[_Item | None] = [None] * n
+        item = None  # the scalar terms (`_small_items`), made where needed
+        odd = late > T_wait + _EPS or late > now + lat_min + net  # a delivered run not started yet: scalar formulas
+        if odd:
+            item = self._small_items(gens, n_run, sl, X, now, T_wait)
+            s0 = [now + lat + net for lat in lats]
+            S[0] = s0
+            q_wait, q_serve = X[10], G[0]
+            qoe_kernel._small_q(X[0], X[1], X[2], X[3], X[4], X[7], X[5], S[0], S[1], S[2], T_wait, q_wait, q_serve)
+            last_l = X[8].tolist()
+            odd_wait = [i for i, ls in enumerate(last_l) if ls > T_wait + _EPS]
+            for i in odd_wait:
+                q_wait[i] = item(i).q_wait
+            for r, lat in enumerate(lats):
+                for i in (odd_wait + [j for j, ls in enumerate(last_l) if ls > s0[r]] if late > min(s0)
+                          else odd_wait):
+                    q_serve[r, i] = self.q_serve(item(i), lat, now)
+        r, na, nv, npay, done = qoe_kernel._small_solve(X, S, C, heads, G, order, T_wait, M, not odd, float(now),
+                                                        net, n_run, self.refine, self.prefill_s_per_token)
+        if r < 0:  # rounding decides the best row
+            r = self._best_row(S[3], C[1], G[3, :, :heads.shape[1]], cands, n_run)
+        B = cands[r]
+        g_l, pri_l = G[1:3, r].tolist()
+        self._write_priorities(gens, pri_l)
+        if done:  # the compiled proposal and refiner walk
+            proposal = order[:na + nv].tolist()
+            admit, victims = proposal[:na], proposal[na:]
+            acc_admit, acc_preempt = (admit[:npay], victims[:npay]) if self.refine else (admit, victims)
+        else:
+            admit, victims, loss_l = self._small_proposal(
+                heads[r, :min(B, int(C[1, r]))].tolist(), pri_l, n_run, X,
+                item or self._small_items(gens, n_run, sl, X, now, T_wait), now)
+            acc_admit, acc_preempt = admit, victims
+            if self.refine:
+                acc_admit, acc_preempt = _paying_pairs(admit, victims, g_l, (lambda k, j: 0.0) if loss_l is None
+                                                       else (lambda k, j: loss_l[k]))
+        if not n_run and not acc_admit:
+            acc_admit = _idle_engine_order(admit, pri_l)
+        self.last_decision = {"B": B, "why": why, "admit": len(acc_admit), "preempt": len(acc_preempt),
+                              "proposed_admit": len(admit), "proposed_preempt": len(victims)}
+        return Selection(order=[gens[i] for i in acc_admit], preempt=[gens[i] for i in acc_preempt])
 
-        def item(i: int) -> _Item:  # the scalar terms, for requests the closed form does not cover
+    def _small_items(self, gens: list[Generation], n_run: int, sl: np.ndarray, X: np.ndarray, now: float,
+                     T_wait: float) -> Callable[[int], _Item]:
+        """`item(i)`: request i's scalar terms (an `_Item`, made at its first call), for the small
+        path's requests the closed form does not cover (X: `_select_small`'s per-request terms)."""
+        a, py = self._table.a, self._table.py
+        items: list[_Item | None] = [None] * len(gens)
+
+        def item(i: int) -> _Item:
             it_ = items[i]
             if it_ is None:
                 slot = int(sl[i])
@@ -535,32 +580,23 @@ class Andes(Policy):
                 it_.q_wait = qoe_of_runs(it_.runs, ideal_start=it_.start, rate=it_.rate, now=T_wait,
                                          complete=False).qoe
             return it_
+        return item
 
-        odd = late > T_wait + _EPS or late > now + lat_min + net  # a delivered run not started yet: scalar formulas
-        if odd:
-            s0 = [now + lat + net for lat in lats]
-            s0_a[:] = s0
-            qoe_kernel._small_q(X[0], X[1], X[2], X[3], X[4], X[7], X[5], s0_a, cnt_a, iv_a, T_wait, q_wait, q_serve)
-            last_l = X[8].tolist()
-            odd_wait = [i for i, ls in enumerate(last_l) if ls > T_wait + _EPS]
-            for i in odd_wait:
-                q_wait[i] = item(i).q_wait
-            for r, lat in enumerate(lats):
-                for i in (odd_wait + [j for j, ls in enumerate(last_l) if ls > s0[r]] if late > min(s0)
-                          else odd_wait):
-                    q_serve[r, i] = self.q_serve(item(i), lat, now)
-        qoe_kernel._small_solve(X, s0_a, cnt_a, iv_a, cands_a, T_wait, M, not odd, q_wait, q_serve, gains_m, pri_m,
-                                heads, fits, hg, sums, float(now), net)  # (floats: one compiled signature)
+    @staticmethod
+    def _best_row(sums: np.ndarray, fits: np.ndarray, hg: np.ndarray, cands: list[int], n_run: int) -> int:
+        """The small path's best candidate row: the largest round(value, 12), then the batch size
+        closest to the running batch, the first on ties (`select`'s key); value = the row's
+        compiled fsum (`sums`), or math.fsum's own answer where that is NaN (not finite)."""
         sums_l = sums.tolist()
-        fits_l = fits.tolist()
         total = sum(sums_l)
         if total != total:  # a value the compiled sum leaves to math.fsum (NaN: not finite)
+            fits_l = fits.tolist()
             for r, v in enumerate(sums_l):
                 if v != v:
                     sums_l[r] = math.fsum(hg[r, :min(cands[r], fits_l[r])].tolist())
-        # the best (rounded value, closeness to the running batch): round(v, 12) moves v by at most
-        # 0.5e-12 (and not at all where v's ulp exceeds that), so a row more than 1e-11 below the
-        # largest value cannot round to the largest rounded value: only the others are rounded
+        # round(v, 12) moves v by at most 0.5e-12 (and not at all where v's ulp exceeds that), so a
+        # row more than 1e-11 below the largest value cannot round to the largest rounded value:
+        # only the others are rounded
         top = max(sums_l)
         cut = top - 1e-11 if -1e6 < top < 1e6 else -_INF
         best: tuple | None = None
@@ -570,50 +606,44 @@ class Andes(Policy):
                 continue
             key = (round(v, 12), -abs(B - n_run))
             if best is None or key > best[0]:
-                best = (key, B, r)
+                best = (key, r)
         assert best is not None
-        _, B, r = best
-        m = min(B, fits_l[r])
-        chosen = heads[r, :m].tolist()
-        g_l = gains_m[r].tolist()
-        pri_l = pri_m[r].tolist()
-        self._write_priorities(gens, pri_l)
+        return best[1]
+
+    def _small_proposal(self, chosen: list[int], pri_l: list[float], n_run: int, X: np.ndarray,
+                        item: Callable[[int], _Item], now: float) -> tuple[list[int], list[int], list[float] | None]:
+        """The small path's admissions (priority descending), victims (ascending) and, with the
+        refiner, each admission's stall loss summed over the kept running requests (None: none
+        kept or none admitted), as `select` computes them: where the compiled `_small_tail`
+        leaves them (a tie, a NaN, a kept request's delivered run after now, a loss not finite)."""
         cs = set(chosen)
         neg = [-p for p in pri_l]  # (the same keys as `select`'s lambdas)
         admit = sorted([i for i in cs if i >= n_run], key=neg.__getitem__)
         victims = sorted([i for i in range(n_run) if i not in cs], key=pri_l.__getitem__)
-        acc_admit, acc_preempt = admit, victims
-        if self.refine:
-            kept = [i for i in range(n_run) if i in cs]
-            if kept and admit:  # every kept request's stall loss for every admission (`_refine_fast`)
-                pf = self.prefill_s_per_token
-                loss = np.empty((len(admit), len(kept)))
-                kept_a = np.array(kept, dtype=np.intp)
-                late_kept = [i for i in kept if X[8, i] > now + _EPS] if late > now + _EPS else ()
-                if not late_kept:
-                    lsum = np.empty(len(admit))
-                    qoe_kernel._small_loss_sums(X, kept_a, np.array(admit, dtype=np.intp), pf, float(now), loss,
-                                                lsum)
-                    loss_l = lsum.tolist()
-                    total = sum(loss_l)
-                    if total != total:  # (a NaN: math.fsum's own answer)
-                        loss_l = qoe_kernel.fsum_rows(loss, [len(kept)] * len(admit))
-                else:
-                    over = [pf * a_ for a_ in X[6, admit].tolist()]
-                    times = np.array([now] + [now + o for o in over])
-                    qoe_kernel._small_loss(X[0], X[1], X[2], X[3], X[4], X[7], kept_a, times, np.array(over), loss)
-                    for row, i in enumerate(kept):  # a delivered run not started yet: the scalar formula
-                        if i in late_kept:
-                            loss[:, row] = [self.loss(item(i), o, now) for o in over]
-                    loss_l = qoe_kernel.fsum_rows(loss, [len(kept)] * len(admit))
-                acc_admit, acc_preempt = _paying_pairs(admit, victims, g_l, lambda k, j: loss_l[k])
-            else:
-                acc_admit, acc_preempt = _paying_pairs(admit, victims, g_l, lambda k, j: 0.0)
-        if not n_run and not acc_admit:
-            acc_admit = _idle_engine_order(admit, pri_l)
-        self.last_decision = {"B": B, "why": why, "admit": len(acc_admit), "preempt": len(acc_preempt),
-                              "proposed_admit": len(admit), "proposed_preempt": len(victims)}
-        return Selection(order=[gens[i] for i in acc_admit], preempt=[gens[i] for i in acc_preempt])
+        kept = [i for i in range(n_run) if i in cs]
+        if not (self.refine and kept and admit):
+            return admit, victims, None
+        # every kept request's stall loss for every admission (`_refine_fast`)
+        pf = self.prefill_s_per_token
+        loss = np.empty((len(admit), len(kept)))
+        kept_a = np.array(kept, dtype=np.intp)
+        late_kept = [i for i in kept if X[8, i] > now + _EPS]
+        if not late_kept:
+            lsum = np.empty(len(admit))
+            qoe_kernel._small_loss_sums(X, kept_a, np.array(admit, dtype=np.intp), pf, float(now), loss, lsum)
+            loss_l = lsum.tolist()
+            total = sum(loss_l)
+            if total != total:  # (a NaN: math.fsum's own answer)
+                loss_l = qoe_kernel.fsum_rows(loss, [len(kept)] * len(admit))
+        else:
+            over = [pf * a_ for a_ in X[6, admit].tolist()]
+            times = np.array([now] + [now + o for o in over])
+            qoe_kernel._small_loss(X[0], X[1], X[2], X[3], X[4], X[7], kept_a, times, np.array(over), loss)
+            for row, i in enumerate(kept):  # a delivered run not started yet: the scalar formula
+                if i in late_kept:
+                    loss[:, row] = [self.loss(item(i), o, now) for o in over]
+            loss_l = qoe_kernel.fsum_rows(loss, [len(kept)] * len(admit))
+        return admit, victims, loss_l
 
     @staticmethod
     def _mem_bound(ctx: PolicyContext) -> float:
