@@ -211,6 +211,24 @@ def test_jit_resume_holds_nonblocking_until_action_end():
     assert p.select([b], [], ctx(), 1.0).order == [b]
 
 
+@pytest.mark.parametrize("small", [True, False])
+def test_jit_resume_reads_the_measured_end(small):
+    """An executor result that moves the action's end without new output (the generation's
+    slot is not refilled) holds from the next point on: the planner marks it (`touch`), and the
+    few-generations path, which keeps the end until then, reads it again; so does the numpy one."""
+    p = LAMPS(cost=COST)
+    if not small:
+        p.small_n = 0
+    s0 = seg(5.0, blocking=False, end=0.0)
+    g = gen("jit-measured", prompt=100, out=8, segments=[s0])
+    g.state = GenState.SUSPENDED
+    assert p.select([g], [], ctx(G=0.1), 1.0).order == []  # estimated end: 5.0
+    s0.exec_start, s0.exec_end = 0.0, 1.2  # measured: it ended at 1.2
+    g.touch()
+    assert p.select([g], [], ctx(G=0.1, iteration=2), 1.1).order == [g]  # within G of the end
+    assert p.select([g], [], ctx(G=0.1, iteration=3), 1.0).order == []
+
+
 # ------------------------------------------------------------------ in the simulator
 @pytest.mark.parametrize("policy", ["lamps", "infercept", "fcfs-preserve", "fcfs-discard", "timelyllm-lamps"])
 def test_simulated_toolbot_run_every_request_terminal(policy):

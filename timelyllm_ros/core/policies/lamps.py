@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from typing import Any, Sequence
 
 import numpy as np
@@ -56,6 +57,14 @@ from .slots import SlotTable
 from .timelyllm import TimelyLLM
 
 _INSTANCES = itertools.count()
+_OUTPUT = operator.attrgetter("output_ids")
+
+
+def _seg_blocks(robots: dict, robot_type: str, bs: int) -> int:
+    """KV blocks of one worst-case segment of growth of a `robot_type` generation (its robot's
+    max_segment_tokens; 16 tokens for a type not in `robots`), `bs` tokens a block."""
+    robot = robots.get(robot_type)
+    return math.ceil((robot.max_segment_tokens if robot else 16) / bs)
 
 
 def _mark_starving(g: Generation, it: int) -> None:
@@ -109,23 +118,59 @@ class WasteHandling:
         context unless its KV was preserved (pinned), plus one segment of growth.  The planner's
         batch-size controller assumes prompts are cached and would over-admit, leaving the engine
         to thrash with recompute preemptions (vLLM's own scheduler counts the whole prompt too)."""
-        st = ctx.stats
-        bs = max(1, st.block_size)
-
-        def seg_blocks(g: Generation) -> int:
-            robot = ctx.robots.get(g.request.robot_type)
-            return math.ceil((robot.max_segment_tokens if robot else 16) / bs)
-
-        free = st.kv_free_blocks - sum(seg_blocks(g) for g in running)
+        bs = max(1, ctx.stats.block_size)
+        robots = ctx.robots
+        free = self._batch_terms(running, ctx)[1]
         out = []
         for g in order:
             kept = g.segments and g.policy.lamps.kv == "preserve"
-            need = seg_blocks(g) + (0 if kept else math.ceil(self.private(g) / bs))
+            need = _seg_blocks(robots, g.request.robot_type, bs) + (0 if kept else math.ceil(self.private(g) / bs))
             if need > free and (running or out):
                 break  # strict order: nobody overtakes the head of the queue
             free -= need
             out.append(g)
         return out
+
+    def _batch_terms(self, running: Sequence[Generation], ctx: PolicyContext) -> tuple[float, int, set[str]]:
+        """The running batch's terms (its generations all observed by the caller):
+
+        * C_other outside the batch: the summed `private_context` of the running generations, as
+          a float — the prompts' private parts (prompt - min(shared, prompt), never below 0: its
+          max(0, ...) is left out) plus the outputs (integers: exact in any order);
+        * the free KV blocks once every running generation grew by one worst-case segment
+          (`_seg_blocks`: the admission cut's budget);
+        * the running generations' ids.
+
+        All but the outputs and the free blocks depend on the batch's generations, the shared
+        prefixes (`SharedPrefix.signature`), the robots and the block size alone: kept (`_batch`)
+        while those stay, as between decode steps; else one pass, each robot type's shared prefix
+        and segment blocks read once."""
+        st = ctx.stats
+        bs = max(1, st.block_size)
+        key = (self.prefix.signature(), id(ctx.robots), bs)
+        kept = self.__dict__.get("_batch")
+        if (kept is not None and kept[1] == key and len(kept[0]) == len(running)
+                and all(map(operator.is_, running, kept[0]))):
+            private, growth, ids = kept[2]
+        else:
+            robots = ctx.robots
+            per_type: dict[str, tuple[int, int]] = {}  # robot type -> (shared prefix, segment blocks)
+            private = growth = 0
+            ids = set()
+            add = ids.add
+            for o in running:
+                req = o.request
+                rt = req.robot_type
+                add(req.request_id)
+                t = per_type.get(rt)
+                if t is None:
+                    t = per_type[rt] = (self.prefix.shared(rt), _seg_blocks(robots, rt, bs))
+                sh, k = t
+                n_prompt = len(o.prompt_ids)
+                private += n_prompt - (sh if sh < n_prompt else n_prompt)
+                growth += k
+            self._batch = (list(running), key, (private, growth, ids))
+        return float(private + sum(map(len, map(_OUTPUT, running)))), st.kv_free_blocks - growth, ids
 
     def decide(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> tuple[str, Any]:
         # ctx.running: the batch at this suspension or preemption (the planner passes it)
@@ -255,7 +300,10 @@ class LAMPS(WasteHandling, Policy):
     # `area`: bit for bit (tests/test_scheduling_fastpaths.py checks it against the plain code,
     # tests/policy_oracles.py).  Just-in-time resume (`jit_resume`): a non-blocking suspended
     # generation waits until its robot's current action is about G from its end (nothing is
-    # gained by holding KV earlier); starvation: a counter of consecutive iterations ready.
+    # gained by holding KV earlier), that end kept in its slot until its sched_rev moves
+    # (`_renew_end`); starvation: a counter of consecutive iterations ready, kept as the iteration
+    # its run of them started (`start`; the counter is `seen` - `start`, `seen` the last iteration
+    # it was ready), so that a point writes only `seen` while no run restarts.
     _STATIC = ("c", "resume", "D", "c2", "t_call", "fwd2", "swp2", "wp", "wd0", "need")
 
     def _table(self) -> SlotTable:
@@ -263,9 +311,9 @@ class LAMPS(WasteHandling, Policy):
         if t is None:
             fields: dict = {k: (float, 0.0) for k in self._STATIC}
             fields.update(ok=(bool, False), jit_cand=(bool, False), id_hash=(np.int64, 0), arrival=(float, 0.0),
-                          seen=(np.int64, -(2 ** 62)),
-                          count=(np.int64, 0), starving=(bool, False))
-            t = self._slots = SlotTable(fields, persistent=("seen", "count", "starving"))
+                          seen=(np.int64, -(2 ** 62)), start=(np.int64, -(2 ** 62)), starving=(bool, False),
+                          end=(float, math.inf), end_rev=(np.int64, -1))
+            t = self._slots = SlotTable(fields, persistent=("seen", "start", "starving"))
         return t
 
     def _fill(self, g: Generation, slot: int, ctx: PolicyContext) -> None:
@@ -285,9 +333,8 @@ class LAMPS(WasteHandling, Policy):
         fwd2, swp2 = cost.t_fwd(c2), cost.t_swap(c2)
         m = cost.bytes_per_token
         # admission_cut's blocks: one segment of growth, plus the private context unless preserved
-        robot = ctx.robots.get(g.request.robot_type)
         bs = max(1, ctx.stats.block_size)
-        need = math.ceil((robot.max_segment_tokens if robot else 16) / bs)
+        need = _seg_blocks(ctx.robots, g.request.robot_type, bs)
         if not (g.segments and g.policy.lamps.kv == "preserve"):
             need += math.ceil(c / bs)
         static = (c, resume, n * c + n * (n + 1) / 2, c2, t_call, fwd2, swp2, t_call * c2 * m, fwd2 * c2 * m, need)
@@ -308,19 +355,20 @@ class LAMPS(WasteHandling, Policy):
         """Consecutive scheduling iterations g has spent ready (the starvation counter)."""
         t = self._table()
         slot = t.slot(g)
-        return 0 if slot is None else int(t.a["count"][slot])
+        return 0 if slot is None else int(t.a["seen"][slot] - t.a["start"][slot])
 
-    @staticmethod
-    def _free_after_growth(running: Sequence[Generation], ctx: PolicyContext) -> int:
-        """Free KV blocks once every running generation grew by one worst-case segment (the
-        admission cut's budget)."""
-        st = ctx.stats
-        bs = max(1, st.block_size)
-        growth = 0
-        for o in running:
-            robot = ctx.robots.get(o.request.robot_type)
-            growth += math.ceil((robot.max_segment_tokens if robot else 16) / bs)
-        return st.kv_free_blocks - growth
+    def _renew_end(self, g: Generation, slot: int) -> float:
+        """g's robot's dispatched actions' estimated end (`prev_exec_end_estimate`; inf before the
+        first), kept in g's slot (`end`) with the sched_rev it holds for (`end_rev`): it moves
+        only with a segment dispatched or executed, which the planner marks (`Generation.touch`;
+        the default policy keeps `next_due` so).  Both paths read the kept one while g's
+        sched_rev is `end_rev` and call this otherwise."""
+        e = g.prev_exec_end_estimate()
+        e = math.inf if e is None else e
+        a = self._slots.a
+        a["end"][slot] = e
+        a["end_rev"][slot] = g.sched_rev
+        return e
 
     def _held_area(self, g: Generation, it: int, area: float) -> float:
         """With `score_interval` > 1 a score holds that many iterations, or until g's segments
@@ -334,21 +382,6 @@ class LAMPS(WasteHandling, Policy):
             return area
         return cached[2]
 
-    def _c_other(self, running: Sequence[Generation]) -> float:
-        """C_other outside the batch: the summed `private_context` of the running generations (all
-        observed by the caller, so without its observe call; the shared prefix read once per robot
-        type)."""
-        shared: dict[str, int] = {}
-        c_sum = 0
-        for o in running:
-            rt = o.request.robot_type
-            sh = shared.get(rt)
-            if sh is None:
-                sh = shared[rt] = self.prefix.shared(rt)
-            n_prompt = len(o.prompt_ids)
-            c_sum += max(0, n_prompt + len(o.output_ids) - min(sh, n_prompt))
-        return float(c_sum)
-
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
         self.observe(running)
@@ -356,31 +389,29 @@ class LAMPS(WasteHandling, Policy):
             return Selection(order=self.admission_cut([], running, ctx) if self.memory_admission else [])
         it = ctx.iteration
         table = self._table()
-
-        def observe_new(gens: list[Generation]) -> None:
-            # every ready generation is observed before any area is computed (as the plain path
-            # does); the ones already in the table were, when filled
-            self.observe(gens)
-
         fill = lambda g, slot: self._fill(g, slot, ctx)  # noqa: E731
-        sig = (self.prefix.signature(), id(ctx.robots), ctx.stats.block_size)
+        shared = self.prefix.signature()
+        sig = (shared, id(ctx.robots), ctx.stats.block_size)
         if sig != self.__dict__.get("_sig"):
             table.invalidate()
-        sl = table.lookup(ready, fill, observe_new)
-        sig2 = (self.prefix.signature(), id(ctx.robots), ctx.stats.block_size)
-        if sig2 != sig:  # the new ones changed a shared prefix: every private context changes
+        # every ready generation is observed before any area is computed (as the plain path
+        # does): the new and changed ones here, before their fill; the others were, when filled
+        sl = table.lookup(ready, fill, self.observe)
+        if self.prefix.signature() != shared:  # the new ones changed a shared prefix: every private context changes
             table.invalidate()
             sl = table.lookup(ready, fill)
-        self._sig = sig2
+            sig = (self.prefix.signature(), id(ctx.robots), ctx.stats.block_size)
+        self._sig = sig
         if len(ready) <= self.small_n:
             return self._select_small(ready, running, ctx, now, sl)
         a = table.a
-        # starvation counters (_count, for all ready generations at once)
+        # starvation counters (_count, for all ready generations at once): a run of iterations
+        # ready goes on from the last one, else starts now
         starv = a["starving"][sl]  # (kept equal to a["starving"][sl] below: one gather)
-        cnt = np.where(a["seen"][sl] == it - 1, a["count"][sl] + 1, 0)
-        a["count"][sl] = cnt
+        start = np.where(a["seen"][sl] == it - 1, a["start"][sl], it)
+        a["start"][sl] = start
         a["seen"][sl] = it
-        for i in ((cnt >= self.starvation_threshold) & ~starv).nonzero()[0].tolist():
+        for i in ((it - start >= self.starvation_threshold) & ~starv).nonzero()[0].tolist():
             g = ready[i]
             a["starving"][sl[i]] = starv[i] = True
             _mark_starving(g, it)
@@ -389,18 +420,22 @@ class LAMPS(WasteHandling, Policy):
         elig = None  # None: all eligible (no array built for that common case)
         if self.jit_resume:
             suspended = GenState.SUSPENDED
-            # (the state read for the candidates alone: a list over every ready one costs ~40 µs at 1,000)
-            cand = [i for i in a["jit_cand"][sl].nonzero()[0].tolist() if ready[i].state is suspended]
-            if cand:
-                ends = np.array([np.inf if e is None else e for e in
-                                 map(Generation.prev_exec_end_estimate, map(ready.__getitem__, cand))])
+            # (the state read for the candidates alone: a list over every ready one costs ~40 µs at
+            # 1,000; their sched_rev with it, -1 for one not suspended: it waits for nothing)
+            ci = a["jit_cand"][sl].nonzero()[0]
+            revs = np.array([g.sched_rev if g.state is suspended else -1 for g in map(ready.__getitem__, ci.tolist())],
+                            dtype=np.int64)
+            slc = sl[ci]
+            ends = a["end"][slc]
+            for k in ((a["end_rev"][slc] != revs) & (revs >= 0)).nonzero()[0].tolist():  # (`_renew_end`)
+                ends[k] = self._renew_end(ready[ci[k]], int(slc[k]))
+            wait = (revs >= 0) & (ends != np.inf) & ~(now >= ends - ctx.seg_gen_s)
+            if wait.any():
                 elig = np.ones(len(ready), dtype=bool)
-                elig[cand] = (ends == np.inf) | (now >= ends - ctx.seg_gen_s)
-                if elig.all():
-                    elig = None
+                elig[ci[wait]] = False
         # areas
         tau = max(ctx.token_s, 0.0)
-        c_other = self._c_other(running)
+        c_other, free, run_ids = self._batch_terms(running, ctx)
         m = self.cost.bytes_per_token
         c2, fwd2, swp2, t_call = a["c2"][sl], a["fwd2"][sl], a["swp2"][sl], a["t_call"][sl]
         waste = {"preserve": a["wp"][sl], "discard": a["wd0"][sl] + fwd2 * c_other * m,
@@ -413,7 +448,6 @@ class LAMPS(WasteHandling, Policy):
             best_w = np.where(take, waste[h], best_w)
             mult = np.where(take, per_token[h], mult)
         area = (a["resume"][sl] + tau * a["D"][sl]) + c2 * mult
-        run_ids = {o.request.request_id for o in running}
         ok = a["ok"][sl]
         slow = [] if ok.all() else (~ok).nonzero()[0].tolist()
         if run_ids:  # a ready generation with a running one's id (hashes first, then the ids)
@@ -444,7 +478,6 @@ class LAMPS(WasteHandling, Policy):
         if self.memory_admission and order:
             # admission_cut over the static block needs: the longest prefix whose cumulative need
             # stays within the free blocks (the head always, when nothing runs)
-            free = self._free_after_growth(running, ctx)
             need = a["need"][sl] if keep is None else a["need"][sl][keep]
             cum = need[perm].cumsum()
             over = (cum > free).nonzero()[0]
@@ -465,16 +498,19 @@ class LAMPS(WasteHandling, Policy):
         a = self._slots.a
         it = ctx.iteration
         n = len(ready)
+        # starvation counters (as in select): only the runs that (re)start now write their start
         starv = a["starving"][sl].tolist()
-        cnt = [c + 1 if s_ == it - 1 else 0 for s_, c in zip(a["seen"][sl].tolist(), a["count"][sl].tolist())]
-        a["count"][sl] = cnt
+        prev = it - 1
+        seen = a["seen"][sl].tolist()
+        if seen.count(prev) != n:
+            a["start"][sl[[i for i, s_ in enumerate(seen) if s_ != prev]]] = it
         a["seen"][sl] = it
-        thr = self.starvation_threshold
-        for i, c in enumerate(cnt):
-            if c >= thr and not starv[i]:
-                g = ready[i]
-                a["starving"][sl[i]] = starv[i] = True
-                _mark_starving(g, it)
+        if not all(starv):  # (the starving stay so)
+            thr = it - self.starvation_threshold  # a run started by then is long enough
+            for i, s_ in enumerate(a["start"][sl].tolist()):
+                if s_ <= thr and not starv[i]:
+                    a["starving"][sl[i]] = starv[i] = True
+                    _mark_starving(ready[i], it)
         py = self._slots.py
         # per generation (its fill's values): resume, D, c2, t_call, fwd2, swp2, wp, wd0, need, ok,
         # jit_cand, id_hash, arrival
@@ -483,16 +519,19 @@ class LAMPS(WasteHandling, Policy):
         if self.jit_resume:
             suspended = GenState.SUSPENDED
             G = ctx.seg_gen_s
+            kept = ends = None  # the kept action ends (`_renew_end`), read at the first suspended candidate
             for i, row in enumerate(rows):
                 g = ready[i]
                 if row[10] and g.state is suspended:
-                    e = g.prev_exec_end_estimate()
-                    if not (e is None or e == math.inf or now >= e - G):
+                    if kept is None:
+                        kept, ends = a["end_rev"][sl].tolist(), a["end"][sl].tolist()
+                    e = ends[i] if kept[i] == g.sched_rev else self._renew_end(g, int(sl[i]))
+                    if not (e == math.inf or now >= e - G):
                         if elig is None:
                             elig = [True] * n
                         elig[i] = False
         tau = max(ctx.token_s, 0.0)
-        c_other = self._c_other(running)
+        c_other, free, run_ids = self._batch_terms(running, ctx)
         m = self.cost.bytes_per_token
         allowed = self.allowed
         area = []
@@ -509,7 +548,6 @@ class LAMPS(WasteHandling, Policy):
                 if best_w is None or w < best_w:
                     best_w, mult = w, per
             put((res + tau * D) + c2 * mult)
-        run_ids = {o.request.request_id for o in running}
         slow = [i for i, row in enumerate(rows) if not row[9]]
         if run_ids:
             hashes = {hash(r) for r in run_ids}
@@ -528,7 +566,6 @@ class LAMPS(WasteHandling, Policy):
         perm = sorted(keep, key=lambda i: (not starv[i], area[i], ready[i].ready_since, arrival[i], ready[i].gen_id))
         order = [ready[i] for i in perm]
         if self.memory_admission and order:  # admission_cut over the static block needs (as in select)
-            free = self._free_after_growth(running, ctx)
             cum = 0.0
             for k, i in enumerate(perm):
                 cum += rows[i][8]
