@@ -344,10 +344,13 @@ class LAMPS(WasteHandling, Policy):
         jit_cand = bool(g.segments) and not g.segments[-1].blocking
         a["ok"][slot] = ok
         a["jit_cand"][slot] = jit_cand
-        a["id_hash"][slot] = id_hash = hash(g.gen_id)
+        a["id_hash"][slot] = hash(g.gen_id)
         a["arrival"][slot] = g.request.arrival
-        # the same terms as Python values, as the arrays hold them (float64), for `_select_small`
-        self._slots.py[slot] = tuple(map(float, static[1:])) + (ok, jit_cand, id_hash, float(g.request.arrival))
+        # for `_select_small`, the same terms as Python values, as the arrays hold them (float64),
+        # in `_ROW`'s order; the swap's per-token factor doubled (2 T_swap(C'): exact)
+        row = list(map(float, static[1:]))
+        row[5] *= 2.0
+        self._slots.py[slot] = (*row, ok, jit_cand, float(g.request.arrival))
         if g.policy.lamps.starving:
             a["starving"][slot] = True
 
@@ -472,29 +475,40 @@ class LAMPS(WasteHandling, Policy):
             gens, area_k, starving = list(map(ready.__getitem__, keep.tolist())), area[keep], starv[keep]
             arrival = arrival[keep]
         set_priorities(gens, (-area_k).tolist())
-        # starving ones first, each group by area, FCFS among equals
-        perm = ascending_perm(gens, area_k, first=starving if starving.any() else None, arrival=arrival)
+        # starving ones first, each group by area, FCFS among equals (all or none starving: one group)
+        perm = ascending_perm(gens, area_k, first=starving if starving.any() and not starving.all() else None,
+                              arrival=arrival)
         order = list(map(gens.__getitem__, perm))
         if self.memory_admission and order:
             # admission_cut over the static block needs: the longest prefix whose cumulative need
-            # stays within the free blocks (the head always, when nothing runs)
+            # stays within the free blocks (the head always, when nothing runs); none shorter
+            # when all of them fit (block counts: exact sums)
             need = a["need"][sl] if keep is None else a["need"][sl][keep]
-            cum = need[perm].cumsum()
-            over = (cum > free).nonzero()[0]
-            if not running and over.size and over[0] == 0:
-                over = over[1:]
-            order = order[: int(over[0]) if over.size else len(order)]
+            if need.sum() > free:
+                cum = need[perm].cumsum()
+                over = (cum > free).nonzero()[0]
+                if not running and over.size and over[0] == 0:
+                    over = over[1:]
+                order = order[: int(over[0]) if over.size else len(order)]
         return Selection(order=order)
 
-    # At a handful of ready generations numpy's per-call cost (~1 µs) is most of the point
-    # (~65 µs at 8 ready): up to `small_n` of them take `_select_small`, the same operations on
-    # Python floats, element by element (the same bits; tests/test_scheduling_fastpaths.py runs
-    # both paths against the plain oracle).  Its order is the tuple sort `ascending_perm` stands
-    # for (and falls back to).
+    # At a handful of ready generations numpy's per-call cost (~1 µs a call) is most of the
+    # point: up to `small_n` of them take `_select_small`, the same operations on Python floats,
+    # element by element (the same bits; tests/test_scheduling_fastpaths.py runs both paths
+    # against the plain oracle).  It touches the table's arrays for the counters alone (`starving`
+    # and `seen` read, `seen` written; `start` read while some do not starve yet, written for
+    # the runs that restart) and reads each generation's terms from its Python row (`_ROW`, kept
+    # by `_fill`): one pass for eligibility and areas, the least waste among the allowed
+    # handlings by three flags (the kept action ends, `_renew_end`, read from the table when a
+    # suspended one waits on a call).  No admission cut is looked for when the needs of all the
+    # ready ones together fit.  Its order is the tuple sort `ascending_perm` stands for, with its
+    # shortcut: finite areas all distinct, by area alone.
     small_n = 32
+    _ROW = ("resume", "D", "c2", "t_call", "fwd2", "2 swp2", "wp", "wd0", "need", "ok", "jit_cand", "arrival")
 
     def _select_small(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                       now: float, sl: np.ndarray) -> Selection:
+        """`select` past its lookup (`sl`: the ready generations' slots) for a few of them."""
         a = self._slots.a
         it = ctx.iteration
         n = len(ready)
@@ -512,60 +526,70 @@ class LAMPS(WasteHandling, Policy):
                     a["starving"][sl[i]] = starv[i] = True
                     _mark_starving(ready[i], it)
         py = self._slots.py
-        # per generation (its fill's values): resume, D, c2, t_call, fwd2, swp2, wp, wd0, need, ok,
-        # jit_cand, id_hash, arrival
-        rows = [py[s_] for s_ in sl.tolist()]
-        elig = None
-        if self.jit_resume:
-            suspended = GenState.SUSPENDED
-            G = ctx.seg_gen_s
-            kept = ends = None  # the kept action ends (`_renew_end`), read at the first suspended candidate
-            for i, row in enumerate(rows):
-                g = ready[i]
-                if row[10] and g.state is suspended:
-                    if kept is None:
-                        kept, ends = a["end_rev"][sl].tolist(), a["end"][sl].tolist()
-                    e = ends[i] if kept[i] == g.sched_rev else self._renew_end(g, int(sl[i]))
-                    if not (e == math.inf or now >= e - G):
-                        if elig is None:
-                            elig = [True] * n
-                        elig[i] = False
+        rows = list(map(py.__getitem__, sl.tolist()))
+        jit = self.jit_resume
+        kept = ends = None  # the kept action ends (`_renew_end`), read at the first suspended candidate
+        suspended = GenState.SUSPENDED
+        G = ctx.seg_gen_s
         tau = max(ctx.token_s, 0.0)
         c_other, free, run_ids = self._batch_terms(running, ctx)
         m = self.cost.bytes_per_token
         allowed = self.allowed
-        area = []
+        hp, hd, hs = "preserve" in allowed, "discard" in allowed, "swap" in allowed
+        elig = None
+        area: list[float] = []
         put = area.append
-        for res, D, c2, t_call, fwd2, swp2, wp, wd0, *_ in rows:
-            best_w = mult = None
-            for h in allowed:  # Waste.best: least waste, ties to the earlier handling
-                if h == "preserve":
-                    w, per = wp, t_call
-                elif h == "discard":
-                    w, per = wd0 + fwd2 * c_other * m, fwd2
-                else:
-                    w, per = 2.0 * swp2 * (c2 + c_other) * m, 2 * swp2
-                if best_w is None or w < best_w:
-                    best_w, mult = w, per
+        slow = []  # C_other of a running one, or inputs waste() refuses: the plain formula
+        total_need = 0.0  # (all of them: an upper bound of the admitted ones')
+        for i, (g, (res, D, c2, t_call, fwd2, swp2x2, wp, wd0, need, ok, jit_cand, _)) in enumerate(zip(ready, rows)):
+            total_need += need
+            if jit and jit_cand and g.state is suspended:
+                if kept is None:
+                    kept, ends = a["end_rev"][sl].tolist(), a["end"][sl].tolist()
+                e = ends[i] if kept[i] == g.sched_rev else self._renew_end(g, int(sl[i]))
+                if not (e == math.inf or now >= e - G):
+                    if elig is None:
+                        elig = [True] * n
+                    elig[i] = False
+            # Waste.best: least waste, ties to the earlier handling (`waste`'s terms, as select's)
+            wd = wd0 + fwd2 * c_other * m
+            ws = swp2x2 * (c2 + c_other) * m
+            best = None
+            if hp:
+                best, mult = wp, t_call
+            if hd and (best is None or wd < best):
+                best, mult = wd, fwd2
+            if hs and (best is None or ws < best):
+                mult = swp2x2
             put((res + tau * D) + c2 * mult)
-        slow = [i for i, row in enumerate(rows) if not row[9]]
-        if run_ids:
-            hashes = {hash(r) for r in run_ids}
-            slow += [i for i, row in enumerate(rows) if row[11] in hashes and ready[i].gen_id in run_ids]
-        for i in slow:  # C_other of a running one, or inputs waste() refuses: the plain formula
+            if not ok:
+                slow.append(i)
+        if run_ids and not run_ids.isdisjoint([g.request.request_id for g in ready]):
+            slow += [i for i, g in enumerate(ready) if g.gen_id in run_ids]
+        for i in slow:
             area[i] = self.area(ready[i], ctx, running, None if ready[i].gen_id in run_ids else int(c_other))
         if self.score_interval > 1:
             for i in range(n):
                 if elig is None or elig[i]:
                     area[i] = self._held_area(ready[i], it, area[i])
-        arrival = [row[12] for row in rows]
         keep = range(n) if elig is None else [i for i in range(n) if elig[i]]
-        gens = [ready[i] for i in keep]
-        set_priorities(gens, [-area[i] for i in keep])
-        # starving ones first, each group by area, FCFS among equals: `ascending_perm`'s order
-        perm = sorted(keep, key=lambda i: (not starv[i], area[i], ready[i].ready_since, arrival[i], ready[i].gen_id))
-        order = [ready[i] for i in perm]
+        for i in keep:
+            ready[i].priority = -area[i]
+        # starving ones first, each group by area, FCFS among equals: `ascending_perm`'s order.
+        # As there, finite areas all distinct never read the tie-breakers: by area alone, then
+        # (stably) the starving ones first, if only some starve
+        vals = area if elig is None else [area[i] for i in keep]
+        if math.isfinite(sum(vals)) and len(set(vals)) == len(vals):
+            perm = sorted(keep, key=area.__getitem__)
+            if any(starv) and not all(starv):
+                perm.sort(key=starv.__getitem__, reverse=True)
+        else:
+            perm = sorted(keep, key=lambda i: (not starv[i], area[i], ready[i].ready_since, rows[i][11],
+                                               ready[i].gen_id))
+        order = list(map(ready.__getitem__, perm))
         if self.memory_admission and order:  # admission_cut over the static block needs (as in select)
+            if total_need <= free:  # (block counts: exact sums, never above the total)
+                return Selection(order=order)
             cum = 0.0
             for k, i in enumerate(perm):
                 cum += rows[i][8]
