@@ -194,9 +194,7 @@ class WasteHandling:
                 self._pinned[g.gen_id] = g
         st = g.policy.lamps
         st.kv = mode
-        table = self.__dict__.get("_slots")
-        if table is not None:  # LAMPS's cached area terms depend on the last handling
-            table.invalidate(g)
+        self._handling_changed(g)
         st.kv_modes[mode] = st.kv_modes.get(mode, 0) + 1
         return mode
 
@@ -209,9 +207,15 @@ class WasteHandling:
         pinned = self.__dict__.get("_pinned")
         if pinned is not None:
             pinned.pop(g.gen_id, None)
+        self._handling_changed(g)
+
+    def _handling_changed(self, g: Generation) -> None:
+        """LAMPS's cached terms of g depend on its last handling: its slot is refilled at the next
+        point (`LAMPS._ready_slots` looks it up)."""
         table = self.__dict__.get("_slots")
         if table is not None:
             table.invalidate(g)
+            self._kept = None
 
 
 def _frac(v: Any) -> float:
@@ -295,7 +299,8 @@ class LAMPS(WasteHandling, Policy):
     # rest (C, the resume term, n, T, the KV-growth term and the costs of the three handlings)
     # stays put while it is ready.  Those static terms, its admission need and the starvation
     # counters live in a SlotTable (refilled when its output, segments or last KV handling
-    # change, all of them when the shared prompt prefixes change); every point evaluates the
+    # change, all of them when the shared prompt prefixes change; looked up again only when the
+    # ready list or one of its generations changed, `_ready_slots`); every point evaluates the
     # areas of all ready generations at once with the same operations in the same order as
     # `area`: bit for bit (tests/test_scheduling_fastpaths.py checks it against the plain code,
     # tests/policy_oracles.py).  Just-in-time resume (`jit_resume`): a non-blocking suspended
@@ -385,28 +390,45 @@ class LAMPS(WasteHandling, Policy):
             return area
         return cached[2]
 
-    def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
-               now: float) -> Selection:
-        self.observe(running)
-        if not ready:
-            return Selection(order=self.admission_cut([], running, ctx) if self.memory_admission else [])
-        it = ctx.iteration
+    def _ready_slots(self, ready: Sequence[Generation], ctx: PolicyContext) -> np.ndarray:
+        """The ready generations' slots, filled (`SlotTable.lookup`; every one observed before any
+        area is computed, as the plain path does: the new and changed ones before their fill, the
+        others were when filled); all refilled when the shared prompt prefixes, the robots or the
+        block size change.  When `ready` holds the last point's generations, none changed since
+        (their sched_revs: the planner marks every change of a generation's output,
+        `Generation.touch`, and its output is all a slot goes stale by) and no slot was
+        invalidated since (`_handling_changed`, or those changes), the last point's slots, without
+        the lookup.  The caller reads the array and does not change it."""
         table = self._table()
-        fill = lambda g, slot: self._fill(g, slot, ctx)  # noqa: E731
         shared = self.prefix.signature()
         sig = (shared, id(ctx.robots), ctx.stats.block_size)
+        revs = [g.sched_rev for g in ready]
+        kept = self.__dict__.get("_kept")
         if sig != self.__dict__.get("_sig"):
             table.invalidate()
-        # every ready generation is observed before any area is computed (as the plain path
-        # does): the new and changed ones here, before their fill; the others were, when filled
+        elif (kept is not None and kept[2] == revs and len(kept[0]) == len(ready)
+              and all(map(operator.is_, ready, kept[0]))):
+            return kept[1]
+        fill = lambda g, slot: self._fill(g, slot, ctx)  # noqa: E731
         sl = table.lookup(ready, fill, self.observe)
         if self.prefix.signature() != shared:  # the new ones changed a shared prefix: every private context changes
             table.invalidate()
             sl = table.lookup(ready, fill)
             sig = (self.prefix.signature(), id(ctx.robots), ctx.stats.block_size)
         self._sig = sig
+        self._kept = (list(ready), sl, revs)
+        return sl
+
+    def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
+               now: float) -> Selection:
+        self.observe(running)
+        if not ready:
+            return Selection(order=self.admission_cut([], running, ctx) if self.memory_admission else [])
+        sl = self._ready_slots(ready, ctx)
         if len(ready) <= self.small_n:
             return self._select_small(ready, running, ctx, now, sl)
+        it = ctx.iteration
+        table = self._slots
         a = table.a
         # starvation counters (_count, for all ready generations at once): a run of iterations
         # ready goes on from the last one, else starts now
@@ -521,10 +543,12 @@ class LAMPS(WasteHandling, Policy):
         a["seen"][sl] = it
         if not all(starv):  # (the starving stay so)
             thr = it - self.starvation_threshold  # a run started by then is long enough
-            for i, s_ in enumerate(a["start"][sl].tolist()):
-                if s_ <= thr and not starv[i]:
-                    a["starving"][sl[i]] = starv[i] = True
-                    _mark_starving(ready[i], it)
+            start = a["start"][sl].tolist()
+            if min(start) <= thr:
+                for i, s_ in enumerate(start):
+                    if s_ <= thr and not starv[i]:
+                        a["starving"][sl[i]] = starv[i] = True
+                        _mark_starving(ready[i], it)
         py = self._slots.py
         rows = list(map(py.__getitem__, sl.tolist()))
         jit = self.jit_resume
