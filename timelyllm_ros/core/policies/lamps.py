@@ -121,10 +121,15 @@ class WasteHandling:
         bs = max(1, ctx.stats.block_size)
         robots = ctx.robots
         free = self._batch_terms(running, ctx)[1]
+        blocks: dict[str, int] = {}  # robot type -> `_seg_blocks`
         out = []
         for g in order:
+            rt = g.request.robot_type
+            k = blocks.get(rt)
+            if k is None:
+                k = blocks[rt] = _seg_blocks(robots, rt, bs)
             kept = g.segments and g.policy.lamps.kv == "preserve"
-            need = _seg_blocks(robots, g.request.robot_type, bs) + (0 if kept else math.ceil(self.private(g) / bs))
+            need = k + (0 if kept else math.ceil(self.private(g) / bs))
             if need > free and (running or out):
                 break  # strict order: nobody overtakes the head of the queue
             free -= need
