@@ -146,10 +146,10 @@ class WasteHandling:
           (`_seg_blocks`: the admission cut's budget);
         * the running generations' ids.
 
-        All but the outputs and the free blocks depend on the batch's generations, the shared
-        prefixes (`SharedPrefix.signature`), the robots and the block size alone: kept (`_batch`)
-        while those stay, as between decode steps; else one pass, each robot type's shared prefix
-        and segment blocks read once."""
+        All but the outputs and the free blocks depend on the batch's generations (their prompts,
+        robot types and ids are fixed), the shared prefixes (`SharedPrefix.signature`), the robots
+        and the block size alone: kept (`_batch`) while those stay, as between decode steps; else
+        one pass, each robot type's shared prefix and segment blocks read once."""
         st = ctx.stats
         bs = max(1, st.block_size)
         key = (self.prefix.signature(), id(ctx.robots), bs)
@@ -522,20 +522,20 @@ class LAMPS(WasteHandling, Policy):
     # At a handful of ready generations numpy's per-call cost (~1 µs a call) is most of the
     # point: up to `small_n` of them take `_select_small`, the same operations on Python floats,
     # element by element (the same bits; tests/test_scheduling_fastpaths.py runs both paths
-    # against the plain oracle).  It touches the table's arrays for the counters alone (`starving`
-    # and `seen` read, `seen` written; `start` read while some do not starve yet, written for
-    # the runs that restart) and reads each generation's terms from its Python row (`_ROW`, kept
-    # by `_fill`): one pass for eligibility and areas, the least waste among the allowed
-    # handlings by three flags (the kept action ends, `_renew_end`, read from the table when a
-    # suspended one waits on a call).  No admission cut is looked for when the needs of all the
-    # ready ones together fit.  Its order is the tuple sort `ascending_perm` stands for, with its
-    # shortcut: finite areas all distinct, by area alone.
+    # against the plain oracle).  It touches the table's arrays for the counters (`starving` and
+    # `seen` read, `seen` written; `start` read while some do not starve yet, written for the
+    # runs that restart) and, when a suspended one may wait on its robot, the kept action ends
+    # (`_renew_end`); it reads each generation's other terms from its Python row (`_ROW`, kept by
+    # `_fill`): one pass for eligibility and areas, the least waste among the allowed handlings
+    # by three flags.  No admission cut is looked for when the needs of all the ready ones
+    # together fit.  Its order is the tuple sort `ascending_perm` stands for, with its shortcut:
+    # finite areas all distinct, by area alone.
     small_n = 32
     _ROW = ("resume", "D", "c2", "t_call", "fwd2", "2 swp2", "wp", "wd0", "need", "ok", "jit_cand", "arrival")
 
     def _select_small(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                       now: float, sl: np.ndarray) -> Selection:
-        """`select` past its lookup (`sl`: the ready generations' slots) for a few of them."""
+        """`select` for a few ready generations, past `_ready_slots` (`sl`: their slots)."""
         a = self._slots.a
         it = ctx.iteration
         n = len(ready)
