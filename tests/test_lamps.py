@@ -211,6 +211,24 @@ def test_jit_resume_holds_nonblocking_until_action_end():
     assert p.select([b], [], ctx(), 1.0).order == [b]
 
 
+@pytest.mark.parametrize("small", [True, False])
+def test_jit_resume_reads_the_measured_end(small):
+    """An executor result that moves the action's end without new output (the generation's
+    slot is not refilled) holds from the next point on: the planner marks it (`touch`), and the
+    few-generations path, which keeps the end until then, reads it again; so does the numpy one."""
+    p = LAMPS(cost=COST)
+    if not small:
+        p.small_n = 0
+    s0 = seg(5.0, blocking=False, end=0.0)
+    g = gen("jit-measured", prompt=100, out=8, segments=[s0])
+    g.state = GenState.SUSPENDED
+    assert p.select([g], [], ctx(G=0.1), 1.0).order == []  # estimated end: 5.0
+    s0.exec_start, s0.exec_end = 0.0, 1.2  # measured: it ended at 1.2
+    g.touch()
+    assert p.select([g], [], ctx(G=0.1, iteration=2), 1.1).order == [g]  # within G of the end
+    assert p.select([g], [], ctx(G=0.1, iteration=3), 1.0).order == []
+
+
 # ------------------------------------------------------------------ in the simulator
 @pytest.mark.parametrize("policy", ["lamps", "infercept", "fcfs-preserve", "fcfs-discard", "timelyllm-lamps"])
 def test_simulated_toolbot_run_every_request_terminal(policy):
@@ -269,3 +287,29 @@ def test_memory_admission_cut():
                          stats=EngineStats(1000, 5, 16, 0, 45.0), seg_gen_s=0.1, token_s=0.02)
     assert p.admission_cut([a, c], [], tiny) == [a]
     assert LAMPS(cost=COST, memory_admission=False).select([a, b, c], run, c_, 0.0).order
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_released_kv_needs_its_blocks_at_the_next_point(small):
+    """Preserved KV released between two points (`on_kv_released`: no new output, so the ready
+    list and its sched_rev stay) counts at the next one: the generation needs blocks for its
+    context again, on both paths (neither reuses the last point's slots)."""
+    from timelyllm_ros.engines.base import EngineStats
+    p = LAMPS(cost=COST)
+    if not small:
+        p.small_n = 0
+    g = gen("released", prompt=1000, out=8, segments=[seg(0.5)])  # 63 blocks of private context
+    g.state = GenState.SUSPENDED
+    g.policy.lamps.kv = "preserve"
+    run = [gen("released-run", prompt=16)]
+    seg_b = math.ceil(ROBOTS["tello"].max_segment_tokens / 16)
+
+    def c_(it):
+        return PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS,
+                             stats=EngineStats(1000, 2 * seg_b + 10, 16, 1, 45.0), seg_gen_s=0.1, token_s=0.02,
+                             running=run, iteration=it)
+
+    assert p.select([g], run, c_(1), 1.0).order == [g]  # preserved: one segment of growth fits
+    assert p.select([g], run, c_(2), 1.0).order == [g]
+    p.on_kv_released(g)
+    assert p.select([g], run, c_(3), 1.0).order == []  # 63 more blocks do not

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from typing import Any, Sequence
 
 import numpy as np
@@ -56,6 +57,14 @@ from .slots import SlotTable
 from .timelyllm import TimelyLLM
 
 _INSTANCES = itertools.count()
+_OUTPUT = operator.attrgetter("output_ids")
+
+
+def _seg_blocks(robots: dict, robot_type: str, bs: int) -> int:
+    """KV blocks of one worst-case segment of growth of a `robot_type` generation (its robot's
+    max_segment_tokens; 16 tokens for a type not in `robots`), `bs` tokens a block."""
+    robot = robots.get(robot_type)
+    return math.ceil((robot.max_segment_tokens if robot else 16) / bs)
 
 
 def _mark_starving(g: Generation, it: int) -> None:
@@ -109,23 +118,64 @@ class WasteHandling:
         context unless its KV was preserved (pinned), plus one segment of growth.  The planner's
         batch-size controller assumes prompts are cached and would over-admit, leaving the engine
         to thrash with recompute preemptions (vLLM's own scheduler counts the whole prompt too)."""
-        st = ctx.stats
-        bs = max(1, st.block_size)
-
-        def seg_blocks(g: Generation) -> int:
-            robot = ctx.robots.get(g.request.robot_type)
-            return math.ceil((robot.max_segment_tokens if robot else 16) / bs)
-
-        free = st.kv_free_blocks - sum(seg_blocks(g) for g in running)
+        bs = max(1, ctx.stats.block_size)
+        robots = ctx.robots
+        free = self._batch_terms(running, ctx)[1]
+        blocks: dict[str, int] = {}  # robot type -> `_seg_blocks`
         out = []
         for g in order:
+            rt = g.request.robot_type
+            k = blocks.get(rt)
+            if k is None:
+                k = blocks[rt] = _seg_blocks(robots, rt, bs)
             kept = g.segments and g.policy.lamps.kv == "preserve"
-            need = seg_blocks(g) + (0 if kept else math.ceil(self.private(g) / bs))
+            need = k + (0 if kept else math.ceil(self.private(g) / bs))
             if need > free and (running or out):
                 break  # strict order: nobody overtakes the head of the queue
             free -= need
             out.append(g)
         return out
+
+    def _batch_terms(self, running: Sequence[Generation], ctx: PolicyContext) -> tuple[float, int, set[str]]:
+        """The running batch's terms (its generations all observed by the caller):
+
+        * C_other outside the batch: the summed `private_context` of the running generations, as
+          a float — the prompts' private parts (prompt - min(shared, prompt), never below 0: its
+          max(0, ...) is left out) plus the outputs (integers: exact in any order);
+        * the free KV blocks once every running generation grew by one worst-case segment
+          (`_seg_blocks`: the admission cut's budget);
+        * the running generations' ids.
+
+        All but the outputs and the free blocks depend on the batch's generations (their prompts,
+        robot types and ids are fixed), the shared prefixes (`SharedPrefix.signature`), the robots
+        and the block size alone: kept (`_batch`) while those stay, as between decode steps; else
+        one pass, each robot type's shared prefix and segment blocks read once."""
+        st = ctx.stats
+        bs = max(1, st.block_size)
+        key = (self.prefix.signature(), id(ctx.robots), bs)
+        kept = self.__dict__.get("_batch")
+        if (kept is not None and kept[1] == key and len(kept[0]) == len(running)
+                and all(map(operator.is_, running, kept[0]))):
+            private, growth, ids = kept[2]
+        else:
+            robots = ctx.robots
+            per_type: dict[str, tuple[int, int]] = {}  # robot type -> (shared prefix, segment blocks)
+            private = growth = 0
+            ids = set()
+            add = ids.add
+            for o in running:
+                req = o.request
+                rt = req.robot_type
+                add(req.request_id)
+                t = per_type.get(rt)
+                if t is None:
+                    t = per_type[rt] = (self.prefix.shared(rt), _seg_blocks(robots, rt, bs))
+                sh, k = t
+                n_prompt = len(o.prompt_ids)
+                private += n_prompt - (sh if sh < n_prompt else n_prompt)
+                growth += k
+            self._batch = (list(running), key, (private, growth, ids))
+        return float(private + sum(map(len, map(_OUTPUT, running)))), st.kv_free_blocks - growth, ids
 
     def decide(self, g: Generation, seg: Segment | None, ctx: PolicyContext) -> tuple[str, Any]:
         # ctx.running: the batch at this suspension or preemption (the planner passes it)
@@ -149,9 +199,7 @@ class WasteHandling:
                 self._pinned[g.gen_id] = g
         st = g.policy.lamps
         st.kv = mode
-        table = self.__dict__.get("_slots")
-        if table is not None:  # LAMPS's cached area terms depend on the last handling
-            table.invalidate(g)
+        self._handling_changed(g)
         st.kv_modes[mode] = st.kv_modes.get(mode, 0) + 1
         return mode
 
@@ -164,9 +212,15 @@ class WasteHandling:
         pinned = self.__dict__.get("_pinned")
         if pinned is not None:
             pinned.pop(g.gen_id, None)
+        self._handling_changed(g)
+
+    def _handling_changed(self, g: Generation) -> None:
+        """LAMPS's cached terms of g depend on its last handling: its slot is refilled at the next
+        point (`LAMPS._ready_slots` looks it up)."""
         table = self.__dict__.get("_slots")
         if table is not None:
             table.invalidate(g)
+            self._kept = None
 
 
 def _frac(v: Any) -> float:
@@ -250,12 +304,16 @@ class LAMPS(WasteHandling, Policy):
     # rest (C, the resume term, n, T, the KV-growth term and the costs of the three handlings)
     # stays put while it is ready.  Those static terms, its admission need and the starvation
     # counters live in a SlotTable (refilled when its output, segments or last KV handling
-    # change, all of them when the shared prompt prefixes change); every point evaluates the
+    # change, all of them when the shared prompt prefixes change; looked up again only when the
+    # ready list or one of its generations changed, `_ready_slots`); every point evaluates the
     # areas of all ready generations at once with the same operations in the same order as
     # `area`: bit for bit (tests/test_scheduling_fastpaths.py checks it against the plain code,
     # tests/policy_oracles.py).  Just-in-time resume (`jit_resume`): a non-blocking suspended
     # generation waits until its robot's current action is about G from its end (nothing is
-    # gained by holding KV earlier); starvation: a counter of consecutive iterations ready.
+    # gained by holding KV earlier), that end kept in its slot until its sched_rev moves
+    # (`_renew_end`); starvation: a counter of consecutive iterations ready, kept as the iteration
+    # its run of them started (`start`; the counter is `seen` - `start`, `seen` the last iteration
+    # it was ready), so that a point writes only `seen` while no run restarts.
     _STATIC = ("c", "resume", "D", "c2", "t_call", "fwd2", "swp2", "wp", "wd0", "need")
 
     def _table(self) -> SlotTable:
@@ -263,9 +321,9 @@ class LAMPS(WasteHandling, Policy):
         if t is None:
             fields: dict = {k: (float, 0.0) for k in self._STATIC}
             fields.update(ok=(bool, False), jit_cand=(bool, False), id_hash=(np.int64, 0), arrival=(float, 0.0),
-                          seen=(np.int64, -(2 ** 62)),
-                          count=(np.int64, 0), starving=(bool, False))
-            t = self._slots = SlotTable(fields, persistent=("seen", "count", "starving"))
+                          seen=(np.int64, -(2 ** 62)), start=(np.int64, -(2 ** 62)), starving=(bool, False),
+                          end=(float, math.inf), end_rev=(np.int64, -1))
+            t = self._slots = SlotTable(fields, persistent=("seen", "start", "starving"))
         return t
 
     def _fill(self, g: Generation, slot: int, ctx: PolicyContext) -> None:
@@ -285,9 +343,8 @@ class LAMPS(WasteHandling, Policy):
         fwd2, swp2 = cost.t_fwd(c2), cost.t_swap(c2)
         m = cost.bytes_per_token
         # admission_cut's blocks: one segment of growth, plus the private context unless preserved
-        robot = ctx.robots.get(g.request.robot_type)
         bs = max(1, ctx.stats.block_size)
-        need = math.ceil((robot.max_segment_tokens if robot else 16) / bs)
+        need = _seg_blocks(ctx.robots, g.request.robot_type, bs)
         if not (g.segments and g.policy.lamps.kv == "preserve"):
             need += math.ceil(c / bs)
         static = (c, resume, n * c + n * (n + 1) / 2, c2, t_call, fwd2, swp2, t_call * c2 * m, fwd2 * c2 * m, need)
@@ -297,10 +354,13 @@ class LAMPS(WasteHandling, Policy):
         jit_cand = bool(g.segments) and not g.segments[-1].blocking
         a["ok"][slot] = ok
         a["jit_cand"][slot] = jit_cand
-        a["id_hash"][slot] = id_hash = hash(g.gen_id)
+        a["id_hash"][slot] = hash(g.gen_id)
         a["arrival"][slot] = g.request.arrival
-        # the same terms as Python values, as the arrays hold them (float64), for `_select_small`
-        self._slots.py[slot] = tuple(map(float, static[1:])) + (ok, jit_cand, id_hash, float(g.request.arrival))
+        # for `_select_small`, the same terms as Python values, as the arrays hold them (float64),
+        # in `_ROW`'s order; the swap's per-token factor doubled (2 T_swap(C'): exact)
+        row = list(map(float, static[1:]))
+        row[5] *= 2.0
+        self._slots.py[slot] = (*row, ok, jit_cand, float(g.request.arrival))
         if g.policy.lamps.starving:
             a["starving"][slot] = True
 
@@ -308,19 +368,20 @@ class LAMPS(WasteHandling, Policy):
         """Consecutive scheduling iterations g has spent ready (the starvation counter)."""
         t = self._table()
         slot = t.slot(g)
-        return 0 if slot is None else int(t.a["count"][slot])
+        return 0 if slot is None else int(t.a["seen"][slot] - t.a["start"][slot])
 
-    @staticmethod
-    def _free_after_growth(running: Sequence[Generation], ctx: PolicyContext) -> int:
-        """Free KV blocks once every running generation grew by one worst-case segment (the
-        admission cut's budget)."""
-        st = ctx.stats
-        bs = max(1, st.block_size)
-        growth = 0
-        for o in running:
-            robot = ctx.robots.get(o.request.robot_type)
-            growth += math.ceil((robot.max_segment_tokens if robot else 16) / bs)
-        return st.kv_free_blocks - growth
+    def _renew_end(self, g: Generation, slot: int) -> float:
+        """g's robot's dispatched actions' estimated end (`prev_exec_end_estimate`; inf before the
+        first), kept in g's slot (`end`) with the sched_rev it holds for (`end_rev`): it moves
+        only with a segment dispatched or executed, which the planner marks (`Generation.touch`;
+        the default policy keeps `next_due` so).  Both paths read the kept one while g's
+        sched_rev is `end_rev` and call this otherwise."""
+        e = g.prev_exec_end_estimate()
+        e = math.inf if e is None else e
+        a = self._slots.a
+        a["end"][slot] = e
+        a["end_rev"][slot] = g.sched_rev
+        return e
 
     def _held_area(self, g: Generation, it: int, area: float) -> float:
         """With `score_interval` > 1 a score holds that many iterations, or until g's segments
@@ -334,53 +395,53 @@ class LAMPS(WasteHandling, Policy):
             return area
         return cached[2]
 
-    def _c_other(self, running: Sequence[Generation]) -> float:
-        """C_other outside the batch: the summed `private_context` of the running generations (all
-        observed by the caller, so without its observe call; the shared prefix read once per robot
-        type)."""
-        shared: dict[str, int] = {}
-        c_sum = 0
-        for o in running:
-            rt = o.request.robot_type
-            sh = shared.get(rt)
-            if sh is None:
-                sh = shared[rt] = self.prefix.shared(rt)
-            n_prompt = len(o.prompt_ids)
-            c_sum += max(0, n_prompt + len(o.output_ids) - min(sh, n_prompt))
-        return float(c_sum)
+    def _ready_slots(self, ready: Sequence[Generation], ctx: PolicyContext) -> np.ndarray:
+        """The ready generations' slots, filled (`SlotTable.lookup`; every one observed before any
+        area is computed, as the plain path does: the new and changed ones before their fill, the
+        others were when filled); all refilled when the shared prompt prefixes, the robots or the
+        block size change.  When `ready` holds the last point's generations, none changed since
+        (their sched_revs: the planner marks every change of a generation's output,
+        `Generation.touch`, and its output is all a slot goes stale by) and no slot was
+        invalidated since (`_handling_changed`, or those changes), the last point's slots, without
+        the lookup.  The caller reads the array and does not change it."""
+        table = self._table()
+        shared = self.prefix.signature()
+        sig = (shared, id(ctx.robots), ctx.stats.block_size)
+        revs = [g.sched_rev for g in ready]
+        kept = self.__dict__.get("_kept")
+        if sig != self.__dict__.get("_sig"):
+            table.invalidate()
+        elif (kept is not None and kept[2] == revs and len(kept[0]) == len(ready)
+              and all(map(operator.is_, ready, kept[0]))):
+            return kept[1]
+        fill = lambda g, slot: self._fill(g, slot, ctx)  # noqa: E731
+        sl = table.lookup(ready, fill, self.observe)
+        if self.prefix.signature() != shared:  # the new ones changed a shared prefix: every private context changes
+            table.invalidate()
+            sl = table.lookup(ready, fill)
+            sig = (self.prefix.signature(), id(ctx.robots), ctx.stats.block_size)
+        self._sig = sig
+        self._kept = (list(ready), sl, revs)
+        return sl
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
         self.observe(running)
         if not ready:
             return Selection(order=self.admission_cut([], running, ctx) if self.memory_admission else [])
-        it = ctx.iteration
-        table = self._table()
-
-        def observe_new(gens: list[Generation]) -> None:
-            # every ready generation is observed before any area is computed (as the plain path
-            # does); the ones already in the table were, when filled
-            self.observe(gens)
-
-        fill = lambda g, slot: self._fill(g, slot, ctx)  # noqa: E731
-        sig = (self.prefix.signature(), id(ctx.robots), ctx.stats.block_size)
-        if sig != self.__dict__.get("_sig"):
-            table.invalidate()
-        sl = table.lookup(ready, fill, observe_new)
-        sig2 = (self.prefix.signature(), id(ctx.robots), ctx.stats.block_size)
-        if sig2 != sig:  # the new ones changed a shared prefix: every private context changes
-            table.invalidate()
-            sl = table.lookup(ready, fill)
-        self._sig = sig2
+        sl = self._ready_slots(ready, ctx)
         if len(ready) <= self.small_n:
             return self._select_small(ready, running, ctx, now, sl)
+        it = ctx.iteration
+        table = self._slots
         a = table.a
-        # starvation counters (_count, for all ready generations at once)
+        # starvation counters (_count, for all ready generations at once): a run of iterations
+        # ready goes on from the last one, else starts now
         starv = a["starving"][sl]  # (kept equal to a["starving"][sl] below: one gather)
-        cnt = np.where(a["seen"][sl] == it - 1, a["count"][sl] + 1, 0)
-        a["count"][sl] = cnt
+        start = np.where(a["seen"][sl] == it - 1, a["start"][sl], it)
+        a["start"][sl] = start
         a["seen"][sl] = it
-        for i in ((cnt >= self.starvation_threshold) & ~starv).nonzero()[0].tolist():
+        for i in ((it - start >= self.starvation_threshold) & ~starv).nonzero()[0].tolist():
             g = ready[i]
             a["starving"][sl[i]] = starv[i] = True
             _mark_starving(g, it)
@@ -389,18 +450,22 @@ class LAMPS(WasteHandling, Policy):
         elig = None  # None: all eligible (no array built for that common case)
         if self.jit_resume:
             suspended = GenState.SUSPENDED
-            # (the state read for the candidates alone: a list over every ready one costs ~40 µs at 1,000)
-            cand = [i for i in a["jit_cand"][sl].nonzero()[0].tolist() if ready[i].state is suspended]
-            if cand:
-                ends = np.array([np.inf if e is None else e for e in
-                                 map(Generation.prev_exec_end_estimate, map(ready.__getitem__, cand))])
+            # (the state read for the candidates alone: a list over every ready one costs ~40 µs at
+            # 1,000; their sched_rev with it, -1 for one not suspended: it waits for nothing)
+            ci = a["jit_cand"][sl].nonzero()[0]
+            revs = np.array([g.sched_rev if g.state is suspended else -1 for g in map(ready.__getitem__, ci.tolist())],
+                            dtype=np.int64)
+            slc = sl[ci]
+            ends = a["end"][slc]
+            for k in ((a["end_rev"][slc] != revs) & (revs >= 0)).nonzero()[0].tolist():  # (`_renew_end`)
+                ends[k] = self._renew_end(ready[ci[k]], int(slc[k]))
+            wait = (revs >= 0) & (ends != np.inf) & ~(now >= ends - ctx.seg_gen_s)
+            if wait.any():
                 elig = np.ones(len(ready), dtype=bool)
-                elig[cand] = (ends == np.inf) | (now >= ends - ctx.seg_gen_s)
-                if elig.all():
-                    elig = None
+                elig[ci[wait]] = False
         # areas
         tau = max(ctx.token_s, 0.0)
-        c_other = self._c_other(running)
+        c_other, free, run_ids = self._batch_terms(running, ctx)
         m = self.cost.bytes_per_token
         c2, fwd2, swp2, t_call = a["c2"][sl], a["fwd2"][sl], a["swp2"][sl], a["t_call"][sl]
         waste = {"preserve": a["wp"][sl], "discard": a["wd0"][sl] + fwd2 * c_other * m,
@@ -413,7 +478,6 @@ class LAMPS(WasteHandling, Policy):
             best_w = np.where(take, waste[h], best_w)
             mult = np.where(take, per_token[h], mult)
         area = (a["resume"][sl] + tau * a["D"][sl]) + c2 * mult
-        run_ids = {o.request.request_id for o in running}
         ok = a["ok"][sl]
         slow = [] if ok.all() else (~ok).nonzero()[0].tolist()
         if run_ids:  # a ready generation with a running one's id (hashes first, then the ids)
@@ -438,97 +502,123 @@ class LAMPS(WasteHandling, Policy):
             gens, area_k, starving = list(map(ready.__getitem__, keep.tolist())), area[keep], starv[keep]
             arrival = arrival[keep]
         set_priorities(gens, (-area_k).tolist())
-        # starving ones first, each group by area, FCFS among equals
-        perm = ascending_perm(gens, area_k, first=starving if starving.any() else None, arrival=arrival)
+        # starving ones first, each group by area, FCFS among equals (all or none starving: one group)
+        perm = ascending_perm(gens, area_k, first=starving if starving.any() and not starving.all() else None,
+                              arrival=arrival)
         order = list(map(gens.__getitem__, perm))
         if self.memory_admission and order:
             # admission_cut over the static block needs: the longest prefix whose cumulative need
-            # stays within the free blocks (the head always, when nothing runs)
-            free = self._free_after_growth(running, ctx)
+            # stays within the free blocks (the head always, when nothing runs); none shorter
+            # when all of them fit (block counts: exact sums)
             need = a["need"][sl] if keep is None else a["need"][sl][keep]
-            cum = need[perm].cumsum()
-            over = (cum > free).nonzero()[0]
-            if not running and over.size and over[0] == 0:
-                over = over[1:]
-            order = order[: int(over[0]) if over.size else len(order)]
+            if need.sum() > free:
+                cum = need[perm].cumsum()
+                over = (cum > free).nonzero()[0]
+                if not running and over.size and over[0] == 0:
+                    over = over[1:]
+                order = order[: int(over[0]) if over.size else len(order)]
         return Selection(order=order)
 
-    # At a handful of ready generations numpy's per-call cost (~1 µs) is most of the point
-    # (~65 µs at 8 ready): up to `small_n` of them take `_select_small`, the same operations on
-    # Python floats, element by element (the same bits; tests/test_scheduling_fastpaths.py runs
-    # both paths against the plain oracle).  Its order is the tuple sort `ascending_perm` stands
-    # for (and falls back to).
+    # At a handful of ready generations numpy's per-call cost (~1 µs a call) is most of the
+    # point: up to `small_n` of them take `_select_small`, the same operations on Python floats,
+    # element by element (the same bits; tests/test_scheduling_fastpaths.py runs both paths
+    # against the plain oracle).  It touches the table's arrays for the counters (`starving` and
+    # `seen` read, `seen` written; `start` read while some do not starve yet, written for the
+    # runs that restart) and, when a suspended one may wait on its robot, the kept action ends
+    # (`_renew_end`); it reads each generation's other terms from its Python row (`_ROW`, kept by
+    # `_fill`): one pass for eligibility and areas, the least waste among the allowed handlings
+    # by three flags.  No admission cut is looked for when the needs of all the ready ones
+    # together fit.  Its order is the tuple sort `ascending_perm` stands for, with its shortcut:
+    # finite areas all distinct, by area alone.
     small_n = 32
+    _ROW = ("resume", "D", "c2", "t_call", "fwd2", "2 swp2", "wp", "wd0", "need", "ok", "jit_cand", "arrival")
 
     def _select_small(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                       now: float, sl: np.ndarray) -> Selection:
+        """`select` for a few ready generations, past `_ready_slots` (`sl`: their slots)."""
         a = self._slots.a
         it = ctx.iteration
         n = len(ready)
+        # starvation counters (as in select): only the runs that (re)start now write their start
         starv = a["starving"][sl].tolist()
-        cnt = [c + 1 if s_ == it - 1 else 0 for s_, c in zip(a["seen"][sl].tolist(), a["count"][sl].tolist())]
-        a["count"][sl] = cnt
+        prev = it - 1
+        seen = a["seen"][sl].tolist()
+        if seen.count(prev) != n:
+            a["start"][sl[[i for i, s_ in enumerate(seen) if s_ != prev]]] = it
         a["seen"][sl] = it
-        thr = self.starvation_threshold
-        for i, c in enumerate(cnt):
-            if c >= thr and not starv[i]:
-                g = ready[i]
-                a["starving"][sl[i]] = starv[i] = True
-                _mark_starving(g, it)
+        if not all(starv):  # (the starving stay so)
+            thr = it - self.starvation_threshold  # a run started by then is long enough
+            start = a["start"][sl].tolist()
+            if min(start) <= thr:
+                for i, s_ in enumerate(start):
+                    if s_ <= thr and not starv[i]:
+                        a["starving"][sl[i]] = starv[i] = True
+                        _mark_starving(ready[i], it)
         py = self._slots.py
-        # per generation (its fill's values): resume, D, c2, t_call, fwd2, swp2, wp, wd0, need, ok,
-        # jit_cand, id_hash, arrival
-        rows = [py[s_] for s_ in sl.tolist()]
-        elig = None
-        if self.jit_resume:
-            suspended = GenState.SUSPENDED
-            G = ctx.seg_gen_s
-            for i, row in enumerate(rows):
-                g = ready[i]
-                if row[10] and g.state is suspended:
-                    e = g.prev_exec_end_estimate()
-                    if not (e is None or e == math.inf or now >= e - G):
-                        if elig is None:
-                            elig = [True] * n
-                        elig[i] = False
+        rows = list(map(py.__getitem__, sl.tolist()))
+        jit = self.jit_resume
+        kept = ends = None  # the kept action ends (`_renew_end`), read at the first suspended candidate
+        suspended = GenState.SUSPENDED
+        G = ctx.seg_gen_s
         tau = max(ctx.token_s, 0.0)
-        c_other = self._c_other(running)
+        c_other, free, run_ids = self._batch_terms(running, ctx)
         m = self.cost.bytes_per_token
         allowed = self.allowed
-        area = []
+        hp, hd, hs = "preserve" in allowed, "discard" in allowed, "swap" in allowed
+        elig = None
+        area: list[float] = []
         put = area.append
-        for res, D, c2, t_call, fwd2, swp2, wp, wd0, *_ in rows:
-            best_w = mult = None
-            for h in allowed:  # Waste.best: least waste, ties to the earlier handling
-                if h == "preserve":
-                    w, per = wp, t_call
-                elif h == "discard":
-                    w, per = wd0 + fwd2 * c_other * m, fwd2
-                else:
-                    w, per = 2.0 * swp2 * (c2 + c_other) * m, 2 * swp2
-                if best_w is None or w < best_w:
-                    best_w, mult = w, per
+        slow = []  # C_other of a running one, or inputs waste() refuses: the plain formula
+        total_need = 0.0  # (all of them: an upper bound of the admitted ones')
+        for i, (g, (res, D, c2, t_call, fwd2, swp2x2, wp, wd0, need, ok, jit_cand, _)) in enumerate(zip(ready, rows)):
+            total_need += need
+            if jit and jit_cand and g.state is suspended:
+                if kept is None:
+                    kept, ends = a["end_rev"][sl].tolist(), a["end"][sl].tolist()
+                e = ends[i] if kept[i] == g.sched_rev else self._renew_end(g, int(sl[i]))
+                if not (e == math.inf or now >= e - G):
+                    if elig is None:
+                        elig = [True] * n
+                    elig[i] = False
+            # Waste.best: least waste, ties to the earlier handling (`waste`'s terms, as select's)
+            wd = wd0 + fwd2 * c_other * m
+            ws = swp2x2 * (c2 + c_other) * m
+            best = None
+            if hp:
+                best, mult = wp, t_call
+            if hd and (best is None or wd < best):
+                best, mult = wd, fwd2
+            if hs and (best is None or ws < best):
+                mult = swp2x2
             put((res + tau * D) + c2 * mult)
-        run_ids = {o.request.request_id for o in running}
-        slow = [i for i, row in enumerate(rows) if not row[9]]
-        if run_ids:
-            hashes = {hash(r) for r in run_ids}
-            slow += [i for i, row in enumerate(rows) if row[11] in hashes and ready[i].gen_id in run_ids]
-        for i in slow:  # C_other of a running one, or inputs waste() refuses: the plain formula
+            if not ok:
+                slow.append(i)
+        if run_ids and not run_ids.isdisjoint([g.request.request_id for g in ready]):
+            slow += [i for i, g in enumerate(ready) if g.gen_id in run_ids]
+        for i in slow:
             area[i] = self.area(ready[i], ctx, running, None if ready[i].gen_id in run_ids else int(c_other))
         if self.score_interval > 1:
             for i in range(n):
                 if elig is None or elig[i]:
                     area[i] = self._held_area(ready[i], it, area[i])
-        arrival = [row[12] for row in rows]
         keep = range(n) if elig is None else [i for i in range(n) if elig[i]]
-        gens = [ready[i] for i in keep]
-        set_priorities(gens, [-area[i] for i in keep])
-        # starving ones first, each group by area, FCFS among equals: `ascending_perm`'s order
-        perm = sorted(keep, key=lambda i: (not starv[i], area[i], ready[i].ready_since, arrival[i], ready[i].gen_id))
-        order = [ready[i] for i in perm]
+        for i in keep:
+            ready[i].priority = -area[i]
+        # starving ones first, each group by area, FCFS among equals: `ascending_perm`'s order.
+        # As there, finite areas all distinct never read the tie-breakers: by area alone, then
+        # (stably) the starving ones first, if only some starve
+        vals = area if elig is None else [area[i] for i in keep]
+        if math.isfinite(sum(vals)) and len(set(vals)) == len(vals):
+            perm = sorted(keep, key=area.__getitem__)
+            if any(starv) and not all(starv):
+                perm.sort(key=starv.__getitem__, reverse=True)
+        else:
+            perm = sorted(keep, key=lambda i: (not starv[i], area[i], ready[i].ready_since, rows[i][11],
+                                               ready[i].gen_id))
+        order = list(map(ready.__getitem__, perm))
         if self.memory_admission and order:  # admission_cut over the static block needs (as in select)
-            free = self._free_after_growth(running, ctx)
+            if total_need <= free:  # (block counts: exact sums, never above the total)
+                return Selection(order=order)
             cum = 0.0
             for k, i in enumerate(perm):
                 cum += rows[i][8]
