@@ -20,7 +20,10 @@ the running generations are then suspended (preempted mid-segment) and some robo
 delivered, so the ready list holds queued first segments, suspended generations with executed
 or executing segments, and preempted ones with partial output.  ``--running`` of them are then
 admitted to the simulated engine as the running batch.  Each policy gets its own copy of that
-state.  Virtual time advances one decode step (22 ms) per scheduling point.
+state.  Virtual time advances one decode step (22 ms) per scheduling point, and each running
+generation gets a token — its output and current segment one longer, every other point one
+shorter again (bounded lengths) — and `Generation.touch`: what a policy keeps per generation is
+read again for the running ones at every point, as after a real engine step.
 
 ``Planner.step()`` is measured separately: a fresh planner per policy and size with
 N + ``--running`` requests submitted at once and the batch capped at ``--running``; after 20
@@ -67,6 +70,7 @@ from timelyllm_ros.core.tokenizer import SimTokenizer  # noqa: E402
 TRACES = ("T1", "T3", "T6", "T7", "T9", "T10", "C1", "C2", "C3")
 GOALS_US = {8: 50.0, 1000: 1000.0}
 DECODE_S = 0.022
+_TOKEN = 13  # the token a running generation gets at each scheduling point (any id)
 
 
 # ------------------------------------------------------------------------------------------ setup
@@ -226,7 +230,14 @@ def bench_point(sim: _Sim, mix: list[Generation], policy_name: str, n_ready: int
         now += DECODE_S
         planner.iteration += 1
         planner._stats = None  # a new scheduling point: fresh engine stats, as after a step
-        for g in running:  # ... which gave each running generation a token (`Generation.touch`)
+        grow = len(wall) % 2 == 0
+        for g in running:  # ... which gave each running generation a token (`Generation.touch`): its
+            if grow:       # output and segment grow, as after an engine step (every other point the
+                g.output_ids.append(_TOKEN)  # token is taken back: the same lengths, bounded)
+                g.seg_tokens += 1
+            else:
+                g.output_ids.pop()
+                g.seg_tokens -= 1
             g.touch()
         w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         # --- one scheduling point (Planner._schedule without the engine calls) ---
