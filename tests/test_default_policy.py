@@ -264,6 +264,47 @@ def test_overload_preempts_only_victims_that_can_be_back_in_time():
     assert ids(p.select(late, [far], ctx(), 10.0).preempt) == ["far"]
 
 
+def test_a_deferrable_victim_covers_its_readd_where_memory_is_short():
+    """Rule 11 (`victim_readd`): where less than `keep_kv_min_free` of KV memory is free, a
+    preempted generation's KV is not kept (rule 13) and its freed blocks are soon evicted, so its
+    re-add re-prefills its whole context in one step that holds up the running batch; a
+    deferrable victim's slack must then also exceed that prefill time (the step-time model's
+    seconds per prefilled token) times the running batch.  Where memory has room, with too few
+    steps seen, or with `victim_readd=false`, rule 11 as before."""
+    room = ctx()  # 1000 of 1000 blocks free
+    short = dataclasses.replace(room, stats=EngineStats(1000, 240, 16, 0, 45.0))  # 24 % free
+
+    def point(c, context_tokens, steps=True, **kw):
+        p = Default(**kw)
+        if steps:
+            _feed(p._steps, a=0.022, b=0.004, d=0.001)  # 1 ms per prefilled token
+        # robot busy until 10.3: slack 0.3 - 6 tokens x 0.02 = 0.18 s, lead 0.08 s: deferrable
+        v = gen("v", 0.0, NORMAL, [seg(0, 9.0, 1.3)], state=GenState.RUNNING)
+        v.prompt_ids = list(range(context_tokens - 10))
+        v.output_ids = list(range(10))
+        u = gen("u", 9.0, URGENT)  # due 9.2: late, critical
+        u.blocked = "batch full (1)"
+        return p, v, p.select([u], [v], c, 10.0)
+
+    p, v, sel = point(short, 200)  # re-add 200 tokens x ~1 ms x 1 running: 0.08 + ~0.2 > 0.18
+    assert p.readd_stall_s(v, short, 1) == pytest.approx(0.2, rel=0.05)
+    assert sel.preempt == []
+    assert p.readd_stall_s(v, short, 3) == pytest.approx(3 * p.readd_stall_s(v, short, 1))  # the batch held up
+    p, v, sel = point(short, 50)  # ~0.05 s: still back in time
+    assert ids(sel.preempt) == ["v"]
+    p, v, sel = point(room, 200)  # memory has room: a re-add re-prefills half a block, as before
+    assert p.readd_stall_s(v, room, 1) == 0.0 and ids(sel.preempt) == ["v"]
+    edge = dataclasses.replace(room, stats=EngineStats(1000, 250, 16, 0, 45.0))  # exactly 25 %: room
+    assert point(edge, 200)[2].preempt != []
+    assert ids(point(short, 200, steps=False)[2].preempt) == ["v"]  # no step model yet: no price
+    assert ids(point(short, 200, victim_readd=False)[2].preempt) == ["v"]
+    assert ids(point(short, 200, keep_kv_min_free=0.2)[2].preempt) == ["v"]  # 24 % counts as room then
+    assert Default().params()["victim_readd"] is True
+    for bad in (1, "true", None):
+        with pytest.raises(ValueError, match="victim_readd"):
+            Default(victim_readd=bad)
+
+
 def test_plan_order_ranks_late_work_by_the_whole_replys_wsrpt_and_keeps_slots_nobody_outranks():
     """Rule 12 (opt-in `plan_order`): under rule 11's backlog (more late ready generations than
     the batch holds) critical generations rank by |TUF slope| / (the reply's predicted remaining

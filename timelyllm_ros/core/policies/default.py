@@ -97,7 +97,13 @@ At each scheduling point (``select``):
    idle, and the swap would only decide who is late, at the price of a re-add and re-prefill
    that lengthens the steps of everyone (on the edge board, drones:400 with default batching:
    accrued −1,756 % instead of −2,226 %, vllm-priority −1,849 %; simulator,
-   docs/results/2026-11-27-overload.md).  Tried there and not kept: ranking by the whole
+   docs/results/2026-11-27-overload.md).  Where KV memory is short (less than
+   ``keep_kv_min_free`` free: rule 13 keeps no KV, and a victim's freed blocks are soon evicted
+   from the prefix cache), its re-add re-prefills its whole context in one step that holds up
+   the running batch, so (``victim_readd``, `readd_stall_s`) its slack must also exceed that
+   prefill's time — the step-time model's seconds per prefilled token × its prompt and output
+   tokens — times the running generations (Andes' refiner prices a restore's stall on every
+   running request alike).  Tried there and not kept: ranking by the whole
    plan's remaining work (WSRPT) instead of the next segment's (−2,351 %: continuations went
    first and new plans' first actions waited longer), keeping slots at statement ends under
    overload (rule 5; it wins the edge board's cap-8 cells but loses the 4090's drones:400
@@ -259,10 +265,11 @@ class Default(Policy):
                  overload: bool = True, roomy_ratio: float = 10.0, plan_order: bool = True,
                  plan_depth_s: float = 8.0, steep_cap: bool = True, stream_past: bool = True,
                  yield_price: float = 0.08, yield_backlog_s: float = 30.0, keep_kv: bool = True,
-                 keep_kv_min_free: float = 0.25) -> None:
+                 keep_kv_min_free: float = 0.25, victim_readd: bool = True) -> None:
         for k, v in (("preempt", preempt), ("kv_budget", kv_budget), ("pace", pace), ("memory_full", memory_full),
                      ("speculate", speculate), ("overload", overload), ("plan_order", plan_order),
-                     ("steep_cap", steep_cap), ("stream_past", stream_past), ("keep_kv", keep_kv)):
+                     ("steep_cap", steep_cap), ("stream_past", stream_past), ("keep_kv", keep_kv),
+                     ("victim_readd", victim_readd)):
             if not isinstance(v, bool):
                 raise ValueError(f"{k} must be true or false, got {v!r}")
         self.kv_budget = kv_budget
@@ -286,6 +293,7 @@ class Default(Policy):
                              f"inf: no step-time cap then), got {roomy_ratio!r}")
         self.roomy_ratio = float(roomy_ratio)
         self.overload = overload
+        self.victim_readd = victim_readd  # rule 11: a deferrable victim's slack also covers its re-add where memory is short
         self._queue_s = 0.0  # rule 11: the late backlog's wait at the last scheduling point
         self.speculate = speculate
         self.stream_past = stream_past  # rule 8: speculate past a blocking statement without a re-add
@@ -659,7 +667,7 @@ class Default(Policy):
                                               and self.predicted_tokens(v, ctx) - v.seg_tokens > 2):
                     break
                 # rule 11: a deferrable victim only if it can be back before its robot idles
-                if id(v) not in crit_ids and -1.0 - v.priority <= back:
+                if id(v) not in crit_ids and -1.0 - v.priority <= back + self.readd_stall_s(v, ctx, len(running)):
                     break
                 preempt.append(v)
         self._capped = self._mem_held = held
@@ -875,6 +883,20 @@ class Default(Policy):
             return False
         return self.readd_dear(ctx)
 
+    def readd_stall_s(self, v: Generation, ctx: PolicyContext, n_running: int, min_steps: int = 4) -> float:
+        """Rule 11's price of preempting the deferrable `v` (``victim_readd``): 0.0 where its
+        re-add is cheap — at least `keep_kv_min_free` of KV memory is free, so its KV is kept
+        (rule 13) or its blocks stay in the prefix cache until it is back (a re-add re-prefills
+        half a block) — else, memory short, its freed blocks are soon evicted and its re-add
+        re-prefills its whole context (prompt and output) in one step, which holds up the
+        `n_running` generations of the batch: that prefill's time, at the step-time model's
+        seconds per prefilled token, times `n_running`.  0.0 until the model has seen `min_steps`
+        steps."""
+        if not self.victim_readd or self._steps.n < min_steps or _kv_room(ctx, self.keep_kv_min_free):
+            return 0.0
+        per_token = self._steps.prefill_s_per_token(ctx.token_s)
+        return n_running * per_token * (len(v.prompt_ids) + len(v.output_ids))
+
     def readd_dear(self, ctx: PolicyContext, min_steps: int = 4) -> bool:
         """Whether a re-add costs more than `yield_price` of a one-generation step on this engine:
         the re-prefill of a stock engine's re-add — on average half a KV block of tokens through
@@ -917,4 +939,5 @@ class Default(Policy):
                 "overload": self.overload, "roomy_ratio": self.roomy_ratio, "plan_order": self.plan_order,
                 "plan_depth_s": self.plan_depth_s, "steep_cap": self.steep_cap, "stream_past": self.stream_past,
                 "yield_price": self.yield_price, "yield_backlog_s": self.yield_backlog_s, "keep_kv": self.keep_kv,
-                "keep_kv_min_free": self.keep_kv_min_free}
+                "keep_kv_min_free": self.keep_kv_min_free,
+                "victim_readd": self.victim_readd}
