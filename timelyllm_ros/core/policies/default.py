@@ -168,7 +168,7 @@ its last, partial block (rule 5's price then sees no dear re-add); where kept KV
 engine, the planner releases it (`Planner._release_pinned`).  All stored cells: 280 -> 282 of 348
 pass, none lost (the RTX 4090's drones:400 cap 8 and our edge burst fleet cap 8, preserve column);
 no stock-column record moves (simulator, docs/results/2026-11-28-keep-kv.md).
-(About 650 lines: the thirteen rules, stated here, and their vectorised `select`; the same
+(About 950 lines: the thirteen rules, stated here, and their vectorised `select`; the same
 point for a handful of live generations, in plain Python, is default_small.py; the step-time
 model is step_time.py.)
 """
