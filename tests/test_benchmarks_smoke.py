@@ -125,6 +125,9 @@ SMOKE: dict[str, Smoke] = {
     "fault_injection.py": Smoke(("--workload", "WID1"),
                                 (rf"largest utility change of unaffected requests: {NUM} %",)),
     "minispec_corpus.py": Smoke((), (r"streamed 1 char at a time == whole text: (\d+)/\1",)),
+    "load_factor.py": Smoke(("rtx4090_llama3_8b/stock/drones:25/cap4",),
+                            (rf"drones:25/cap4: {NUM} tokens over {NUM} s = {NUM} tok/s offered; full batch "
+                             rf"\({NUM}\) {NUM} tok/s; rho {NUM}; accrued {NUM} %",)),
     "rejudge.py": Smoke(  # a two-policy map of one cell, then `default` re-run in it with a parameter
         ("--map", "{tmp}/map.json", "--build", "default,fcfs", "--cell", "rtx4090_llama3_8b/stock/drones:25/cap4",
          "--param", "lead_steps=8", "--out", "{tmp}/rejudged.json"),
