@@ -655,9 +655,14 @@ class Default(Policy):
             # by ATC priority, lowest first (rules in the module docstring)
             crit_ids = {id(g) for g in run_crit}
             back = self.lead(ctx) + self._queue_s  # rule 11: a deferrable victim's slack must exceed it
+            n_run = len(running)
+
+            def kept(v: Generation) -> bool:  # rule 11: a deferrable victim back only after its robot idles
+                return -1.0 - v.priority <= back + self.readd_stall_s(v, ctx, n_run)
+
             victims = sorted(running, key=lambda v: (id(v) in crit_ids, v.priority, v.gen_id))
             if self._plan:  # rule 12: deferrable ones that rule 11 keeps are no victims, and stop nothing
-                victims = [v for v in victims if id(v) in crit_ids or -1.0 - v.priority > back]
+                victims = [v for v in victims if id(v) in crit_ids or not kept(v)]
             for want, v in zip(order, victims):
                 if want.priority <= 0:
                     break  # only critical work preempts
@@ -666,8 +671,7 @@ class Default(Policy):
                 if id(v) in crit_ids and not (want.priority > self.preempt_ratio * v.priority
                                               and self.predicted_tokens(v, ctx) - v.seg_tokens > 2):
                     break
-                # rule 11: a deferrable victim only if it can be back before its robot idles
-                if id(v) not in crit_ids and -1.0 - v.priority <= back + self.readd_stall_s(v, ctx, len(running)):
+                if id(v) not in crit_ids and kept(v):  # rule 11
                     break
                 preempt.append(v)
         self._capped = self._mem_held = held
