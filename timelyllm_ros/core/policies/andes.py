@@ -31,6 +31,11 @@ Values the paper leaves open and our choices (docs/policies.md): Δt = 10 s (aut
 overhead of admitting/resuming j = ``prefill_s_per_token``·l_j (recompute, the upper bound; with
 the prefix cache a resume is usually cheaper), ≤ ``max_b_candidates`` batch sizes spaced
 geometrically in [B_min, B_max].
+
+About 700 lines: the policy, its vectorised select for hundreds of live generations and its small
+path for a handful (one compiled solve call, with the Python steps it falls back to where a
+rounding, tie or NaN decides) — one rule, three speeds, kept together so that the tests' oracle
+(tests/policy_oracles.py) is checked against each in one place.
 """
 
 from __future__ import annotations

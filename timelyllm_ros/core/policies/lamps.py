@@ -38,6 +38,10 @@ Its policies, by name (`PolicyName` in core/policies/__init__.py):
                      end of request, recompute on return); plain `fcfs` is vLLM with prefix caching
     fcfs-swap        FCFS, swap every suspension
     timelyllm-lamps  TimelyLLM priority (Eq. 4) + waste-based handling, to report time utility
+
+About 700 lines: the waste-based handling shared by five policies, LAMPS' ranking, its vectorised
+select and its plain-Python path for a handful of generations (the same bits: the tests force and
+compare both against tests/policy_oracles.py).
 """
 
 from __future__ import annotations
