@@ -287,13 +287,13 @@ def test_a_deferrable_victim_covers_its_readd_where_memory_is_short():
         return p, v, p.select([u], [v], c, 10.0)
 
     p, v, sel = point(short, 200)  # re-add 200 tokens x ~1 ms x 1 running: 0.08 + ~0.2 > 0.18
-    assert p.readd_stall_s(v, short, 1) == pytest.approx(0.2, rel=0.05)
+    assert p.readd_stall_per_token(short, 1) * (len(v.prompt_ids) + len(v.output_ids)) == pytest.approx(0.2, rel=0.05)
     assert sel.preempt == []
-    assert p.readd_stall_s(v, short, 3) == pytest.approx(3 * p.readd_stall_s(v, short, 1))  # the batch held up
+    assert p.readd_stall_per_token(short, 3) == pytest.approx(3 * p.readd_stall_per_token(short, 1))  # the batch held up
     p, v, sel = point(short, 50)  # ~0.05 s: still back in time
     assert ids(sel.preempt) == ["v"]
     p, v, sel = point(room, 200)  # memory has room: a re-add re-prefills half a block, as before
-    assert p.readd_stall_s(v, room, 1) == 0.0 and ids(sel.preempt) == ["v"]
+    assert p.readd_stall_per_token(room, 1) == 0.0 and ids(sel.preempt) == ["v"]
     edge = dataclasses.replace(room, stats=EngineStats(1000, 250, 16, 0, 45.0))  # exactly 25 %: room
     assert point(edge, 200)[2].preempt != []
     assert ids(point(short, 200, steps=False)[2].preempt) == ["v"]  # no step model yet: no price

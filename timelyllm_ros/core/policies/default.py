@@ -100,7 +100,7 @@ At each scheduling point (``select``):
    docs/results/2026-11-27-overload.md).  Where KV memory is short (less than
    ``keep_kv_min_free`` free: rule 13 keeps no KV, and a victim's freed blocks are soon evicted
    from the prefix cache), its re-add re-prefills its whole context in one step that holds up
-   the running batch, so (``victim_readd``, `readd_stall_s`) its slack must also exceed that
+   the running batch, so (``victim_readd``, `readd_stall_per_token`) its slack must also exceed that
    prefill's time — the step-time model's seconds per prefilled token × its prompt and output
    tokens — times the running generations (Andes' refiner prices a restore's stall on every
    running request alike).  Tried there and not kept: ranking by the whole
@@ -655,10 +655,10 @@ class Default(Policy):
             # by ATC priority, lowest first (rules in the module docstring)
             crit_ids = {id(g) for g in run_crit}
             back = self.lead(ctx) + self._queue_s  # rule 11: a deferrable victim's slack must exceed it
-            n_run = len(running)
+            stall = self.readd_stall_per_token(ctx, len(running))  # (its re-add's price, one per point)
 
             def kept(v: Generation) -> bool:  # rule 11: a deferrable victim back only after its robot idles
-                return -1.0 - v.priority <= back + self.readd_stall_s(v, ctx, n_run)
+                return -1.0 - v.priority <= back + stall * (len(v.prompt_ids) + len(v.output_ids))
 
             victims = sorted(running, key=lambda v: (id(v) in crit_ids, v.priority, v.gen_id))
             if self._plan:  # rule 12: deferrable ones that rule 11 keeps are no victims, and stop nothing
@@ -887,19 +887,17 @@ class Default(Policy):
             return False
         return self.readd_dear(ctx)
 
-    def readd_stall_s(self, v: Generation, ctx: PolicyContext, n_running: int, min_steps: int = 4) -> float:
-        """Rule 11's price of preempting the deferrable `v` (``victim_readd``): 0.0 where its
-        re-add is cheap — at least `keep_kv_min_free` of KV memory is free, so its KV is kept
-        (rule 13) or its blocks stay in the prefix cache until it is back (a re-add re-prefills
-        half a block) — else, memory short, its freed blocks are soon evicted and its re-add
-        re-prefills its whole context (prompt and output) in one step, which holds up the
-        `n_running` generations of the batch: that prefill's time, at the step-time model's
-        seconds per prefilled token, times `n_running`.  0.0 until the model has seen `min_steps`
-        steps."""
+    def readd_stall_per_token(self, ctx: PolicyContext, n_running: int, min_steps: int = 4) -> float:
+        """Rule 11's price of preempting a deferrable victim (``victim_readd``), per token of its
+        context (prompt and output): 0.0 where its re-add is cheap — at least `keep_kv_min_free`
+        of KV memory is free, so its KV is kept (rule 13) or its blocks stay in the prefix cache
+        until it is back (a re-add re-prefills half a block) — else, memory short, its freed blocks
+        are soon evicted and its re-add re-prefills its whole context in one step, which holds up
+        the `n_running` generations of the batch: the step-time model's seconds per prefilled
+        token times `n_running`.  0.0 until the model has seen `min_steps` steps."""
         if not self.victim_readd or self._steps.n < min_steps or _kv_room(ctx, self.keep_kv_min_free):
             return 0.0
-        per_token = self._steps.prefill_s_per_token(ctx.token_s)
-        return n_running * per_token * (len(v.prompt_ids) + len(v.output_ids))
+        return n_running * self._steps.prefill_s_per_token(ctx.token_s)
 
     def readd_dear(self, ctx: PolicyContext, min_steps: int = 4) -> bool:
         """Whether a re-add costs more than `yield_price` of a one-generation step on this engine:
