@@ -16,14 +16,13 @@ import argparse
 import statistics
 
 from timelyllm_ros.engines.simulated import LatencyProfile
-from timelyllm_ros.sim.regime import check_load, parse_capacity, resolve_profile
+from timelyllm_ros.sim.regime import GridError, check_load, parse_capacity, parse_cell_key, resolve_profile
 from timelyllm_ros.sim.runner import run_simulation
 
 
 def load_factor(cell: str) -> str:
-    prof, engine, rest = cell.split("/", 2)
-    load, capname = rest.split("/", 1)
-    cap = parse_capacity(capname)
+    c = parse_cell_key(cell)
+    cap = parse_capacity(c.capacity)
     steps: list[tuple[int, float]] = []  # (outputs, seconds) per engine step
 
     def setup(planner, arrivals):
@@ -39,8 +38,8 @@ def load_factor(cell: str) -> str:
         eng.step = step
         return arrivals
 
-    r = run_simulation(check_load(load), "default", max_batch=cap.max_batch, engine_kind=engine, setup=setup,
-                       profile_path=cap.profile(LatencyProfile.from_yaml(resolve_profile(prof))))
+    r = run_simulation(check_load(c.load), "default", max_batch=cap.max_batch, engine_kind=c.engine, setup=setup,
+                       profile_path=cap.profile(LatencyProfile.from_yaml(resolve_profile(c.profile))))
     tokens = sum(len(g.output_ids) for g in r.generations)
     arrivals = [g.request.arrival for g in r.generations]
     span = max(arrivals) - min(arrivals)
@@ -54,7 +53,15 @@ def load_factor(cell: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cells", nargs="+", help="PROFILE/ENGINE/LOAD/CAPACITY")
-    for cell in ap.parse_args().cells:
+    cells = ap.parse_args().cells
+    for cell in cells:  # every cell checked before the first run
+        try:
+            c = parse_cell_key(cell)
+            check_load(c.load)
+            resolve_profile(c.profile)
+        except GridError as e:
+            ap.error(str(e))
+    for cell in cells:
         print(load_factor(cell), flush=True)
 
 

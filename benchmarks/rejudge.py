@@ -74,8 +74,8 @@ def build(path: Path, keys: list[str], policies: list[str]) -> None:
         raise SystemExit(f"--build: {path} exists (it would be overwritten)")
     doc: dict | None = None
     for key in keys:
-        profile, engine, load, capacity = key.split("/", 3)
-        d, _ = sweep([load], [capacity], [profile], policies, workers=1, engine_kinds=(engine,))
+        cell = regime.parse_cell_key(key)
+        d, _ = sweep([cell.load], [cell.capacity], [cell.profile], policies, workers=1, engine_kinds=(cell.engine,))
         if doc is None:
             doc = d
         else:

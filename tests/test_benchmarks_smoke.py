@@ -230,6 +230,23 @@ def test_a_bad_param_of_fleet_scale_or_spot_check_is_a_clear_error() -> None:
         assert "E=1 N=" not in r.stdout and "real default" not in r.stdout  # nothing simulated or served
 
 
+def test_a_bad_cell_of_load_factor_is_a_clear_error() -> None:
+    """load_factor.py checks every cell (form, engine kind, capacity, profile, load) before the
+    first run, and names what is wrong; a good cell given first is not run either."""
+    import subprocess
+
+    good = "rtx4090_llama3_8b/stock/drones:25/cap4"
+    for bad, why in (("rtx4090_llama3_8b/stock", "expected PROFILE/ENGINE/LOAD/CAPACITY"),
+                     ("rtx4090_llama3_8b/gpu/drones:25/cap4", "engine kind 'gpu'"),
+                     ("rtx4090_llama3_8b/stock/drones:25/capX", "capacity 'capX'"),
+                     ("nope/stock/drones:25/cap4", "profile 'nope'"),
+                     ("rtx4090_llama3_8b/stock/nope/cap4", "load 'nope'")):
+        r = subprocess.run([sys.executable, str(BENCH / "load_factor.py"), good, bad],
+                           capture_output=True, text=True, env=base_env(), cwd=REPO, timeout=120)
+        assert r.returncode == 2 and why in r.stderr, (bad, r.returncode, r.stderr[-500:])
+        assert "rho" not in r.stdout  # nothing simulated
+
+
 def test_spot_check_re_simulates_a_stored_run_with_another_runs_host_time(tmp_path: Path) -> None:
     """`--real` reads a gzipped save (docs/results/runs/, saved on another checkout: the bundled
     model is found here) and `--host-from` charges the host time another stored run measured; a

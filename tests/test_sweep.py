@@ -59,6 +59,18 @@ def test_parse_capacity():
             regime.parse_capacity(bad)
 
 
+
+def test_parse_cell_key():
+    """A stored map's cell name, PROFILE/ENGINE/LOAD/CAPACITY (the capacity may hold a slash)."""
+    assert regime.parse_cell_key("orin_nano_llama3_2_3b/preserve/drones:400/kv/4") == regime.Cell(
+        load="drones:400", capacity="kv/4", profile="orin_nano_llama3_2_3b", engine="preserve")
+    for bad, why in (("rtx4090_llama3_8b/stock/drones:400", "PROFILE/ENGINE/LOAD/CAPACITY"),
+                     ("rtx4090_llama3_8b//drones:400/cap8", "PROFILE/ENGINE/LOAD/CAPACITY"),
+                     ("rtx4090_llama3_8b/gpu/drones:400/cap8", "engine kind"),
+                     ("rtx4090_llama3_8b/stock/drones:400/cap0", "capacity")):
+        with pytest.raises(regime.GridError, match=why):
+            regime.parse_cell_key(bad)
+
 def test_capacity_scales_kv_memory_only():
     base = regime.LatencyProfile.from_yaml(regime.resolve_profile("rtx4090_llama3_8b"))
     half = regime.parse_capacity("kv/2").profile(base)

@@ -173,6 +173,20 @@ class Cell:
         return f"{self.load} | {self.capacity} | {Path(self.profile).stem} | {self.engine}"
 
 
+def parse_cell_key(key: str) -> Cell:
+    """PROFILE/ENGINE/LOAD/CAPACITY, as the stored maps' cells are named (`benchmarks/rejudge.py`;
+    the capacity may hold a slash: kv/4) -> a Cell; GridError on another form, an unknown engine
+    kind or capacity (the profile and load are checked where they are loaded)."""
+    parts = key.split("/", 3)
+    if len(parts) != 4 or not all(parts):
+        raise GridError(f"cell {key!r}: expected PROFILE/ENGINE/LOAD/CAPACITY, "
+                        f"e.g. rtx4090_llama3_8b/stock/drones:400/cap8")
+    profile, engine, load, capacity = parts
+    check_engine_kinds([engine])
+    parse_capacity(capacity)
+    return Cell(load=load, capacity=capacity, profile=profile, engine=engine)
+
+
 # --------------------------------------------------------------------------------------- one run
 
 def _pct(agg: Mapping[str, Any] | None) -> float | None:
