@@ -342,6 +342,7 @@ class _ActionClient:
         self._cls = message_class(action_type)
         self._client = ActionClient(t.node, self._cls, name, callback_group=t.group)
         self._node = t.node
+        self._t = t
 
     def server_is_ready(self) -> bool:
         return self._client is not None and bool(self._client.server_is_ready())
@@ -386,7 +387,7 @@ class _ActionClient:
     def close(self) -> None:  # idempotent: the planner may drop a client before the transport closes
         if self._client is not None:
             client, self._client = self._client, None
-            client.destroy()
+            self._t._between_spins(client.destroy)
 
 
 class RclpyTransport:
@@ -418,6 +419,8 @@ class RclpyTransport:
         self._lock = threading.Lock()
         self._handles: list[Any] = []
         self._stopping = threading.Event()
+        # entity destroys waiting for the spin thread (`_between_spins`)
+        self._destroys: list[tuple[Callable[[], None], threading.Event]] = []
         self._spin = threading.Thread(target=self._spin_loop, name=f"spin-{node_name}", daemon=True)
         self._spin.start()
 
@@ -427,6 +430,7 @@ class RclpyTransport:
         from rclpy.executors import ExternalShutdownException
 
         while not self._stopping.is_set():
+            self._run_destroys()
             try:
                 self.executor.spin_once(timeout_sec=0.1)
             except ExternalShutdownException:
@@ -435,6 +439,35 @@ class RclpyTransport:
                 if self._stopping.is_set():
                     return
                 log.exception("a callback of node %s failed; the node keeps serving", self.node.get_name())
+        self._run_destroys()
+
+    def _run_destroys(self) -> None:
+        with self._lock:
+            destroys, self._destroys = self._destroys, []
+        for fn, done in destroys:
+            try:
+                fn()
+            except Exception:
+                log.exception("destroying an entity of node %s failed", self.node.get_name())
+            finally:
+                done.set()
+
+    def _between_spins(self, fn: Callable[[], None], timeout_s: float = 5.0) -> None:
+        """Run an entity's destroy on the spin thread, between two waits.  rclpy's executor
+        gathers the node's entities and then adds them to its wait set; an action server destroyed
+        by another thread in between (a lifecycle cleanup, a transition from another process)
+        fails that wait set with "action server pointer is invalid" (rclpy keeps an entity whose
+        handle it found destroyed in its list).  Called on the spin thread itself, or once the
+        spin thread has stopped, it runs at once."""
+        if threading.current_thread() is self._spin or not self._spin.is_alive():
+            fn()
+            return
+        done = threading.Event()
+        with self._lock:
+            self._destroys.append((fn, done))
+        self.executor.wake()
+        if not done.wait(timeout_s):  # pragma: no cover - a spin thread stuck inside rcl
+            log.warning("spin thread of %s did not run a destroy within %.1f s", self.node.get_name(), timeout_s)
 
     # -- lifecycle (not part of the port) -----------------------------------------------------
     def on_transitions(self, **handlers: Callable[[], None]) -> None:
@@ -476,7 +509,7 @@ class RclpyTransport:
                 return response
 
         srv = self.node.create_service(cls, name, on_request, callback_group=self.group)
-        h = Closer(lambda: self.node.destroy_service(srv))
+        h = Closer(lambda: self._between_spins(lambda: self.node.destroy_service(srv)))
         self._handles.append(h)
         return h
 
@@ -509,7 +542,7 @@ class RclpyTransport:
             for f in futures:
                 if not f.done():
                     f.cancel()  # no answer in time: nobody waits for it any more
-            self.node.destroy_client(client)
+            self._between_spins(lambda: self.node.destroy_client(client))
 
     # -- topics ------------------------------------------------------------------------------
     def publisher(self, topic: str, msg_type: str, *, qos: str = QOS_DEFAULT) -> Any:
@@ -535,7 +568,7 @@ class RclpyTransport:
         # reentrant group two messages of one topic could be handled at once, and out of order)
         sub = self.node.create_subscription(cls, topic, _guarded(f"subscription {topic}", lambda m: callback(from_msg(m))),
                                             qos_profile(qos), callback_group=MutuallyExclusiveCallbackGroup())
-        h = SubscriptionCloser(lambda: self.node.destroy_subscription(sub), matched=sub.get_publisher_count)
+        h = SubscriptionCloser(lambda: self._between_spins(lambda: self.node.destroy_subscription(sub)), matched=sub.get_publisher_count)
         self._handles.append(h)
         return h
 
@@ -580,7 +613,7 @@ class RclpyTransport:
 
         server = ActionServer(self.node, cls, name, _ThreadedGoal.run, callback_group=self.group,
                               goal_callback=on_goal, cancel_callback=on_cancel, handle_accepted_callback=accepted)
-        h = Closer(server.destroy)
+        h = Closer(lambda: self._between_spins(server.destroy))
         self._handles.append(h)
         return h
 
@@ -624,14 +657,14 @@ class RclpyTransport:
 
         server = ActionServer(self.node, cls, name, run, callback_group=self.group,
                               handle_accepted_callback=accepted, cancel_callback=on_cancel)
-        h = Closer(server.destroy)
+        h = Closer(lambda: self._between_spins(server.destroy))
         self._handles.append(h)
         return h
 
     # -- timers ------------------------------------------------------------------------------
     def timer(self, period_s: float, callback: Callable[[], None]) -> Closer:
         t = self.node.create_timer(period_s, _guarded("timer", callback), callback_group=self.group)
-        h = Closer(lambda: self.node.destroy_timer(t))
+        h = Closer(lambda: self._between_spins(lambda: self.node.destroy_timer(t)))
         self._handles.append(h)
         return h
 
