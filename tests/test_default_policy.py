@@ -931,3 +931,74 @@ def test_speculation_streams_past_a_blocking_statement_instead_of_a_re_add():
     assert make_policy("timelyllm").streams_past(g, g.segments[0], ctx(), 0.2) is False
     with pytest.raises(ValueError, match="stream_past"):
         Default(stream_past="yes")
+
+
+def test_a_heavy_load_makes_every_generation_critical_until_its_backlog_is_gone():
+    """Rule 12's heavy load (`heavy_rho`): where the load factor — offered tokens/s over the
+    engine's full-batch tokens/s (core/policies/offered_load.py; read once the batch has reached
+    its limit) — is at least `heavy_rho`, every
+    generation is critical (the lead is infinite: no deferral) and rule 12 applies at any backlog;
+    it lasts while the late backlog of the last point is not gone and ρ is at least 1.  Off with
+    `heavy_rho=inf` or without `plan_order`."""
+    c = ctx()
+
+    def loaded(rho_arrivals, saturated=True, **kw):
+        p = Default(**kw)
+        p.on_step(0.08, 8)  # a full batch of 8, decode only: 100 tokens/s
+        if saturated:
+            p._load.saturate()
+        for i in range(rho_arrivals):  # 10 replies of 20 tokens each within 1 s: ~2 x the capacity
+            p._load.arrive("tello", 9.0 + 0.1 * i, 20.0)
+        return p
+
+    urgent = gen("u", 10.0, URGENT)  # a critical first segment waits
+    cont = gen("c", 5.0, NORMAL, [seg(0, 9.0, 5.0)], state=GenState.SUSPENDED)  # due 14.0: deferrable
+    calm = loaded(1)
+    sel = calm.select([cont, urgent], [], c, 10.0)
+    assert not calm._heavy and ids(sel.order) == ["u"]  # rule 4: the deferrable one waits
+    assert calm.lead(c) == pytest.approx(0.08)
+    heavy = loaded(10)
+    assert heavy._load.full_tps == pytest.approx(100.0) and heavy._load.rho(10.0) >= 1.6
+    sel = heavy.select([cont, urgent], [], c, 10.0)
+    assert heavy._heavy and heavy.lead(c) == math.inf
+    assert set(ids(sel.order)) == {"u", "c"}  # every generation critical: nothing deferred
+    # it lasts while the backlog of the last point lasts and the load factor is at least 1
+    heavy._queue_s = 3.0
+    assert heavy._load.rho(10.5) < 1.6 and heavy.heavy_load(c, 10.5)  # under heavy_rho, over 1
+    assert not heavy.heavy_load(c, 300.0)  # five minutes later the arrivals have faded
+    heavy._queue_s = 0.0
+    assert not heavy.heavy_load(c, 10.5)  # the backlog is gone
+    assert heavy.heavy_load(c, 10.0)  # ... and back at once over heavy_rho
+    assert not loaded(10, saturated=False).heavy_load(c, 10.0)  # the batch never filled: no heavy load
+    assert heavy.plan_applies(10.0) is False  # no backlog: rule 12 idle even under a heavy load
+    for kw in ({"heavy_rho": math.inf}, {"plan_order": False}):
+        p = loaded(10, **kw)
+        p.select([cont, urgent], [], c, 10.0)
+        assert not p._heavy, kw
+    assert not loaded(10, heavy_rho=3.0).heavy_load(c, 10.0)
+    assert Default().params()["heavy_rho"] == 1.6 and Default().params()["rho_tau_s"] == 60.0
+    for bad in (0, -1.0, math.nan, "2", True, None):
+        with pytest.raises(ValueError, match="heavy_rho"):
+            Default(heavy_rho=bad)
+    with pytest.raises(ValueError, match="rho_tau_s"):
+        Default(rho_tau_s=0.0)
+
+
+def test_the_load_factor_counts_each_accepted_request_and_learns_ended_replies():
+    """The planner tells the policy of every accepted request (`on_arrival`) and of every reply
+    the engine ended (`on_reply_end`); the default's load factor counts the first and learns the
+    robot type's reply length from the second."""
+    from tests.test_planner import make, req, run_until
+
+    planner, disp, clock = make("default")
+    p = planner.policy
+    assert planner.submit(req("a", "mf(50);tc(90);")).accepted
+    assert planner.submit(req("b", "tp;", t=0.0, robot="d2")).accepted
+    assert not planner.submit(req("a", "tp;")).accepted  # a duplicate: not an arrival
+    assert p._load.arrivals["tello"].count == pytest.approx(2.0) and p._load.knows("tello")
+    run_until(planner, lambda: all(g.engine_finished for g in planner.generations.values()))
+    lens = [len(planner.generations[r].output_ids) for r in ("a", "b")]
+    assert min(lens) > 0 and lens[0] != lens[1]
+    # the first reply that ended, then a running mean with weight 0.1 (either may end first)
+    assert p._load.reply_len["tello"] in (pytest.approx(0.9 * lens[0] + 0.1 * lens[1]),
+                                          pytest.approx(0.9 * lens[1] + 0.1 * lens[0]))

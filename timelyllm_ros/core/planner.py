@@ -190,6 +190,7 @@ class Planner(JournalResume, Speculation, EngineSupervision, ResultsAndEndings):
             new_segmenter = self._segmenters(request)
             g = Generation(request=request, prompt_ids=prompt, ready_since=request.arrival)
             self._register(g, _Live(new_segmenter=new_segmenter, segmenter=new_segmenter()))
+            self.policy.on_arrival(g)
             self._notify(g)
             return SubmitResult(True, request.request_id)
 
@@ -587,6 +588,7 @@ class Planner(JournalResume, Speculation, EngineSupervision, ResultsAndEndings):
             self._notify(g)
             return
         g.engine_finished = True
+        self.policy.on_reply_end(g)
         if g.state is GenState.RUNNING:
             self.engine.abort(g.gen_id, "discard")
         if reason == "length":  # cut by max_tokens: whatever was generated, the plan is not complete

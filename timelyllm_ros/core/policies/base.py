@@ -362,6 +362,14 @@ class Policy(abc.ABC):
         """Hook: one engine step took `duration_s` (clock time) and gave `outputs` outputs (one
         per generation in it); called after their `on_token` calls (the default's step-time model)."""
 
+    def on_arrival(self, g: Generation) -> None:
+        """Hook: the planner accepted request g (`Planner.submit`), before any scheduling point
+        sees it (the default's load factor counts arrivals here)."""
+
+    def on_reply_end(self, g: Generation) -> None:
+        """Hook: the engine ended g's reply (its plan is generated; dispatched segments may still
+        run), once per request."""
+
     def on_kv_released(self, g: Generation) -> None:
         """The planner turned suspended g's preserved KV into cached KV (`Planner._release_pinned`:
         pinned memory stalled the engine); policies that track handlings update here."""

@@ -185,6 +185,7 @@ import numpy as np
 
 from ..length_predictor import PredictorError, make_predictor
 from ..types import Generation, Segment
+from .offered_load import OfferedLoad
 from .base import DispatchMode, Policy, PolicyContext, Selection, batch_was_full, priority_head, set_priorities
 from .default_small import SMALL_BELOW, select_small
 from .slots import SlotTable
@@ -222,6 +223,7 @@ def _plan_weights(alpha: np.ndarray, rem: np.ndarray, token_s: float) -> np.ndar
 
 _PLAN_TAU_S = 10.0  # rule 12: time constant of the backlog wait's average (a few bursts long)
 _PLAN_FALLBACK = 256.0  # rule 12: tokens of a reply the length predictor cannot predict (Trail's fallback_len)
+_RHO_EVERY_S = 0.5  # rule 12's heavy load: the load factor is read again after this long
 _REV = operator.attrgetter("sched_rev")
 _PAUSE_KEY = operator.attrgetter("priority", "gen_id")  # lowest priority (most slack) first
 
@@ -265,7 +267,8 @@ class Default(Policy):
                  overload: bool = True, roomy_ratio: float = 10.0, plan_order: bool = True,
                  plan_depth_s: float = 8.0, steep_cap: bool = True, stream_past: bool = True,
                  yield_price: float = 0.08, yield_backlog_s: float = 30.0, keep_kv: bool = True,
-                 keep_kv_min_free: float = 0.25, victim_readd: bool = True) -> None:
+                 keep_kv_min_free: float = 0.25, victim_readd: bool = True, heavy_rho: float = 1.6,
+                 rho_tau_s: float = 60.0) -> None:
         for k, v in (("preempt", preempt), ("kv_budget", kv_budget), ("pace", pace), ("memory_full", memory_full),
                      ("speculate", speculate), ("overload", overload), ("plan_order", plan_order),
                      ("steep_cap", steep_cap), ("stream_past", stream_past), ("keep_kv", keep_kv),
@@ -287,6 +290,13 @@ class Default(Policy):
         if self.plan_order:
             self._lenpred = _learned_predictor()
         self._plan = False  # rule 12 applies at this scheduling point
+        if isinstance(heavy_rho, bool) or not isinstance(heavy_rho, (int, float)) or not heavy_rho > 0:
+            raise ValueError(f"heavy_rho must be a number > 0 (rule 12's heavy load: offered tokens/s over "
+                             f"full-batch tokens/s; inf: never), got {heavy_rho!r}")
+        self.heavy_rho = float(heavy_rho)
+        self._load = OfferedLoad(tau_s=rho_tau_s)  # rule 12's load factor (validates rho_tau_s)
+        self._heavy = False  # rule 12's heavy load at this scheduling point: every generation critical
+        self._rho_at = (-math.inf, 0.0)  # (when, the load factor then): `load_factor`
         self._head_pri = 0.0  # rule 12: the best waiting critical generation's priority at the last point
         if isinstance(roomy_ratio, bool) or not isinstance(roomy_ratio, (int, float)) or not 1 < roomy_ratio:
             raise ValueError(f"roomy_ratio must be a number > 1 (rule 10's ratio while KV memory has room; "
@@ -393,7 +403,9 @@ class Default(Policy):
         self._seg_ver += 1
 
     def lead(self, ctx: PolicyContext) -> float:
-        """Slack at or below which a generation is critical."""
+        """Slack at or below which a generation is critical (every one under a heavy load: rule 12)."""
+        if self._heavy:
+            return math.inf
         return max(self.min_lead_s, self.lead_steps * ctx.token_s)
 
     def slack(self, g: Generation, ctx: PolicyContext, now: float, running: bool) -> float:
@@ -452,6 +464,9 @@ class Default(Policy):
         forces each)."""
         self._full = batch_was_full(ready) or self._mem_held  # a cap or KV memory binds (suspend_at)
         full = self._full or self._capped
+        if full:
+            self._load.saturate()  # (rule 12's load factor: the largest batch seen is the full one)
+        self._heavy = self.heavy_load(ctx, now)
         token_s, lead, pred = self._point_terms(ctx)
         n_run = len(running)
         n = n_run + len(ready)
@@ -557,7 +572,9 @@ class Default(Policy):
             self._seen_prefill += max(0, len(g.prompt_ids) + len(g.output_ids) - n_new - g.cached_tokens[-1])
 
     def on_step(self, duration_s: float, outputs: int) -> None:
-        """Feed the step-time model (rules 9 and 10) with the engine step that just ran."""
+        """Feed the step-time model (rules 9 and 10) and rule 12's load factor with the engine
+        step that just ran."""
+        self._load.step(duration_s, outputs, not self._seen_new and not self._seen_prefill)
         self._steps.observe(duration_s, outputs, self._seen_new, self._seen_prefill)
         self._seen_new = self._seen_prefill = 0
 
@@ -746,7 +763,52 @@ class Default(Policy):
             w = math.exp(-max(0.0, now - self._depth_t) / _PLAN_TAU_S)
             self._depth = w * self._depth + (1.0 - w) * self._queue_s
         self._depth_t = now
-        return self.plan_order and self._queue_s > 0.0 and self._depth >= self.plan_depth_s
+        return self.plan_order and self._queue_s > 0.0 and (self._heavy or self._depth >= self.plan_depth_s)
+
+    # --- rule 12's heavy load ---------------------------------------------------------------------
+    def on_arrival(self, g: Generation) -> None:
+        """Count a new request for rule 12's load factor (the length predictor guesses its
+        robot type's reply length once, until a reply of that type ends)."""
+        if not self.plan_order or self.heavy_rho == math.inf:
+            return
+        rt = g.request.robot_type
+        guess = None
+        if not self._load.knows(rt):
+            guess = _PLAN_FALLBACK
+            if self._lenpred is not None:
+                try:
+                    guess = float(self._lenpred.remaining(g))
+                except PredictorError:
+                    pass
+        self._load.arrive(rt, g.request.arrival, guess)
+
+    def on_reply_end(self, g: Generation) -> None:
+        """Rule 12's load factor learns its robot type's reply length."""
+        self._load.reply_ended(g.request.robot_type, len(g.output_ids))
+
+    def heavy_load(self, ctx: PolicyContext, now: float) -> bool:
+        """Rule 12's heavy load at this point (called once per `select`, before the point's
+        lead): the load factor (`offered_load.py`) is at least `heavy_rho`, or it was at the
+        last point and the late backlog (rule 11's wait, as of the last point) is not gone yet
+        — a backlog built under a heavy load drains under the same order."""
+        if not self.plan_order or self.heavy_rho == math.inf:
+            return False
+        rho = self.load_factor(ctx, now)
+        if self._heavy and self._queue_s > 0.0 and rho >= 1.0:
+            return True  # (hysteresis: a heavy load lasts while its backlog lasts and still grows)
+        return rho >= self.heavy_rho
+
+    def load_factor(self, ctx: PolicyContext, now: float) -> float:
+        """ρ (`offered_load.py`), read again at most every `_RHO_EVERY_S` (a signal averaged
+        over `rho_tau_s`, whose exps need not be paid at every point); 0.0 until the batch
+        reached its limit."""
+        if not self._load.saturated:
+            return 0.0
+        t, rho = self._rho_at
+        if not t <= now < t + _RHO_EVERY_S:
+            rho = self._load.rho(now, ctx.engines, _PLAN_FALLBACK)
+            self._rho_at = (now, rho)
+        return rho
 
     def plan_priorities(self, gens: Sequence[Generation], token_s: float) -> list[float]:
         """Rule 12: weighted shortest remaining reply first — |TUF slope| / (the reply's
@@ -942,4 +1004,4 @@ class Default(Policy):
                 "plan_depth_s": self.plan_depth_s, "steep_cap": self.steep_cap, "stream_past": self.stream_past,
                 "yield_price": self.yield_price, "yield_backlog_s": self.yield_backlog_s, "keep_kv": self.keep_kv,
                 "keep_kv_min_free": self.keep_kv_min_free,
-                "victim_readd": self.victim_readd}
+                "victim_readd": self.victim_readd, "heavy_rho": self.heavy_rho, "rho_tau_s": self._load.tau_s}

@@ -1,0 +1,114 @@
+"""The load factor ρ online: offered tokens per second over the engine's full-batch tokens per second.
+
+`default`'s rule 12 (docs/policies.md) switches to its heavy-load mode where ρ is high: above 1 the
+late backlog grows while requests keep arriving, and the offline figure (`benchmarks/load_factor.py`)
+separated the cells that want the whole-reply order from their first seconds (ρ 1.99–3.30) from
+those that lose with it (0.19–1.45).  Online both halves are estimates:
+
+  offered   Σ over robot types: arrivals per second (an exponentially decaying count, time
+            constant `tau_s`, over the window it spans: tau × (1 − exp(−span / tau)), span the
+            time since the first arrival — exact for a steady rate from the first arrival on)
+            × that type's reply length — the running mean of whole replies that ended (weight
+            `len_weight`), before the first one ended the length predictor's estimate for the
+            type's first arrival (`first_guess`)
+  capacity  tokens per second of the engine steps that added no request and prefilled
+            nothing (a prefill step is not the batch's decode speed) and ran at least 90 % of
+            the largest batch seen so far — a running mean (weight `len_weight`, restarted where
+            a step outgrows the ones it holds) — times the engines serving the batch; read only
+            once the batch has reached its limit (`saturate`): until then the largest batch seen
+            is not the full one, and ρ is 0
+
+Pure: no clock, no I/O; the caller passes the times (`now`, a request's arrival).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass
+class _Arrivals:
+    count: float  # arrivals of one robot type, each decayed by exp(-age / tau) as of `at`
+    at: float
+
+
+@dataclass
+class OfferedLoad:
+    tau_s: float = 60.0
+    len_weight: float = 0.1
+    arrivals: dict[str, _Arrivals] = field(default_factory=dict)
+    reply_len: dict[str, float] = field(default_factory=dict)  # robot type -> mean tokens of an ended reply
+    guess: dict[str, float] = field(default_factory=dict)  # robot type -> predicted tokens of its first arrival
+    first_at: float | None = None
+    full_share: float = 0.9  # a step counts as a full batch at this share of the largest one seen
+    max_outputs: int = 0
+    full_tps: float = 0.0  # tokens per second of the decode-only steps at a full batch (0: none seen)
+    held_width: int = 0  # the narrowest step in that mean
+    saturated: bool = False  # the batch reached its limit once (`saturate`): the largest batch is the full one
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tau_s, bool) or not isinstance(self.tau_s, (int, float)) or not 0 < self.tau_s < math.inf:
+            raise ValueError(f"rho_tau_s must be a finite number of seconds > 0, got {self.tau_s!r}")
+
+    def knows(self, robot_type: str) -> bool:
+        """Whether a reply length (ended or guessed) is known for the type: `arrive` needs no guess."""
+        return robot_type in self.reply_len or robot_type in self.guess
+
+    def arrive(self, robot_type: str, at: float, first_guess: float | None = None) -> None:
+        """A request of `robot_type` arrived at `at`; `first_guess`: its predicted reply tokens,
+        used for the type until a reply of it ends (needed only where `knows` is False)."""
+        if first_guess is not None and not self.knows(robot_type):
+            self.guess[robot_type] = float(first_guess)
+        if self.first_at is None:
+            self.first_at = at
+        a = self.arrivals.get(robot_type)
+        if a is None:
+            self.arrivals[robot_type] = _Arrivals(1.0, at)
+        else:
+            a.count = a.count * math.exp(-max(0.0, at - a.at) / self.tau_s) + 1.0
+            a.at = max(a.at, at)
+
+    def reply_ended(self, robot_type: str, tokens: int) -> None:
+        """A reply of `robot_type` ended after `tokens` generated tokens."""
+        m = self.reply_len.get(robot_type)
+        w = self.len_weight
+        self.reply_len[robot_type] = float(tokens) if m is None else (1 - w) * m + w * tokens
+
+    def step(self, duration_s: float, outputs: int, decode_only: bool) -> None:
+        """An engine step of `outputs` generations took `duration_s`; `decode_only`: it added no
+        request and prefilled nothing (only such steps measure the full batch's decode speed)."""
+        if not duration_s > 0 or outputs < 1:
+            return
+        if outputs > self.max_outputs:
+            self.max_outputs = outputs
+        full = self.full_share * self.max_outputs
+        if decode_only and outputs >= full:
+            tps = outputs / duration_s
+            w = self.len_weight
+            if self.full_tps <= 0 or self.held_width < full:  # the steps held so far are no full ones now
+                self.full_tps, self.held_width = tps, outputs
+            else:
+                self.full_tps = (1 - w) * self.full_tps + w * tps
+                self.held_width = min(self.held_width, outputs)
+
+    def saturate(self) -> None:
+        """The batch reached its limit (a batch cap, KV memory or the policy's step-time cap held
+        a ready generation back): from now on the largest batch seen is the full batch.  Before,
+        the engine serves whatever arrives and ρ reads 0 — the steps seen then are narrower than
+        a full batch and would make any load look heavy."""
+        self.saturated = True
+
+    def rho(self, now: float, engines: int = 1, fallback_len: float = 256.0) -> float:
+        """ρ at `now` (`engines` serving the batch, each at `full_tps`); 0.0 before an arrival,
+        before the batch reached its limit (`saturate`) or before a full decode-only step."""
+        if self.first_at is None or not self.saturated or not self.full_tps > 0:
+            return 0.0
+        tau = self.tau_s
+        span = max(1e-3, now - self.first_at)  # the decayed count's window: tau x (1 - exp(-span / tau))
+        offered = 0.0
+        for rt, a in self.arrivals.items():
+            n = self.reply_len.get(rt, self.guess.get(rt, fallback_len))
+            offered += a.count * math.exp(-max(0.0, now - a.at) / tau) * n
+        offered /= tau * (1 - math.exp(-span / tau))
+        return offered / (self.full_tps * max(1, engines))
