@@ -816,18 +816,19 @@ _TABLE_OP = st.tuples(st.sampled_from(["same", "same", "same", "other", "step", 
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(_TABLE_OP, max_size=40), st.booleans(), st.booleans())
-def test_slot_table_same_list_lookups_equal_the_general_path(ops, many, observe):
+@given(st.lists(_TABLE_OP, max_size=40), st.booleans(), st.booleans(), st.booleans())
+def test_slot_table_same_list_lookups_equal_the_general_path(ops, many, observe, matrix):
     """`SlotTable.lookup` of the last lookup's generations again, with output tracking
     (`_lookup_same`: Python lists, memoryview writes) against the same steps with every lookup on
     the general path (the table marked dirty before each lookup), with `fill` or `fill_many`
-    (`many`), with and without `before_fill`, and with fills that invalidate their own slot: the
-    same fills (generation, slot, output length), the same slots, the same columns."""
+    (`many`), with and without `before_fill`, with fills that invalidate their own slot, and with
+    the fields as one matrix's rows (`matrix`): the same fills (generation, slot, output length),
+    the same slots, the same columns (also once grown: the values carried over)."""
     import numpy as np
 
     from timelyllm_ros.core.policies.slots import SlotTable
     pool = [_gen(i) for i in range(8)]
-    tables = {name: SlotTable({"x": (float, 0.0)}) for name in ("fast", "ref")}
+    tables = {name: SlotTable({"x": (float, 0.0), "y": (float, math.nan)}, matrix=matrix) for name in ("fast", "ref")}
     logs: dict[str, list] = {name: [] for name in tables}
 
     def fills(name):
@@ -876,6 +877,17 @@ def test_slot_table_same_list_lookups_equal_the_general_path(ops, many, observe)
             assert logs["fast"] == logs["ref"]
     for k in tables["ref"].a:
         assert np.array_equal(tables["fast"].a[k], tables["ref"].a[k], equal_nan=True), k
+    before = tables["ref"].a
+    tables["fast"]._grow(len(before["_out"]) + 1)
+    for k, v in tables["fast"].a.items():
+        assert len(v) == max(1024, 2 * len(before[k]))
+        assert np.array_equal(v[:len(before[k])], before[k], equal_nan=True)
+        assert np.array_equal(v[len(before[k]):], np.full(len(v) - len(before[k]), tables["fast"].fields[k][1]),
+                              equal_nan=True)
+    for table in tables.values():
+        if matrix:  # every field a view of its row
+            assert all(table.a[k].base is table.m and table.a[k].ctypes.data == table.m[i].ctypes.data
+                       for i, k in enumerate(table.fields))
     with pytest.raises(TypeError):
         tables["fast"].lookup(cur, None)
 

@@ -189,7 +189,7 @@ class Andes(Policy):
         self._small_memo: dict[tuple, tuple] = {}  # (B bounds, rates, token time, ...) -> sizes, latencies, arrays
         # live requests n -> a (12, n) work array; (rows, n, K) -> the packing's (`_select_small`)
         self._small_ws: dict[int | tuple[int, int, int], np.ndarray | tuple[np.ndarray, ...]] = {}
-        self._small_cols: tuple | None = None  # the slot table's columns (new arrays when it grows)
+        self._small_rows: np.ndarray | None = None  # the rows of qoe_kernel.SMALL_TERM_ROWS in the slot table
         self._fill_mv: tuple | None = None  # `_fill`'s: the "l" column, memoryviews of "l", "pending", "nseg"
 
     # --- per-request QoE terms --------------------------------------------------------------------
@@ -305,7 +305,7 @@ class Andes(Policy):
     def _slot_map(self, gens: list[Generation], ctx: PolicyContext) -> np.ndarray:
         """Slots of gens in the policy's SlotTable (new and changed ones filled)."""
         if self.__dict__.get("_table") is None or self._robots is not ctx.robots:
-            self._table = SlotTable({k: (float, math.nan) for k in self._ARRAYS})
+            self._table = SlotTable({k: (float, math.nan) for k in self._ARRAYS}, matrix=True)
             self._robots = ctx.robots
         return self._table.lookup(gens, None, fill_many=lambda gs, slots, outs: self._fill(gs, slots, outs, ctx))
 
@@ -484,14 +484,15 @@ class Andes(Policy):
             if len(ws) >= 64:
                 ws.clear()
             X = ws[n] = np.empty((12, n))
-        cols = self._small_cols  # the table's columns (new arrays when the table grows)
-        if cols is None or cols[0] is not a["fixed"] or cols[5] is not a["sa"]:
-            cols = self._small_cols = tuple(a[k] for k in ("fixed", "base", "own", "last_start", "fold_rate", "sa",
-                                                           "pn", "la", "dl", "start", "pending", "l"))
+        rows = self._small_rows
+        if rows is None:
+            fields = list(self._table.fields)
+            rows = self._small_rows = np.array([fields.index(k) for k in qoe_kernel.SMALL_TERM_ROWS], dtype=np.intp)
         own_tpw = self.tokens_per_word is None
         M = self._mem_bound(ctx)
         ok, t, nref, u_min, r_max, late, fit = qoe_kernel._small_terms(
-            own_tpw, float(self._tpw if own_tpw else self.tokens_per_word), PAPER_TOKENS_PER_WORD, M, sl, X, *cols)
+            own_tpw, float(self._tpw if own_tpw else self.tokens_per_word), PAPER_TOKENS_PER_WORD, M, sl, X,
+            self._table.m, rows)
         if not ok:
             return None
         if own_tpw:
@@ -565,7 +566,7 @@ class Andes(Policy):
         if r < 0:  # rounding decides the best row
             r = self._best_row(S[3], C[1], G[3, :, :heads.shape[1]], cands, n_run)
         B = cands[r]
-        g_l, pri_l = G[1:3, r].tolist()
+        pri_l = G[2, r].tolist()
         self._write_priorities(gens, pri_l)
         if done:  # the compiled proposal and refiner walk
             proposal = order[:na + nv].tolist()
@@ -577,7 +578,8 @@ class Andes(Policy):
                 item or self._small_items(gens, n_run, sl, X, now, T_wait), now)
             acc_admit, acc_preempt = admit, victims
             if self.refine:
-                acc_admit, acc_preempt = _paying_pairs(admit, victims, g_l, (lambda k, j: 0.0) if loss_l is None
+                acc_admit, acc_preempt = _paying_pairs(admit, victims, G[1, r].tolist(),
+                                                       (lambda k, j: 0.0) if loss_l is None
                                                        else (lambda k, j: loss_l[k]))
         if not n_run and not acc_admit:
             acc_admit = _idle_engine_order(admit, pri_l)

@@ -37,13 +37,18 @@ from ..types import Generation
 
 class SlotTable:
     def __init__(self, fields: dict[str, tuple[type, float | int | bool]], persistent: Sequence[str] = (),
-                 track_output: bool = True) -> None:
+                 track_output: bool = True, matrix: bool = False) -> None:
         """fields: name -> (dtype, initial value); `persistent` ones survive a rebuild;
         `track_output` False: a slot never goes stale by its generation's output (its fill reads
-        nothing that changes), only `invalidate` refills it."""
+        nothing that changes), only `invalidate` refills it; `matrix`: the fields (all float) are
+        the rows of one 2-D array `m`, in `fields` order after "_out" (row 0), and a[k] is a view
+        of its row — one argument for a compiled loop that reads them all."""
         self.fields = {"_out": (float, -1.0), **fields}
         self.persistent = tuple(persistent)
         self.track_output = bool(track_output)
+        self.matrix = bool(matrix)
+        if self.matrix and any(t is not float for t, _ in self.fields.values()):
+            raise ValueError("a matrix SlotTable holds float fields only")
         self._clear()
 
     def _clear(self) -> None:
@@ -55,19 +60,34 @@ class SlotTable:
         self._last: tuple[list[Generation], np.ndarray, list[int]] | None = None
         self._last_out: list[int] = []
         self._dirty = False  # a slot was invalidated since the last lookup
-        self.a: dict[str, np.ndarray] = {k: np.full(0, v, dtype=t) for k, (t, v) in self.fields.items()}
-        self._out_mv = memoryview(self.a["_out"])  # (`_lookup_same` writes through it: cheaper than numpy's setitem)
+        self.m: np.ndarray | None = None  # (`matrix`: the fields' rows)
+        self.a: dict[str, np.ndarray] = {}
+        self._alloc(0, None)
 
     def _grow(self, need: int) -> None:
         size = len(self.a["_out"])
         if need <= size:
             return
-        new_size = max(need, 2 * size, 1024)
-        for k, (t, v) in self.fields.items():
-            arr = np.full(new_size, v, dtype=t)
-            arr[:size] = self.a[k]
-            self.a[k] = arr
-        self._out_mv = memoryview(self.a["_out"])
+        self._alloc(max(need, 2 * size, 1024), size)
+
+    def _alloc(self, new_size: int, keep: int | None) -> None:
+        """New arrays of `new_size` slots, at the fields' initial values but for the first `keep`
+        slots, copied from the current arrays."""
+        old = dict(self.a)
+        if self.matrix:
+            self.m = np.empty((len(self.fields), new_size))
+            for i, (k, (_, v)) in enumerate(self.fields.items()):
+                self.m[i] = v
+                if keep:
+                    self.m[i, :keep] = old[k][:keep]
+                self.a[k] = self.m[i]
+        else:
+            for k, (t, v) in self.fields.items():
+                arr = np.full(new_size, v, dtype=t)
+                if keep:
+                    arr[:keep] = old[k][:keep]
+                self.a[k] = arr
+        self._out_mv = memoryview(self.a["_out"])  # (`_lookup_same` writes through it: cheaper than numpy's setitem)
 
     def invalidate(self, g: Generation | None = None) -> None:
         """g's slot (every slot without g) is refilled at its next lookup."""
