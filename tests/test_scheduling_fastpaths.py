@@ -822,6 +822,87 @@ def test_slot_table_with_output_tracking_refills_what_changed():
     assert table.lookup(more, fill).tolist() == [2, 3, 0] and len(filled) == 8
 
 
+_TABLE_OP = st.tuples(st.sampled_from(["same", "same", "same", "other", "step", "grow", "shrink", "invalidate",
+                                       "invalidate_all"]), st.integers(0, 7), st.integers(1, 3))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_TABLE_OP, max_size=40), st.booleans(), st.booleans(), st.booleans())
+def test_slot_table_same_list_lookups_equal_the_general_path(ops, many, observe, matrix):
+    """`SlotTable.lookup` of the last lookup's generations again, with output tracking
+    (`_lookup_same`: Python lists, memoryview writes) against the same steps with every lookup on
+    the general path (the table marked dirty before each lookup), with `fill` or `fill_many`
+    (`many`), with and without `before_fill`, with fills that invalidate their own slot, and with
+    the fields as one matrix's rows (`matrix`): the same fills (generation, slot, output length),
+    the same slots, the same columns (also once grown: the values carried over)."""
+    import numpy as np
+
+    from timelyllm_ros.core.policies.slots import SlotTable
+    pool = [_gen(i) for i in range(8)]
+    tables = {name: SlotTable({"x": (float, 0.0), "y": (float, math.nan)}, matrix=matrix) for name in ("fast", "ref")}
+    logs: dict[str, list] = {name: [] for name in tables}
+
+    def fills(name):
+        table, log = tables[name], logs[name]
+
+        def fill(g, slot):
+            log.append(("fill", g.gen_id, slot, len(g.output_ids)))
+            table.a["x"][slot] = len(log)
+            if len(g.output_ids) % 9 == 8:  # a fill that invalidates its own slot: refilled next time
+                table.invalidate(g)
+
+        def fill_many(gs, slots, outs):
+            assert outs == [len(g.output_ids) for g in gs]
+            for g, slot in zip(gs, slots):
+                fill(g, slot)
+
+        def before(gs):
+            log.append(("before", [g.gen_id for g in gs]))
+        return fill, fill_many, (before if observe else None)
+
+    cur = pool[:4]
+    for op, i, k in ops:
+        if op == "step":  # every generation of the list one token longer (an engine step)
+            for g in cur:
+                g.output_ids.append(1)
+        elif op == "grow":  # k generations from i, k tokens each
+            for j in range(k):
+                pool[(i + j) % 8].output_ids.extend([1] * k)
+        elif op == "shrink":
+            del pool[i].output_ids[-k:]
+        elif op in ("invalidate", "invalidate_all"):
+            for table in tables.values():
+                table.invalidate(pool[i] if op == "invalidate" else None)
+        else:
+            if op == "other":
+                cur = [pool[(i + j * k) % 8] for j in range(i % 6 + 1)]
+            got = {}
+            for name, table in tables.items():
+                if name == "ref":
+                    table._dirty = True  # (the general path)
+                fill, fill_many, before = fills(name)
+                gens = list(cur)  # (a new list of the same generations, as each point builds)
+                got[name] = (table.lookup(gens, None, before, fill_many=fill_many) if many
+                             else table.lookup(gens, fill, before)).tolist()
+            assert got["fast"] == got["ref"]
+            assert logs["fast"] == logs["ref"]
+    for k in tables["ref"].a:
+        assert np.array_equal(tables["fast"].a[k], tables["ref"].a[k], equal_nan=True), k
+    before = tables["ref"].a
+    tables["fast"]._grow(len(before["_out"]) + 1)
+    for k, v in tables["fast"].a.items():
+        assert len(v) == max(1024, 2 * len(before[k]))
+        assert np.array_equal(v[:len(before[k])], before[k], equal_nan=True)
+        assert np.array_equal(v[len(before[k]):], np.full(len(v) - len(before[k]), tables["fast"].fields[k][1]),
+                              equal_nan=True)
+    for table in tables.values():
+        if matrix:  # every field a view of its row
+            assert all(table.a[k].base is table.m and table.a[k].ctypes.data == table.m[i].ctypes.data
+                       for i, k in enumerate(table.fields))
+    with pytest.raises(TypeError):
+        tables["fast"].lookup(cur, None)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.lists(st.one_of(st.floats(allow_nan=False, allow_infinity=False),
                                    st.floats(-1, 1), st.sampled_from([0.0, -0.0, 1e308, -1e308, 1e-300, 0.1])),

@@ -156,15 +156,23 @@ def _small_q_loop(sa, pn, la, dl, start, u, pending, s, cnt, iv, T, q_wait, q_se
     _loop(sa, pn, la, dl, start, u, expected, pending, s, cnt, iv, T, q_serve)
 
 
-def _small_terms_loop(own_tpw, t, P, M, sl, X, fixed_t, base_t, own_t, last_t, fold_t, sa, pn, la, dl, start, pending,
-                      l):  # pragma: no cover - compiled (columns as arguments: a tuple of them costs more per call)
-    """Andes' per-request terms of the live requests (slots `sl`): X[0..6] = the table columns
-    sa, pn, la, dl, start, pending, l gathered, X[7] = u, X[8] = last delivered run's
-    start, X[9] = rate, where rate = the fixed rate, else base · tokens per word / P (own tokens
-    per word if measured, else the running average t, which own values move in item order when
-    `own_tpw`; else t is the fixed value): `Andes.select`'s steps.  Returns (ok: every rate
-    finite and non-zero, the average after the last item, refolds needed, min u, max rate, max
-    last start, how many l fit M smallest first)."""
+# the rows of Andes' slot table (`SlotTable(matrix=True)`) `_small_terms_loop` reads, in the order of
+# its `rows` argument
+SMALL_TERM_ROWS = ("fixed", "base", "own", "last_start", "fold_rate", "sa", "pn", "la", "dl", "start", "pending", "l")
+
+
+def _small_terms_loop(own_tpw, t, P, M, sl, X, F, rows):  # pragma: no cover - compiled
+    """Andes' per-request terms of the live requests (slots `sl` of the table F, its rows
+    `rows[k]` holding the columns SMALL_TERM_ROWS[k]: one argument, not twelve, ~0.05 µs each per
+    call): X[0..6] = the table columns sa, pn, la, dl, start, pending, l gathered, X[7] = u, X[8]
+    = last delivered run's start, X[9] = rate, where rate = the fixed rate, else base · tokens per
+    word / P (own tokens per word if measured, else the running average t, which own values move
+    in item order when `own_tpw`; else t is the fixed value): `Andes.select`'s steps.  Returns
+    (ok: every rate finite and non-zero, the average after the last item, refolds needed, min u,
+    max rate, max last start, how many l fit M smallest first)."""
+    fixed_t, base_t, own_t, last_t, fold_t = F[rows[0]], F[rows[1]], F[rows[2]], F[rows[3]], F[rows[4]]
+    sa, pn, la, dl, start = F[rows[5]], F[rows[6]], F[rows[7]], F[rows[8]], F[rows[9]]
+    pending, l = F[rows[10]], F[rows[11]]
     n = sl.shape[0]
     nref = 0
     ok = True
@@ -506,7 +514,7 @@ def warm() -> bool:
             _fsum_rows(np.ones((1, 1)), np.ones(1, dtype=np.intp), np.empty(1))
             one_i = np.zeros(1, dtype=np.intp)
             X, G = np.ones((12, 1)), np.ones((4, 1, 1))
-            _small_terms(True, 1.0, 1.3, 1.0, one_i, X, *(one,) * 12)
+            _small_terms(True, 1.0, 1.3, 1.0, one_i, X, np.ones((13, 1)), np.arange(1, 13, dtype=np.intp))
             _small_solve(X, np.ones((4, 1)), np.ones((2, 1), dtype=np.intp), np.zeros((1, 1), dtype=np.intp), G,
                          np.empty(1, dtype=np.intp), 1.0, 1.0, True, 0.0, 0.0, 0, True, 1.0)
             _small_loss_sums(X, one_i, one_i, 1.0, 0.0, np.empty((1, 1)), np.empty(1))

@@ -55,6 +55,7 @@ from .base import (DispatchMode, Policy, PolicyContext, Selection, arrival_order
 from .slots import SlotTable
 
 _MODES = {"stream": DispatchMode.STREAM, "suspend": DispatchMode.SUSPEND}
+_STREAM = DispatchMode.STREAM
 _INF = float("inf")
 
 
@@ -188,7 +189,8 @@ class Andes(Policy):
         self._small_memo: dict[tuple, tuple] = {}  # (B bounds, rates, token time, ...) -> sizes, latencies, arrays
         # live requests n -> a (12, n) work array; (rows, n, K) -> the packing's (`_select_small`)
         self._small_ws: dict[int | tuple[int, int, int], np.ndarray | tuple[np.ndarray, ...]] = {}
-        self._small_cols: tuple | None = None  # the slot table's columns (new arrays when it grows)
+        self._small_rows: np.ndarray | None = None  # the rows of qoe_kernel.SMALL_TERM_ROWS in the slot table
+        self._fill_mv: tuple | None = None  # `_fill`'s: the "l" column, memoryviews of "l", "pending", "nseg"
 
     # --- per-request QoE terms --------------------------------------------------------------------
     def lat(self, B: int, ctx: PolicyContext, n_running: int) -> float:
@@ -250,16 +252,31 @@ class Andes(Policy):
     _ARRAYS = ("start", "l", "pending", "own", "fixed", "base", "fold_rate", "sa", "pn", "la", "dl", "last_start",
                "nseg")
 
-    def _fill(self, g: Generation, slot: int, ctx: PolicyContext) -> None:
-        """What Andes needs of g that only changes when g runs: delivery runs, ideal start,
-        context length, pending tokens, own tokens per word, and the consumption speed (fixed, or
-        a reading / listening base scaled by tokens per word)."""
+    def _fill(self, gens: list[Generation], slots: list[int], outs: list[int], ctx: PolicyContext) -> None:
+        """What Andes needs of each g of `gens` (its slot and output length: `slots`', `outs`') that
+        only changes when g runs (`SlotTable.lookup`'s fill_many): context length and pending
+        tokens, and where g's segments changed (`_fill_segments`) its delivery runs and speeds.
+        Every running generation passes here at every point: one call, and the three columns it
+        touches through memoryviews (an item read or write costs about half numpy's scalar one)."""
+        a = self._table.a
+        mv = self._fill_mv
+        if mv is None or mv[0] is not a["l"]:  # (the table grew: new arrays)
+            mv = self._fill_mv = (a["l"], memoryview(a["l"]), memoryview(a["pending"]), memoryview(a["nseg"]))
+        _, col_l, col_pending, col_nseg = mv
+        stream = self.mode is _STREAM
+        for g, slot, out in zip(gens, slots, outs):
+            l = len(g.prompt_ids) + out
+            col_l[slot] = l if l > 1 else 1  # max(1, l)
+            col_pending[slot] = g.seg_tokens if stream else 0
+            if col_nseg[slot] != len(g.segments):  # (more tokens, same segments: runs and speeds unchanged)
+                self._fill_segments(g, slot, ctx)
+
+    def _fill_segments(self, g: Generation, slot: int, ctx: PolicyContext) -> None:
+        """What Andes needs of g that only changes with its segments: delivery runs, ideal start,
+        own tokens per word, and the consumption speed (fixed, or a reading / listening base
+        scaled by tokens per word)."""
         table = self._table
         a = table.a
-        a["l"][slot] = max(1, len(g.prompt_ids) + len(g.output_ids))
-        a["pending"][slot] = g.seg_tokens if self.mode is DispatchMode.STREAM else 0
-        if a["nseg"][slot] == len(g.segments):
-            return  # more tokens, same segments (a running one): runs and speeds unchanged
         a["nseg"][slot] = len(g.segments)
         req = g.request
         robot = ctx.robots.get(req.robot_type)
@@ -288,9 +305,9 @@ class Andes(Policy):
     def _slot_map(self, gens: list[Generation], ctx: PolicyContext) -> np.ndarray:
         """Slots of gens in the policy's SlotTable (new and changed ones filled)."""
         if self.__dict__.get("_table") is None or self._robots is not ctx.robots:
-            self._table = SlotTable({k: (float, math.nan) for k in self._ARRAYS})
+            self._table = SlotTable({k: (float, math.nan) for k in self._ARRAYS}, matrix=True)
             self._robots = ctx.robots
-        return self._table.lookup(gens, lambda g, slot: self._fill(g, slot, ctx))
+        return self._table.lookup(gens, None, fill_many=lambda gs, slots, outs: self._fill(gs, slots, outs, ctx))
 
     def _write_priorities(self, gens: Sequence[Generation], pri: list[float]) -> None:
         """A solve's priorities onto the generations; with `solve_every` > 1 also kept in their
@@ -467,14 +484,15 @@ class Andes(Policy):
             if len(ws) >= 64:
                 ws.clear()
             X = ws[n] = np.empty((12, n))
-        cols = self._small_cols  # the table's columns (new arrays when the table grows)
-        if cols is None or cols[0] is not a["fixed"] or cols[5] is not a["sa"]:
-            cols = self._small_cols = tuple(a[k] for k in ("fixed", "base", "own", "last_start", "fold_rate", "sa",
-                                                           "pn", "la", "dl", "start", "pending", "l"))
+        rows = self._small_rows
+        if rows is None:
+            fields = list(self._table.fields)
+            rows = self._small_rows = np.array([fields.index(k) for k in qoe_kernel.SMALL_TERM_ROWS], dtype=np.intp)
         own_tpw = self.tokens_per_word is None
         M = self._mem_bound(ctx)
         ok, t, nref, u_min, r_max, late, fit = qoe_kernel._small_terms(
-            own_tpw, float(self._tpw if own_tpw else self.tokens_per_word), PAPER_TOKENS_PER_WORD, M, sl, X, *cols)
+            own_tpw, float(self._tpw if own_tpw else self.tokens_per_word), PAPER_TOKENS_PER_WORD, M, sl, X,
+            self._table.m, rows)
         if not ok:
             return None
         if own_tpw:
@@ -548,7 +566,7 @@ class Andes(Policy):
         if r < 0:  # rounding decides the best row
             r = self._best_row(S[3], C[1], G[3, :, :heads.shape[1]], cands, n_run)
         B = cands[r]
-        g_l, pri_l = G[1:3, r].tolist()
+        pri_l = G[2, r].tolist()
         self._write_priorities(gens, pri_l)
         if done:  # the compiled proposal and refiner walk
             proposal = order[:na + nv].tolist()
@@ -560,7 +578,8 @@ class Andes(Policy):
                 item or self._small_items(gens, n_run, sl, X, now, T_wait), now)
             acc_admit, acc_preempt = admit, victims
             if self.refine:
-                acc_admit, acc_preempt = _paying_pairs(admit, victims, g_l, (lambda k, j: 0.0) if loss_l is None
+                acc_admit, acc_preempt = _paying_pairs(admit, victims, G[1, r].tolist(),
+                                                       (lambda k, j: 0.0) if loss_l is None
                                                        else (lambda k, j: loss_l[k]))
         if not n_run and not acc_admit:
             acc_admit = _idle_engine_order(admit, pri_l)
