@@ -947,35 +947,35 @@ def test_a_heavy_load_makes_every_generation_critical_until_its_backlog_is_gone(
         p.on_step(0.08, 8)  # a full batch of 8, decode only: 100 tokens/s
         if saturated:
             p._load.saturate()
-        for i in range(rho_arrivals):  # 10 replies of 20 tokens each within 1 s: ~2 x the capacity
-            p._load.arrive("tello", 9.0 + 0.1 * i, 20.0)
+        for i in range(rho_arrivals):  # 50 replies of 20 tokens each over 5 s: ~2 x the capacity
+            p._load.arrive("tello", 5.0 + 0.1 * i, 20.0)
         return p
 
     urgent = gen("u", 10.0, URGENT)  # a critical first segment waits
     cont = gen("c", 5.0, NORMAL, [seg(0, 9.0, 5.0)], state=GenState.SUSPENDED)  # due 14.0: deferrable
-    calm = loaded(1)
+    calm = loaded(10)
     sel = calm.select([cont, urgent], [], c, 10.0)
     assert not calm._heavy and ids(sel.order) == ["u"]  # rule 4: the deferrable one waits
     assert calm.lead(c) == pytest.approx(0.08)
-    heavy = loaded(10)
+    heavy = loaded(50)
     assert heavy._load.full_tps == pytest.approx(100.0) and heavy._load.rho(10.0) >= 1.6
     sel = heavy.select([cont, urgent], [], c, 10.0)
     assert heavy._heavy and heavy.lead(c) == math.inf
     assert set(ids(sel.order)) == {"u", "c"}  # every generation critical: nothing deferred
     # it lasts while the backlog of the last point lasts and the load factor is at least 1
     heavy._queue_s = 3.0
-    assert heavy._load.rho(10.5) < 1.6 and heavy.heavy_load(c, 10.5)  # under heavy_rho, over 1
+    assert 1.0 <= heavy._load.rho(12.0) < 1.6 and heavy.heavy_load(c, 12.0)  # under heavy_rho, over 1
     assert not heavy.heavy_load(c, 300.0)  # five minutes later the arrivals have faded
     heavy._queue_s = 0.0
-    assert not heavy.heavy_load(c, 10.5)  # the backlog is gone
+    assert not heavy.heavy_load(c, 12.0)  # the backlog is gone
     assert heavy.heavy_load(c, 10.0)  # ... and back at once over heavy_rho
-    assert not loaded(10, saturated=False).heavy_load(c, 10.0)  # the batch never filled: no heavy load
+    assert not loaded(50, saturated=False).heavy_load(c, 10.0)  # the batch never filled: no heavy load
     assert heavy.plan_applies(10.0) is False  # no backlog: rule 12 idle even under a heavy load
     for kw in ({"heavy_rho": math.inf}, {"plan_order": False}):
-        p = loaded(10, **kw)
+        p = loaded(50, **kw)
         p.select([cont, urgent], [], c, 10.0)
         assert not p._heavy, kw
-    assert not loaded(10, heavy_rho=3.0).heavy_load(c, 10.0)
+    assert not loaded(50, heavy_rho=3.0).heavy_load(c, 10.0)
     assert Default().params()["heavy_rho"] == 1.6 and Default().params()["rho_tau_s"] == 60.0
     for bad in (0, -1.0, math.nan, "2", True, None):
         with pytest.raises(ValueError, match="heavy_rho"):
