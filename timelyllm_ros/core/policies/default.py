@@ -131,6 +131,17 @@ At each scheduling point (``select``):
    with the predictor asked only where a generation's text grew, the overloaded fidelity slice
    agrees with the simulator (5 of 5 orders) and, at one speed, gains accrued total for urgent
    first actions (docs/results/2026-11-28-plan-order-default.md).  ``plan_order=false``: without.
+   Heavy load (``heavy_rho``, 1.6; inf: never): where the load factor ρ — offered tokens per
+   second over the engine's full-batch decode tokens per second, online (`offered_load.py`:
+   arrivals per robot type × its mean reply length, ``rho_tau_s`` 60 s) — is at least
+   ``heavy_rho``, the backlog grows while requests arrive and every late statement waits
+   whatever the order: every generation is critical (the lead is infinite: deferring work
+   only buys a re-add later) and rule 12 applies at any backlog, from the first seconds of
+   the overload instead of after its averaged wait reached ``plan_depth_s``.  It lasts while
+   the backlog lasts and ρ stays at least 1; ρ reads 0 until the batch has reached its
+   limit once (before, the engine serves whatever arrives).  Offline ρ separated the cells
+   (the RTX 4090's drones:400 cap 8, 1.16, loses with it; cap 4, 1.99, and the edge board's
+   drones:400, 2.1–3.3, win); online: docs/results/2026-11-29-heavy-load.md.
 
 At each statement boundary (``suspend_at``, rule 5) a generation keeps its slot and streams on, unless the
 batch is full — a batch cap or KV memory refused a ready generation (with ``memory_full``, also
