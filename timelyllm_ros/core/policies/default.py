@@ -366,7 +366,8 @@ class Default(Policy):
         self._pred_key: tuple | None = None
         self._pred_robots: dict | None = None
         self._pred_by: tuple[dict[str, float], dict[str, float]] = ({}, {})
-        self._mem_seg: tuple[dict | None, dict[str, int]] = (None, {})  # robots -> their worst segment + 1
+        # robots -> their worst segment + 1 by type, and the largest of those (17: an unknown type's)
+        self._mem_seg: tuple[dict | None, dict[str, int], int] = (None, {}, 17)
         self._full = False  # the batch-size controller refused a ready generation at the last point
         # (not the step-time cap: suspending there trades a re-prefill per statement for a slot
         # the policy itself withholds — the edge board with chat_mixed lost 7 s of engine time to it)
@@ -656,15 +657,17 @@ class Default(Policy):
         return self.keep_kv and "preserve" in ctx.kv_modes and _kv_room(ctx, self.keep_kv_min_free)
 
     def _finish(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
-                running: Sequence[Generation], ctx: PolicyContext, now: float, first: bool = True) -> Selection:
+                running: Sequence[Generation], ctx: PolicyContext, now: float, first: bool = True,
+                tokens: int | None = None) -> Selection:
         """Rules 6 and 7: the memory cut, then token-level preemption (`critical`: whether a
         ready generation is critical), then rule 10's step-time cap (`first`: a first segment it
-        protects runs or waits), which with `steep_cap` also shrinks the batch (`_shrink`)."""
+        protects runs or waits), which with `steep_cap` also shrinks the batch (`_shrink`).
+        `tokens`: `order`'s prompt and output tokens summed, where the caller knows them (`_fit_memory`)."""
         self._first_crit = first and critical  # (rule 5's price)
         held = False
         n_in = len(order)
         if self.kv_budget:
-            order = self._fit_memory(order, running, ctx)
+            order = self._fit_memory(order, running, ctx, tokens)
             held = self.memory_full and len(order) < n_in
         preempt: list[Generation] = []
         if self.preempt and full and critical:
@@ -890,20 +893,31 @@ class Default(Policy):
         return max(2, int((ratio * (a + b) - a) / b + 1e-9))  # (+1e-9: an exact 14.0 is 14)
 
     def _fit_memory(self, order: list[Generation], running: Sequence[Generation],
-                    ctx: PolicyContext) -> list[Generation]:
+                    ctx: PolicyContext, tokens: int | None = None) -> list[Generation]:
         """Admit only what fits in free KV memory: a generation whose robot type has nobody in
         the batch brings its whole prompt (its shared prefix is probably not cached), the others
         their own tokens plus one worst-case segment.  Over-admitting makes the engine preempt
         and re-prefill (memory thrash); the cut generations wait, in order.  Integer arithmetic
         in Python, stopping at the first that does not fit (the order is the head the step-time
-        cap can admit, or memory runs out first)."""
+        cap can admit, or memory runs out first).
+
+        `tokens` (the plain path, default_small.py): the prompt and output tokens of `order`
+        summed.  Where even every one of them with its prompt and the worst segment of any type,
+        each rounded up to a whole block, fits — (tokens + n × worst segment) // block + n
+        blocks, n = len(order) — all of `order` fits whatever the batch holds, and `order` is
+        returned as it is without the walk (the walk would admit all of it)."""
         st = ctx.stats
         if not st.kv_total_blocks or not order:
             return order
         bs = max(1, st.block_size)
         robots = ctx.robots
         if self._mem_seg[0] is not robots or len(self._mem_seg[1]) != len(robots):
-            self._mem_seg = (robots, {name: r.max_segment_tokens + 1 for name, r in robots.items()})
+            seg = {name: r.max_segment_tokens + 1 for name, r in robots.items()}
+            self._mem_seg = (robots, seg, max([17, *seg.values()]))
+        if tokens is not None:  # (Σ ceil(x_i / bs) <= Σ x_i // bs + n)
+            n = len(order)
+            if (tokens + n * self._mem_seg[2]) // bs + n <= st.kv_free_blocks:
+                return order
         seg = self._mem_seg[1]
         busy = {g.request.robot_type for g in running}  # (a dotted attrgetter is slower)
         free = st.kv_free_blocks
