@@ -363,7 +363,7 @@ class Default(Policy):
         self._seg_len: dict[tuple[str, bool], float] = {}  # (robot type, first segment?) -> mean tokens
         self._seg_ver = 0  # bumped by every `observe` (`_point_terms` rebuilds its table then)
         self._pred: dict[tuple[str, bool], float] = {}
-        self._pred_key: tuple | None = None
+        self._pred_n = self._pred_ver = -1  # (the robots' count and `_seg_ver` it was built at)
         self._pred_robots: dict | None = None
         self._pred_by: tuple[dict[str, float], dict[str, float]] = ({}, {})
         # robots -> their worst segment + 1 by type, and the largest of those (17: an unknown type's)
@@ -419,12 +419,12 @@ class Default(Policy):
         """(time per token, lead, predicted tokens by (robot type, first?)) for one point (the
         table is rebuilt only after `observe` learned a length or for other robots)."""
         robots = ctx.robots
-        if self._pred_robots is not robots or self._pred_key != (len(robots), self._seg_ver):
+        if self._pred_robots is not robots or self._pred_n != len(robots) or self._pred_ver != self._seg_ver:
             pred = dict(self._seg_len)
             for name, robot in robots.items():
                 for first in (True, False):
                     pred.setdefault((name, first), 0.5 * robot.max_segment_tokens)
-            self._pred, self._pred_key, self._pred_robots = pred, (len(robots), self._seg_ver), robots
+            self._pred, self._pred_n, self._pred_ver, self._pred_robots = pred, len(robots), self._seg_ver, robots
             self._pred_by = ({t: v for (t, f), v in pred.items() if not f},  # continuations, first segments
                              {t: v for (t, f), v in pred.items() if f})
         return ctx.token_s, self.lead(ctx), self._pred
@@ -794,8 +794,8 @@ class Default(Policy):
         lead): the load factor (`offered_load.py`) is at least `heavy_rho`, or it was at the
         last point and the late backlog (rule 11's wait, as of the last point) is not gone yet
         — a backlog built under a heavy load drains under the same order."""
-        if not self.plan_order or self.heavy_rho == math.inf:
-            return False
+        if not self.plan_order or self.heavy_rho == math.inf or not self._load.saturated:
+            return False  # (not saturated: the load factor reads 0.0, below 1 and heavy_rho > 0)
         rho = self.load_factor(ctx, now)
         if self._heavy and self._queue_s > 0.0 and rho >= 1.0:
             return True  # (hysteresis: a heavy load lasts while its backlog lasts and still grows)
