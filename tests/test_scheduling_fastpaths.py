@@ -667,6 +667,36 @@ def test_default_atc_lists_equal_numpy_atc(groups, k):
     assert [[repr(x) for x in r] for r in got] == [[repr(x) for x in r] for r in want]
 
 
+_FIT_TYPES = ("tello", "arm", "chat", "no-such-robot")  # (an unknown type: the worst segment's fallback, 17)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 60), st.integers(0, 60)), max_size=8),
+       st.lists(st.integers(0, 3), max_size=5), st.integers(-5, 40), st.sampled_from([0, 1, 16]),
+       st.sampled_from([0, 400, 400]))
+def test_default_fit_memory_bound_admits_as_the_walk(order_spec, running_spec, extra, block, total):
+    """Rule 6 with the plain path's token sum (`_fit_memory(tokens=...)`: where its bound shows
+    that all of the order fits, the walk is skipped) = the walk, generation by generation, at
+    every memory level (`extra`: free blocks beyond the order's own tokens, around its bound):
+    the same generations, in order."""
+    from timelyllm_ros.core.policies.default import Default
+
+    def gen(i, t, prompt, out):
+        req = PlanRequest(request_id=f"m{i}", robot_id="x", robot_type=_FIT_TYPES[t], task="t", scene="",
+                          tuf=NORMAL, arrival=0.0)
+        return Generation(request=req, prompt_ids=[1] * prompt, output_ids=[2] * out)
+
+    order = [gen(i, *spec) for i, spec in enumerate(order_spec)]
+    running = [gen(100 + i, t, 5, 5) for i, t in enumerate(running_spec)]
+    tokens = sum(len(g.prompt_ids) + len(g.output_ids) for g in order)
+    free = max(0, tokens // max(1, block) + extra)
+    ctx = PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS, stats=EngineStats(total, free, block, 0, 45.0),
+                        seg_gen_s=0.1, token_s=0.02, running=running)
+    walk = Default(plan_order=False)._fit_memory(list(order), running, ctx)
+    bound = Default(plan_order=False)._fit_memory(list(order), running, ctx, tokens)
+    assert [g.gen_id for g in bound] == [g.gen_id for g in walk]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([0.0, 1.0, 2.0, 2.5, -1.0, 5e-324]) | st.floats(-3, 3),
                           st.sampled_from([0.0, 1.0, 2.0]), st.sampled_from([0.0, 1.0])), max_size=200),

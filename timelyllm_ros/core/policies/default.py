@@ -374,10 +374,11 @@ class Default(Policy):
         self._seg_len: dict[tuple[str, bool], float] = {}  # (robot type, first segment?) -> mean tokens
         self._seg_ver = 0  # bumped by every `observe` (`_point_terms` rebuilds its table then)
         self._pred: dict[tuple[str, bool], float] = {}
-        self._pred_key: tuple | None = None
+        self._pred_n = self._pred_ver = -1  # (the robots' count and `_seg_ver` it was built at)
         self._pred_robots: dict | None = None
         self._pred_by: tuple[dict[str, float], dict[str, float]] = ({}, {})
-        self._mem_seg: tuple[dict | None, dict[str, int]] = (None, {})  # robots -> their worst segment + 1
+        # robots -> their worst segment + 1 by type, and the largest of those (17: an unknown type's)
+        self._mem_seg: tuple[dict | None, dict[str, int], int] = (None, {}, 17)
         self._full = False  # the batch-size controller refused a ready generation at the last point
         # (not the step-time cap: suspending there trades a re-prefill per statement for a slot
         # the policy itself withholds — the edge board with chat_mixed lost 7 s of engine time to it)
@@ -429,12 +430,12 @@ class Default(Policy):
         """(time per token, lead, predicted tokens by (robot type, first?)) for one point (the
         table is rebuilt only after `observe` learned a length or for other robots)."""
         robots = ctx.robots
-        if self._pred_robots is not robots or self._pred_key != (len(robots), self._seg_ver):
+        if self._pred_robots is not robots or self._pred_n != len(robots) or self._pred_ver != self._seg_ver:
             pred = dict(self._seg_len)
             for name, robot in robots.items():
                 for first in (True, False):
                     pred.setdefault((name, first), 0.5 * robot.max_segment_tokens)
-            self._pred, self._pred_key, self._pred_robots = pred, (len(robots), self._seg_ver), robots
+            self._pred, self._pred_n, self._pred_ver, self._pred_robots = pred, len(robots), self._seg_ver, robots
             self._pred_by = ({t: v for (t, f), v in pred.items() if not f},  # continuations, first segments
                              {t: v for (t, f), v in pred.items() if f})
         return ctx.token_s, self.lead(ctx), self._pred
@@ -667,15 +668,17 @@ class Default(Policy):
         return self.keep_kv and "preserve" in ctx.kv_modes and _kv_room(ctx, self.keep_kv_min_free)
 
     def _finish(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
-                running: Sequence[Generation], ctx: PolicyContext, now: float, first: bool = True) -> Selection:
+                running: Sequence[Generation], ctx: PolicyContext, now: float, first: bool = True,
+                tokens: int | None = None) -> Selection:
         """Rules 6 and 7: the memory cut, then token-level preemption (`critical`: whether a
         ready generation is critical), then rule 10's step-time cap (`first`: a first segment it
-        protects runs or waits), which with `steep_cap` also shrinks the batch (`_shrink`)."""
+        protects runs or waits), which with `steep_cap` also shrinks the batch (`_shrink`).
+        `tokens`: `order`'s prompt and output tokens summed, where the caller knows them (`_fit_memory`)."""
         self._first_crit = first and critical  # (rule 5's price)
         held = False
         n_in = len(order)
         if self.kv_budget:
-            order = self._fit_memory(order, running, ctx)
+            order = self._fit_memory(order, running, ctx, tokens)
             held = self.memory_full and len(order) < n_in
         preempt: list[Generation] = []
         if self.preempt and full and critical:
@@ -802,8 +805,8 @@ class Default(Policy):
         lead): the load factor (`offered_load.py`) is at least `heavy_rho`, or it was at the
         last point and the late backlog (rule 11's wait, as of the last point) is not gone yet
         — a backlog built under a heavy load drains under the same order."""
-        if not self.plan_order or self.heavy_rho == math.inf:
-            return False
+        if not self.plan_order or self.heavy_rho == math.inf or not self._load.saturated:
+            return False  # (not saturated: the load factor reads 0.0, below 1 and heavy_rho > 0)
         rho = self.load_factor(ctx, now)
         if self._heavy and self._queue_s > 0.0 and rho >= 1.0:
             return True  # (hysteresis: a heavy load lasts while its backlog lasts and still grows)
@@ -901,20 +904,31 @@ class Default(Policy):
         return max(2, int((ratio * (a + b) - a) / b + 1e-9))  # (+1e-9: an exact 14.0 is 14)
 
     def _fit_memory(self, order: list[Generation], running: Sequence[Generation],
-                    ctx: PolicyContext) -> list[Generation]:
+                    ctx: PolicyContext, tokens: int | None = None) -> list[Generation]:
         """Admit only what fits in free KV memory: a generation whose robot type has nobody in
         the batch brings its whole prompt (its shared prefix is probably not cached), the others
         their own tokens plus one worst-case segment.  Over-admitting makes the engine preempt
         and re-prefill (memory thrash); the cut generations wait, in order.  Integer arithmetic
         in Python, stopping at the first that does not fit (the order is the head the step-time
-        cap can admit, or memory runs out first)."""
+        cap can admit, or memory runs out first).
+
+        `tokens` (the plain path, default_small.py): the prompt and output tokens of `order`
+        summed.  Where even every one of them with its prompt and the worst segment of any type,
+        each rounded up to a whole block, fits — (tokens + n × worst segment) // block + n
+        blocks, n = len(order) — all of `order` fits whatever the batch holds, and `order` is
+        returned as it is without the walk (the walk would admit all of it)."""
         st = ctx.stats
         if not st.kv_total_blocks or not order:
             return order
         bs = max(1, st.block_size)
         robots = ctx.robots
         if self._mem_seg[0] is not robots or len(self._mem_seg[1]) != len(robots):
-            self._mem_seg = (robots, {name: r.max_segment_tokens + 1 for name, r in robots.items()})
+            seg = {name: r.max_segment_tokens + 1 for name, r in robots.items()}
+            self._mem_seg = (robots, seg, max([17, *seg.values()]))
+        if tokens is not None:  # (Σ ceil(x_i / bs) <= Σ x_i // bs + n)
+            n = len(order)
+            if (tokens + n * self._mem_seg[2]) // bs + n <= st.kv_free_blocks:
+                return order
         seg = self._mem_seg[1]
         busy = {g.request.robot_type for g in running}  # (a dotted attrgetter is slower)
         free = st.kv_free_blocks

@@ -10,15 +10,23 @@ Contract: the same decisions and the same bits as the numpy path, at any size �
 `_plan`, `_head_pri`, `_depth`, `_capped`, `_mem_held`, `_mem_cut`, `_first_seen`, `_first_waits`,
 `_first_crit`) and rule 9's
 pause marks.  The arithmetic is the numpy path's, operation for operation, on Python floats:
-numpy's float64 + - * / are IEEE's, as Python's; the mean of `atc_priority_lists` is numpy's
+numpy's float64 + - * / are IEEE's, as Python's; ATC's mean p (`atc_discounts`) is numpy's
 pairwise summation (`pairwise_sum`); exp stays numpy's (its SIMD exp differs from libm's in the
-last bit on ~5 % of arguments).  The rules are stated once, in default.py's docstring; this path
-computes their per-generation terms and hands over to the same `Default._finish` (rules 6, 7, 10)
-and `Default._paced` (rule 9).  Its per-generation terms are read afresh at every point but one:
-the next due time of a generation with segments (`Generation.next_due`, its robot's dispatched
-actions' estimated end) is kept in the generation's `DefaultState.due` with its `sched_rev`, as the numpy
-path keeps it in its SlotTable (`Default._table`) — both read it again once the planner marked
-a change (`Generation.touch`); rule 12's predictions are that SlotTable's, shared.
+last bit on ~5 % of arguments) and is asked only for the critical generations not yet late (a late
+one's discount is exp(0) = 1 exactly, so its priority is |alpha| / p as it is).  The rules are
+stated once, in default.py's docstring; this path computes their per-generation terms and hands
+over to the same `Default._finish` (rules 6, 7, 10) and `Default._paced` (rule 9).
+
+What it keeps between points: a generation's terms — whether it has segments, its predicted
+tokens left (at least 1), its next due time (`Generation.next_due`: arrival + ERT, or its robot's
+dispatched actions' estimated end), its TUF slope and ATC's numerator, its prompt and output
+tokens (rule 6; the prompt is fixed when the generation is made) — in its `DefaultState.terms`, with the `sched_rev` and the prediction table
+(`Default._pred_by`) they were read at: read again once the planner marked a change
+(`Generation.touch`: a running generation's token, a segment cut, dispatched or executed) or the
+policy learned a segment length, as the numpy path keeps its terms in its SlotTable
+(`Default._table`).  A first segment's due time never moves (arrival + ERT): it is kept across
+changes.  Rule 12's predictions are that SlotTable's, shared.  Rule 6 gets the order's tokens
+summed, so that where all of it fits by a bound `_fit_memory` skips its walk (the same verdict).
 tests/test_scheduling_fastpaths.py forces each path on the same scenarios (hypothesis, at every
 size, and a policy that alternates point by point) and compares everything above.
 """
@@ -75,22 +83,16 @@ def _pairwise(a: Sequence[float], lo: int, n: int) -> float:
     return _pairwise(a, lo, n2) + _pairwise(a, lo + n2, n - n2)
 
 
-def atc_priority_lists(groups: Sequence[tuple[Sequence[float], Sequence[float], Sequence[float]]],
-                       k: float) -> list[list[float]]:
-    """``default.atc_priorities(alphas, ps, slacks, k).tolist()`` for each (alphas, ps, slacks)
-    of `groups` (an empty group: []), the same bits, in Python: |alpha| / p, times exp of the
-    discounted slack — the mean by numpy's pairwise summation (`pairwise_sum`), exp numpy's, one
-    call for all groups and only where the argument is not 0 (exp(0) = 1 exactly: a group all
-    late needs none)."""
-    out: list[list[float]] = []
-    todo = None  # groups with a generation not yet late: (out index, exp arguments)
-    for alphas, ps, slacks in groups:
-        for s in slacks:
-            if not s <= 0.0:  # (NaN too) exp of -np.maximum(s, 0.0) / scale != 0
-                break
-        else:  # all late (or none): exp(0) = 1
-            out.append([w if (w := (-a if a < 0.0 else 1e-12) / (p if not p < 1e-9 else 1e-9)) > 0.0 else 5e-324
-                        for a, p in zip(alphas, ps)])
+def atc_discounts(groups: Sequence[tuple[Sequence[float], Sequence[float]]], k: float) -> list[float]:
+    """ATC's slack discounts, for each (ps, slacks) of `groups` in turn, one per slack: exp of
+    -s / scale, scale = `k` × the mean of ps (numpy's pairwise summation, `pairwise_sum`), at
+    least 1e-9 — `ps`: every critical generation's estimated time in the group (late ones too),
+    `slacks`: the slacks of those not yet late (s > 0, or NaN; a group without any: none).  exp
+    is numpy's, one call for all groups and only where the argument is not 0 (exp(0) = 1
+    exactly)."""
+    args: list[float] = []
+    for ps, slacks in groups:
+        if not slacks:
             continue
         n = len(ps)
         if n < 8:  # (pairwise_sum's first case)
@@ -101,18 +103,29 @@ def atc_priority_lists(groups: Sequence[tuple[Sequence[float], Sequence[float], 
             tot = pairwise_sum(ps)
         scale = tot / n * k
         scale = scale if scale > 1e-9 else 1e-9
-        if todo is None:
-            todo = []
-        todo.append((len(out), [-(s if not s <= 0.0 else 0.0) / scale for s in slacks]))
-        out.append([])
-    if todo is not None:
-        e = iter(np.exp([x for _, args in todo for x in args if x != 0.0]).tolist())
-        for gi, args in todo:
-            alphas, ps, _ = groups[gi]
-            out[gi] = [w if (w := (-a if a < 0.0 else 1e-12) / (p if not p < 1e-9 else 1e-9)
-                             * (next(e) if x != 0.0 else 1.0)) > 0.0 else 5e-324  # (exp underflow: still critical)
-                       for a, p, x in zip(alphas, ps, args)]
-    return out
+        args += [-s / scale for s in slacks]  # (= -max(s, 0.0) / scale: s is not <= 0)
+    e = iter(np.exp([x for x in args if x != 0.0]).tolist())
+    return [next(e) if x != 0.0 else 1.0 for x in args]
+
+
+def atc_priority_lists(groups: Sequence[tuple[Sequence[float], Sequence[float], Sequence[float]]],
+                       k: float) -> list[list[float]]:
+    """``default.atc_priorities(alphas, ps, slacks, k).tolist()`` for each (alphas, ps, slacks)
+    of `groups` (an empty group: []), the same bits, in Python: |alpha| / p, times the discount
+    of the slack of one not yet late (`atc_discounts`: the mean p by numpy's pairwise summation,
+    exp numpy's; a late one's is exactly 1, so its weight is |alpha| / p as it is).  `select_small`
+    computes the same terms inline, generation by generation, and hands `atc_discounts` only the
+    generations not yet late."""
+    out: list[list[float]] = []
+    live: list[list[int]] = []  # per group: the positions not yet late
+    for alphas, ps, slacks in groups:
+        out.append([(-a if a < 0.0 else 1e-12) / (p if not p < 1e-9 else 1e-9) for a, p in zip(alphas, ps)])
+        live.append([i for i, s in enumerate(slacks) if not s <= 0.0])  # (NaN too: exp of NaN)
+    f = iter(atc_discounts([(ps, [slacks[i] for i in at]) for (_, ps, slacks), at in zip(groups, live)], k))
+    for ws, at in zip(out, live):
+        for i in at:
+            ws[i] *= next(f)
+    return [[w if w > 0.0 else 5e-324 for w in ws] for ws in out]  # (exp underflow: still critical)
 
 
 def _key(g: Generation) -> tuple:
@@ -126,80 +139,99 @@ def _order(gens: list[Generation]) -> list[Generation]:
     return sorted(gens, key=_key) if len(gens) < 32 else priority_order(gens)
 
 
+def _atc_ps(crit: list[Generation], token_s: float, enter: float) -> list[float]:
+    """ATC's p of each of `crit` at this point, as `select_small`'s pass computed it: predicted
+    tokens left (at least 1, `DefaultState.terms`) x time per token, + `enter`."""
+    ps = []
+    for g in crit:
+        p = g.policy.default.terms[3] * token_s
+        p += enter
+        ps.append(p)
+    return ps
+
+
 def select_small(self: Default, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                  now: float, full: bool, token_s: float, lead: float) -> Selection:
     """`Default.select` (`self`: the policy) past its common start (`_full`, the point's terms,
     no live generation handled): the running and the ready generations' terms one Python pass
-    each, then rules 11, 12, 3, 4 and the hand-over to `_finish` and `_paced`."""
-    get_cont, get_first = self._pred_by[0].get, self._pred_by[1].get  # (`_point_terms`: the table by type)
+    each — a critical one's ATC priority set there where it is late (its discount is 1), the
+    others' after the pass (`atc_discounts`, one exp for all) — then rules 11, 12, 3, 4 and the
+    hand-over to `_finish` and `_paced`."""
+    pred_by = self._pred_by  # (`_point_terms`: predicted tokens by robot type, continuations and first segments)
     flat = math.inf  # rule 10's steep cap: the flattest live slope, the steepest first segment's
     steepest_first = -math.inf
     some_first = False
-    split = []  # per group (running, ready): critical, deferrable, a critical first segment, ATC terms
+    split = []  # per group (running, ready): critical, deferrable, a critical first segment, ATC terms, late ones
     for enter, gens in ((0.0, running), (token_s, ready)):  # +1 step to (re)enter the batch: the ready ones
         crit: list[Generation] = []
         defer: list[Generation] = []
-        alphas: list[float] = []
-        ps: list[float] = []
-        slacks: list[float] = []
-        add_crit, add_defer = crit.append, defer.append
-        add_alpha, add_p, add_s = alphas.append, ps.append, slacks.append
+        wait: list[tuple[Generation, float, float]] = []  # critical, not yet late: (g, |alpha| / p, slack)
+        late: list[float] = []  # estimated times of those past their deadlines (rule 11)
+        tok_c = tok_d = 0  # prompt and output tokens of the critical ones, of the deferrable ones (rule 6)
+        add_crit, add_defer, add_late = crit.append, defer.append, late.append
         crit_first = False
         for g in gens:
-            req = g.request
-            alpha = req.tuf.alpha
-            if g.segments:
-                left = get_cont(req.robot_type, 8.0) - g.seg_tokens
-                seg = True
-                # `DefaultState.due`: (sched_rev, next_due) — the robot's dispatched actions' end
-                # moves only with sched_rev
-                st = g.policy.default
-                kept = st.due
-                if kept is not None and kept[0] == g.sched_rev:
-                    due = kept[1]
-                else:
+            t = g.policy.default.terms  # `DefaultState.terms`, kept while sched_rev and the prediction table hold
+            if t[0] != g.sched_rev or t[1] is not pred_by:
+                req = g.request
+                if g.segments:
+                    left = pred_by[0].get(req.robot_type, 8.0) - g.seg_tokens
                     due = g.next_due(now)
-                    st.due = (g.sched_rev, due)
-            else:
-                left = get_first(req.robot_type, 8.0) - g.seg_tokens
-                seg = False
-                some_first = True
-                if -alpha > steepest_first:
-                    steepest_first = -alpha
-                due = g.next_due(now)
-            if -alpha < flat:
-                flat = -alpha
-            p = (left if left > 1.0 else 1.0) * token_s
+                else:
+                    left = pred_by[1].get(req.robot_type, 8.0) - g.seg_tokens
+                    # a first segment's due time is arrival + ERT, whatever changed: kept
+                    due = t[4] if t[1] is not None and not t[2] else g.next_due(now)
+                mag = -req.tuf.alpha
+                t = g.policy.default.terms = (g.sched_rev, pred_by, not not g.segments, left if left > 1.0 else 1.0,
+                                              due, mag, mag if mag > 0.0 else 1e-12,
+                                              len(g.prompt_ids) + len(g.output_ids))
+            _, _, seg, lt, due, mag, num, ntok = t
+            p = lt * token_s
             s = due - now - p - enter
             if s <= lead:
                 add_crit(g)
-                add_alpha(alpha)
-                add_p(p + enter)
-                add_s(s)
-                if not seg:
-                    crit_first = True
+                tok_c += ntok
+                p += enter  # (ATC's p: `_atc_ps`)
+                w = num / (p if not p < 1e-9 else 1e-9)  # ATC's |alpha| / p (`atc_priority_lists`)
+                if s <= 0.0:  # late: exp(-max(0, s) / scale) = 1
+                    g.priority = w if w > 0.0 else 5e-324
+                    if s < 0.0:
+                        add_late(p)
+                else:  # (NaN too)
+                    wait.append((g, w, s))
             else:
                 g.priority = -1.0 - s  # deferrable: least slack first
                 add_defer(g)
-        split.append((crit, defer, crit_first, alphas, ps, slacks))
-    (run_crit, run_def, run_first, *atc_w), (crit_r, defer_r, waits_first, *atc_r) = split
+                tok_d += ntok
+            if mag < flat:
+                flat = mag
+            if not seg:
+                some_first = True
+                if mag > steepest_first:
+                    steepest_first = mag
+                if s <= lead:
+                    crit_first = True
+        split.append((crit, defer, crit_first, wait, late, tok_c, tok_d))
+    ((run_crit, run_def, run_first, wait_w, _, _, _),
+     (crit_r, defer_r, waits_first, wait_r, late_ps, tokens, tok_d)) = split
     self._first_waits = waits_first  # (rule 5's price)
-    late_ps = [q for q, x in zip(atc_r[1], atc_r[2]) if x < 0.0]  # rule 11: the ready ones past their deadlines
-    self._queue_s = self.queue_wait(len(late_ps), late_ps, len(running))
+    # rule 11: the ready ones past their deadlines (`queue_wait` is 0 unless they outnumber the batch)
+    self._queue_s = self.queue_wait(len(late_ps), late_ps, len(running)) if len(late_ps) > len(running) else 0.0
     self._plan = self.plan_applies(now)
-    if run_crit or crit_r:  # critical segments: ATC, the running batch and the ready ones each a group
-        pw, pr = atc_priority_lists((atc_w, atc_r), self.atc_k)
-        if self._plan:  # rule 12: the whole reply's WSRPT instead, predictions kept per slot
-            self._table.lookup([*running, *ready], self._fill)
-            both = self.plan_priorities([*run_crit, *crit_r], token_s)
-            pw, pr = both[:len(run_crit)], both[len(run_crit):]
-        for g, v in zip(run_crit, pw):  # (a plain loop: `base.set_priorities` pays at hundreds)
+    if self._plan and (run_crit or crit_r):  # rule 12: the whole reply's WSRPT instead of ATC, predictions kept per slot
+        self._table.lookup([*running, *ready], self._fill)
+        both = self.plan_priorities([*run_crit, *crit_r], token_s)
+        for g, v in zip([*run_crit, *crit_r], both):  # (a plain loop: `base.set_priorities` pays at hundreds)
             g.priority = v
-        for g, v in zip(crit_r, pr):
-            g.priority = v
-        self._head_pri = max(pr) if self._plan and pr else 0.0
+        self._head_pri = max(both[len(run_crit):]) if crit_r else 0.0
     else:
         self._head_pri = 0.0
+        if wait_w or wait_r:  # ATC's discount of the critical ones not yet late
+            f = iter(atc_discounts(((_atc_ps(run_crit, token_s, 0.0), [s for _, _, s in wait_w]),
+                                    (_atc_ps(crit_r, token_s, token_s), [s for _, _, s in wait_r])), self.atc_k))
+            for g, w, _ in (*wait_w, *wait_r):
+                w *= next(f)
+                g.priority = w if w > 0.0 else 5e-324  # (exp underflow: still critical)
     protect = run_first or waits_first  # a critical first segment runs or waits
     if self.steep_cap:  # rule 10 protects first segments steeper than the flattest live generation
         first = steepest_first > flat * (1 + 1e-9)  # (`_steeper`, for the steepest of them)
@@ -208,15 +240,16 @@ def select_small(self: Default, ready: Sequence[Generation], running: Sequence[G
     order = _order(crit_r)
     if not protect:
         order += _order(defer_r)
-    sel = self._finish(order, bool(crit_r), run_crit, full, running, ctx, now, first=first)
+        tokens += tok_d
+    sel = self._finish(order, bool(crit_r), run_crit, full, running, ctx, now, first=first, tokens=tokens)
     if not protect or not self.pace:  # (rule 9 off: `_paced` returns sel as it is)
         return sel
     budget = math.inf  # rule 9's tightest per-token budget of the waiting critical first segments
     if waits_first and self._pacing(ctx):
         for g in crit_r:
             if not g.segments:
-                left = get_first(g.request.robot_type, 8.0) - g.seg_tokens
-                t = (g.next_due(now) - now) / (left if left > 1.0 else 1.0)
+                _, _, _, lt, due, _, _, _ = g.policy.default.terms  # (this point's)
+                t = (due - now) / lt
                 if 0.0 < t < budget:
                     budget = t
     return self._paced(sel, run_crit, run_def, running, ctx, now, budget)
