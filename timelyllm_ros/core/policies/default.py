@@ -802,9 +802,9 @@ class Default(Policy):
 
     def heavy_load(self, ctx: PolicyContext, now: float) -> bool:
         """Rule 12's heavy load at this point (called once per `select`, before the point's
-        lead): the load factor (`offered_load.py`) is at least `heavy_rho`, or it was at the
-        last point and the late backlog (rule 11's wait, as of the last point) is not gone yet
-        — a backlog built under a heavy load drains under the same order."""
+        lead): the load factor (`offered_load.py`) is at least `heavy_rho`, or the load was
+        heavy at the last point, its late backlog (rule 11's wait, as of the last point) is not
+        gone yet and ρ is still at least 1 — the backlog still grows."""
         if not self.plan_order or self.heavy_rho == math.inf or not self._load.saturated:
             return False  # (not saturated: the load factor reads 0.0, below 1 and heavy_rho > 0)
         rho = self.load_factor(ctx, now)
