@@ -786,14 +786,7 @@ class Default(Policy):
         if not self.plan_order or self.heavy_rho == math.inf:
             return
         rt = g.request.robot_type
-        guess = None
-        if not self._load.knows(rt):
-            guess = _PLAN_FALLBACK
-            if self._lenpred is not None:
-                try:
-                    guess = float(self._lenpred.remaining(g))
-                except PredictorError:
-                    pass
+        guess = None if self._load.knows(rt) else self._remaining_at(g, None)  # (rule 12's prediction)
         self._load.arrive(rt, g.request.arrival, guess)
 
     def on_reply_end(self, g: Generation) -> None:
@@ -815,9 +808,7 @@ class Default(Policy):
     def load_factor(self, ctx: PolicyContext, now: float) -> float:
         """ρ (`offered_load.py`), read again at most every `_RHO_EVERY_S` (a signal averaged
         over `rho_tau_s`, whose exps need not be paid at every point); 0.0 until the batch
-        reached its limit."""
-        if not self._load.saturated:
-            return 0.0
+        reached its limit (`OfferedLoad.rho`)."""
         t, rho = self._rho_at
         if not t <= now < t + _RHO_EVERY_S:
             rho = self._load.rho(now, ctx.engines, _PLAN_FALLBACK)

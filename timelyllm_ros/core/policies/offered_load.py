@@ -40,16 +40,17 @@ class _Arrivals:
 class OfferedLoad:
     tau_s: float = 60.0
     len_weight: float = 0.1
-    arrivals: dict[str, _Arrivals] = field(default_factory=dict)
-    reply_len: dict[str, float] = field(default_factory=dict)  # robot type -> mean tokens of an ended reply
-    guess: dict[str, float] = field(default_factory=dict)  # robot type -> predicted tokens of its first arrival
-    first_at: float | None = None
     full_share: float = 0.9  # a step counts as a full batch at this share of the largest one seen
     min_span_s: float = 5.0  # arrivals are a rate over at least this long: a burst at once is not one
-    max_outputs: int = 0
-    full_tps: float = 0.0  # tokens per second of the decode-only steps at a full batch (0: none seen)
-    held_width: int = 0  # the narrowest step in that mean
-    saturated: bool = False  # the batch reached its limit once (`saturate`): the largest batch is the full one
+    # what it learned (not constructor arguments)
+    arrivals: dict[str, _Arrivals] = field(default_factory=dict, init=False)
+    reply_len: dict[str, float] = field(default_factory=dict, init=False)  # robot type -> mean tokens of an ended reply
+    guess: dict[str, float] = field(default_factory=dict, init=False)  # robot type -> predicted tokens of its first arrival
+    first_at: float | None = field(default=None, init=False)
+    max_outputs: int = field(default=0, init=False)
+    full_tps: float = field(default=0.0, init=False)  # tokens/s of the decode-only steps at a full batch (0: none seen)
+    held_width: int = field(default=0, init=False)  # the narrowest step in that mean
+    saturated: bool = field(default=False, init=False)  # the batch reached its limit once (`saturate`)
 
     def __post_init__(self) -> None:
         if isinstance(self.tau_s, bool) or not isinstance(self.tau_s, (int, float)) or not 0 < self.tau_s < math.inf:
