@@ -341,7 +341,6 @@ class _ActionClient:
 
         self._cls = message_class(action_type)
         self._client = ActionClient(t.node, self._cls, name, callback_group=t.group)
-        self._node = t.node
         self._t = t
 
     def server_is_ready(self) -> bool:
