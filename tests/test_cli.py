@@ -100,6 +100,11 @@ def test_param_values_are_yaml_and_inf_means_no_limit():
     assert _param("x=-Infinity") == (None, "x", -math.inf)
     assert _param("pace=true") == (None, "pace", True) and _param("c=0.5") == (None, "c", 0.5)
     assert _param("pace_kv=cache") == (None, "pace_kv", "cache") and _param("s=info") == (None, "s", "info")
+    # exponent floats without a dot, which YAML 1.1 leaves as strings, are floats too
+    assert _param("heavy_rho=1e9") == (None, "heavy_rho", 1e9)
+    assert _param("x=-2.5E-3") == (None, "x", -2.5e-3) and _param("x=.5e1") == (None, "x", 5.0)
+    assert _param("x=1.0e9") == (None, "x", 1e9) and _param("x=e9") == (None, "x", "e9")
+    assert _param("x=1e") == (None, "x", "1e") and _param("x=10") == (None, "x", 10)
 
 
 def test_unknown_policy_exits_2(wl, tmp_path, capsys):

@@ -58,6 +58,9 @@ def policy_param_names(name: str) -> list[str] | None:
     return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
+_EXP_FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+")  # 1e9, 2E-3, .5e1: floats YAML 1.1 misses
+
+
 def parse_policy_param(s: str) -> tuple[str | None, str, Any]:
     """``[policy:]name=value`` with a YAML value (numbers, booleans, strings; ``inf`` / ``-inf``
     as YAML's ``.inf`` / ``-.inf``, the "no limit" several parameters document); without a policy
@@ -74,8 +77,9 @@ def parse_policy_param(s: str) -> tuple[str | None, str, Any]:
         value = yaml.safe_load(v)
     except yaml.YAMLError as e:
         raise InputError(f"bad value in {s!r}: {one_line(str(e))}") from None
-    if isinstance(value, str) and value.strip().lower().lstrip("+-") in ("inf", "infinity"):
-        value = float(value)
+    if isinstance(value, str) and (value.strip().lower().lstrip("+-") in ("inf", "infinity")
+                                   or _EXP_FLOAT.fullmatch(value.strip())):
+        value = float(value)  # (YAML 1.1 reads a float only with a dot: "1e9" would stay a string)
     return policy.strip() or None, k.strip(), value
 
 
