@@ -160,6 +160,24 @@ def test_close_joins_the_spin_thread(transports):
     t.close()  # idempotent
 
 
+def test_a_destroy_queued_as_the_spin_thread_stops_still_runs(transports):
+    """`_between_spins` queues a destroy for the spin thread; where that thread stops after its
+    last drain (close, in another thread), the destroy ran nowhere and its caller waited out its
+    timeout.  Now the caller runs what is left once the thread is gone."""
+    t = transports("late_destroy")
+    t._stopping.set()  # the real spin thread ends its loop, drains, and exits
+    t.executor.wake()
+    t._spin.join(5)
+    release = threading.Event()
+    t._spin = threading.Thread(target=release.wait, daemon=True)  # alive at the check, drains nothing
+    t._spin.start()
+    ran = []
+    threading.Timer(0.2, release.set).start()  # ... and stops once the destroy is queued
+    t._between_spins(lambda: ran.append(threading.current_thread()), timeout_s=30.0)
+    assert ran == [threading.current_thread()]  # run by the caller, not lost
+    assert t._destroys == []
+
+
 def test_messages_of_one_topic_are_handled_in_order(transports):
     """In one reentrant callback group, rclpy's MultiThreadedExecutor may run two callbacks of
     the same subscription at once: status messages were seen out of order ("finished" before

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Any, Callable
 
 from timelyllm_ros.ros.message_fields import from_msg, message_class, to_msg
@@ -457,7 +458,8 @@ class RclpyTransport:
         by another thread in between (a lifecycle cleanup, a transition from another process)
         fails that wait set with "action server pointer is invalid" (rclpy keeps an entity whose
         handle it found destroyed in its list).  Called on the spin thread itself, or once the
-        spin thread has stopped, it runs at once."""
+        spin thread has stopped, it runs at once — also where the spin thread stopped after this
+        call queued it (past its last drain, at close): the caller then runs what is left."""
         if threading.current_thread() is self._spin or not self._spin.is_alive():
             fn()
             return
@@ -465,8 +467,14 @@ class RclpyTransport:
         with self._lock:
             self._destroys.append((fn, done))
         self.executor.wake()
-        if not done.wait(timeout_s):  # pragma: no cover - a spin thread stuck inside rcl
-            log.warning("spin thread of %s did not run a destroy within %.1f s", self.node.get_name(), timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while not done.wait(0.05):
+            if not self._spin.is_alive():  # stopped past its last drain: nobody else will run it
+                self._run_destroys()
+                return
+            if time.monotonic() > deadline:  # pragma: no cover - a spin thread stuck inside rcl
+                log.warning("spin thread of %s did not run a destroy within %.1f s", self.node.get_name(), timeout_s)
+                return
 
     # -- lifecycle (not part of the port) -----------------------------------------------------
     def on_transitions(self, **handlers: Callable[[], None]) -> None:
