@@ -128,6 +128,11 @@ SMOKE: dict[str, Smoke] = {
     "load_factor.py": Smoke(("rtx4090_llama3_8b/stock/drones:25/cap4",),
                             (rf"drones:25/cap4: {NUM} tokens over {NUM} s = {NUM} tok/s offered; full batch "
                              rf"\({NUM}\) {NUM} tok/s; rho {NUM}; accrued {NUM} %",)),
+    "churn.py": Smoke(("rtx4090_llama3_8b/stock/drones:25/cap4", "--policies", "default,vllm-priority"),
+                      (rf"drones:25/cap4 default: accrued {NUM} % \(urgent {NUM} %\); engine busy {NUM} s, prefilled "
+                       rf"{NUM} tokens; re-adds {NUM}, preemptions {NUM}",
+                       rf"drones:25/cap4 vllm-priority: accrued {NUM} %",
+                       rf"normal re-added: first action n {NUM} mean {NUM} p90 {NUM} max {NUM} s; between actions")),
     "rejudge.py": Smoke(  # a two-policy map of one cell, then `default` re-run in it with a parameter
         ("--map", "{tmp}/map.json", "--build", "default,fcfs", "--cell", "rtx4090_llama3_8b/stock/drones:25/cap4",
          "--param", "lead_steps=8", "--out", "{tmp}/rejudged.json"),
