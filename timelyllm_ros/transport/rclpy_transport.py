@@ -470,7 +470,8 @@ class RclpyTransport:
         deadline = time.monotonic() + timeout_s
         while not done.wait(0.05):
             if not self._spin.is_alive():  # stopped past its last drain: nobody else will run it
-                self._run_destroys()
+                self._run_destroys()  # ours, unless another caller's drain took it (it sets `done`)
+                done.wait(max(0.0, deadline - time.monotonic()))
                 return
             if time.monotonic() > deadline:  # pragma: no cover - a spin thread stuck inside rcl
                 log.warning("spin thread of %s did not run a destroy within %.1f s", self.node.get_name(), timeout_s)
