@@ -990,6 +990,47 @@ def test_a_heavy_load_makes_every_generation_critical_until_its_backlog_is_gone(
         Default(rho_tau_s=0.0)
 
 
+def test_a_deep_load_ranks_steep_first_statements_before_every_reply_where_re_adds_are_cheap():
+    """Rule 12's deep load (`steep_first_rho`, 3.5): under the heavy load, where the load factor is
+    at least `steep_first_rho` and a re-add is cheap (`readd_dear` false), a first statement
+    steeper than the flattest live slope ranks before every whole-reply rank (its weight x 1e6,
+    so it also preempts); flatter first statements and continuations keep their reply rank.  Not
+    below the threshold, not where a re-add is dear, never with `steep_first_rho=inf`."""
+    c = ctx()
+
+    def loaded(n, **kw):
+        p = Default(**kw)
+        p.on_step(0.08, 8)  # a full batch of 8, decode only: 100 tokens/s
+        p._load.saturate()
+        for i in range(n):  # n replies of 20 tokens over 5 s
+            p._load.arrive("tello", 5.0 + 0.1 * i, 20.0)
+        return p
+
+    def pri(p):
+        gs = [gen("u", 10.0, URGENT), gen("n", 1.0, NORMAL),  # (n is late: a backlog, so rule 12 applies)
+              gen("c", 5.0, NORMAL, [seg(0, 9.0, 5.0)], state=GenState.SUSPENDED)]
+        p.select(gs, [], c, 10.0)
+        return {g.gen_id: g.priority for g in gs}, p
+
+    deep, p = pri(loaded(150))  # rho ~6
+    assert p._heavy and p._plan and p._steep_first and p._load.rho(10.0) >= 3.5
+    plain, q = pri(loaded(150, steep_first_rho=math.inf))
+    assert q._heavy and not q._steep_first
+    assert deep["u"] == pytest.approx(plain["u"] * 1e6)  # the urgent first statement first
+    assert deep["n"] == plain["n"] and deep["c"] == plain["c"]  # the flattest, and a continuation: as they were
+    assert deep["u"] > max(deep["n"], deep["c"]) and plain["u"] < 1e4
+    _, r = pri(loaded(50))  # rho ~2: heavy, not deep
+    assert r._heavy and not r._steep_first
+    dear = loaded(150)
+    dear.readd_dear = lambda ctx, **kw: True  # (an engine whose re-add re-prefills dearly: the edge board)
+    _, d = pri(dear)
+    assert d._heavy and not d._steep_first
+    assert Default().params()["steep_first_rho"] == 3.5
+    for bad in (0, -1.0, math.nan, "2", True, None):
+        with pytest.raises(ValueError, match="steep_first_rho"):
+            Default(steep_first_rho=bad)
+
+
 def test_the_load_factor_counts_each_accepted_request_and_learns_ended_replies():
     """The planner tells the policy of every accepted request (`on_arrival`) and of every reply
     the engine ended (`on_reply_end`); the default's load factor counts the first and learns the

@@ -586,7 +586,7 @@ def _same_on_each_path(paths, gens, run):
     copies = [_copy(gens) for _ in paths]
     seen = [run(p, c) for p, c in zip(paths, copies)]
     state = [(p._full, p._capped, p._mem_held, p._mem_cut, p._queue_s, p._plan, p._head_pri, p._depth,
-              p._first_seen, p._first_waits, p._first_crit, p._heavy) for p in paths]  # (rules 5-7, 10's verdicts, 11's backlog wait, 12's)
+              p._first_seen, p._first_waits, p._first_crit, p._heavy, p._steep_first) for p in paths]  # (rules 5-7, 10's verdicts, 11's backlog wait, 12's)
     marks = [[g.policy.default.pause_kv for g in c] for c in copies]
     assert seen[1] == seen[0] and seen[2] == seen[0]
     assert state[1] == state[0] and state[2] == state[0]
@@ -600,20 +600,21 @@ def _same_on_each_path(paths, gens, run):
        slope=st.sampled_from([None, 0.0, 0.001, 0.05, 1.0, 10.0]), preserve=st.booleans(),
        min_free=st.sampled_from([0.0, 0.1, 0.25]), plan_order=st.booleans(),
        plan_depth=st.sampled_from([0.0, 0.1, 8.0]), steep_cap=st.booleans(), urgent_every=st.sampled_from([0, 3]),
-       heavy=st.booleans())
+       heavy=st.booleans(), deep=st.booleans())
 def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps, min_lead_s, kv_budget, pace,
                                                seen, slope, preserve, min_free, plan_order, plan_depth, steep_cap,
-                                               urgent_every, heavy):
+                                               urgent_every, heavy, deep):
     """`slope`: the engine steps the policies saw (rule 9's step-time model: None: none, else
     steps of 1..40 generations at 20 ms + slope per generation); `preserve`: the engine keeps a
     paused generation's KV, so rule 9 may pause running generations; `plan_order`: rule 12 (under
     rule 11's backlog, the whole reply's WSRPT by the learned length predictor); `steep_cap`: rule
     10 protects only first segments steeper than the flattest live generation and shrinks the batch
     (`urgent_every`: every third generation urgent, so that some are steeper); `heavy`: rule 12's
-    heavy load (every generation critical) wherever the policy saw a step and plan_order is on."""
+    heavy load (every generation critical) wherever the policy saw a step and plan_order is on;
+    `deep`: its deep load too (steep first statements rank first) where a re-add is cheap."""
     kw = dict(lead_steps=lead_steps, min_lead_s=min_lead_s, kv_budget=kv_budget, pace_min_free=min_free, pace=pace,
               plan_order=plan_order, plan_depth_s=plan_depth, steep_cap=steep_cap,
-              heavy_rho=1e-9 if heavy else math.inf)
+              heavy_rho=1e-9 if heavy else math.inf, steep_first_rho=1e-9 if deep else math.inf)
     paths = _default_paths(**kw)
     gens = _scenario(specs, urgent_every)
     for p in paths:
@@ -738,18 +739,20 @@ def test_default_atc_groups_equal_separate_calls(terms, cut, k):
        blocked=st.booleans(), slope=st.sampled_from([0.001, 0.01, 0.05]), running_n=st.integers(0, 6),
        drain=st.sampled_from([5.0, 0.001]), memory_full=st.booleans(), engines=st.sampled_from([1, 3]),
        roomy=st.sampled_from([3.0, 10.0]), plan_order=st.booleans(), plan_depth=st.sampled_from([0.0, 8.0]),
-       steep_cap=st.booleans(), urgent_every=st.sampled_from([0, 3, 11]), heavy=st.booleans())
+       steep_cap=st.booleans(), urgent_every=st.sampled_from([0, 3, 11]), heavy=st.booleans(), deep=st.booleans())
 def test_default_fast_select_matches_reference_at_many_ready(specs, steps, blocked, slope, running_n, drain,
                                                              memory_full, engines, roomy, plan_order, plan_depth,
-                                                             steep_cap, urgent_every, heavy):
+                                                             steep_cap, urgent_every, heavy, deep):
     """Many ready generations and a step-time cap that binds: the numpy path orders only the
     head the cap can admit (`_head_needed`) and must still decide exactly as the plain path —
     orders, preemptions, priorities, the cap's and the KV budget's verdicts; behind an engine
     pool too, where the cap holds per engine; with rule 10's opt-in `roomy_ratio`, whose ratio
     depends on whether the KV budget (each step's free blocks) cuts before the cap; with rule 12's
-    opt-in `plan_order`, and its heavy load (`heavy`: every generation critical)."""
+    opt-in `plan_order`, and its heavy load (`heavy`: every generation critical) and deep load
+    (`deep`: steep first statements first; re-adds are cheap here, no prefill was seen)."""
     kw = dict(drain_after_s=drain, memory_full=memory_full, roomy_ratio=roomy, plan_order=plan_order,
-              plan_depth_s=plan_depth, steep_cap=steep_cap, heavy_rho=1e-9 if heavy else math.inf)
+              plan_depth_s=plan_depth, steep_cap=steep_cap, heavy_rho=1e-9 if heavy else math.inf,
+              steep_first_rho=1e-9 if deep else math.inf)
     paths = _default_paths(**kw)
     gens = _scenario(specs, urgent_every)
     for p in paths:
@@ -762,6 +765,7 @@ def test_default_fast_select_matches_reference_at_many_ready(specs, steps, block
         g.state = GenState.RUNNING if i < running_n else (GenState.SUSPENDED if g.segments else GenState.QUEUED)
     _same_on_each_path(paths, gens, lambda p, gs: _run(p, gs, steps, blocked, engines=engines))
     assert paths[0]._heavy == (heavy and plan_order)
+    assert paths[0]._steep_first == (heavy and plan_order and deep)  # (reached)
 
 
 @settings(max_examples=400, deadline=None)

@@ -142,6 +142,12 @@ At each scheduling point (``select``):
    limit once (before, the engine serves whatever arrives).  Offline ρ separated the cells
    (the RTX 4090's drones:400 cap 8, 1.16, loses with it; cap 4, 1.99, and the edge board's
    drones:400, 2.1–3.3, win); online: docs/results/2026-11-29-heavy-load.md.
+   Deep load (``steep_first_rho``, 3.5; inf: never; `deep_load`): under the heavy load, where ρ
+   is at least 3.5 and a re-add is cheap even without kept KV (a kept-KV resume still attends
+   over its whole context), first statements steeper than the flattest live slope rank before
+   every whole-reply rank, so a new urgent plan preempts nearly finished flatter replies instead
+   of waiting minutes behind them (the RTX 4090's drones:1600 cap 4, both columns; read off its
+   online ρ, 4.5–6.3, against 1.4–3.2 where the heavy order wins: docs/results/2026-11-29-churn.md).
 
 At each statement boundary (``suspend_at``, rule 5) a generation keeps its slot and streams on, unless the
 batch is full — a batch cap or KV memory refused a ready generation (with ``memory_full``, also
@@ -235,6 +241,8 @@ def _plan_weights(alpha: np.ndarray, rem: np.ndarray, token_s: float) -> np.ndar
 _PLAN_TAU_S = 10.0  # rule 12: time constant of the backlog wait's average (a few bursts long)
 _PLAN_FALLBACK = 256.0  # rule 12: tokens of a reply the length predictor cannot predict (Trail's fallback_len)
 _RHO_EVERY_S = 0.5  # rule 12's heavy load: the load factor is read again after this long
+_STEEP_FIRST = 1e6  # rule 12's deep load: a steep first statement's weight factor (weights, |slope| per
+# second of reply, stay far below 1e4: x 1e6 ranks them before every other and keeps their order)
 _REV = operator.attrgetter("sched_rev")
 _PAUSE_KEY = operator.attrgetter("priority", "gen_id")  # lowest priority (most slack) first
 
@@ -279,7 +287,7 @@ class Default(Policy):
                  plan_depth_s: float = 8.0, steep_cap: bool = True, stream_past: bool = True,
                  yield_price: float = 0.08, yield_backlog_s: float = 30.0, keep_kv: bool = True,
                  keep_kv_min_free: float = 0.25, victim_readd: bool = True, heavy_rho: float = 1.6,
-                 rho_tau_s: float = 60.0) -> None:
+                 rho_tau_s: float = 60.0, steep_first_rho: float = 3.5) -> None:
         for k, v in (("preempt", preempt), ("kv_budget", kv_budget), ("pace", pace), ("memory_full", memory_full),
                      ("speculate", speculate), ("overload", overload), ("plan_order", plan_order),
                      ("steep_cap", steep_cap), ("stream_past", stream_past), ("keep_kv", keep_kv),
@@ -305,6 +313,12 @@ class Default(Policy):
             raise ValueError(f"heavy_rho must be a number > 0 (rule 12's heavy load: offered tokens/s over "
                              f"full-batch tokens/s; inf: never), got {heavy_rho!r}")
         self.heavy_rho = float(heavy_rho)
+        if isinstance(steep_first_rho, bool) or not isinstance(steep_first_rho, (int, float)) or not steep_first_rho > 0:
+            raise ValueError(f"steep_first_rho must be a number > 0 (rule 12's heavy load: the load factor from which "
+                             f"steep first statements rank first where a re-add is cheap; inf: never), "
+                             f"got {steep_first_rho!r}")
+        self.steep_first_rho = float(steep_first_rho)
+        self._steep_first = False  # rule 12's deep load at this scheduling point: steep first statements first
         self._load = OfferedLoad(tau_s=rho_tau_s)  # rule 12's load factor (validates rho_tau_s)
         self._heavy = False  # rule 12's heavy load at this scheduling point: every generation critical
         self._rho_at = (-math.inf, 0.0)  # (when, the load factor then): `load_factor`
@@ -479,6 +493,7 @@ class Default(Policy):
         if full:
             self._load.saturate()  # (rule 12's load factor: the largest batch seen is the full one)
         self._heavy = self.heavy_load(ctx, now)
+        self._steep_first = self._heavy and self.deep_load(ctx, now)
         token_s, lead, pred = self._point_terms(ctx)
         n_run = len(running)
         n = n_run + len(ready)
@@ -539,6 +554,9 @@ class Default(Policy):
                 for k in ask:  # the predictor, only where the text moved since it was last asked
                     self._remaining_at(gens[cl[k]], int(sc[k]))
                 pri[ci] = _plan_weights(a["alpha"][sc], a["rem"][sc], token_s)
+                if self._steep_first:  # rule 12's deep load: steep first statements before every reply rank
+                    mag = -a["alpha"][sc]
+                    pri[ci] *= np.where(~a["has"][sc] & (mag > mag.min()), _STEEP_FIRST, 1.0)
         self._head_pri = float(pri[ci[nr:]].max()) if self._plan and len(cl) > nr else 0.0
         set_priorities(gens, pri.tolist())
         run_crit = [gens[i] for i in cl[:nr]]
@@ -805,6 +823,18 @@ class Default(Policy):
             return True  # (hysteresis: a heavy load lasts while its backlog lasts and still grows)
         return rho >= self.heavy_rho
 
+    def deep_load(self, ctx: PolicyContext, now: float) -> bool:
+        """Rule 12's deep load (under its heavy load): the load factor is at least
+        `steep_first_rho` and a re-add is cheap (`readd_dear`, priced as a re-prefill even where
+        rule 13 keeps KV: a kept-KV resume still attends over its whole context, 3.4 ms on the
+        edge board).  Then the first statements
+        steeper than the flattest live slope rank before every whole-reply rank — a new urgent
+        plan preempts nearly finished flatter replies — instead of waiting behind them: on the
+        RTX 4090's drones:1600 cap 4 the whole-reply order put urgent first actions minutes late
+        (docs/results/2026-11-29-churn.md).  Where a re-add is dear (the edge board,
+        `vllm_cpu_tiny`, in either column) those preemptions cost more than they buy."""
+        return self.load_factor(ctx, now) >= self.steep_first_rho and not self.readd_dear(ctx, kept=False)
+
     def load_factor(self, ctx: PolicyContext, now: float) -> float:
         """ρ (`offered_load.py`), read again at most every `_RHO_EVERY_S` (a signal averaged
         over `rho_tau_s`, whose exps need not be paid at every point); 0.0 until the batch
@@ -827,8 +857,12 @@ class Default(Policy):
         does not pay the predictor for every waiting generation at every point."""
         slot = self._table.slot
         rem = [self._remaining_at(g, slot(g)) for g in gens]
-        return _plan_weights(np.array([g.request.tuf.alpha for g in gens], dtype=float),
-                             np.array(rem, dtype=float), token_s).tolist()
+        w = _plan_weights(np.array([g.request.tuf.alpha for g in gens], dtype=float),
+                          np.array(rem, dtype=float), token_s).tolist()
+        if self._steep_first and gens:  # rule 12's deep load: steep first statements before every reply rank
+            flat = min(-g.request.tuf.alpha for g in gens)
+            w = [v * _STEEP_FIRST if not g.segments and -g.request.tuf.alpha > flat else v for g, v in zip(gens, w)]
+        return w
 
     def _remaining_at(self, g: Generation, slot: int | None) -> float:
         """Rule 12's predicted remaining tokens of g (`_PLAN_FALLBACK` where the predictor cannot
@@ -977,16 +1011,17 @@ class Default(Policy):
             return 0.0
         return n_running * self._steps.prefill_s_per_token(ctx.token_s)
 
-    def readd_dear(self, ctx: PolicyContext, min_steps: int = 4) -> bool:
+    def readd_dear(self, ctx: PolicyContext, min_steps: int = 4, kept: bool = True) -> bool:
         """Whether a re-add costs more than `yield_price` of a one-generation step on this engine:
         the re-prefill of a stock engine's re-add — on average half a KV block of tokens through
         the prefix cache, at the step-time model's seconds per prefilled token — against the
         model's a + b.  False until the model has seen `min_steps` steps, and where the
-        suspension keeps its KV (rule 13, `keeps_kv`: the re-add recomputes one token).  Measured (simulator):
+        suspension keeps its KV (rule 13, `keeps_kv`: the re-add recomputes one token; `kept`
+        False: the engine's re-prefill priced whatever it keeps).  Measured (simulator):
         0.02-0.03 on the RTX 4090 profile, 0.13-0.34 on the edge board and `vllm_cpu_tiny`
         (docs/results/2026-11-28-yield-price.md)."""
         m = self._steps
-        if m.n < min_steps or self.keeps_kv(ctx):
+        if m.n < min_steps or (kept and self.keeps_kv(ctx)):
             return False
         a, b, _ = m.coefficients(ctx.token_s)
         return m.prefill_s_per_token(ctx.token_s) * max(1, ctx.stats.block_size or 16) / 2 > self.yield_price * (a + b)
@@ -1020,4 +1055,5 @@ class Default(Policy):
                 "plan_depth_s": self.plan_depth_s, "steep_cap": self.steep_cap, "stream_past": self.stream_past,
                 "yield_price": self.yield_price, "yield_backlog_s": self.yield_backlog_s, "keep_kv": self.keep_kv,
                 "keep_kv_min_free": self.keep_kv_min_free,
-                "victim_readd": self.victim_readd, "heavy_rho": self.heavy_rho, "rho_tau_s": self._load.tau_s}
+                "victim_readd": self.victim_readd, "heavy_rho": self.heavy_rho, "rho_tau_s": self._load.tau_s,
+                "steep_first_rho": self.steep_first_rho}
