@@ -21,8 +21,7 @@ import argparse
 import numpy as np
 
 from timelyllm_ros.core.policies import policy_names
-from timelyllm_ros.engines.simulated import LatencyProfile
-from timelyllm_ros.sim.regime import GridError, check_load, parse_capacity, parse_cell_key, resolve_profile
+from timelyllm_ros.sim.regime import GridError, cell_profile, check_load, parse_capacity, parse_cell_key, resolve_profile
 from timelyllm_ros.sim.runner import run_simulation
 
 
@@ -35,9 +34,8 @@ def _waits(xs: list[float]) -> str:
 
 def churn(cell: str, policy: str) -> list[str]:
     c = parse_cell_key(cell)
-    cap = parse_capacity(c.capacity)
-    r = run_simulation(check_load(c.load), policy, max_batch=cap.max_batch, engine_kind=c.engine,
-                       profile_path=cap.profile(LatencyProfile.from_yaml(resolve_profile(c.profile))))
+    r = run_simulation(check_load(c.load), policy, max_batch=parse_capacity(c.capacity).max_batch,
+                       engine_kind=c.engine, profile_path=cell_profile(c))
     m, gens = r.metrics, r.generations
     urgent = m["by_category"].get("urgent")
     lines = [f"{cell} {policy}: accrued {m['overall']['accrued_utility_pct_of_max']:.1f} % (urgent "
@@ -67,8 +65,7 @@ def main() -> None:
         ap.error(f"unknown policies {unknown}; known: {', '.join(policy_names())}")
     for cell in args.cells:  # every cell checked before the first run
         try:
-            c = parse_cell_key(cell)
-            parse_capacity(c.capacity)
+            c = parse_cell_key(cell)  # (its engine kind and capacity too)
             check_load(c.load)
             resolve_profile(c.profile)
         except GridError as e:

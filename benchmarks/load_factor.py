@@ -15,8 +15,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from timelyllm_ros.engines.simulated import LatencyProfile
-from timelyllm_ros.sim.regime import GridError, check_load, parse_capacity, parse_cell_key, resolve_profile
+from timelyllm_ros.sim.regime import GridError, cell_profile, check_load, parse_capacity, parse_cell_key, resolve_profile
 from timelyllm_ros.sim.runner import run_simulation
 
 
@@ -39,7 +38,7 @@ def load_factor(cell: str) -> str:
         return arrivals
 
     r = run_simulation(check_load(c.load), "default", max_batch=cap.max_batch, engine_kind=c.engine, setup=setup,
-                       profile_path=cap.profile(LatencyProfile.from_yaml(resolve_profile(c.profile))))
+                       profile_path=cell_profile(c))
     tokens = sum(len(g.output_ids) for g in r.generations)
     arrivals = [g.request.arrival for g in r.generations]
     span = max(arrivals) - min(arrivals)

@@ -209,6 +209,11 @@ def mean_latency_s(gens: Sequence[Generation]) -> float | None:
     return math.fsum(lat) / len(lat) if lat else None
 
 
+def cell_profile(cell: Cell) -> LatencyProfile:
+    """The cell's engine: its profile's latency model with the capacity's KV memory."""
+    return parse_capacity(cell.capacity).profile(LatencyProfile.from_yaml(resolve_profile(cell.profile)))
+
+
 def run_cell_policy(cell: Cell, policy: str, *, seed: int | None = None,
                     robots: Mapping[str, RobotSpec] | None = None, catalog: Mapping[str, TaskDef] | None = None,
                     timeout_s: float | None = None) -> dict[str, Any]:
@@ -216,7 +221,7 @@ def run_cell_policy(cell: Cell, policy: str, *, seed: int | None = None,
 
     Never raises for a run that fails or times out: the cell records it (with the reason)."""
     cap = parse_capacity(cell.capacity)
-    profile = cap.profile(LatencyProfile.from_yaml(resolve_profile(cell.profile)))
+    profile = cell_profile(cell)
     wall0 = time.perf_counter()
     deadline = None if not timeout_s else wall0 + timeout_s
 

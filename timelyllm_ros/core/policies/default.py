@@ -227,7 +227,8 @@ def _kv_room(ctx: PolicyContext, share: float) -> bool:
 
 
 def _steeper(mag, flat):
-    """Rule 10's steep cap: |TUF slope| `mag` (a float or an array) is steeper than `flat`."""
+    """|TUF slope| `mag` (a float or an array) is steeper than `flat` (rule 10's steep cap, rule
+    12's deep load)."""
     return mag > flat * (1 + 1e-9)
 
 
@@ -556,7 +557,7 @@ class Default(Policy):
                 pri[ci] = _plan_weights(a["alpha"][sc], a["rem"][sc], token_s)
                 if self._steep_first:  # rule 12's deep load: steep first statements before every reply rank
                     mag = -a["alpha"][sc]
-                    pri[ci] *= np.where(~a["has"][sc] & (mag > mag.min()), _STEEP_FIRST, 1.0)
+                    pri[ci] *= np.where(~a["has"][sc] & _steeper(mag, mag.min()), _STEEP_FIRST, 1.0)
         self._head_pri = float(pri[ci[nr:]].max()) if self._plan and len(cl) > nr else 0.0
         set_priorities(gens, pri.tolist())
         run_crit = [gens[i] for i in cl[:nr]]
@@ -827,11 +828,10 @@ class Default(Policy):
         """Rule 12's deep load (under its heavy load): the load factor is at least
         `steep_first_rho` and a re-add is cheap (`readd_dear`, priced as a re-prefill even where
         rule 13 keeps KV: a kept-KV resume still attends over its whole context, 3.4 ms on the
-        edge board).  Then the first statements
-        steeper than the flattest live slope rank before every whole-reply rank — a new urgent
-        plan preempts nearly finished flatter replies — instead of waiting behind them: on the
-        RTX 4090's drones:1600 cap 4 the whole-reply order put urgent first actions minutes late
-        (docs/results/2026-11-29-churn.md).  Where a re-add is dear (the edge board,
+        edge board).  Then the first statements steeper than the flattest live slope rank before
+        every whole-reply rank — a new urgent plan preempts nearly finished flatter replies —
+        instead of waiting behind them: on the RTX 4090's drones:1600 cap 4 the whole-reply order
+        put urgent first actions minutes late (docs/results/2026-11-29-churn.md).  Where a re-add is dear (the edge board,
         `vllm_cpu_tiny`, in either column) those preemptions cost more than they buy."""
         return self.load_factor(ctx, now) >= self.steep_first_rho and not self.readd_dear(ctx, kept=False)
 
@@ -861,7 +861,8 @@ class Default(Policy):
                           np.array(rem, dtype=float), token_s).tolist()
         if self._steep_first and gens:  # rule 12's deep load: steep first statements before every reply rank
             flat = min(-g.request.tuf.alpha for g in gens)
-            w = [v * _STEEP_FIRST if not g.segments and -g.request.tuf.alpha > flat else v for g, v in zip(gens, w)]
+            w = [v * _STEEP_FIRST if not g.segments and _steeper(-g.request.tuf.alpha, flat) else v
+                 for g, v in zip(gens, w)]
         return w
 
     def _remaining_at(self, g: Generation, slot: int | None) -> float:
