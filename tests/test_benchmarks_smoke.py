@@ -133,6 +133,10 @@ SMOKE: dict[str, Smoke] = {
                        rf"{NUM} tokens; re-adds {NUM}, preemptions {NUM}",
                        rf"drones:25/cap4 vllm-priority: accrued {NUM} %",
                        rf"normal re-added: first action n {NUM} mean {NUM} p90 {NUM} max {NUM} s; between actions")),
+    "pass_oracle.py": Smoke(("--map", "docs/results/maps/own.json.gz", "--cells"),
+                            (rf"rtx4090_llama3_8b: {NUM} cells; would pass as default: ",
+                             rf"cells some policy passes: {NUM} of 24; default passes {NUM}",
+                             r"cells default fails that another policy passes")),
     "rejudge.py": Smoke(  # a two-policy map of one cell, then `default` re-run in it with a parameter
         ("--map", "{tmp}/map.json", "--build", "default,fcfs", "--cell", "rtx4090_llama3_8b/stock/drones:25/cap4",
          "--param", "lead_steps=8", "--out", "{tmp}/rejudged.json"),
