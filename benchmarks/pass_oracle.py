@@ -20,25 +20,17 @@ records re-run there, cell by cell.  Reads stored records only: seconds, no simu
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from timelyllm_ros.cli import CliError
 from timelyllm_ros.sim import acceptance
+from timelyllm_ros.sim.regime import map_cell_key
+from timelyllm_ros.sweep import read_map
 
 MAPS = Path(__file__).resolve().parent.parent / "docs" / "results" / "maps"
-
-
-def _load(path: Path) -> dict:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        return json.load(f)
-
-
-def cell_key(c: dict) -> str:
-    return f"{c['profile']}/{c['engine']}/{c['load']}/{c['capacity']}"
 
 
 def passers(doc: dict, c: dict, default_record: dict | None = None) -> list[str]:
@@ -71,7 +63,7 @@ def main() -> int:
     fresh: dict[str, dict] = {}
     for path in args.rejudged:
         try:
-            fresh.update({r["cell"]: r["record"] for r in _load(path)})
+            fresh.update({r["cell"]: r["record"] for r in json.loads(path.read_text())})
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"pass_oracle: {path}: not a rejudge.py --out file ({e})", file=sys.stderr)
             return 2
@@ -81,13 +73,12 @@ def main() -> int:
     listed: list[str] = []
     for path in maps:
         try:
-            doc = _load(path)
-            grid_cells = doc["cells"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            print(f"pass_oracle: {path}: not a regime map ({e})", file=sys.stderr)
+            doc = read_map(path)
+        except CliError as e:
+            print(f"pass_oracle: {e}", file=sys.stderr)
             return 2
-        for c in grid_cells:
-            key = cell_key(c)
+        for c in doc["cells"]:
+            key = map_cell_key(c)
             ps = passers(doc, c, fresh.get(key))
             cells[c["profile"]] += 1
             count[c["profile"]].update(ps)

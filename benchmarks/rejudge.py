@@ -46,10 +46,6 @@ def _r(v):
     return round(v, 5) if isinstance(v, float) else v
 
 
-def cell_key(c: dict) -> str:
-    return f"{c['profile']}/{c.get('engine', 'stock')}/{c['load']}/{c['capacity']}"
-
-
 _BOUND_SHARES = (("pct_of_bound", "total_pct"), ("urgent_pct_of_bound", "urgent_pct"),
                  ("accrued_pct_of_bound", "accrued_total_pct"), ("accrued_urgent_pct_of_bound", "accrued_urgent_pct"))
 
@@ -101,7 +97,7 @@ def main() -> int:
     for f in args.map:
         doc = read_map(f)
         for c in doc["cells"]:
-            cells.setdefault(cell_key(c), (c, doc))
+            cells.setdefault(regime.map_cell_key(c), (c, doc))
     keys = list(cells) if args.all else args.cell
     missing = [k for k in keys if k not in cells]
     if missing or not keys:

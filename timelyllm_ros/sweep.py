@@ -400,7 +400,7 @@ def read_map(path: str | Path) -> dict[str, Any]:
                 and isinstance(grid.get("profiles"), list) and isinstance(doc.get("cells"), list)):
             raise ValueError("a regime map needs grid.policies, grid.profiles and cells")
     except (OSError, ValueError, EOFError, zlib.error) as e:  # (gzip: a truncated or corrupt file)
-        raise CliError(f"--from-json {path}: {getattr(e, 'strerror', None) or e}") from None
+        raise CliError(f"{path}: {getattr(e, 'strerror', None) or e}") from None
     return doc
 
 

@@ -209,6 +209,12 @@ def mean_latency_s(gens: Sequence[Generation]) -> float | None:
     return math.fsum(lat) / len(lat) if lat else None
 
 
+def map_cell_key(cell: Mapping[str, Any]) -> str:
+    """A stored map's cell record -> its PROFILE/ENGINE/LOAD/CAPACITY name (`parse_cell_key`'s
+    form; maps swept before the engine column count as stock)."""
+    return f"{cell['profile']}/{cell.get('engine', 'stock')}/{cell['load']}/{cell['capacity']}"
+
+
 def cell_profile(cell: Cell) -> LatencyProfile:
     """The cell's engine: its profile's latency model with the capacity's KV memory."""
     return parse_capacity(cell.capacity).profile(LatencyProfile.from_yaml(resolve_profile(cell.profile)))
