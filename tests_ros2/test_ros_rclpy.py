@@ -94,6 +94,37 @@ def test_action_feedback_result_and_cancel(transports):
     assert wait_for(lambda: out2) and out2[0].status == GoalStatus.CANCELED
 
 
+class _SlowToRecord(dict):
+    """rclpy records a request's sequence number after sending it: this widens that window."""
+
+    def __setitem__(self, key, value):
+        time.sleep(0.5)
+        super().__setitem__(key, value)
+
+
+def test_a_response_faster_than_rclpy_records_its_request_is_not_lost(transports):
+    """ros2/rclpy#1123: a goal or result response handled before rclpy has recorded the request's
+    sequence number was dropped ("Ignoring unexpected goal response") and the goal never got its
+    result (once in CI: a plan_task goal left waiting after its plan ended).  The window is widened
+    to 0.5 s here; the answer must still arrive."""
+    server, client = transports("srv_race", "drone_race"), transports("cli_race")
+    server.action_server("execute_segment", ifc.EXECUTE_SEGMENT,
+                         lambda h: (h.succeed(), c.execute_result_fields(code=0, calls_done=1))[1])
+    ac = client.action_client("/drone_race/execute_segment", ifc.EXECUTE_SEGMENT)
+    assert wait_for(ac.server_is_ready)
+    raw = ac._client
+    raw._pending_goal_requests = _SlowToRecord()
+    raw._pending_result_requests = _SlowToRecord()
+    goal = {"request_id": "r", "robot_id": "drone_race", "robot_type": "tello", "segment_index": 0,
+            "text": "tc(30);", "calls": [{"name": "turn_cw", "abbr": "tc", "args": ["30"], "arg_types": ["int"]}],
+            "est_exec_s": 1.0, "blocking": False}
+    outs = []
+    for i in range(3):
+        ac.send_goal(dict(goal, segment_index=i), on_result=outs.append)
+    assert wait_for(lambda: len(outs) == 3, 20), outs
+    assert all(o.status == GoalStatus.SUCCEEDED and o.result["calls_done"] == 1 for o in outs), outs
+
+
 def test_planner_and_executor_nodes_end_to_end(transports):
     clock = VirtualClock()
     engine = SimulatedEngine(clock)

@@ -22,6 +22,7 @@ its executor and its callback groups.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -336,12 +337,46 @@ class _ClientGoal:
             h.cancel_goal_async()
 
 
+@functools.cache
+def _race_free_action_client_class() -> Any:
+    """rclpy's ActionClient (7.1, the Jazzy wheels here) sends a goal, cancel or result request
+    and only then records its sequence number; a response handled on another executor thread in
+    that window is dropped ("Ignoring unexpected goal response ...") and its future never
+    completes: a goal that runs but whose result never comes (ros2/rclpy#1123, fixed upstream by
+    #1308 / #1519, not in these wheels).  Here each request is sent and recorded under one lock,
+    and a response is handled only after taking that lock: it is taken after its request was
+    sent, so the lock is then held by that send or already released, with the number recorded."""
+    from rclpy.action import ActionClient
+
+    class RaceFreeActionClient(ActionClient):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self._timelyllm_send_lock = threading.Lock()
+            super().__init__(*args, **kwargs)
+
+        def send_goal_async(self, *args: Any, **kwargs: Any) -> Any:
+            with self._timelyllm_send_lock:
+                return super().send_goal_async(*args, **kwargs)
+
+        def _cancel_goal_async(self, *args: Any, **kwargs: Any) -> Any:
+            with self._timelyllm_send_lock:
+                return super()._cancel_goal_async(*args, **kwargs)
+
+        def _get_result_async(self, *args: Any, **kwargs: Any) -> Any:
+            with self._timelyllm_send_lock:
+                return super()._get_result_async(*args, **kwargs)
+
+        async def execute(self, taken_data: Any) -> None:
+            with self._timelyllm_send_lock:  # a barrier only: callbacks below run without it
+                pass
+            await super().execute(taken_data)
+
+    return RaceFreeActionClient
+
+
 class _ActionClient:
     def __init__(self, t: "RclpyTransport", name: str, action_type: str) -> None:
-        from rclpy.action import ActionClient
-
         self._cls = message_class(action_type)
-        self._client = ActionClient(t.node, self._cls, name, callback_group=t.group)
+        self._client = _race_free_action_client_class()(t.node, self._cls, name, callback_group=t.group)
         self._t = t
 
     def server_is_ready(self) -> bool:
