@@ -990,6 +990,63 @@ def test_a_heavy_load_makes_every_generation_critical_until_its_backlog_is_gone(
         Default(rho_tau_s=0.0)
 
 
+def test_a_saturation_on_an_engine_whose_adds_are_dear_serves_without_churn():
+    """Rule 14: where the effective load factor — offered tokens/s over the tokens/s of every
+    full-batch step, prefills and re-adds included — is at least `sat_rho` (1.0; it lasts down
+    to `sat_rho_off`, 0.7), on an engine whose added request costs at least `sat_add_price`
+    (0.5) of a one-generation step (the step-time model's c against a + b, priced once after
+    `sat_min_steps` steps, where a re-add is dear), nothing churns: no preemption, no yield, no
+    shrink, every generation critical, and every blocking statement is streamed past whatever
+    its predicted result.  Not on an engine whose adds are cheap, not below the load."""
+    c = ctx()
+
+    def loaded(c_add, arrivals=50, **kw):
+        p = Default(sat_min_steps=4, **kw)
+        _feed(p._steps, a=0.005, b=0.0007, c=c_add, d=0.0001)  # re-add: 8 tokens x 0.1 ms > 0.08 x 5.7 ms
+        p._load.step(0.08, 8, False)  # a full batch of 8 that also took work in: 100 tokens/s effective
+        p._load.saturate()
+        for i in range(arrivals):  # 50 replies of 20 tokens each over 5 s: ~2 x that capacity
+            p._load.arrive("tello", 5.0 + 0.1 * i, 20.0)
+        return p
+
+    def full_point(p):
+        urgent = gen("u", 10.0, URGENT)
+        urgent.blocked = "batch full (2)"
+        idle = gen("idle", 5.0, NORMAL, [seg(0, 9.0, 20.0)], state=GenState.RUNNING)  # due 29: deferrable
+        busy = gen("busy", 9.9, URGENT, state=GenState.RUNNING)
+        return p.select([urgent], [busy, idle], c, 10.0)
+
+    dear = loaded(c_add=0.006)  # an add costs about a one-generation step (6 ms against 5.7 ms; the fit reads 0.65)
+    assert dear._load.rho(10.0) == 0.0 and dear._load.rho(10.0, effective=True) >= 1.0  # (no heavy load)
+    assert dear.readd_dear(c, kept=False)
+    sel = full_point(dear)
+    assert dear._saturated and dear._adds_dear is True and dear.lead(c) == math.inf
+    assert sel.preempt == []  # rule 7 would take "idle" (the next test's setting)
+    assert dear.streams_unpredicted(c)
+    g = gen("g", 0.0, NORMAL, [seg(0, 10.0, 5.0)], state=GenState.RUNNING)
+    assert dear.suspend_at(g, g.segments[0], c, 10.0) is False  # a full batch, g not due: no yield
+    assert dear.streams_past(g, g.segments[0], c, 10.0) is True
+    cheap = loaded(c_add=0.001)  # 1 ms: under half a step (the fit: 0.05)
+    sel = full_point(cheap)
+    assert not cheap._saturated and cheap._adds_dear is False and ids(sel.preempt) == ["idle"]
+    assert not cheap.streams_unpredicted(c)
+    light = loaded(c_add=0.006, arrivals=10)
+    assert ids(full_point(light).preempt) == ["idle"] and not light._saturated and light._adds_dear is None
+    # it lasts down to sat_rho_off, and the engine's price stays as first read
+    assert 0.7 <= dear._load.rho(17.0, effective=True) < 1.0 and dear._load.rho(20.0, effective=True) < 0.7
+    assert dear.saturation(c, 17.0)  # on at the last point, still at least 0.7
+    dear._saturated = dear.saturation(c, 20.0)
+    assert not dear._saturated and not dear.saturation(c, 17.0)  # off: back only from 1.0
+    assert dear._adds_dear is True
+    assert not loaded(c_add=0.006, sat_rho=math.inf).saturation(c, 10.0)
+    assert Default().params()["sat_rho"] == 1.0 and Default().params()["sat_add_price"] == 0.5
+    assert make_policy("timelyllm").streams_unpredicted(c) is False
+    for k, bad in (("sat_rho", 0), ("sat_rho", math.nan), ("sat_rho_off", -1.0), ("sat_add_price", "1"),
+                   ("sat_min_steps", 2), ("sat_min_steps", 10.0), ("sat_rho_off", 2.0)):
+        with pytest.raises(ValueError, match=k):
+            Default(**{k: bad})
+
+
 def test_a_deep_load_ranks_steep_first_statements_before_every_reply_where_re_adds_are_cheap():
     """Rule 12's deep load (`steep_first_rho`, 3.5): under the heavy load, where the load factor is
     at least `steep_first_rho` and a re-add is cheap (`readd_dear` false), a first statement

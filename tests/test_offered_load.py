@@ -35,6 +35,12 @@ def test_rho_is_offered_tokens_over_full_batch_tokens():
     want = _rho_by_hand(arrivals, {"tello": 20.0, "chat": 90.0}, 78.4, 5.0, 60.0)
     assert load.rho(5.0) == pytest.approx(want)
     assert load.rho(5.0, engines=2) == pytest.approx(want / 2)  # a pool of two serves twice the tokens
+    # the effective capacity (rule 14): every full step, the prefill one too — a ratio of running
+    # means of outputs and seconds (weight 0.01), restarted where the largest batch grew
+    eff = 8 / (0.99 * (0.99 * 3.0 + 0.01 * 0.1) + 0.01 * 0.125)
+    assert load.eff_tps == pytest.approx(eff) and load.eff_width == 8
+    assert load.rho(5.0, effective=True) == pytest.approx(
+        _rho_by_hand(arrivals, {"tello": 20.0, "chat": 90.0}, eff, 5.0, 60.0))
     unsaturated = OfferedLoad(tau_s=60.0)
     unsaturated.arrive("tello", 0.0, 20.0)
     unsaturated.step(0.1, 2, True)

@@ -57,11 +57,14 @@ class Speculation:
         """SUSPEND mode, at blocking `seg`: the predicted result is the one the model goes on under
         when it is not given one (`_unwritten`) and the policy keeps g running past the statement
         (`Policy.streams_past`).  Then what follows is held and checked like any speculation
-        (`_assume`), without aborting g and re-adding it with the result appended."""
-        value = self.values.predict(g.request.robot_type, seg)
-        if value is None or not same_value(value, self._unwritten(g, seg)):
-            return False
-        return self.policy.streams_past(g, seg, self.context(), now)
+        (`_assume`), without aborting g and re-adding it with the result appended.  A policy may
+        ask for it whatever the prediction (`Policy.streams_unpredicted`)."""
+        ctx = self.context()
+        if not self.policy.streams_unpredicted(ctx):
+            value = self.values.predict(g.request.robot_type, seg)
+            if value is None or not same_value(value, self._unwritten(g, seg)):
+                return False
+        return self.policy.streams_past(g, seg, ctx, now)
 
     def _speculate(self, g: Generation, live: _Live, seg: Segment, now: float) -> None:
         """At blocking `seg`: append the predicted result and let g generate its next statement

@@ -346,6 +346,13 @@ class Policy(abc.ABC):
         appended is paid.  False (the default): suspend, and `speculates` decides what follows."""
         return False
 
+    def streams_unpredicted(self, ctx: PolicyContext) -> bool:
+        """SUSPEND mode: True = `streams_past` is asked at every blocking statement, also where
+        the predicted result is another one or none (what follows is held and checked against the
+        robot's result all the same: a different one rolls it back).  False (the default): only
+        where the prediction is the result the model goes on under untold."""
+        return False
+
     def batching(self) -> str:
         """Batch-size controller the planner uses when no fixed cap is given:
         "latency-guided" (TimelyLLM §4.4) or "continuous" (vLLM-style, capped at max_num_seqs)."""

@@ -148,6 +148,20 @@ At each scheduling point (``select``):
    every whole-reply rank, so a new urgent plan preempts nearly finished flatter replies instead
    of waiting minutes behind them (the RTX 4090's drones:1600 cap 4, both columns; read off its
    online ρ, 4.5–6.3, against 1.4–3.2 where the heavy order wins: docs/results/2026-11-29-churn.md).
+14. saturation (``sat_rho`` 1.0, ``sat_rho_off`` 0.7, ``sat_add_price`` 0.5, ``sat_min_steps``
+   300; `saturation`): where the *effective* load factor — the offered tokens per second over
+   the tokens per second of every full-batch step, prefills and re-adds included
+   (`OfferedLoad.rho(effective=True)`) — is at least ``sat_rho`` (it lasts down to
+   ``sat_rho_off``), on an engine whose added request costs at least ``sat_add_price`` of a
+   one-generation step (the step-time model's c against a + b, read once, where the mode first
+   applies after ``sat_min_steps`` steps and a re-add is dear; under a saturation the batch runs
+   at one width and the fit drifts), nothing churns: no preemption (rule 7), no yield (rule 5),
+   no shrink (rule 10), every generation critical, and every blocking statement is streamed past
+   whatever its predicted result (`streams_unpredicted`; a different result still rolls the held
+   statement back).  There each swap pays an add that costs the whole batch about a step, more
+   than the waiter gains: `vllm_cpu_tiny` drones:800 cap 8, accrued −397.6 → −69.6 %
+   (`vllm-priority` −70.5 %), where the edge board (an add ~0.3 of a step) needs its first
+   statements to preempt (simulator, docs/results/2026-11-29-saturation.md).
 
 At each statement boundary (``suspend_at``, rule 5) a generation keeps its slot and streams on, unless the
 batch is full — a batch cap or KV memory refused a ready generation (with ``memory_full``, also
@@ -185,7 +199,7 @@ its last, partial block (rule 5's price then sees no dear re-add); where kept KV
 engine, the planner releases it (`Planner._release_pinned`).  All stored cells: 280 -> 282 of 348
 pass, none lost (the RTX 4090's drones:400 cap 8 and our edge burst fleet cap 8, preserve column);
 no stock-column record moves (simulator, docs/results/2026-11-28-keep-kv.md).
-(About 950 lines: the thirteen rules, stated here, and their vectorised `select`; the same
+(About 1,000 lines: the fourteen rules, stated here, and their vectorised `select`; the same
 point for a handful of live generations, in plain Python, is default_small.py; the step-time
 model is step_time.py.)
 """
@@ -288,7 +302,8 @@ class Default(Policy):
                  plan_depth_s: float = 8.0, steep_cap: bool = True, stream_past: bool = True,
                  yield_price: float = 0.08, yield_backlog_s: float = 30.0, keep_kv: bool = True,
                  keep_kv_min_free: float = 0.25, victim_readd: bool = True, heavy_rho: float = 1.6,
-                 rho_tau_s: float = 60.0, steep_first_rho: float = 3.5) -> None:
+                 rho_tau_s: float = 60.0, steep_first_rho: float = 3.5, sat_rho: float = 1.0,
+                 sat_rho_off: float = 0.7, sat_add_price: float = 0.5, sat_min_steps: int = 300) -> None:
         for k, v in (("preempt", preempt), ("kv_budget", kv_budget), ("pace", pace), ("memory_full", memory_full),
                      ("speculate", speculate), ("overload", overload), ("plan_order", plan_order),
                      ("steep_cap", steep_cap), ("stream_past", stream_past), ("keep_kv", keep_kv),
@@ -320,6 +335,24 @@ class Default(Policy):
                              f"got {steep_first_rho!r}")
         self.steep_first_rho = float(steep_first_rho)
         self._steep_first = False  # rule 12's deep load at this scheduling point: steep first statements first
+        for k, v, what in (("sat_rho", sat_rho, "> 0 (rule 14: the effective load factor from which it applies; "
+                            "inf: never)"), ("sat_rho_off", sat_rho_off, "> 0 (rule 14 lasts while the effective "
+                            "load factor is at least this)"), ("sat_add_price", sat_add_price, "> 0 (rule 14: an "
+                            "add's step-time term over a one-generation step)")):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"{k} must be a number {what}, got {v!r}")
+        if not sat_rho_off <= sat_rho:
+            raise ValueError(f"sat_rho_off must be at most sat_rho (rule 14's hysteresis), got {sat_rho_off!r} > {sat_rho!r}")
+        if isinstance(sat_min_steps, bool) or not isinstance(sat_min_steps, int) or not sat_min_steps >= 4:
+            raise ValueError(f"sat_min_steps must be an integer >= 4 (engine steps before rule 14 prices an add), "
+                             f"got {sat_min_steps!r}")
+        self.sat_rho = float(sat_rho)
+        self.sat_rho_off = float(sat_rho_off)
+        self.sat_add_price = float(sat_add_price)
+        self.sat_min_steps = sat_min_steps
+        self._saturated = False  # rule 14 applies at this scheduling point
+        self._adds_dear: bool | None = None  # rule 14's verdict on this engine (None: not priced yet)
+        self._rho_eff_at = (-math.inf, 0.0)  # (when, the effective load factor then)
         self._load = OfferedLoad(tau_s=rho_tau_s)  # rule 12's load factor (validates rho_tau_s)
         self._heavy = False  # rule 12's heavy load at this scheduling point: every generation critical
         self._rho_at = (-math.inf, 0.0)  # (when, the load factor then): `load_factor`
@@ -430,8 +463,9 @@ class Default(Policy):
         self._seg_ver += 1
 
     def lead(self, ctx: PolicyContext) -> float:
-        """Slack at or below which a generation is critical (every one under a heavy load: rule 12)."""
-        if self._heavy:
+        """Slack at or below which a generation is critical (every one under a heavy load, rule
+        12, and a saturation, rule 14)."""
+        if self._heavy or self._saturated:
             return math.inf
         return max(self.min_lead_s, self.lead_steps * ctx.token_s)
 
@@ -494,6 +528,7 @@ class Default(Policy):
         if full:
             self._load.saturate()  # (rule 12's load factor: the largest batch seen is the full one)
         self._heavy = self.heavy_load(ctx, now)
+        self._saturated = self.saturation(ctx, now)
         self._steep_first = self._heavy and self.deep_load(ctx, now)
         token_s, lead, pred = self._point_terms(ctx)
         n_run = len(running)
@@ -700,7 +735,7 @@ class Default(Policy):
             order = self._fit_memory(order, running, ctx, tokens)
             held = self.memory_full and len(order) < n_in
         preempt: list[Generation] = []
-        if self.preempt and full and critical:
+        if self.preempt and full and critical and not self._saturated:  # (rule 14: no preemption)
             # token-level preemption, one for one: deferrable victims first, then critical ones
             # by ATC priority, lowest first (rules in the module docstring)
             crit_ids = {id(g) for g in run_crit}
@@ -730,7 +765,7 @@ class Default(Policy):
         drain = now - self._first_seen >= self.drain_after_s  # rule 10 lifted: only continuations left
         cap = None if drain else self._cap_total(ctx, len(running) - len(preempt))  # (`_cap_room`'s)
         room = None if cap is None else max(0, cap - len(running) + len(preempt))
-        if self.steep_cap and first and cap is not None:
+        if self.steep_cap and first and cap is not None and not self._saturated:  # (rule 14: no shrink)
             n_pre = len(preempt)
             preempt = self._shrink(running, preempt, cap, order[:1])
             if len(preempt) > n_pre:  # shrunk to the cap: no room left (any head `_head_needed` gives cuts alike)
@@ -834,6 +869,28 @@ class Default(Policy):
         put urgent first actions minutes late (docs/results/2026-11-29-churn.md).  Where a re-add is dear (the edge board,
         `vllm_cpu_tiny`, in either column) those preemptions cost more than they buy."""
         return self.load_factor(ctx, now) >= self.steep_first_rho and not self.readd_dear(ctx, kept=False)
+
+    def saturation(self, ctx: PolicyContext, now: float) -> bool:
+        """Rule 14 at this point (called once per `select`, after rule 12's heavy load): the
+        effective load factor (`OfferedLoad.rho(effective=True)`, read at most every
+        `_RHO_EVERY_S`) is at least `sat_rho`, or was at the last point and is still at least
+        `sat_rho_off` — on an engine whose add is dear: the step-time model's term of an added
+        request (c) is at least `sat_add_price` of a one-generation step (a + b), priced once,
+        where the mode would first apply after `sat_min_steps` steps and a re-add is dear
+        (`readd_dear`, priced whatever KV is kept) — under a saturation the fit drifts (the
+        steps' prefills and adds move together), so the first reading is the engine's."""
+        if self.sat_rho == math.inf or self._steps.n < 4:
+            return False
+        t, rho = self._rho_eff_at
+        if not t <= now < t + _RHO_EVERY_S:
+            rho = self._load.rho(now, ctx.engines, _PLAN_FALLBACK, effective=True)
+            self._rho_eff_at = (now, rho)
+        on = rho >= self.sat_rho or (self._saturated and rho >= self.sat_rho_off)
+        if (on and self._adds_dear is None and self._steps.n >= self.sat_min_steps
+                and self.readd_dear(ctx, kept=False)):
+            a, b, c = self._steps.coefficients(ctx.token_s)
+            self._adds_dear = c >= self.sat_add_price * (a + b)
+        return on and self._adds_dear is True
 
     def load_factor(self, ctx: PolicyContext, now: float) -> float:
         """ρ (`offered_load.py`), read again at most every `_RHO_EVERY_S` (a signal averaged
@@ -983,7 +1040,7 @@ class Default(Policy):
         """Rule 5 at a statement end: g frees its slot when the batch is full and its next
         statement is not due within the lead — unless nobody waiting outranks it (rule 12) or the
         yield is not worth its re-add (`_yield_priced`)."""
-        if not self._full:
+        if not self._full or self._saturated:  # (rule 14: no yield)
             return False
         if self._plan and self.plan_priorities([g], ctx.token_s)[0] >= self._head_pri:
             return False  # rule 12: nobody waiting outranks g, so yielding would only cost a re-add
@@ -1033,9 +1090,18 @@ class Default(Policy):
         statement end, rule 11 sees no late backlog and memory was not short at the last point
         (rule 6's KV budget cut nothing the step-time cap would have admitted).  Otherwise g suspends and its speculation comes back by the policy's
         order: the statement it generates cannot be dispatched before the robot answers, so under
-        a backlog or short memory it would hold a slot or KV that waiting work needs."""
+        a backlog or short memory it would hold a slot or KV that waiting work needs.  Under rule
+        14 g always streams on (`streams_unpredicted`: whatever result is predicted)."""
+        if self._saturated:
+            return self.speculate and self.stream_past
         return (self.speculate and self.stream_past and self._queue_s <= 0.0 and not self._mem_cut
                 and not self._yields_slot(g, ctx, now))
+
+    def streams_unpredicted(self, ctx: PolicyContext) -> bool:
+        """Rule 14: under a saturation `streams_past` is asked at every blocking statement, also
+        where the predicted result is not the one the model assumes untold (a suspension there
+        would cost a re-add, dear on this engine; a different result still rolls back)."""
+        return self._saturated
 
     def speculates(self, g: Generation, seg: Segment, ctx: PolicyContext) -> bool:
         """Rule 8: after a blocking statement, generate the next one under the predicted result
@@ -1057,4 +1123,5 @@ class Default(Policy):
                 "yield_price": self.yield_price, "yield_backlog_s": self.yield_backlog_s, "keep_kv": self.keep_kv,
                 "keep_kv_min_free": self.keep_kv_min_free,
                 "victim_readd": self.victim_readd, "heavy_rho": self.heavy_rho, "rho_tau_s": self._load.tau_s,
-                "steep_first_rho": self.steep_first_rho}
+                "steep_first_rho": self.steep_first_rho, "sat_rho": self.sat_rho, "sat_rho_off": self.sat_rho_off,
+                "sat_add_price": self.sat_add_price, "sat_min_steps": self.sat_min_steps}

@@ -20,6 +20,11 @@ those that lose with it (0.19–1.45).  Online both halves are estimates:
             a step outgrows the ones it holds) — times the engines serving the batch; read only
             once the batch has reached its limit (`saturate`): until then the largest batch seen
             is not the full one, and ρ is 0
+  effective the same offered load over the tokens per second of *every* full-batch step —
+            prefills, new requests and re-adds included: what the engine delivers while it
+            also takes work in (`rho(effective=True)`; `default`'s rule 14) — the ratio of
+            running means of outputs and durations (weight `len_weight` / 10: the steps vary
+            with what they take in, and the ratio of means weighs each by its time)
 
 Pure: no clock, no I/O; the caller passes the times (`now`, a request's arrival).
 """
@@ -50,6 +55,10 @@ class OfferedLoad:
     max_outputs: int = field(default=0, init=False)
     full_tps: float = field(default=0.0, init=False)  # tokens/s of the decode-only steps at a full batch (0: none seen)
     held_width: int = field(default=0, init=False)  # the narrowest step in that mean
+    eff_tps: float = field(default=0.0, init=False)  # tokens/s of every full-batch step (0: none seen)
+    eff_width: int = field(default=0, init=False)  # the narrowest step in that mean
+    _eff_out: float = field(default=0.0, init=False)  # ... its running means: outputs and seconds
+    _eff_s: float = field(default=0.0, init=False)
     saturated: bool = field(default=False, init=False)  # the batch reached its limit once (`saturate`)
 
     def __post_init__(self) -> None:
@@ -88,6 +97,15 @@ class OfferedLoad:
         if outputs > self.max_outputs:
             self.max_outputs = outputs
         full = self.full_share * self.max_outputs
+        if outputs >= full:  # the effective capacity: every full-batch step
+            w = self.len_weight * 0.1
+            if self.eff_width < full:  # the steps held so far are no full ones now
+                self._eff_out, self._eff_s, self.eff_width = float(outputs), float(duration_s), outputs
+            else:
+                self._eff_out = (1 - w) * self._eff_out + w * outputs
+                self._eff_s = (1 - w) * self._eff_s + w * duration_s
+                self.eff_width = min(self.eff_width, outputs)
+            self.eff_tps = self._eff_out / self._eff_s
         if decode_only and outputs >= full:
             tps = outputs / duration_s
             w = self.len_weight
@@ -104,10 +122,12 @@ class OfferedLoad:
         a full batch and would make any load look heavy."""
         self.saturated = True
 
-    def rho(self, now: float, engines: int = 1, fallback_len: float = 256.0) -> float:
-        """ρ at `now` (`engines` serving the batch, each at `full_tps`); 0.0 before an arrival,
-        before the batch reached its limit (`saturate`) or before a full decode-only step."""
-        if self.first_at is None or not self.saturated or not self.full_tps > 0:
+    def rho(self, now: float, engines: int = 1, fallback_len: float = 256.0, effective: bool = False) -> float:
+        """ρ at `now` (`engines` serving the batch, each at `full_tps`; `effective`: at
+        `eff_tps`); 0.0 before an arrival, before the batch reached its limit (`saturate`) or
+        before a full decode-only step (`effective`: a full step)."""
+        tps = self.eff_tps if effective else self.full_tps
+        if self.first_at is None or not self.saturated or not tps > 0:
             return 0.0
         tau = self.tau_s
         span = max(self.min_span_s, now - self.first_at)  # the decayed count's window: tau x (1 - exp(-span / tau))
@@ -116,4 +136,4 @@ class OfferedLoad:
             n = self.reply_len.get(rt, self.guess.get(rt, fallback_len))
             offered += a.count * math.exp(-max(0.0, now - a.at) / tau) * n
         offered /= tau * (1 - math.exp(-span / tau))
-        return offered / (self.full_tps * max(1, engines))
+        return offered / (tps * max(1, engines))
