@@ -877,8 +877,9 @@ class Default(Policy):
         `sat_rho_off` — on an engine whose add is dear: the step-time model's term of an added
         request (c) is at least `sat_add_price` of a one-generation step (a + b), priced once,
         where the mode would first apply after `sat_min_steps` steps and a re-add is dear
-        (`readd_dear`, priced whatever KV is kept) — under a saturation the fit drifts (the
-        steps' prefills and adds move together), so the first reading is the engine's."""
+        (`readd_dear`, priced whatever KV is kept) — under a saturation the batch runs at one
+        width, a and b are no longer told apart and a drifts, so the first reading is the
+        engine's."""
         if self.sat_rho == math.inf or self._steps.n < 4:
             return False
         t, rho = self._rho_eff_at
