@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m timelyllm_ros.executors.tello_emulator --host 127.0.0.2`: one emulated drone
     until SIGINT/SIGTERM (what `timelyllm demo` runs beside its djitellopy executor node)."""
     import argparse
-    import signal
+    from timelyllm_ros.signals import stop_on_signals
 
     ap = argparse.ArgumentParser(description="DJI Tello emulator (SDK 2.0 text protocol over UDP)")
     ap.add_argument("--host", default="127.0.0.2", help="loopback address of this drone (default 127.0.0.2)")
@@ -311,9 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log", default=None, help="append every command as a JSON line to this file")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    done = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
+    done = stop_on_signals()  # (its handler takes no lock: signals.py)
     try:
         emu = TelloEmulator(args.host, args.port, state_port=args.state_port, move_s_per_cm=args.move_s_per_cm,
                             turn_s_per_deg=args.turn_s_per_deg, takeoff_s=args.takeoff_s, log_path=args.log)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -22,6 +21,7 @@ from timelyllm_ros.core.planner import Planner
 from timelyllm_ros.core.robots import RobotSpec, RobotSpecError, load_robots
 from timelyllm_ros.inputs import InputError
 from timelyllm_ros.paths import data_dir
+from timelyllm_ros.signals import stop_on_signals
 from timelyllm_ros.transport.base import join_name
 
 from .params import EXECUTOR_PARAMS, PLANNER_PARAMS, ConfigError, coerce, defaults
@@ -312,21 +312,14 @@ def build_planner(params: dict[str, Any]) -> NodePlanner:
 
 
 def _spin_until_signal() -> None:
-    """Until SIGINT or SIGTERM (logged: a shutdown that then hangs shows how far it got)."""
-    got: list[int] = []
-    done = threading.Event()
-
-    def on_signal(sig: int, _frame: Any) -> None:
-        got.append(sig)
-        done.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, on_signal)
+    """Until SIGINT or SIGTERM (logged: a shutdown that then hangs shows how far it got).  The
+    handler takes no lock (`signals.StopFlag`)."""
+    stop = stop_on_signals()
     # timed: a signal delivered to another thread only runs its Python handler when the main
     # thread wakes up, which an untimed wait never does
-    while not done.wait(0.2):
+    while not stop.wait(0.2):
         pass
-    log.info("%s received: shutting down (deactivate, cleanup)", signal.Signals(got[0]).name)
+    log.info("%s received: shutting down (deactivate, cleanup)", signal.Signals(stop.signal).name)
 
 
 def _stray_args(args: list[str]) -> list[str]:

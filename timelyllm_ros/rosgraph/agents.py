@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 import threading
 import time
@@ -21,13 +20,14 @@ from typing import Any
 
 from timelyllm_ros.ros import convert
 from timelyllm_ros.ros import interfaces
+from timelyllm_ros.signals import StopFlag, stop_on_signals
 from timelyllm_ros.transport.base import QOS_LATCHED, QOS_RELIABLE_DEEP, join_name
 
 log = logging.getLogger("timelyllm.agents")
 START_TOPIC = "/demo_start"
 
 
-def publish_schedule(pub: Any, arrivals: list[Any], t0: float, stop: threading.Event) -> int:
+def publish_schedule(pub: Any, arrivals: list[Any], t0: float, stop: StopFlag | threading.Event) -> int:
     """Publish each arrival's request at t0 + its time (wall clock); returns how many went out."""
     n = 0
     for a in sorted(arrivals, key=lambda a: (a.time, a.request_id)):
@@ -66,9 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.robot_type:
         arrivals = [a for a in arrivals if a.robot_type in set(args.robot_type)]
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()  # (its handler takes no lock: signals.py)
     t = RclpyTransport("agents", args=["timelyllm-agents"])
     try:
         pub = t.publisher(join_name(args.planner_ns, "plan_requests"), interfaces.PLAN_REQUEST, qos=QOS_RELIABLE_DEEP)
