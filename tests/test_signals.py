@@ -30,3 +30,6 @@ def test_set_by_code_and_waits_in_short_sleeps():
     threading.Timer(0.05, flag.set).start()
     assert flag.wait(10.0) is True and flag.signal == 0
     assert StopFlag().wait(0.0) is False
+    later = StopFlag()
+    threading.Timer(0.05, later.set, (15,)).start()
+    assert later.wait() is True and later.signal == 15  # no timeout: until set

@@ -9,6 +9,7 @@ set by one assignment and waited for by short sleeps, so its handler takes no lo
 
 from __future__ import annotations
 
+import math
 import signal
 import time
 
@@ -25,10 +26,11 @@ class StopFlag:
     def is_set(self) -> bool:
         return self.signal is not None
 
-    def wait(self, timeout_s: float) -> bool:
-        """True once set; False after `timeout_s` (polled every 20 ms at most: a handler runs
-        when the main thread's sleep returns)."""
-        end = time.monotonic() + timeout_s
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """True once set; False after `timeout_s` (None: no limit).  Polled in sleeps of 20 ms at
+        most, so a signal another thread received still runs its handler in the main thread
+        when the sleep returns (an untimed wait would never return)."""
+        end = math.inf if timeout_s is None else time.monotonic() + timeout_s
         while self.signal is None:
             left = end - time.monotonic()
             if left <= 0:

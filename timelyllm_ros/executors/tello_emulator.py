@@ -320,10 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with emu:
         log.info("emulated Tello listening on %s:%d", args.host, args.port)
-        # a timed wait: a signal the kernel hands to another thread only sets Python's flag, and
-        # an untimed wait in the main thread would never run the handler
-        while not done.wait(0.2):
-            pass
+        done.wait()
         log.info("emulated Tello %s stopping", args.host)
     return 0
 

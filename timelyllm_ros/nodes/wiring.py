@@ -315,10 +315,7 @@ def _spin_until_signal() -> None:
     """Until SIGINT or SIGTERM (logged: a shutdown that then hangs shows how far it got).  The
     handler takes no lock (`signals.StopFlag`)."""
     stop = stop_on_signals()
-    # timed: a signal delivered to another thread only runs its Python handler when the main
-    # thread wakes up, which an untimed wait never does
-    while not stop.wait(0.2):
-        pass
+    stop.wait()
     log.info("%s received: shutting down (deactivate, cleanup)", signal.Signals(stop.signal).name)
 
 

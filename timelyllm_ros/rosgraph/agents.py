@@ -27,7 +27,7 @@ log = logging.getLogger("timelyllm.agents")
 START_TOPIC = "/demo_start"
 
 
-def publish_schedule(pub: Any, arrivals: list[Any], t0: float, stop: StopFlag | threading.Event) -> int:
+def publish_schedule(pub: Any, arrivals: list[Any], t0: float, stop: StopFlag) -> int:
     """Publish each arrival's request at t0 + its time (wall clock); returns how many went out."""
     n = 0
     for a in sorted(arrivals, key=lambda a: (a.time, a.request_id)):
@@ -92,8 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                         args.subscribers)
         n = publish_schedule(pub, arrivals, start["t0"], stop)
         log.info("published %d of %d requests", n, len(arrivals))
-        while not stop.wait(0.2):  # timed: see nodes.wiring._spin_until_signal
-            pass
+        stop.wait()
     finally:
         t.close()
     return 0
