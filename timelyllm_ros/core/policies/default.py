@@ -352,7 +352,7 @@ class Default(Policy):
         self.sat_min_steps = sat_min_steps
         self._saturated = False  # rule 14 applies at this scheduling point
         self._adds_dear: bool | None = None  # rule 14's verdict on this engine (None: not priced yet)
-        self._rho_eff_at = (-math.inf, 0.0)  # (when, the effective load factor then)
+        self._rho_eff_at = (-math.inf, 0.0)  # (when, the effective load factor then): `load_factor`
         self._load = OfferedLoad(tau_s=rho_tau_s)  # rule 12's load factor (validates rho_tau_s)
         self._heavy = False  # rule 12's heavy load at this scheduling point: every generation critical
         self._rho_at = (-math.inf, 0.0)  # (when, the load factor then): `load_factor`
@@ -882,10 +882,7 @@ class Default(Policy):
         engine's."""
         if self.sat_rho == math.inf or self._steps.n < 4:
             return False
-        t, rho = self._rho_eff_at
-        if not t <= now < t + _RHO_EVERY_S:
-            rho = self._load.rho(now, ctx.engines, _PLAN_FALLBACK, effective=True)
-            self._rho_eff_at = (now, rho)
+        rho = self.load_factor(ctx, now, effective=True)
         on = rho >= self.sat_rho or (self._saturated and rho >= self.sat_rho_off)
         if (on and self._adds_dear is None and self._steps.n >= self.sat_min_steps
                 and self.readd_dear(ctx, kept=False)):
@@ -893,14 +890,18 @@ class Default(Policy):
             self._adds_dear = c >= self.sat_add_price * (a + b)
         return on and self._adds_dear is True
 
-    def load_factor(self, ctx: PolicyContext, now: float) -> float:
-        """ρ (`offered_load.py`), read again at most every `_RHO_EVERY_S` (a signal averaged
-        over `rho_tau_s`, whose exps need not be paid at every point); 0.0 until the batch
-        reached its limit (`OfferedLoad.rho`)."""
-        t, rho = self._rho_at
+    def load_factor(self, ctx: PolicyContext, now: float, effective: bool = False) -> float:
+        """ρ (`offered_load.py`; `effective`: over the capacity of every full-batch step, rule
+        14), each read again at most every `_RHO_EVERY_S` (a signal averaged over `rho_tau_s`,
+        whose exps need not be paid at every point); 0.0 until the batch reached its limit
+        (`OfferedLoad.rho`)."""
+        t, rho = self._rho_eff_at if effective else self._rho_at
         if not t <= now < t + _RHO_EVERY_S:
-            rho = self._load.rho(now, ctx.engines, _PLAN_FALLBACK)
-            self._rho_at = (now, rho)
+            rho = self._load.rho(now, ctx.engines, _PLAN_FALLBACK, effective=effective)
+            if effective:
+                self._rho_eff_at = (now, rho)
+            else:
+                self._rho_at = (now, rho)
         return rho
 
     def plan_priorities(self, gens: Sequence[Generation], token_s: float) -> list[float]:
@@ -1093,10 +1094,8 @@ class Default(Policy):
         order: the statement it generates cannot be dispatched before the robot answers, so under
         a backlog or short memory it would hold a slot or KV that waiting work needs.  Under rule
         14 g always streams on (`streams_unpredicted`: whatever result is predicted)."""
-        if self._saturated:
-            return self.speculate and self.stream_past
-        return (self.speculate and self.stream_past and self._queue_s <= 0.0 and not self._mem_cut
-                and not self._yields_slot(g, ctx, now))
+        return self.speculate and self.stream_past and (
+            self._saturated or (self._queue_s <= 0.0 and not self._mem_cut and not self._yields_slot(g, ctx, now)))
 
     def streams_unpredicted(self, ctx: PolicyContext) -> bool:
         """Rule 14: under a saturation `streams_past` is asked at every blocking statement, also
