@@ -79,7 +79,8 @@ def test_killed_planner_goals_stop_within_the_lease_and_are_refused_later(t, tmp
         assert "lost: no heartbeat" in out and "trigger" not in out, out[-3000:]
 
         # the executor's own account: the stopped goal, the aborted queued ones, the robot's state
-        resp = t.call_service(f"/{robot}/{GOAL_STATES_SERVICE}", ifc.GET_GOAL_STATES, {"request_id": ""}, timeout_s=10)
+        resp = t.call_service(f"/{robot}/{GOAL_STATES_SERVICE}", ifc.GET_GOAL_STATES, {"request_id": ""}, timeout_s=10,
+                              resend_s=1.0)
         assert resp is not None
         states = {(g["request_id"], g["segment_index"]): g for g in resp["goals"]}
         mine = [g for k, g in states.items() if k[0] in rids]
