@@ -223,6 +223,49 @@ def test_poisson_rate_is_respected_statistically(tmp_path, catalog, robots):
     assert abs(n - mean) < 4 * math.sqrt(mean)
 
 
+PHASED = GOOD.replace("duration_s: 30", "duration_s: 2000").replace(
+    "events: {rate_per_s: 0.5, max_tasks_per_event: 3}",
+    "events:\n  - {rate_per_s: 0.5}\n  - {from_s: 1000, rate_per_s: 2.0, min_tasks_per_event: 2, max_tasks_per_event: 2}")
+
+
+def test_phases_change_the_rate_and_tasks_per_event_from_their_start(tmp_path, catalog, robots):
+    """`events` as a list of phases (a light start, then a surge): each phase is a Poisson process
+    of its own rate and tasks per event, from its `from_s` to the next phase's."""
+    arr = expand(load_workload(_write(tmp_path, PHASED)), catalog, robots)
+    light = Counter(a.time for a in arr if a.time < 1000)
+    surge = Counter(a.time for a in arr if a.time >= 1000)
+    assert set(light.values()) == {1} and set(surge.values()) == {2}
+    for events, mean in ((len(light), 0.5 * 1000), (len(surge), 2.0 * 1000)):
+        assert abs(events - mean) < 4 * math.sqrt(mean), (events, mean)
+    assert max(a.time for a in arr) < 2000
+    surge = load_workload("surge")  # the bundled one: a light start, then drones:2000's rate
+    assert (surge.rate_per_s, [(p.from_s, p.rate_per_s) for p in surge.later_phases]) == (1.0, [(20.0, 20.0)])
+    # one phase as a list is the mapping form: the same arrivals
+    one = GOOD.replace("events: {rate_per_s: 0.5, max_tasks_per_event: 3}",
+                       "events:\n  - {rate_per_s: 0.5, max_tasks_per_event: 3}")
+    assert (expand(load_workload(_write(tmp_path, one, "one.yaml")), catalog, robots)
+            == expand(load_workload(_write(tmp_path, GOOD, "map.yaml")), catalog, robots))
+
+
+@pytest.mark.parametrize("events,line,fragment", [
+    ("events:\n  - {from_s: 5, rate_per_s: 1}\n", 4, "events[0].from_s: the first phase starts at 0, got 5"),
+    ("events:\n  - {rate_per_s: 1}\n  - {from_s: 8, rate_per_s: 2}\n  - {from_s: 8, rate_per_s: 3}\n", 6,
+     "events[2].from_s: must be after the previous phase's (8), got 8"),
+    ("events:\n  - {rate_per_s: 1}\n  - {rate_per_s: 2}\n", 5, "events[1]: missing required key 'from_s'"),
+    ("events:\n  - {rate_per_s: 1}\n  - {from_s: 30, rate_per_s: 2}\n", 5, "events[1].from_s: must be before duration_s (30), got 30"),
+    ("events:\n  - {rate_per_s: 1}\n  - {from_s: 3, rate_per_s: 0}\n", 5, "events[1].rate_per_s: must be > 0"),
+    ("events: []\n", 3, "events: must be a mapping or a non-empty list of phases"),
+    ("events: {from_s: 0, rate_per_s: 1}\n", 3, "events.from_s: unknown key"),
+])
+def test_malformed_phases_name_line_and_reason(tmp_path, events, line, fragment):
+    text = "name: x\nduration_s: 30\n" + events + "agents: {tello: 1}\ntraces: [1]\n"
+    p = _write(tmp_path, text)
+    with pytest.raises(WorkloadError) as e:
+        load_workload(p)
+    msg = str(e.value)
+    assert msg.startswith(f"{p}:{line}:") and fragment in msg, msg
+
+
 def test_default_catalog_merges_bundled_catalogs_and_rejects_duplicates(tmp_path, robots):
     from timelyllm_ros.workloads.format import default_catalog
     from timelyllm_ros.workloads.catalog import TASKS_FILE

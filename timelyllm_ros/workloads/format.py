@@ -11,6 +11,9 @@ passed in as a catalog.  Format::
     network_latency_s: 0.008                # per dispatched segment (paper: 8 ms); optional
     events: {rate_per_s: 0.25, max_tasks_per_event: 8}   # Poisson events, 1..max tasks each
     # events: {rate_per_s: 0.05, min_tasks_per_event: 32, max_tasks_per_event: 48}  # min..max (bursts)
+    # events:                               # ... or phases: each from its from_s to the next's
+    #   - {rate_per_s: 0.5, max_tasks_per_event: 4}              # (the first from 0)
+    #   - {from_s: 20, rate_per_s: 8, max_tasks_per_event: 4}    # a surge after a light start
     agents: {tello: 25}                     # count per robot type ...
     # agents: [{robot_id: drone0, robot_type: tello}, ...]   # ... or an explicit list
     traces: [1, 2, 3, 4, 5, 6, 7, 8]        # task ids (n -> "Tn") drawn uniformly per task
@@ -98,6 +101,17 @@ class ExplicitRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class EventPhase:
+    """A later phase of the generated arrivals: from `from_s` (to the next phase's, or the
+    workload's end) events come at `rate_per_s` with min..max tasks each."""
+
+    from_s: float
+    rate_per_s: float
+    min_tasks_per_event: int = 1
+    max_tasks_per_event: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     name: str
     description: str
@@ -113,6 +127,8 @@ class Workload:
     agent_busy_margin_s: float = DEFAULT_BUSY_MARGIN_S
     source: str = "<workload>"
     min_tasks_per_event: int = 1  # tasks per event are drawn uniformly from min..max
+    # phases after the first (whose rate and tasks per event are the fields above), by from_s
+    later_phases: tuple[EventPhase, ...] = ()
     lines: Mapping[tuple, int] = field(default_factory=dict, compare=False, repr=False)
 
     def where(self, path: tuple) -> str:
@@ -263,16 +279,29 @@ def parse_workload(data: Any, source: str = "<workload>", lines: dict[tuple, int
     latency = v.number(d.get("network_latency_s", DEFAULT_NETWORK_LATENCY_S), ("network_latency_s",), lo=0)
     margin = v.number(d.get("agent_busy_margin_s", DEFAULT_BUSY_MARGIN_S), ("agent_busy_margin_s",), lo=0)
 
-    rate, max_tpe, min_tpe = 0.0, 1, 1
+    phases: list[EventPhase] = []
     if "events" in d:
-        ev = v.mapping(d["events"], ("events",), {"rate_per_s", "min_tasks_per_event", "max_tasks_per_event"},
-                       {"rate_per_s"})
-        rate = v.number(ev["rate_per_s"], ("events", "rate_per_s"), lo=0, strict=True)
-        max_tpe = v.integer(ev.get("max_tasks_per_event", 1), ("events", "max_tasks_per_event"), lo=1)
-        min_tpe = v.integer(ev.get("min_tasks_per_event", 1), ("events", "min_tasks_per_event"), lo=1)
-        if min_tpe > max_tpe:
-            raise v.fail(("events", "min_tasks_per_event"),
-                         f"must be <= max_tasks_per_event ({max_tpe}), got {min_tpe}")
+        evs = d["events"]
+        if isinstance(evs, list) and not evs:
+            raise v.fail(("events",), "must be a mapping or a non-empty list of phases")
+        for i, ev in enumerate(evs if isinstance(evs, list) else [evs]):
+            p = ("events", i) if isinstance(evs, list) else ("events",)
+            keys = {"rate_per_s", "min_tasks_per_event", "max_tasks_per_event"}
+            ev = v.mapping(ev, p, keys | ({"from_s"} if isinstance(evs, list) else set()),
+                           {"rate_per_s"} | ({"from_s"} if i else set()))
+            start = v.number(ev.get("from_s", 0.0), p + ("from_s",), lo=0)
+            if i == 0 and start != 0:
+                raise v.fail(p + ("from_s",), f"the first phase starts at 0, got {start:g}")
+            if phases and start <= phases[-1].from_s:
+                raise v.fail(p + ("from_s",), f"must be after the previous phase's ({phases[-1].from_s:g}), got {start:g}")
+            rate = v.number(ev["rate_per_s"], p + ("rate_per_s",), lo=0, strict=True)
+            max_tpe = v.integer(ev.get("max_tasks_per_event", 1), p + ("max_tasks_per_event",), lo=1)
+            min_tpe = v.integer(ev.get("min_tasks_per_event", 1), p + ("min_tasks_per_event",), lo=1)
+            if min_tpe > max_tpe:
+                raise v.fail(p + ("min_tasks_per_event",),
+                             f"must be <= max_tasks_per_event ({max_tpe}), got {min_tpe}")
+            phases.append(EventPhase(start, rate, min_tpe, max_tpe))
+    first = phases[0] if phases else EventPhase(0.0, 0.0)
 
     traces: list[str] = []
     if "traces" in d:
@@ -311,6 +340,9 @@ def parse_workload(data: Any, source: str = "<workload>", lines: dict[tuple, int
 
     if "duration_s" in d:
         duration = v.number(d["duration_s"], ("duration_s",), lo=0, strict=True)
+        if len(phases) > 1 and phases[-1].from_s >= duration:
+            raise v.fail(("events", len(phases) - 1, "from_s"),
+                         f"must be before duration_s ({duration:g}), got {phases[-1].from_s:g}")
     elif traces:
         raise v.fail((), "missing required key 'duration_s'")
     else:
@@ -362,9 +394,9 @@ def parse_workload(data: Any, source: str = "<workload>", lines: dict[tuple, int
 
     return Workload(
         name=name, description=desc, duration_s=duration, seed=seed, network_latency_s=latency,
-        rate_per_s=rate, max_tasks_per_event=max_tpe, agents=tuple(agents), traces=tuple(traces),
-        tuf=tufs, requests=tuple(requests), agent_busy_margin_s=margin, source=source, lines=lines,
-        min_tasks_per_event=min_tpe,
+        rate_per_s=first.rate_per_s, max_tasks_per_event=first.max_tasks_per_event, agents=tuple(agents),
+        traces=tuple(traces), tuf=tufs, requests=tuple(requests), agent_busy_margin_s=margin, source=source,
+        lines=lines, min_tasks_per_event=first.min_tasks_per_event, later_phases=tuple(phases[1:]),
     )
 
 
@@ -554,15 +586,19 @@ def expand(workload: Workload, catalog: Mapping[str, TaskLike], robots: Mapping[
     raw: list[tuple[float, int, TaskLike, int, str | None, str | None]] = []
     order = 0
     if workload.traces:
-        t = 0.0
-        while True:
-            t += rng.expovariate(workload.rate_per_s)
-            if t >= workload.duration_s:
-                break
-            for _ in range(rng.randint(workload.min_tasks_per_event, workload.max_tasks_per_event)):
-                task = catalog[rng.choice(workload.traces)]
-                raw.append((t, order, task, rng.randrange(len(task.scenes)), None, None))
-                order += 1
+        phases = (EventPhase(0.0, workload.rate_per_s, workload.min_tasks_per_event,
+                             workload.max_tasks_per_event),) + workload.later_phases
+        for k, ph in enumerate(phases):  # a Poisson process per phase (memoryless: restarted at its start)
+            end = phases[k + 1].from_s if k + 1 < len(phases) else workload.duration_s
+            t = ph.from_s
+            while True:
+                t += rng.expovariate(ph.rate_per_s)
+                if t >= end:
+                    break
+                for _ in range(rng.randint(ph.min_tasks_per_event, ph.max_tasks_per_event)):
+                    task = catalog[rng.choice(workload.traces)]
+                    raw.append((t, order, task, rng.randrange(len(task.scenes)), None, None))
+                    order += 1
     for r in workload.requests:
         task = lookup(r.task, r.path + ("task",))
         si = r.scene or 0
