@@ -171,6 +171,18 @@ def test_plan_exec_estimate(robots):
     ("name: x\nbogus: 1\n", 2, "bogus: unknown key"),
     ("name: [unclosed\n", 2, "not valid YAML"),
     ("name: bad name\n", 1, "name: must be an id"),
+    # events as phases (a list, each from its from_s)
+    *[(f"name: x\nduration_s: 30\n{events}agents: {{tello: 1}}\ntraces: [1]\n", line, fragment) for events, line, fragment in [
+        ("events:\n  - {from_s: 5, rate_per_s: 1}\n", 4, "events[0].from_s: the first phase starts at 0, got 5"),
+        ("events:\n  - {rate_per_s: 1}\n  - {from_s: 8, rate_per_s: 2}\n  - {from_s: 8, rate_per_s: 3}\n", 6,
+         "events[2].from_s: must be after the previous phase's (8), got 8"),
+        ("events:\n  - {rate_per_s: 1}\n  - {rate_per_s: 2}\n", 5, "events[1]: missing required key 'from_s'"),
+        ("events:\n  - {rate_per_s: 1}\n  - {from_s: 30, rate_per_s: 2}\n", 5,
+         "events[1].from_s: must be before duration_s (30), got 30"),
+        ("events:\n  - {rate_per_s: 1}\n  - {from_s: 3, rate_per_s: 0}\n", 5, "events[1].rate_per_s: must be > 0"),
+        ("events: []\n", 3, "events: must be a mapping or a non-empty list of phases"),
+        ("events: {from_s: 0, rate_per_s: 1}\n", 3, "events.from_s: unknown key"),
+    ]],
 ])
 def test_malformed_files_name_line_and_reason(tmp_path, text, line, fragment):
     p = _write(tmp_path, text)
@@ -245,25 +257,6 @@ def test_phases_change_the_rate_and_tasks_per_event_from_their_start(tmp_path, c
                        "events:\n  - {rate_per_s: 0.5, max_tasks_per_event: 3}")
     assert (expand(load_workload(_write(tmp_path, one, "one.yaml")), catalog, robots)
             == expand(load_workload(_write(tmp_path, GOOD, "map.yaml")), catalog, robots))
-
-
-@pytest.mark.parametrize("events,line,fragment", [
-    ("events:\n  - {from_s: 5, rate_per_s: 1}\n", 4, "events[0].from_s: the first phase starts at 0, got 5"),
-    ("events:\n  - {rate_per_s: 1}\n  - {from_s: 8, rate_per_s: 2}\n  - {from_s: 8, rate_per_s: 3}\n", 6,
-     "events[2].from_s: must be after the previous phase's (8), got 8"),
-    ("events:\n  - {rate_per_s: 1}\n  - {rate_per_s: 2}\n", 5, "events[1]: missing required key 'from_s'"),
-    ("events:\n  - {rate_per_s: 1}\n  - {from_s: 30, rate_per_s: 2}\n", 5, "events[1].from_s: must be before duration_s (30), got 30"),
-    ("events:\n  - {rate_per_s: 1}\n  - {from_s: 3, rate_per_s: 0}\n", 5, "events[1].rate_per_s: must be > 0"),
-    ("events: []\n", 3, "events: must be a mapping or a non-empty list of phases"),
-    ("events: {from_s: 0, rate_per_s: 1}\n", 3, "events.from_s: unknown key"),
-])
-def test_malformed_phases_name_line_and_reason(tmp_path, events, line, fragment):
-    text = "name: x\nduration_s: 30\n" + events + "agents: {tello: 1}\ntraces: [1]\n"
-    p = _write(tmp_path, text)
-    with pytest.raises(WorkloadError) as e:
-        load_workload(p)
-    msg = str(e.value)
-    assert msg.startswith(f"{p}:{line}:") and fragment in msg, msg
 
 
 def test_default_catalog_merges_bundled_catalogs_and_rejects_duplicates(tmp_path, robots):
