@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import textwrap
 from collections import Counter
@@ -250,6 +251,8 @@ def test_phases_change_the_rate_and_tasks_per_event_from_their_start(tmp_path, c
     for events, mean in ((len(light), 0.5 * 1000), (len(surge), 2.0 * 1000)):
         assert abs(events - mean) < 4 * math.sqrt(mean), (events, mean)
     assert max(a.time for a in arr) < 2000
+    short = dataclasses.replace(load_workload(_write(tmp_path, PHASED)), duration_s=500)  # as benchmarks shorten one
+    assert expand(short, catalog, robots) == [a for a in arr if a.time < 500]
     surge = load_workload("surge")  # the bundled one: a light start, then drones:2000's rate
     assert (surge.rate_per_s, [(p.from_s, p.rate_per_s) for p in surge.later_phases]) == (1.0, [(20.0, 20.0)])
     # one phase as a list is the mapping form: the same arrivals

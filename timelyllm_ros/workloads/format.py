@@ -40,6 +40,7 @@ loads and the expansion into arrivals share the same dataclasses and error type.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 import re
 from dataclasses import dataclass, field, replace
@@ -589,7 +590,8 @@ def expand(workload: Workload, catalog: Mapping[str, TaskLike], robots: Mapping[
         phases = (EventPhase(0.0, workload.rate_per_s, workload.min_tasks_per_event,
                              workload.max_tasks_per_event),) + workload.later_phases
         for k, ph in enumerate(phases):  # a Poisson process per phase (memoryless: restarted at its start)
-            end = phases[k + 1].from_s if k + 1 < len(phases) else workload.duration_s
+            # (a phase past a shortened duration_s, `dataclasses.replace`, generates nothing)
+            end = min(phases[k + 1].from_s if k + 1 < len(phases) else math.inf, workload.duration_s)
             t = ph.from_s
             while True:
                 t += rng.expovariate(ph.rate_per_s)
