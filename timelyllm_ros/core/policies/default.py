@@ -352,10 +352,10 @@ class Default(Policy):
         self.sat_min_steps = sat_min_steps
         self._saturated = False  # rule 14 applies at this scheduling point
         self._adds_dear: bool | None = None  # rule 14's verdict on this engine (None: not priced yet)
-        self._rho_eff_at = (-math.inf, 0.0)  # (when, the effective load factor then): `load_factor`
         self._load = OfferedLoad(tau_s=rho_tau_s)  # rule 12's load factor (validates rho_tau_s)
         self._heavy = False  # rule 12's heavy load at this scheduling point: every generation critical
-        self._rho_at = (-math.inf, 0.0)  # (when, the load factor then): `load_factor`
+        # `load_factor`'s last reads, by `effective`: (when, the load factor then)
+        self._rho_read: dict[bool, tuple[float, float]] = {False: (-math.inf, 0.0), True: (-math.inf, 0.0)}
         self._head_pri = 0.0  # rule 12: the best waiting critical generation's priority at the last point
         if isinstance(roomy_ratio, bool) or not isinstance(roomy_ratio, (int, float)) or not 1 < roomy_ratio:
             raise ValueError(f"roomy_ratio must be a number > 1 (rule 10's ratio while KV memory has room; "
@@ -895,13 +895,10 @@ class Default(Policy):
         14), each read again at most every `_RHO_EVERY_S` (a signal averaged over `rho_tau_s`,
         whose exps need not be paid at every point); 0.0 until the batch reached its limit
         (`OfferedLoad.rho`)."""
-        t, rho = self._rho_eff_at if effective else self._rho_at
+        t, rho = self._rho_read[effective]
         if not t <= now < t + _RHO_EVERY_S:
             rho = self._load.rho(now, ctx.engines, _PLAN_FALLBACK, effective=effective)
-            if effective:
-                self._rho_eff_at = (now, rho)
-            else:
-                self._rho_at = (now, rho)
+            self._rho_read[effective] = (now, rho)
         return rho
 
     def plan_priorities(self, gens: Sequence[Generation], token_s: float) -> list[float]:
