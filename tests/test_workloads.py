@@ -254,7 +254,7 @@ def test_phases_change_the_rate_and_tasks_per_event_from_their_start(tmp_path, c
     short = dataclasses.replace(load_workload(_write(tmp_path, PHASED)), duration_s=500)  # as benchmarks shorten one
     assert expand(short, catalog, robots) == [a for a in arr if a.time < 500]
     surge = load_workload("surge")  # the bundled one: a light start, then drones:2000's rate
-    assert (surge.rate_per_s, [(p.from_s, p.rate_per_s) for p in surge.later_phases]) == (1.0, [(20.0, 20.0)])
+    assert [(p.from_s, p.rate_per_s, p.max_tasks_per_event) for p in surge.phases] == [(0.0, 1.0, 8), (20.0, 20.0, 8)]
     # one phase as a list is the mapping form: the same arrivals
     one = GOOD.replace("events: {rate_per_s: 0.5, max_tasks_per_event: 3}",
                        "events:\n  - {rate_per_s: 0.5, max_tasks_per_event: 3}")

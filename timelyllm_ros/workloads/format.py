@@ -103,8 +103,8 @@ class ExplicitRequest:
 
 @dataclass(frozen=True, slots=True)
 class EventPhase:
-    """A later phase of the generated arrivals: from `from_s` (to the next phase's, or the
-    workload's end) events come at `rate_per_s` with min..max tasks each."""
+    """A phase of the generated arrivals: from `from_s` (to the next phase's, or the workload's
+    end) events come at `rate_per_s` with min..max tasks each."""
 
     from_s: float
     rate_per_s: float
@@ -131,6 +131,12 @@ class Workload:
     # phases after the first (whose rate and tasks per event are the fields above), by from_s
     later_phases: tuple[EventPhase, ...] = ()
     lines: Mapping[tuple, int] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def phases(self) -> tuple[EventPhase, ...]:
+        """Every phase of the generated arrivals, the first (the fields above, from 0) included."""
+        return (EventPhase(0.0, self.rate_per_s, self.min_tasks_per_event, self.max_tasks_per_event),
+                *self.later_phases)
 
     def where(self, path: tuple) -> str:
         """``source:line: a.b[2]`` for the deepest part of path that exists in the file."""
@@ -283,13 +289,13 @@ def parse_workload(data: Any, source: str = "<workload>", lines: dict[tuple, int
     phases: list[EventPhase] = []
     if "events" in d:
         evs = d["events"]
-        if isinstance(evs, list) and not evs:
+        listed = isinstance(evs, list)  # phases; a mapping is the one phase, from 0
+        if listed and not evs:
             raise v.fail(("events",), "must be a mapping or a non-empty list of phases")
-        for i, ev in enumerate(evs if isinstance(evs, list) else [evs]):
-            p = ("events", i) if isinstance(evs, list) else ("events",)
-            keys = {"rate_per_s", "min_tasks_per_event", "max_tasks_per_event"}
-            ev = v.mapping(ev, p, keys | ({"from_s"} if isinstance(evs, list) else set()),
-                           {"rate_per_s"} | ({"from_s"} if i else set()))
+        keys = {"rate_per_s", "min_tasks_per_event", "max_tasks_per_event"} | ({"from_s"} if listed else set())
+        for i, ev in enumerate(evs if listed else [evs]):
+            p = ("events", i) if listed else ("events",)
+            ev = v.mapping(ev, p, keys, {"rate_per_s"} | ({"from_s"} if i else set()))
             start = v.number(ev.get("from_s", 0.0), p + ("from_s",), lo=0)
             if i == 0 and start != 0:
                 raise v.fail(p + ("from_s",), f"the first phase starts at 0, got {start:g}")
@@ -587,8 +593,7 @@ def expand(workload: Workload, catalog: Mapping[str, TaskLike], robots: Mapping[
     raw: list[tuple[float, int, TaskLike, int, str | None, str | None]] = []
     order = 0
     if workload.traces:
-        phases = (EventPhase(0.0, workload.rate_per_s, workload.min_tasks_per_event,
-                             workload.max_tasks_per_event),) + workload.later_phases
+        phases = workload.phases
         for k, ph in enumerate(phases):  # a Poisson process per phase (memoryless: restarted at its start)
             # (a phase past a shortened duration_s, `dataclasses.replace`, generates nothing)
             end = min(phases[k + 1].from_s if k + 1 < len(phases) else math.inf, workload.duration_s)
