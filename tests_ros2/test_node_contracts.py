@@ -24,11 +24,10 @@ EXECUTOR_ARGS = ["-r", "__ns:=/drone_c", "-p", "time_scale:=0.5"]
 PLAN3 = "mf(100);mf(100);mf(100);"
 
 
-def _call(t: RclpyTransport, name: str, srv: str, **request) -> dict:
-    """A query (Get*/Describe*, safe to handle twice) is sent again every second while no answer
-    came: over DDS a new client's first request can be answered before the server has matched the
-    client's reader, and that answer is lost (a CI run once lost a GetState that way)."""
-    query = srv.rsplit("/", 1)[-1].startswith(("Get", "Describe", "List"))
+def _call(t: RclpyTransport, name: str, srv: str, *, query: bool = False, **request) -> dict:
+    """`query` (safe to handle twice): sent again every second while no answer came — over DDS a
+    new client's first request can be answered before the server has matched the client's reader,
+    and that answer is lost (a CI run once lost a GetState that way)."""
     ans = t.call_service(name, srv, request, timeout_s=20.0, resend_s=1.0 if query else 0.0)
     assert ans is not None, f"no answer from {name}"
     return ans
@@ -42,7 +41,7 @@ def _param_value(v: dict):
 
 
 def get(t, node: str, name: str):
-    ans = _call(t, f"{node}/get_parameters", "rcl_interfaces/srv/GetParameters", names=[name])
+    ans = _call(t, f"{node}/get_parameters", "rcl_interfaces/srv/GetParameters", query=True, names=[name])
     return _param_value(ans["values"][0])
 
 
@@ -63,7 +62,7 @@ def set_(t, node: str, name: str, value) -> dict:
 
 
 def state(t, node: str) -> str:
-    return _call(t, f"{node}/get_state", "lifecycle_msgs/srv/GetState")["current_state"]["label"]
+    return _call(t, f"{node}/get_state", "lifecycle_msgs/srv/GetState", query=True)["current_state"]["label"]
 
 
 def change(t, node: str, transition: str) -> bool:
@@ -113,7 +112,7 @@ def _diag_value(diag: Collector, key: str):
 def test_parameters_describe_get_set_over_the_standard_services(nodes):
     t, procs = nodes
     node = f"{NS}/planner"
-    d = _call(t, f"{node}/describe_parameters", "rcl_interfaces/srv/DescribeParameters",
+    d = _call(t, f"{node}/describe_parameters", "rcl_interfaces/srv/DescribeParameters", query=True,
               names=["policy", "engine", "max_batch", "status_period_s"])["descriptors"]
     by = {x["name"]: x for x in d}
     assert by["engine"]["read_only"] and not by["policy"]["read_only"]
