@@ -213,3 +213,26 @@ def test_custom_tokenizer_and_prompts_drive_the_simulation(short, robots, catalo
     assert sorted(asked) == sorted(a.request_id for a in arrivals)
     drones = [g for g in r.generations if g.request.robot_type == "tello"]
     assert drones and all(g.text == "tc(90);" for g in drones if g.state.value == "finished")
+
+
+def test_replay_simulates_the_stock_engine_the_real_runs_were_served_on(short, robots, catalog):
+    """`sim.replay` re-simulates runs of vLLM as users run it (spot checks, `timelyllm profile
+    check`, the demo's comparison): its simulated engine is stock (abort frees the KV, a resume goes
+    through the prefix cache), so no policy keeps KV the real run could not; a preserve-capable
+    engine only when asked for."""
+    from pathlib import Path
+
+    from timelyllm_ros.core.tokenizer import SimTokenizer
+    from timelyllm_ros.sim.replay import replay
+    from timelyllm_ros.workloads.format import expand
+
+    arrivals = expand(short, catalog, robots, seed=short.seed)
+    plans = {a.request_id: a.reference_plan for a in arrivals}
+    profile = Path(__file__).resolve().parents[1] / "profiles" / "vllm_cpu_tiny.yaml"
+    kinds = {}
+    for kind in (None, "preserve"):
+        r = replay(short, plans, profile_path=profile, tokenizer=SimTokenizer(), robots=robots, policy="default",
+                   **({} if kind is None else {"engine_kind": kind}))
+        _check_invariants(r, len(arrivals))
+        kinds[kind] = (r.engine["kind"], "preserve" in r.engine["kv_modes"])
+    assert kinds == {None: ("stock", False), "preserve": ("preserve", True)}

@@ -25,13 +25,18 @@ def replay(workload: Workload | str, plans: Mapping[str, str], *, profile_path: 
            robots: Mapping[str, RobotSpec], policy: str, policy_params: Mapping[str, Any] | None = None,
            catalog: Mapping[str, Any] | None = None, max_batch: int | None = None,
            keep: Callable[[Arrival], bool] = lambda a: True,
-           step_log: list[StepRecord] | None = None, exclusive_agents: bool = False) -> SimResult:
+           step_log: list[StepRecord] | None = None, exclusive_agents: bool = False,
+           engine_kind: str = "stock") -> SimResult:
     """``policy`` in the simulator on the workload's arrivals that ``keep`` accepts and that have
     a plan in ``plans`` (request id -> the text the real model generated), with the real prompts
     (``tokenizer``: the model's) and the same warm-up as real serving (`assembly.warm_up`: fixed
     prompt prefixes cached before the clock starts).  ``step_log`` receives the simulated steps;
     ``exclusive_agents``: each robot runs its goals one at a time (as a ROS 2 graph's executor
-    nodes do) instead of one lane per request (`sim.runner`)."""
+    nodes do) instead of one lane per request (`sim.runner`).  ``engine_kind``: what the simulated
+    engine can do with a paused request's KV (`engines/kv_cache.EngineKind`) — ``stock`` by
+    default, as the vLLM engine whose runs are replayed (`VllmEngine.kv_modes`: abort frees the
+    KV, a resume goes through the prefix cache); a simulation of a preserve-capable engine would
+    let a policy keep KV the real run could not (rule 13 of `default`)."""
     from ..prompts import PromptBuilder
 
     builder = PromptBuilder(robots, tokenizer)
@@ -59,7 +64,8 @@ def replay(workload: Workload | str, plans: Mapping[str, str], *, profile_path: 
 
     return run_simulation(workload, policy, profile_path=profile_path, robots=robots, catalog=catalog,
                           policy_params=dict(policy_params or {}), max_batch=max_batch, setup=setup,
-                          tokenizer=tokenizer, prompts=prompts, exclusive_agents=exclusive_agents)
+                          tokenizer=tokenizer, prompts=prompts, exclusive_agents=exclusive_agents,
+                          engine_kind=engine_kind)
 
 
 __all__ = ["replay"]
