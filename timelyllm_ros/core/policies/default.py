@@ -207,6 +207,7 @@ model is step_time.py.)
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 import operator
 from bisect import bisect_left
@@ -255,6 +256,8 @@ def _plan_weights(alpha: np.ndarray, rem: np.ndarray, token_s: float) -> np.ndar
 
 _PLAN_TAU_S = 10.0  # rule 12: time constant of the backlog wait's average (a few bursts long)
 _PLAN_FALLBACK = 256.0  # rule 12: tokens of a reply the length predictor cannot predict (Trail's fallback_len)
+_FIT_SUM_ABOVE = 32  # rule 6: a longer head is first checked whole (`_fit_memory`'s fast path)
+_STEP_CAP_MIN_STEPS = 4  # rule 10: steps the step-time model sees before `step_cap` reads it (slow start until then)
 _RHO_EVERY_S = 0.5  # rule 12's heavy load: the load factor is read again after this long
 _STEEP_FIRST = 1e6  # rule 12's deep load: a steep first statement's weight factor (weights, |slope| per
 # second of reply, stay far below 1e4: x 1e6 ranks them before every other and keeps their order)
@@ -745,9 +748,12 @@ class Default(Policy):
             def kept(v: Generation) -> bool:  # rule 11: a deferrable victim back only after its robot idles
                 return -1.0 - v.priority <= back + stall * (len(v.prompt_ids) + len(v.output_ids))
 
-            victims = sorted(running, key=lambda v: (id(v) in crit_ids, v.priority, v.gen_id))
+            victims = running
             if self._plan:  # rule 12: deferrable ones that rule 11 keeps are no victims, and stop nothing
                 victims = [v for v in victims if id(v) in crit_ids or not kept(v)]
+            # the walk pairs the order's head with the lowest victims: only that many are ranked
+            # (nsmallest is sorted()[:n], ties included)
+            victims = heapq.nsmallest(len(order), victims, key=lambda v: (id(v) in crit_ids, v.priority, v.gen_id))
             for want, v in zip(order, victims):
                 if want.priority <= 0:
                     break  # only critical work preempts
@@ -959,15 +965,21 @@ class Default(Policy):
         if now - first_seen >= self.drain_after_s:  # `_finish` lifts the cap: rule 10
             return None
         n_run = len(running)
+        pres = n_run if (self.preempt and may_preempt) else 0  # the most preemptions `_finish` may make
+        if self._steps.n >= _STEP_CAP_MIN_STEPS:
+            # the cap no longer depends on the batch (`step_cap` past its slow start): the room
+            # grows by one per preemption, so the most preemptions give the largest room
+            room = self._cap_room(ctx, n_run, pres)
+            return None if room is None else max(n_run, room + 1)
         need = n_run
-        for pre in range(n_run + 1 if (self.preempt and may_preempt) else 1):
+        for pre in range(pres + 1):  # (slow start: the cap follows the running batch)
             room = self._cap_room(ctx, n_run, pre)
             if room is None:
                 return None
             need = max(need, room + 1)
         return need
 
-    def step_cap(self, ctx: PolicyContext, running: int, slow_start: int = 8, min_steps: int = 4,
+    def step_cap(self, ctx: PolicyContext, running: int, slow_start: int = 8, min_steps: int = _STEP_CAP_MIN_STEPS,
                  short: bool = False) -> int | None:
         """The step-time cap: the largest batch whose step takes at most `roomy_ratio` times a
         one-generation step — `step_ratio` times with `short` (KV memory is short: `_finish`) — by
@@ -1007,8 +1019,10 @@ class Default(Policy):
         if self._mem_seg[0] is not robots or len(self._mem_seg[1]) != len(robots):
             seg = {name: r.max_segment_tokens + 1 for name, r in robots.items()}
             self._mem_seg = (robots, seg, max([17, *seg.values()]))
+        n = len(order)
+        if tokens is None and n > _FIT_SUM_ABOVE:  # a long head: the sum first (cheaper than the walk)
+            tokens = sum([len(g.prompt_ids) + len(g.output_ids) for g in order])
         if tokens is not None:  # (Σ ceil(x_i / bs) <= Σ x_i // bs + n)
-            n = len(order)
             if (tokens + n * self._mem_seg[2]) // bs + n <= st.kv_free_blocks:
                 return order
         seg = self._mem_seg[1]
