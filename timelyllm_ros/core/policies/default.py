@@ -256,7 +256,6 @@ def _plan_weights(alpha: np.ndarray, rem: np.ndarray, token_s: float) -> np.ndar
 
 _PLAN_TAU_S = 10.0  # rule 12: time constant of the backlog wait's average (a few bursts long)
 _PLAN_FALLBACK = 256.0  # rule 12: tokens of a reply the length predictor cannot predict (Trail's fallback_len)
-_FIT_SUM_ABOVE = 32  # rule 6: a longer head is first checked whole (`_fit_memory`'s fast path)
 _STEP_CAP_MIN_STEPS = 4  # rule 10: steps the step-time model sees before `step_cap` reads it (slow start until then)
 _RHO_EVERY_S = 0.5  # rule 12's heavy load: the load factor is read again after this long
 _STEEP_FIRST = 1e6  # rule 12's deep load: a steep first statement's weight factor (weights, |slope| per
@@ -1019,10 +1018,8 @@ class Default(Policy):
         if self._mem_seg[0] is not robots or len(self._mem_seg[1]) != len(robots):
             seg = {name: r.max_segment_tokens + 1 for name, r in robots.items()}
             self._mem_seg = (robots, seg, max([17, *seg.values()]))
-        n = len(order)
-        if tokens is None and n > _FIT_SUM_ABOVE:  # a long head: the sum first (cheaper than the walk)
-            tokens = sum([len(g.prompt_ids) + len(g.output_ids) for g in order])
         if tokens is not None:  # (Σ ceil(x_i / bs) <= Σ x_i // bs + n)
+            n = len(order)
             if (tokens + n * self._mem_seg[2]) // bs + n <= st.kv_free_blocks:
                 return order
         seg = self._mem_seg[1]
