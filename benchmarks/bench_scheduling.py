@@ -71,6 +71,7 @@ from timelyllm_ros.core.tokenizer import SimTokenizer  # noqa: E402
 TRACES = ("T1", "T3", "T6", "T7", "T9", "T10", "C1", "C2", "C3")
 GOALS_US = {8: 50.0, 1000: 1000.0}
 DECODE_S = 0.022
+WARM_STEPS = 32  # engine steps each policy sees before its points are timed (`--warm-steps`)
 _TOKEN = 13  # the token a running generation gets at each scheduling point (any id)
 
 
@@ -202,7 +203,7 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def bench_point(sim: _Sim, mix: list[Generation], policy_name: str, n_ready: int, n_running: int, budget_s: float,
-                max_iter: int, warm_steps: int = 32) -> dict[str, Any]:
+                max_iter: int, warm_steps: int = WARM_STEPS) -> dict[str, Any]:
     """Median / p99 of one scheduling point for `policy_name` on a copy of the mixed state."""
     p = sim.planner
     gens = clone(mix)
@@ -341,7 +342,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-step", action="store_true", help="skip the Planner.step() measurement")
     ap.add_argument("--step-steps", type=int, default=40)
-    ap.add_argument("--warm-steps", type=int, default=32,
+    ap.add_argument("--warm-steps", type=int, default=WARM_STEPS,
                     help="engine steps each policy's online models see before its points are timed (0: a fresh "
                          "policy, as before 2026-11-30: `default`'s step-time cap then stays in its slow start)")
     args = ap.parse_args()
