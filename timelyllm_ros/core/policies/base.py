@@ -50,6 +50,7 @@ class Selection:
 
 
 _PRIORITY = operator.attrgetter("priority")
+_BLOCKED = operator.attrgetter("blocked")
 _READY_SINCE = operator.attrgetter("ready_since")
 _ARRIVAL = operator.attrgetter("request.arrival")
 _ID = operator.attrgetter("request.request_id")
@@ -155,6 +156,9 @@ def _sort_by_whole_key(gens: list[Generation], tie_key: Callable[[Generation], t
 def batch_was_full(ready: Sequence[Generation]) -> bool:
     """Whether the planner's batch-size controller refused a ready generation at the previous
     scheduling point (its ``Generation.blocked`` mark, which this clears): the batch is full."""
+    marks = list(map(_BLOCKED, ready))  # (read at C level: at hundreds most points find no mark)
+    if marks.count(None) == len(marks):
+        return False
     full = False
     for g in ready:
         if g.blocked is not None:
@@ -210,13 +214,22 @@ def _break_ties(gens: Sequence[Generation], perm: "np.ndarray", eq: "np.ndarray"
 
 def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: bool = True,
                    first: "np.ndarray | None" = None, arrival: "np.ndarray | None" = None) -> list[int]:
+    """`ascending_perm_array`'s indices as a list."""
+    perm = ascending_perm_array(gens, keys, ready_since, first, arrival)
+    return perm if isinstance(perm, list) else perm.tolist()
+
+
+def ascending_perm_array(gens: Sequence[Generation], keys: "np.ndarray", ready_since: bool = True,
+                         first: "np.ndarray | None" = None,
+                         arrival: "np.ndarray | None" = None) -> "np.ndarray | list[int]":
     """Indices of `gens` sorted by (keys[i], ready_since, arrival, gen_id) — the order
     `priority_order` gives with priority = -keys[i] — or, with ready_since False, by (keys[i],
     arrival, gen_id); with `first` (bools), those marked True come first, each group in that
     order.  For policies that computed their keys as a numpy array: one numpy lexsort; only runs
     equal in everything but gen_id (rare: same arrival and ready time) are re-sorted by gen_id in
     Python.  `arrival`: the generations' arrival times, if the caller has them.  Non-finite values
-    take the plain tuple sort."""
+    take the plain tuple sort.  An index array, or a list where the order was finished in Python
+    (`ascending_perm`: always a list)."""
     n = len(gens)
     if n < 2:
         return list(range(n))
@@ -225,24 +238,29 @@ def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: 
     # of the work at a handful of generations.)
     if math.isfinite(np.add.reduce(keys)) or np.isfinite(keys).all():
         if first is None:
-            perm = keys.argsort(kind="stable")
-            kp = keys[perm]
-            eq = kp[1:] == kp[:-1]
+            ks = np.sort(keys)  # (the values alone first: mostly ties skip the argsort, below)
+            if 4 * int(np.count_nonzero(ks[1:] == ks[:-1])) >= n:
+                eq = None
+            else:
+                perm = keys.argsort(kind="stable")
+                kp = keys[perm]
+                eq = kp[1:] == kp[:-1]
         else:
             perm = np.lexsort((keys, ~first))
             kp, fp = keys[perm], first[perm]
             eq = (kp[1:] == kp[:-1]) & (fp[1:] == fp[:-1])
-        distinct = not eq.any()
-        if distinct:
-            return perm.tolist()
-        idx = _break_ties(gens, perm, eq, arrival, ready_since)
-        if idx is not None:
-            return idx
+        ties = n if eq is None else int(np.count_nonzero(eq))
+        if not ties:
+            return perm
+        if 4 * ties < n:  # a few ties: their tie-breakers only (mostly ties: one sort of all, below)
+            idx = _break_ties(gens, perm, eq, arrival, ready_since)
+            if idx is not None:
+                return idx
     if arrival is None:
         arrival = np.array([g.request.arrival for g in gens], dtype=float)  # (list comprehensions beat np.fromiter)
     cols = [arrival]
     if ready_since:
-        cols.append(np.array([g.ready_since for g in gens], dtype=float))
+        cols.append(np.fromiter(map(_READY_SINCE, gens), dtype=float, count=n))
     cols.append(keys)
     if first is not None:
         cols.append(~first)
@@ -250,35 +268,52 @@ def ascending_perm(gens: Sequence[Generation], keys: "np.ndarray", ready_since: 
         tie = _tie_key if ready_since else (lambda g: (g.request.arrival, g.gen_id))
         grp = (lambda i: (not first[i],)) if first is not None else (lambda i: ())
         return sorted(range(n), key=lambda i: grp(i) + (float(keys[i]),) + tie(gens[i]))
-    perm = np.lexsort(cols)  # last key primary; stable
-    idx = perm.tolist()
+    if ready_since:  # (ready_since, arrival) as one complex key: numpy orders complex numbers by
+        fcfs = np.empty(n, dtype=complex)  # real part, then imaginary part — one sort pass fewer
+        fcfs.real, fcfs.imag = cols[1], cols[0]
+        perm = np.lexsort([fcfs, *cols[2:]])  # last key primary; stable
+    else:
+        perm = np.lexsort(cols)
     same = np.ones(n - 1, dtype=bool)
     for c in cols:
         cp = c[perm]
         same &= cp[1:] == cp[:-1]
     tie = np.flatnonzero(same)
-    if tie.size:
-        _sort_runs_by_gen_id(idx, tie.tolist(), gens)
+    if not tie.size:
+        return perm
+    idx = perm.tolist()
+    _sort_runs_by_gen_id(idx, tie.tolist(), gens)
     return idx
 
 
 def priority_head(pool: Sequence[Generation], at: "np.ndarray", pri: "np.ndarray", k: int | None) -> list[Generation]:
     """``priority_order([pool[i] for i in at])[:k]`` (all of it for None; `at`: indices into
-    `pool`, `pri`: the pool's priorities, as set), ordering only the head when it is under a
-    quarter of them: the k-th highest priority by a partition, then only the generations at or
-    above it (its ties included) in the full order's rule — the same total order on a subset, so
-    the same head.  Non-finite priorities: the full order."""
+    `pool`, `pri`: the pool's priorities, as set): `priority_head_at`'s generations."""
+    return list(map(pool.__getitem__, priority_head_at(pool, at, pri, k).tolist()))
+
+
+def priority_head_at(pool: Sequence[Generation], at: "np.ndarray", pri: "np.ndarray", k: int | None,
+                     arrival: "np.ndarray | None" = None) -> "np.ndarray":
+    """The indices into `pool` of ``priority_order([pool[i] for i in at])[:k]`` (all of it for
+    None; `at`: indices into `pool`, `pri`: the pool's priorities, as set; `arrival`: the
+    pool's arrival times, if the caller has them), in that order: `ascending_perm` on -pri (one
+    numpy sort; only tied generations' tie-breakers read), ordering only the head when it is
+    under a quarter of them: the k-th highest priority by a partition, then only the generations
+    at or above it (its ties included) — the same total order on a subset, so the same head.
+    Non-finite priorities: the full order (the tuple sort)."""
     n = len(at)
-    if k is None or 4 * k >= n:
-        order = priority_order([pool[i] for i in at.tolist()])
-        return order if k is None or k >= n else order[:max(k, 0)]
-    if k <= 0:
-        return []
-    p = pri[at]
-    if not np.isfinite(p).all():
-        return priority_order([pool[i] for i in at.tolist()])[:k]
-    v = np.partition(p, n - k)[n - k]  # the k-th highest
-    return priority_order([pool[i] for i in at[p >= v].tolist()])[:k]
+    if k is not None and k <= 0:
+        return at[:0]
+    sub = at
+    if k is not None and 4 * k < n:
+        p = pri[at]
+        if np.isfinite(p).all():
+            v = np.partition(p, n - k)[n - k]  # the k-th highest
+            sub = at[p >= v]
+    perm = ascending_perm_array(list(map(pool.__getitem__, sub.tolist())), -pri[sub],  # (map: half a list comprehension's time)
+                                arrival=None if arrival is None else arrival[sub])
+    out = sub[perm if not isinstance(perm, list) else np.array(perm, dtype=np.intp)]
+    return out if k is None else out[:k]
 
 
 class Policy(abc.ABC):

@@ -218,7 +218,7 @@ import numpy as np
 from ..length_predictor import PredictorError, make_predictor
 from ..types import Generation, Segment
 from .offered_load import OfferedLoad
-from .base import DispatchMode, Policy, PolicyContext, Selection, batch_was_full, priority_head, set_priorities
+from .base import DispatchMode, Policy, PolicyContext, Selection, batch_was_full, priority_head_at, set_priorities
 from .default_small import SMALL_BELOW, select_small
 from .slots import SlotTable
 from .step_time import StepTimeModel
@@ -429,6 +429,7 @@ class Default(Policy):
         self._pred_by: tuple[dict[str, float], dict[str, float]] = ({}, {})
         # robots -> their worst segment + 1 by type, and the largest of those (17: an unknown type's)
         self._mem_seg: tuple[dict | None, dict[str, int], int] = (None, {}, 17)
+        self._mem_rows: tuple = (None, -1, np.zeros(0, dtype=np.int64))  # ... by `_rtypes` row (`_fit_slots`)
         self._full = False  # the batch-size controller refused a ready generation at the last point
         # (not the step-time cap: suspending there trades a re-prefill per statement for a slot
         # the policy itself withholds — the edge board with chat_mixed lost 7 s of engine time to it)
@@ -438,10 +439,15 @@ class Default(Policy):
         self._table = SlotTable({"alpha": (float, 0.0), "rt2f": (np.intp, 0), "rev": (np.int64, -1),
                                  "has": (bool, False), "tok": (float, 0.0), "due": (float, 0.0),
                                  # rule 12: the sched_rev its remaining tokens were last predicted at, and those
-                                 "prev": (np.int64, -1), "rem": (float, 0.0)},
+                                 "prev": (np.int64, -1), "rem": (float, 0.0),
+                                 # rule 6: its prompt and output tokens (read with the terms above), arrival
+                                 "plen": (np.int64, 0), "out": (np.int64, 0), "arr": (float, 0.0),
+                                 # the priority `select` last set on it (NaN: none; `_pri_kept`)
+                                 "pri": (float, math.nan)},
                                 track_output=False)
         self._rtypes: dict[str, int] = {}  # robot type -> row of the per-point prediction table
         self._small_below = SMALL_BELOW  # fewer live generations: `select` takes default_small.py's path
+        self._pri_kept = False  # the SlotTable's "pri" is what each generation's priority holds (`_set_priorities`)
         self._P: tuple = (None, -1, np.zeros(0))  # (pred, rows, predicted tokens at 2 x row + first?)
 
     # --- online estimates -------------------------------------------------------------------------
@@ -511,6 +517,8 @@ class Default(Policy):
         a["alpha"][slot] = req.tuf.alpha
         a["rt2f"][slot] = 2 * rtypes.setdefault(req.robot_type, len(rtypes)) + 1  # (- has segments)
         a["rev"][slot] = a["prev"][slot] = -1
+        a["arr"][slot] = req.arrival
+        a["pri"][slot] = math.nan
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
                now: float) -> Selection:
@@ -541,6 +549,7 @@ class Default(Policy):
             self._plan = self.plan_applies(now)
             return self._finish([], False, [], full, running, ctx, now, first=False)
         if n < self._small_below:  # a handful: plain Python (default_small.py), the same bits
+            self._pri_kept = False  # (it sets priorities itself)
             return select_small(self, ready, running, ctx, now, full, token_s, lead)
         gens = [*running, *ready]
         rtypes = self._rtypes
@@ -557,13 +566,15 @@ class Default(Policy):
         revs = np.fromiter(map(_REV, gens), dtype=np.int64, count=n)
         moved = (a["rev"][sl] != revs).nonzero()[0].tolist()
         if moved:
-            a_has, a_tok, a_due = a["has"], a["tok"], a["due"]
+            a_has, a_tok, a_due, a_plen, a_out = a["has"], a["tok"], a["due"], a["plen"], a["out"]
             for i in moved:
                 g = gens[i]
                 j = sl[i]
                 a_has[j] = not not g.segments
                 a_tok[j] = g.seg_tokens
                 a_due[j] = g.next_due(now)
+                a_plen[j] = len(g.prompt_ids)
+                a_out[j] = len(g.output_ids)
             a["rev"][sl[moved]] = revs[moved]
         has = a["has"][sl]
         has_l = has.tolist()
@@ -576,17 +587,18 @@ class Default(Policy):
         s[n_run:] -= token_s  # +1 step to (re)enter the batch: the ready ones
         crit = s <= lead
         late = s[n_run:] < 0.0  # rule 11: the ready ones already past their deadlines
-        self._queue_s = self.queue_wait(int(np.count_nonzero(late)), p[n_run:][late] + token_s, n_run)
+        self._queue_s = self.queue_wait(int(np.count_nonzero(late)), (p[n_run:][late] + token_s).tolist(), n_run)
         self._plan = self.plan_applies(now)
         pri = -1.0 - s  # deferrable: least slack first
         ci = crit.nonzero()[0]
         cl = ci.tolist()
         nr = bisect_left(cl, n_run)  # critical running ones: cl[:nr]
         if cl:  # critical segments: ATC, the running batch and the ready ones each a group
-            pe = p[ci]
-            pe[nr:] += token_s
-            pri[ci] = atc_priorities(a["alpha"][sl[ci]], pe, s[ci], self.atc_k, (nr,))
-            if self._plan:  # rule 12: the whole reply's WSRPT instead (`plan_priorities`, vectorised)
+            if not self._plan:
+                pe = p[ci]
+                pe[nr:] += token_s
+                pri[ci] = atc_priorities(a["alpha"][sl[ci]], pe, s[ci], self.atc_k, (nr,))
+            else:  # rule 12: the whole reply's WSRPT instead (`plan_priorities`, vectorised)
                 sc = sl[ci]
                 ask = (a["prev"][sc] != revs[ci]).nonzero()[0].tolist()
                 for k in ask:  # the predictor, only where the text moved since it was last asked
@@ -596,7 +608,7 @@ class Default(Policy):
                     mag = -a["alpha"][sc]
                     pri[ci] *= np.where(~a["has"][sc] & _steeper(mag, mag.min()), _STEEP_FIRST, 1.0)
         self._head_pri = float(pri[ci[nr:]].max()) if self._plan and len(cl) > nr else 0.0
-        set_priorities(gens, pri.tolist())
+        self._set_priorities(gens, sl, pri)
         run_crit = [gens[i] for i in cl[:nr]]
         run_first = not all([has_l[i] for i in cl[:nr]])  # a critical first segment runs
         crit_ready = cl[nr:]
@@ -610,11 +622,14 @@ class Default(Policy):
         else:
             first = not all(has_l)
         head = self._head_needed(ctx, running, first, now, full and bool(crit_ready))
-        order = priority_head(gens, ci[nr:], pri, head)
-        if not protect and (head is None or head > len(order)):
+        arr = a["arr"][sl]
+        oi = priority_head_at(gens, ci[nr:], pri, head, arr)
+        if not protect and (head is None or head > len(oi)):
             di = (~crit[n_run:]).nonzero()[0] + n_run
-            order += priority_head(gens, di, pri, None if head is None else head - len(order))
-        sel = self._finish(order, bool(crit_ready), run_crit, full, running, ctx, now, first=first)
+            oi = np.concatenate((oi, priority_head_at(gens, di, pri, None if head is None else head - len(oi), arr)))
+        order = list(map(gens.__getitem__, oi.tolist()))
+        sel = self._finish(order, bool(crit_ready), run_crit, full, running, ctx, now, first=first,
+                           slots=(sl[oi], sl[:n_run]))
         if not protect:
             return sel
         run_def = [g for g, c in zip(running, crit[:n_run].tolist()) if not c]
@@ -627,6 +642,21 @@ class Default(Policy):
             if t.size:
                 budget = float(t.min())
         return self._paced(sel, run_crit, run_def, running, ctx, now, budget)
+
+    def _set_priorities(self, gens: list[Generation], sl: np.ndarray, pri: np.ndarray) -> None:
+        """g.priority = pri[i] for each of `gens` (slots `sl`) — only where it differs, bit for bit,
+        from what this path set at its last point (kept in the SlotTable; a deep queue's critical
+        ones keep theirs from point to point), unless the plain path set priorities since then
+        (`_pri_kept` False: all of them)."""
+        a = self._table.a
+        if self._pri_kept:
+            ch = (a["pri"][sl].view(np.int64) != pri.view(np.int64)).nonzero()[0]
+            for i, v in zip(ch.tolist(), pri[ch].tolist()):
+                gens[i].priority = v
+        else:
+            set_priorities(gens, pri.tolist())
+            self._pri_kept = True
+        a["pri"][sl] = pri
 
     # --- rule 9: pace the steps that generate critical first segments ---------------------------
     def on_token(self, g: Generation, n_new: int, ctx: PolicyContext) -> None:
@@ -725,16 +755,19 @@ class Default(Policy):
 
     def _finish(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
                 running: Sequence[Generation], ctx: PolicyContext, now: float, first: bool = True,
-                tokens: int | None = None) -> Selection:
+                tokens: int | None = None, slots: tuple[np.ndarray, np.ndarray] | None = None) -> Selection:
         """Rules 6 and 7: the memory cut, then token-level preemption (`critical`: whether a
         ready generation is critical), then rule 10's step-time cap (`first`: a first segment it
         protects runs or waits), which with `steep_cap` also shrinks the batch (`_shrink`).
-        `tokens`: `order`'s prompt and output tokens summed, where the caller knows them (`_fit_memory`)."""
+        `tokens`: `order`'s prompt and output tokens summed, where the caller knows them (`_fit_memory`);
+        `slots`: `order`'s and the running ones' slots in the SlotTable, where the caller has them
+        (the numpy path: `_fit_slots`)."""
         self._first_crit = first and critical  # (rule 5's price)
         held = False
         n_in = len(order)
         if self.kv_budget:
-            order = self._fit_memory(order, running, ctx, tokens)
+            order = (self._fit_memory(order, running, ctx, tokens) if slots is None
+                     else self._fit_slots(order, *slots, running, ctx))
             held = self.memory_full and len(order) < n_in
         preempt: list[Generation] = []
         if self.preempt and full and critical and not self._saturated:  # (rule 14: no preemption)
@@ -1036,6 +1069,44 @@ class Default(Policy):
             if used > free:
                 break
             n += 1
+        if n == 0 and not running:
+            n = 1  # an empty engine always takes the head (the engine refuses it if it can never fit)
+        return order[:n]
+
+    def _fit_slots(self, order: list[Generation], slots: np.ndarray, run_slots: np.ndarray,
+                   running: Sequence[Generation], ctx: PolicyContext) -> list[Generation]:
+        """`_fit_memory(order, running, ctx)` from the SlotTable (the numpy path; `slots`: order's
+        slots, `run_slots`: the running ones'): each generation's blocks — its output tokens plus
+        its robot type's worst segment, and the first of a type nobody in the batch runs its
+        prompt too, rounded up to whole blocks — summed along the order; the longest prefix whose
+        sum fits in the free blocks.  The same integers as the walk (it stops at the first that
+        does not fit: the sums before it are these)."""
+        st = ctx.stats
+        if not st.kv_total_blocks or not order:
+            return order
+        bs = max(1, st.block_size)
+        robots = ctx.robots
+        if self._mem_seg[0] is not robots or len(self._mem_seg[1]) != len(robots):
+            seg = {name: r.max_segment_tokens + 1 for name, r in robots.items()}
+            self._mem_seg = (robots, seg, max([17, *seg.values()]))
+        rtypes = self._rtypes
+        if self._mem_rows[0] is not self._mem_seg[1] or self._mem_rows[1] != len(rtypes):
+            seg = self._mem_seg[1]
+            by_row = np.full(len(rtypes), 17, dtype=np.int64)
+            for name, row in rtypes.items():
+                by_row[row] = seg.get(name, 17)
+            self._mem_rows = (seg, len(rtypes), by_row)
+        a = self._table.a
+        rows = a["rt2f"][slots] >> 1
+        own = a["out"][slots] + self._mem_rows[2][rows]
+        busy = set((a["rt2f"][run_slots] >> 1).tolist())
+        for row in set(range(len(rtypes))) - busy:  # the first of its type brings the prompt
+            at = rows == row
+            i = int(at.argmax())
+            if at[i]:
+                own[i] += a["plen"][slots[i]]
+        used = np.cumsum(np.ceil(own / bs))  # (whole blocks: exact in floats — a fraction is >= 1 / bs)
+        n = int(np.searchsorted(used, st.kv_free_blocks, side="right"))
         if n == 0 and not running:
             n = 1  # an empty engine always takes the head (the engine refuses it if it can never fit)
         return order[:n]

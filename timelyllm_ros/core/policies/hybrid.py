@@ -23,7 +23,7 @@ import numpy as np
 
 from ..kv_handling import KVCostModel, SharedPrefix, cost_model, private_context
 from ..types import Generation, GenState
-from .base import Policy, PolicyContext, Selection, ascending_perm, set_priorities
+from .base import Policy, PolicyContext, Selection, ascending_perm_array, set_priorities
 from .slots import SlotTable
 
 
@@ -80,7 +80,7 @@ class Hybrid(Policy):
         sl = table.lookup(ready, lambda g, slot: self._fill(g, slot, ctx))
         pri = table.a["pri"][sl]
         set_priorities(ready, pri.tolist())
-        perm = np.asarray(ascending_perm(ready, -pri, ready_since=False, arrival=table.a["arrival"][sl]),
+        perm = np.asarray(ascending_perm_array(ready, -pri, ready_since=False, arrival=table.a["arrival"][sl]),
                           dtype=np.intp)  # (-priority, arrival, id)
         queued_state = GenState.QUEUED
         queued = np.array([g.state is queued_state for g in ready], dtype=bool)
