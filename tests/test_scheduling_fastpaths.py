@@ -768,6 +768,139 @@ def test_default_fast_select_matches_reference_at_many_ready(specs, steps, block
     assert paths[0]._steep_first == (heavy and plan_order and deep)  # (reached)
 
 
+@settings(max_examples=800, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.5, 1.0, 2.0, -1.0]), st.sampled_from([0.0, 1.0, 2.0]),
+                          st.sampled_from([0.0, 1.0]), st.integers(1, 4), st.booleans()), min_size=1, max_size=60),
+       st.integers(0, 30), st.integers(0, 200), st.booleans(), st.randoms(use_true_random=False))
+def test_lazy_head_answers_rule_6_as_the_whole_order(items, h, free, running, rnd):
+    """`LazyHead` (default_head.py) = ordering the whole head and cutting it by prefix sums of the
+    blocks: `fits(m)` for every m, `fitted(k)` for every k, with few distinct priorities (long tie
+    runs broken by ready time, arrival and id), two groups (critical, then deferrable), any h."""
+    import numpy as np
+
+    from timelyllm_ros.core.policies.default_head import LazyHead
+
+    gens = [_gen(i, priority=p, ready_since=rs, arrival=a) for i, (p, rs, a, _, _) in enumerate(items)]
+    rnd.shuffle(gens)  # (ids not in order)
+    blocks = np.array([float(b) for _, _, _, b, _ in items])[[int(g.gen_id[1:]) for g in gens]]
+    pri = np.array([g.priority for g in gens])
+    arr = np.array([g.request.arrival for g in gens])
+    grp = [item[4] for item in items]
+    groups = [np.array([i for i, g in enumerate(gens) if grp[int(g.gen_id[1:])]], dtype=np.intp),
+              np.array([i for i, g in enumerate(gens) if not grp[int(g.gen_id[1:])]], dtype=np.intp)]
+    n = rnd.randrange(0, len(gens) + 1)
+    whole = [g for at in groups for g in priority_order([gens[i] for i in at.tolist()])][:n]
+    used = np.cumsum([blocks[gens.index(g)] for g in whole])
+    fit = int(np.searchsorted(used, free, side="right")) if n else 0
+    if fit == 0 and not running and n:
+        fit = 1
+    lazy = LazyHead(gens, groups, pri, arr, n, h, blocks, free, running)
+    assert [lazy.fits(m) for m in range(n + 2)] == [m <= fit for m in range(n + 2)]
+    assert lazy.head() == whole[:min(fit, max(h, 0))]
+    for k in (0, 1, h, h + 1, n, None):
+        assert lazy.fitted(k) == whole[:min(fit, n if k is None else k)]
+
+
+def test_default_lazy_head_matches_reference_at_deep_queues():
+    """A deep queue whose robot types all run, behind a step-time cap well under the queue: the
+    numpy path orders only the short cap's head and answers rule 6 beyond it from set sums
+    (default_head.py) — it must decide exactly as the plain path, at KV levels that cut inside
+    the ordered part, past it, past the roomy cap, or not at all; with ties in priority (rule
+    12's whole-reply ranks, equal slacks) broken by ready time and arrival.  Seeded scenarios; at
+    the end every branch of the lazy head must have been taken."""
+    import random
+    from collections import Counter
+
+    from timelyllm_ros.core.policies import default_head
+
+    hits: Counter = Counter()
+    real_init, real_fits, real_fitted, real_set = (default_head.LazyHead.__init__, default_head.LazyHead.fits,
+                                                   default_head.LazyHead.fitted, default_head.LazyHead._set_blocks)
+
+    def init(self, *a, **k):
+        hits["built"] += 1
+        real_init(self, *a, **k)
+
+    def fits(self, m):
+        beyond = m > self._h
+        r = real_fits(self, m)
+        hits[f"fits beyond={beyond} {r}"] += 1
+        return r
+
+    def fitted(self, k):
+        h = self._h
+        r = real_fitted(self, k)
+        hits["ordered all" if self._h != h else "fitted"] += 1
+        return r
+
+    def set_blocks(self, m):
+        before = default_head.ascending_perm_array
+        calls = []
+        default_head.ascending_perm_array = lambda *a, **k: calls.append(1) or before(*a, **k)
+        try:
+            return real_set(self, m)
+        finally:
+            default_head.ascending_perm_array = before
+            hits["ties ordered"] += bool(calls)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(default_head.LazyHead, "__init__", init)
+    mp.setattr(default_head.LazyHead, "fits", fits)
+    mp.setattr(default_head.LazyHead, "fitted", fitted)
+    mp.setattr(default_head.LazyHead, "_set_blocks", set_blocks)
+    try:
+        for seed in range(60):
+            rnd = random.Random(seed)
+            n = rnd.randrange(40, 160)
+            run_types = [0, 1, 2] + [rnd.randrange(3) for _ in range(rnd.randrange(0, 4))]
+            specs = []
+            for i in range(n + len(run_types)):
+                running = i < len(run_types)
+                t = run_types[i] if running else rnd.randrange(3)
+                segs = [(rnd.randrange(0, 12), rnd.random() < 0.3, rnd.choice([0.0, 0.5, 2.0]),
+                         rnd.choice([None, 0.5]), rnd.choice([None, 1.0]))
+                        for _ in range(rnd.choice([0, 0, 1, 2]))]
+                specs.append((t, rnd.randrange(0, 40), rnd.choice([0, 3, 3, 17, 30]), segs,
+                              rnd.choice([0.0, 1.0, 2.0]), rnd.choice([0.0, 0.5, 1.0]), None, running))
+            heavy, plan = rnd.random() < 0.5, rnd.random() < 0.7
+            kw = dict(plan_order=plan, plan_depth_s=0.0, heavy_rho=1e-9 if heavy else math.inf,
+                      steep_first_rho=math.inf, roomy_ratio=rnd.choice([10.0, 40.0]))
+            paths = _default_paths(**kw)
+            gens = _scenario(specs, rnd.choice([0, 3, 11]))
+            for p in paths:
+                for k in (1, 5, 12, 40, 3):
+                    p.on_step(0.02 + 0.05 * k, k)  # (a steep step time: the short cap is 4)
+                for g in gens:
+                    p.on_arrival(g)
+                p._load.saturate()
+            free_levels = [rnd.choice([0, 3, 8, 20, 60, 150, 400, 2000]) for _ in range(4)]
+
+            def run(policy, gs):
+                seen = []
+                for k, free in enumerate(free_levels):
+                    ready = [g for g in gs if g.state is not GenState.RUNNING]
+                    running = [g for g in gs if g.state is GenState.RUNNING]
+                    if k % 2:
+                        ready[0].blocked = "batch full"
+                    ctx = PolicyContext(estimator=ExecTimeEstimator(ROBOTS), robots=ROBOTS,
+                                        stats=EngineStats(4000, free, 16, len(running), 45.0), seg_gen_s=0.1,
+                                        token_s=0.02, running=running, iteration=k)
+                    sel = policy.select(ready, running, ctx, 1.0 + 0.5 * k)
+                    seen.append(([g.gen_id for g in sel.order], [g.gen_id for g in sel.preempt],
+                                 [repr(g.priority) for g in gs]))
+                    g = running[k % len(running)]  # a running generation's token, as after a step
+                    g.output_ids.append(4)
+                    g.touch()
+                return seen
+
+            _same_on_each_path(paths, gens, run)
+    finally:
+        mp.undo()
+    for branch in ("built", "fits beyond=True True", "fits beyond=True False", "fits beyond=False True",
+                   "fits beyond=False False", "fitted", "ordered all", "ties ordered"):
+        assert hits[branch], (branch, dict(hits))
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.tuples(_RUNS, st.floats(0, 10), st.floats(0.5, 12)), min_size=1, max_size=8),
        st.lists(st.floats(0, 40) | st.sampled_from([0.0, 5.0, 1e-10]), min_size=1, max_size=5))

@@ -218,7 +218,8 @@ import numpy as np
 from ..length_predictor import PredictorError, make_predictor
 from ..types import Generation, Segment
 from .offered_load import OfferedLoad
-from .base import DispatchMode, Policy, PolicyContext, Selection, batch_was_full, priority_head_at, set_priorities
+from .base import DispatchMode, Policy, PolicyContext, Selection, batch_was_full, set_priorities
+from .default_head import LazyHead, concat_head
 from .default_small import SMALL_BELOW, select_small
 from .slots import SlotTable
 from .step_time import StepTimeModel
@@ -621,15 +622,18 @@ class Default(Policy):
             first = bool(np.count_nonzero(~has & _steeper(mag, mag.min())))
         else:
             first = not all(has_l)
-        head = self._head_needed(ctx, running, first, now, full and bool(crit_ready))
+        may_preempt = full and bool(crit_ready)
+        head = self._head_needed(ctx, running, first, now, may_preempt)
         arr = a["arr"][sl]
-        oi = priority_head_at(gens, ci[nr:], pri, head, arr)
-        if not protect and (head is None or head > len(oi)):
-            di = (~crit[n_run:]).nonzero()[0] + n_run
-            oi = np.concatenate((oi, priority_head_at(gens, di, pri, None if head is None else head - len(oi), arr)))
-        order = list(map(gens.__getitem__, oi.tolist()))
-        sel = self._finish(order, bool(crit_ready), run_crit, full, running, ctx, now, first=first,
-                           slots=(sl[oi], sl[:n_run]))
+        groups = [ci[nr:]] if protect else [ci[nr:], (~crit[n_run:]).nonzero()[0] + n_run]
+        lazy = self._lazy_head(ctx, gens, sl, n_run, groups, pri, arr, head, may_preempt)
+        if lazy is not None:
+            sel = self._finish([], bool(crit_ready), run_crit, full, running, ctx, now, first=first, lazy=lazy)
+        else:
+            oi = concat_head(gens, groups, pri, head, arr)
+            order = list(map(gens.__getitem__, oi.tolist()))
+            sel = self._finish(order, bool(crit_ready), run_crit, full, running, ctx, now, first=first,
+                               slots=(sl[oi], sl[:n_run]))
         if not protect:
             return sel
         run_def = [g for g, c in zip(running, crit[:n_run].tolist()) if not c]
@@ -755,20 +759,31 @@ class Default(Policy):
 
     def _finish(self, order: list[Generation], critical: bool, run_crit: list[Generation], full: bool,
                 running: Sequence[Generation], ctx: PolicyContext, now: float, first: bool = True,
-                tokens: int | None = None, slots: tuple[np.ndarray, np.ndarray] | None = None) -> Selection:
+                tokens: int | None = None, slots: tuple[np.ndarray, np.ndarray] | None = None,
+                lazy: LazyHead | None = None) -> Selection:
         """Rules 6 and 7: the memory cut, then token-level preemption (`critical`: whether a
         ready generation is critical), then rule 10's step-time cap (`first`: a first segment it
         protects runs or waits), which with `steep_cap` also shrinks the batch (`_shrink`).
         `tokens`: `order`'s prompt and output tokens summed, where the caller knows them (`_fit_memory`);
         `slots`: `order`'s and the running ones' slots in the SlotTable, where the caller has them
-        (the numpy path: `_fit_slots`)."""
+        (the numpy path: `_fit_slots`); `lazy`: instead of `order`, the order ordered as far as
+        it is read, with rule 6's cut (`_lazy_head`)."""
         self._first_crit = first and critical  # (rule 5's price)
         held = False
-        n_in = len(order)
-        if self.kv_budget:
-            order = (self._fit_memory(order, running, ctx, tokens) if slots is None
-                     else self._fit_slots(order, *slots, running, ctx))
-            held = self.memory_full and len(order) < n_in
+        if lazy is not None:  # (kv_budget on, memory_full off)
+            n_in = lazy.n
+            order = lazy.head()  # (as far as it is ordered: at least the running batch + 1)
+            fits = lazy.fits
+        else:
+            n_in = len(order)
+            if self.kv_budget:
+                order = (self._fit_memory(order, running, ctx, tokens) if slots is None
+                         else self._fit_slots(order, *slots, running, ctx))
+                held = self.memory_full and len(order) < n_in
+            fitted = order
+
+            def fits(m: int) -> bool:  # rule 6 admits at least the first m
+                return len(fitted) >= m
         preempt: list[Generation] = []
         if self.preempt and full and critical and not self._saturated:  # (rule 14: no preemption)
             # token-level preemption, one for one: deferrable victims first, then critical ones
@@ -810,14 +825,16 @@ class Default(Policy):
                 room = self._cap_room(ctx, len(running), len(preempt))
         # memory is short: rule 6's KV budget cut the order before the step-time cap would (both paths
         # of `select` agree: the numpy one hands over at least the cap's room + 1, `_head_needed`)
-        self._mem_cut = len(order) < (n_in if room is None else min(n_in, room))
+        self._mem_cut = not fits(n_in if room is None else min(n_in, room))
         if room is not None and self.roomy_ratio > self.step_ratio and self._mem_cut:
             # KV memory binds before the roomy cap: the cap is step_ratio's (rule 10)
             room = self._cap_room(ctx, len(running), len(preempt), short=True)
-            self._mem_cut = len(order) < min(n_in, room)  # ... and short against the cap that applies
-        if room is not None and len(order) > room:  # the step-time cap (rule 10)
-            order = order[:room]
+            self._mem_cut = not fits(min(n_in, room))  # ... and short against the cap that applies
+        if room is not None and fits(room + 1):  # the step-time cap (rule 10)
+            order = order[:room] if lazy is None else lazy.fitted(room)
             self._capped = True
+        elif lazy is not None:
+            order = lazy.fitted(None)
         return Selection(order=order, preempt=preempt)
 
     def _shrink(self, running: Sequence[Generation], preempt: list[Generation], cap: int,
@@ -1073,6 +1090,59 @@ class Default(Policy):
             n = 1  # an empty engine always takes the head (the engine refuses it if it can never fit)
         return order[:n]
 
+    def _seg_rows(self, ctx: PolicyContext) -> np.ndarray:
+        """Rule 6's worst segment + 1 of each robot type, by its row in `_rtypes` (17 for a type
+        the robots do not know)."""
+        robots = ctx.robots
+        if self._mem_seg[0] is not robots or len(self._mem_seg[1]) != len(robots):
+            seg = {name: r.max_segment_tokens + 1 for name, r in robots.items()}
+            self._mem_seg = (robots, seg, max([17, *seg.values()]))
+        rtypes = self._rtypes
+        if self._mem_rows[0] is not self._mem_seg[1] or self._mem_rows[1] != len(rtypes):
+            seg = self._mem_seg[1]
+            by_row = np.full(len(rtypes), 17, dtype=np.int64)
+            for name, row in rtypes.items():
+                by_row[row] = seg.get(name, 17)
+            self._mem_rows = (seg, len(rtypes), by_row)
+        return self._mem_rows[2]
+
+    def _lazy_head(self, ctx: PolicyContext, gens: list[Generation], sl: np.ndarray, n_run: int,
+                   groups: list[np.ndarray], pri: np.ndarray, arr: np.ndarray, head: int | None,
+                   may_preempt: bool) -> LazyHead | None:
+        """The admission order's head (`head` of `groups`, the ready ones' indices in `gens`, slots
+        `sl`) ordered only as far as `_finish` reads it (default_head.py), where that is well short
+        of `head`: rule 6's KV budget applies, the step-time cap is past its slow start and its
+        short room (`step_ratio`, with every preemption `_finish` may make) is under half the
+        head, every ready generation's robot type has a running generation (none brings its
+        prompt), the priorities are finite, and rule 6 cuts before the roomy cap's room (else the
+        whole head is the order).  None: order all of it."""
+        st = ctx.stats
+        if head is None or not self.kv_budget or self.memory_full or not st.kv_total_blocks or not n_run:
+            return None
+        if self._steps.n < _STEP_CAP_MIN_STEPS:
+            return None
+        n = min(head, sum(len(g) for g in groups))
+        room = self._cap_room(ctx, n_run, n_run, short=True)  # (the most preemptions `_finish` makes: the largest room)
+        if room is None:
+            return None
+        h = max(n_run, room + 1)
+        if 2 * h > n:
+            return None
+        rows = self._table.a["rt2f"][sl] >> 1
+        ready_rows = rows[n_run:]
+        for row in set(range(len(self._rtypes))) - set(rows[:n_run].tolist()):
+            if (ready_rows == row).any():
+                return None  # (a type nobody runs: its first brings its prompt, which depends on the order)
+        if not np.isfinite(pri[n_run:]).all():
+            return None
+        own = self._table.a["out"][sl] + self._seg_rows(ctx)[rows]
+        blocks = np.ceil(own / max(1, st.block_size))  # (whole blocks: exact in floats, as `_finish`)
+        lazy = LazyHead(gens, groups, pri, arr, n, h, blocks, st.kv_free_blocks, True)
+        wide = self._cap_room(ctx, n_run, n_run)  # the roomy cap's largest room
+        if wide is None or lazy.set_fits(min(n, wide)):
+            return None  # (rule 6 does not cut before the roomy cap: `_finish` reads the whole head)
+        return lazy
+
     def _fit_slots(self, order: list[Generation], slots: np.ndarray, run_slots: np.ndarray,
                    running: Sequence[Generation], ctx: PolicyContext) -> list[Generation]:
         """`_fit_memory(order, running, ctx)` from the SlotTable (the numpy path; `slots`: order's
@@ -1085,22 +1155,11 @@ class Default(Policy):
         if not st.kv_total_blocks or not order:
             return order
         bs = max(1, st.block_size)
-        robots = ctx.robots
-        if self._mem_seg[0] is not robots or len(self._mem_seg[1]) != len(robots):
-            seg = {name: r.max_segment_tokens + 1 for name, r in robots.items()}
-            self._mem_seg = (robots, seg, max([17, *seg.values()]))
-        rtypes = self._rtypes
-        if self._mem_rows[0] is not self._mem_seg[1] or self._mem_rows[1] != len(rtypes):
-            seg = self._mem_seg[1]
-            by_row = np.full(len(rtypes), 17, dtype=np.int64)
-            for name, row in rtypes.items():
-                by_row[row] = seg.get(name, 17)
-            self._mem_rows = (seg, len(rtypes), by_row)
         a = self._table.a
         rows = a["rt2f"][slots] >> 1
-        own = a["out"][slots] + self._mem_rows[2][rows]
+        own = a["out"][slots] + self._seg_rows(ctx)[rows]
         busy = set((a["rt2f"][run_slots] >> 1).tolist())
-        for row in set(range(len(rtypes))) - busy:  # the first of its type brings the prompt
+        for row in set(range(len(self._rtypes))) - busy:  # the first of its type brings the prompt
             at = rows == row
             i = int(at.argmax())
             if at[i]:
