@@ -707,12 +707,13 @@ def test_priority_head_is_the_priority_order_prefix(items, k, unknown):
     full order's prefix; `unknown`: no k (the full order)."""
     import numpy as np
 
-    from timelyllm_ros.core.policies.base import priority_head
+    from timelyllm_ros.core.policies.base import priority_head_at
     gens = [_gen(i, priority=-key, ready_since=rs, arrival=a) for i, (key, rs, a) in enumerate(items)]
     pool = [_gen(100 + i, priority=1e9) for i in range(3)] + gens  # (`at` picks gens out of it)
     pri = np.array([g.priority for g in pool], dtype=float)
     want = priority_order(gens) if unknown else priority_order(gens)[:k]
-    assert priority_head(pool, np.arange(3, len(pool)), pri, None if unknown else k) == want
+    at = priority_head_at(pool, np.arange(3, len(pool)), pri, None if unknown else k)
+    assert [pool[i] for i in at.tolist()] == want
 
 
 @settings(max_examples=300, deadline=None)

@@ -286,12 +286,6 @@ def ascending_perm_array(gens: Sequence[Generation], keys: "np.ndarray", ready_s
     return idx
 
 
-def priority_head(pool: Sequence[Generation], at: "np.ndarray", pri: "np.ndarray", k: int | None) -> list[Generation]:
-    """``priority_order([pool[i] for i in at])[:k]`` (all of it for None; `at`: indices into
-    `pool`, `pri`: the pool's priorities, as set): `priority_head_at`'s generations."""
-    return list(map(pool.__getitem__, priority_head_at(pool, at, pri, k).tolist()))
-
-
 def priority_head_at(pool: Sequence[Generation], at: "np.ndarray", pri: "np.ndarray", k: int | None,
                      arrival: "np.ndarray | None" = None) -> "np.ndarray":
     """The indices into `pool` of ``priority_order([pool[i] for i in at])[:k]`` (all of it for
@@ -310,8 +304,8 @@ def priority_head_at(pool: Sequence[Generation], at: "np.ndarray", pri: "np.ndar
         if np.isfinite(p).all():
             v = np.partition(p, n - k)[n - k]  # the k-th highest
             sub = at[p >= v]
-    perm = ascending_perm_array(list(map(pool.__getitem__, sub.tolist())), -pri[sub],  # (map: half a list comprehension's time)
-                                arrival=None if arrival is None else arrival[sub])
+    gens = list(map(pool.__getitem__, sub.tolist()))  # (map: half a list comprehension's time)
+    perm = ascending_perm_array(gens, -pri[sub], arrival=None if arrival is None else arrival[sub])
     out = sub[perm if not isinstance(perm, list) else np.array(perm, dtype=np.intp)]
     return out if k is None else out[:k]
 

@@ -529,7 +529,8 @@ class Default(Policy):
         generation; whether it has segments, the current segment's tokens and the next due time
         (executor reports move it) are read again only for generations whose `sched_rev` moved
         since (`Generation.touch`: the running ones and those with news).  Only the
-        head the step-time cap can admit is ordered.  Under `SMALL_BELOW` live generations (64)
+        head the step-time cap can admit is ordered — where rule 6 cuts it before the roomy cap,
+        only the short cap's head (default_head.py).  Under `SMALL_BELOW` live generations (64)
         the point is one plain Python pass per generation instead (default_small.py: numpy's
         per-call overhead is most of a point at a handful); the two give the same Selection,
         priorities and state bit for bit, at every size (tests/test_scheduling_fastpaths.py
@@ -622,11 +623,10 @@ class Default(Policy):
             first = bool(np.count_nonzero(~has & _steeper(mag, mag.min())))
         else:
             first = not all(has_l)
-        may_preempt = full and bool(crit_ready)
-        head = self._head_needed(ctx, running, first, now, may_preempt)
+        head = self._head_needed(ctx, running, first, now, full and bool(crit_ready))
         arr = a["arr"][sl]
         groups = [ci[nr:]] if protect else [ci[nr:], (~crit[n_run:]).nonzero()[0] + n_run]
-        lazy = self._lazy_head(ctx, gens, sl, n_run, groups, pri, arr, head, may_preempt)
+        lazy = self._lazy_head(ctx, gens, sl, n_run, groups, pri, arr, head)
         if lazy is not None:
             sel = self._finish([], bool(crit_ready), run_crit, full, running, ctx, now, first=first, lazy=lazy)
         else:
@@ -1107,12 +1107,12 @@ class Default(Policy):
         return self._mem_rows[2]
 
     def _lazy_head(self, ctx: PolicyContext, gens: list[Generation], sl: np.ndarray, n_run: int,
-                   groups: list[np.ndarray], pri: np.ndarray, arr: np.ndarray, head: int | None,
-                   may_preempt: bool) -> LazyHead | None:
+                   groups: list[np.ndarray], pri: np.ndarray, arr: np.ndarray,
+                   head: int | None) -> LazyHead | None:
         """The admission order's head (`head` of `groups`, the ready ones' indices in `gens`, slots
         `sl`) ordered only as far as `_finish` reads it (default_head.py), where that is well short
         of `head`: rule 6's KV budget applies, the step-time cap is past its slow start and its
-        short room (`step_ratio`, with every preemption `_finish` may make) is under half the
+        short room (`step_ratio`, with the most preemptions `_finish` can make) is under half the
         head, every ready generation's robot type has a running generation (none brings its
         prompt), the priorities are finite, and rule 6 cuts before the roomy cap's room (else the
         whole head is the order).  None: order all of it."""
