@@ -651,7 +651,8 @@ class Default(Policy):
         """g.priority = pri[i] for each of `gens` (slots `sl`) — only where it differs, bit for bit,
         from what this path set at its last point (kept in the SlotTable; a deep queue's critical
         ones keep theirs from point to point), unless the plain path set priorities since then
-        (`_pri_kept` False: all of them)."""
+        (`_pri_kept` False: all of them).  A policy is the only writer of its generations'
+        priorities (a live policy change builds a new policy: nodes/wiring.py)."""
         a = self._table.a
         if self._pri_kept:
             ch = (a["pri"][sl].view(np.int64) != pri.view(np.int64)).nonzero()[0]
