@@ -131,6 +131,12 @@ def load_saved(path: str) -> dict:
     return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
 
 
+def save_real(path: str, saved: dict) -> None:
+    """Write the real runs for `load_saved`: gzipped where `path` ends in .gz, else plain JSON."""
+    data = json.dumps(saved).encode()
+    Path(path).write_bytes(gzip.compress(data, mtime=0) if path.endswith(".gz") else data)
+
+
 def fmt_ms(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
@@ -336,7 +342,7 @@ def main() -> int:
     ap.add_argument("--model", default=str(REPO / "models" / "tiny-planner"))
     ap.add_argument("--profile", default=str(REPO / "profiles" / "vllm_cpu_tiny.yaml"))
     ap.add_argument("--timeout", type=float, default=600.0, help="per real run: give up serving after S s")
-    ap.add_argument("--save", default=None, help="save the real runs here (JSON)")
+    ap.add_argument("--save", default=None, help="save the real runs here (JSON; gzipped where the name ends in .gz)")
     ap.add_argument("--real", default=None, help="use real runs saved by --save (JSON, or gzipped) instead of serving")
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
     ap.add_argument("--host", action="store_true",
@@ -459,7 +465,7 @@ def main() -> int:
         finally:
             engine.shutdown()
         if a.save:
-            Path(a.save).write_text(json.dumps(saved))
+            save_real(a.save, saved)
 
     if a.real:
         real_pols = [p for p in saved["runs"] if p in real_pols or "best" in real_pols]

@@ -379,3 +379,16 @@ def test_spot_check_time_split_and_decode_speed_hand_computed(tmp_path):
     assert t["host_gaps"] == 1 and t["adds"] == 1
     assert decode_speed(steps, prof) == pytest.approx((0.013 + 0.028) / 0.02)  # the prefill step is left out
     assert decode_speed([], prof) is None and time_split([], prof) is None
+
+
+def test_spot_check_saves_gzipped_where_the_name_says_so(tmp_path):
+    """`--save F.json.gz` writes gzip (a stored run's name says what it holds), `--save F.json`
+    plain JSON; `--real` reads both back to the same runs."""
+    from spot_check import load_saved, save_real
+    saved = {"runs": {"default": {"plans": ["tp;"], "steps": [[0.1, 2]]}}, "model": "m"}
+    gz, plain = str(tmp_path / "r.json.gz"), str(tmp_path / "r.json")
+    save_real(gz, saved)
+    save_real(plain, saved)
+    assert Path(gz).read_bytes()[:2] == b"\x1f\x8b"
+    assert Path(plain).read_bytes()[:1] == b"{"
+    assert load_saved(gz) == saved == load_saved(plain)

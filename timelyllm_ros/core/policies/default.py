@@ -441,7 +441,8 @@ class Default(Policy):
                                  "has": (bool, False), "tok": (float, 0.0), "due": (float, 0.0),
                                  # rule 12: the sched_rev its remaining tokens were last predicted at, and those
                                  "prev": (np.int64, -1), "rem": (float, 0.0),
-                                 # rule 6: its prompt and output tokens (read with the terms above), arrival
+                                 # rule 6: its prompt (fixed: filled once) and output tokens (read with the
+                                 # terms above), arrival
                                  "plen": (np.int64, 0), "out": (np.int64, 0), "arr": (float, 0.0),
                                  # the priority `select` last set on it (NaN: none; `_pri_kept`)
                                  "pri": (float, math.nan)},
@@ -519,6 +520,7 @@ class Default(Policy):
         a["rt2f"][slot] = 2 * rtypes.setdefault(req.robot_type, len(rtypes)) + 1  # (- has segments)
         a["rev"][slot] = a["prev"][slot] = -1
         a["arr"][slot] = req.arrival
+        a["plen"][slot] = len(g.prompt_ids)  # (a generation's prompt is fixed when it is made)
         a["pri"][slot] = math.nan
 
     def select(self, ready: Sequence[Generation], running: Sequence[Generation], ctx: PolicyContext,
@@ -568,14 +570,13 @@ class Default(Policy):
         revs = np.fromiter(map(_REV, gens), dtype=np.int64, count=n)
         moved = (a["rev"][sl] != revs).nonzero()[0].tolist()
         if moved:
-            a_has, a_tok, a_due, a_plen, a_out = a["has"], a["tok"], a["due"], a["plen"], a["out"]
+            a_has, a_tok, a_due, a_out = a["has"], a["tok"], a["due"], a["out"]
             for i in moved:
                 g = gens[i]
                 j = sl[i]
                 a_has[j] = not not g.segments
                 a_tok[j] = g.seg_tokens
                 a_due[j] = g.next_due(now)
-                a_plen[j] = len(g.prompt_ids)
                 a_out[j] = len(g.output_ids)
             a["rev"][sl[moved]] = revs[moved]
         has = a["has"][sl]
@@ -1107,6 +1108,13 @@ class Default(Policy):
             self._mem_rows = (seg, len(rtypes), by_row)
         return self._mem_rows[2]
 
+    def _slot_tokens(self, ctx: PolicyContext, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rule 6 per slot of `slots`: its robot type's row and its tokens — output plus its type's
+        worst segment + 1 (without the prompt the first of a type nobody runs brings)."""
+        a = self._table.a
+        rows = a["rt2f"][slots] >> 1
+        return rows, a["out"][slots] + self._seg_rows(ctx)[rows]
+
     def _lazy_head(self, ctx: PolicyContext, gens: list[Generation], sl: np.ndarray, n_run: int,
                    groups: list[np.ndarray], pri: np.ndarray, arr: np.ndarray,
                    head: int | None) -> LazyHead | None:
@@ -1129,14 +1137,13 @@ class Default(Policy):
         h = max(n_run, room + 1)
         if 2 * h > n:
             return None
-        rows = self._table.a["rt2f"][sl] >> 1
+        rows, own = self._slot_tokens(ctx, sl)
         ready_rows = rows[n_run:]
         for row in set(range(len(self._rtypes))) - set(rows[:n_run].tolist()):
             if (ready_rows == row).any():
                 return None  # (a type nobody runs: its first brings its prompt, which depends on the order)
         if not np.isfinite(pri[n_run:]).all():
             return None
-        own = self._table.a["out"][sl] + self._seg_rows(ctx)[rows]
         blocks = np.ceil(own / max(1, st.block_size))  # (whole blocks: exact in floats, as `_finish`)
         lazy = LazyHead(gens, groups, pri, arr, n, h, blocks, st.kv_free_blocks, True)
         wide = self._cap_room(ctx, n_run, n_run)  # the roomy cap's largest room
@@ -1157,8 +1164,7 @@ class Default(Policy):
             return order
         bs = max(1, st.block_size)
         a = self._table.a
-        rows = a["rt2f"][slots] >> 1
-        own = a["out"][slots] + self._seg_rows(ctx)[rows]
+        rows, own = self._slot_tokens(ctx, slots)
         busy = set((a["rt2f"][run_slots] >> 1).tolist())
         for row in set(range(len(self._rtypes))) - busy:  # the first of its type brings the prompt
             at = rows == row
