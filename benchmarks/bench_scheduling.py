@@ -23,8 +23,9 @@ admitted to the simulated engine as the running batch.  Each policy gets its own
 state, and first sees ``--warm-steps`` (32) engine steps of the profile at widths up to the running
 batch (its online models warmed, as in service; 0: a fresh policy).  Virtual time advances one decode step (22 ms) per scheduling point, and each running
 generation gets a token — its output and current segment one longer, every other point one
-shorter again (bounded lengths) — and `Generation.touch`: what a policy keeps per generation is
-read again for the running ones at every point, as after a real engine step.
+shorter again (bounded lengths) — and `Generation.touch_tokens`, as the planner marks an engine
+step's tokens: what a policy keeps per generation's token counts is read again for the running
+ones at every point, as after a real engine step.
 
 ``Planner.step()`` is measured separately: a fresh planner per policy and size with
 N + ``--running`` requests submitted at once and the batch capped at ``--running``; after 20
@@ -240,14 +241,14 @@ def bench_point(sim: _Sim, mix: list[Generation], policy_name: str, n_ready: int
         planner.iteration += 1
         planner._stats = None  # a new scheduling point: fresh engine stats, as after a step
         grow = len(wall) % 2 == 0
-        for g in running:  # ... which gave each running generation a token (`Generation.touch`): its
+        for g in running:  # ... which gave each running generation a token (`touch_tokens`): its
             if grow:       # output and segment grow, as after an engine step (every other point the
                 g.output_ids.append(_TOKEN)  # token is taken back: the same lengths, bounded)
                 g.seg_tokens += 1
             else:
                 g.output_ids.pop()
                 g.seg_tokens -= 1
-            g.touch()
+            g.touch_tokens()
         w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         # --- one scheduling point (Planner._schedule without the engine calls) ---
         ctx = planner.context(running)

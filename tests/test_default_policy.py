@@ -458,13 +458,14 @@ def _decisions(workload, perturb_after=None, **kw):
 ])
 def test_select_reads_again_whatever_the_planner_changed(workload, kw, small):
     """`select` keeps whether a generation has segments, its current segment's tokens and its
-    next due time (the numpy path; the plain path, `small`, those terms — predicted tokens left
-    by the prediction table it was read from — its TUF slope and its prompt and output tokens, in
-    its `DefaultState.terms`), and rule 12 the predicted remaining reply, until its `sched_rev`
-    moves (`Generation.touch`).  Over whole runs (tokens, statements cut and suspended,
-    speculation, executor results and faults, preemptions), at every scheduling point what it
-    used equals what the generations hold then: a planner path that changed one of them without
-    `touch` fails here."""
+    next due time (the numpy path; the plain path, `small`, whether it has segments, its next due
+    time, the predicted segment length from the prediction table it was read from, its TUF slope
+    and its prompt tokens, in its `DefaultState.terms`, until its `seg_rev` moves, its token counts
+    read at every point), and rule 12 the predicted remaining reply, until its `sched_rev` moves
+    (`Generation.touch`; `touch_tokens` moves `sched_rev` alone).  Over whole runs (tokens,
+    statements cut and suspended, speculation, executor results and faults, preemptions), at
+    every scheduling point what it used equals what the generations hold then: a planner path
+    that changed one of them without `touch` (or with `touch_tokens` only) fails here."""
     checked = []
     plan = []
     if workload.startswith("drones:"):
@@ -483,11 +484,11 @@ def test_select_reads_again_whatever_the_planner_changed(workload, kw, small):
                 fresh = (bool(g.segments), float(g.seg_tokens), g.next_due(now))
                 if small:
                     t = g.policy.default.terms
-                    left = pol._pred_by[0 if g.segments else 1].get(g.request.robot_type, 8.0) - g.seg_tokens
                     mag = -g.request.tuf.alpha
                     assert t[1] is pol._pred_by, g.gen_id  # (read from this point's prediction table)
-                    assert t[:1] + t[2:] == (g.sched_rev, fresh[0], left if left > 1.0 else 1.0, fresh[2], mag,
-                                             mag if mag > 0.0 else 1e-12, len(g.prompt_ids) + len(g.output_ids)), g.gen_id
+                    assert t[:1] + t[2:] == (g.seg_rev, fresh[0],
+                                             pol._pred_by[0 if g.segments else 1].get(g.request.robot_type, 8.0),
+                                             fresh[2], mag, mag if mag > 0.0 else 1e-12, len(g.prompt_ids)), g.gen_id
                 else:
                     assert (bool(a["has"][j]), float(a["tok"][j]), float(a["due"][j])) == fresh, g.gen_id
                 if j is not None and a["prev"][j] == g.sched_rev:  # (its text did not grow: asking changes nothing)

@@ -453,7 +453,7 @@ class Planner(JournalResume, Speculation, EngineSupervision, ResultsAndEndings):
             g.cached_tokens.append(out.num_cached_tokens)
         g.output_ids.extend(out.token_ids)
         g.seg_tokens += len(out.token_ids)
-        g.touch()
+        g.touch_tokens()
         g.text += out.text
         live.tok_ends.extend([len(g.text)] * len(out.token_ids))
         if self.policy.observes_tokens:

@@ -55,11 +55,11 @@ class DefaultState:
 
     step_adds: int = 0  # its (re)adds whose prefill the step-time model has counted (rule 9/10)
     pause_kv: bool = False  # paused by rule 9 at the last point: its suspension keeps KV (`pace_kv`)
-    # default_small.py's per-generation terms, kept while sched_rev and the prediction table hold:
-    # (sched_rev, the table (`Default._pred_by`), has segments, predicted tokens left (at least 1),
+    # default_small.py's per-generation terms, kept while seg_rev and the prediction table hold:
+    # (seg_rev, the table (`Default._pred_by`), has segments, predicted next segment's tokens,
     # `Generation.next_due`, |TUF slope| (-alpha), ATC's numerator (that, or 1e-12 where not > 0),
-    # prompt + output tokens (rule 6))
-    terms: tuple = (-1, None)  # (none yet: sched_rev starts at 0)
+    # prompt tokens (rule 6))
+    terms: tuple = (-1, None)  # (none yet: seg_rev starts at 0)
 
 
 @dataclass(slots=True)

@@ -201,6 +201,7 @@ class Generation:
     engine_restarts: int = 0  # times it was re-queued because the engine was restarted
     engine_lost: int = 0  # times it was re-queued because its engine-pool member failed
     sched_rev: int = 0  # bumped (`touch`) whenever its segments, seg_tokens or output change: see `touch`
+    seg_rev: int = 0  # bumped with it unless only tokens changed (`touch_tokens`): see `touch`
     # policy-private state, typed, one record per owner (core/policy_state.py: the length
     # predictor's, Trail's, LAMPS', Andes' priority, the default's marks); never the planner's
     policy: PolicyState = field(default_factory=PolicyState, repr=False)
@@ -214,7 +215,15 @@ class Generation:
         dispatched or executed (`next_due` moves), the current segment's token count or the
         token record (output ids generated or injected).  Whoever changes those calls it (the
         planner does; a test that edits them by hand too): a policy may keep per-generation
-        terms until `sched_rev` moves (the default policy does)."""
+        terms until `sched_rev` moves (the default policy does).  Bumps `seg_rev` too: what is
+        kept per generation apart from its token counts (its next due time, whether it has
+        segments) may be kept until `seg_rev` moves."""
+        self.sched_rev += 1
+        self.seg_rev += 1
+
+    def touch_tokens(self) -> None:
+        """`touch` where only the token record or the current segment's token count changed
+        (an engine step's tokens): its segments, and so `next_due`, did not — `seg_rev` stays."""
         self.sched_rev += 1
 
     @property

@@ -17,14 +17,17 @@ one's discount is exp(0) = 1 exactly, so its priority is |alpha| / p as it is). 
 stated once, in default.py's docstring; this path computes their per-generation terms and hands
 over to the same `Default._finish` (rules 6, 7, 10) and `Default._paced` (rule 9).
 
-What it keeps between points: a generation's terms — whether it has segments, its predicted
-tokens left (at least 1), its next due time (`Generation.next_due`: arrival + ERT, or its robot's
-dispatched actions' estimated end), its TUF slope and ATC's numerator, its prompt and output
-tokens (rule 6; the prompt is fixed when the generation is made) — in its `DefaultState.terms`, with the `sched_rev` and the prediction table
-(`Default._pred_by`) they were read at: read again once the planner marked a change
-(`Generation.touch`: a running generation's token, a segment cut, dispatched or executed) or the
-policy learned a segment length, as the numpy path keeps its terms in its SlotTable
-(`Default._table`).  A first segment's due time never moves (arrival + ERT): it is kept across
+What it keeps between points: a generation's terms — whether it has segments, its next segment's
+predicted length, its next due time (`Generation.next_due`: arrival + ERT, or its robot's
+dispatched actions' estimated end), its TUF slope and ATC's numerator, its prompt tokens (rule 6;
+fixed when the generation is made) — in its `DefaultState.terms`, with the `seg_rev` and the
+prediction table (`Default._pred_by`) they were read at: read again once the planner marked a
+change of its segments (`Generation.touch`: a segment cut, dispatched or executed) or the policy
+learned a segment length, as the numpy path keeps its terms in its SlotTable (`Default._table`).
+Its token counts (the current segment's, hence its predicted tokens left, and its output tokens
+for rule 6) are read at every point: an engine step changes them for every running generation
+(`Generation.touch_tokens`), and reading two counts costs less than reading the terms again.
+A first segment's due time never moves (arrival + ERT): it is kept across
 changes.  Rule 12's predictions are that SlotTable's, shared.  Rule 6 gets the order's tokens
 summed, so that where all of it fits by a bound `_fit_memory` skips its walk (the same verdict).
 tests/test_scheduling_fastpaths.py forces each path on the same scenarios (hypothesis, at every
@@ -139,12 +142,19 @@ def _order(gens: list[Generation]) -> list[Generation]:
     return sorted(gens, key=_key) if len(gens) < 32 else priority_order(gens)
 
 
+def _left(g: Generation) -> float:
+    """g's predicted tokens left at this point, at least 1, as `select_small`'s pass computed it
+    (the predicted segment length kept in `DefaultState.terms`, less the current segment's)."""
+    lt = g.policy.default.terms[3] - g.seg_tokens
+    return lt if lt > 1.0 else 1.0
+
+
 def _atc_ps(crit: list[Generation], token_s: float, enter: float) -> list[float]:
     """ATC's p of each of `crit` at this point, as `select_small`'s pass computed it: predicted
-    tokens left (at least 1, `DefaultState.terms`) x time per token, + `enter`."""
+    tokens left (`_left`) x time per token, + `enter`."""
     ps = []
     for g in crit:
-        p = g.policy.default.terms[3] * token_s
+        p = _left(g) * token_s
         p += enter
         ps.append(p)
     return ps
@@ -171,21 +181,24 @@ def select_small(self: Default, ready: Sequence[Generation], running: Sequence[G
         add_crit, add_defer, add_late = crit.append, defer.append, late.append
         crit_first = False
         for g in gens:
-            t = g.policy.default.terms  # `DefaultState.terms`, kept while sched_rev and the prediction table hold
-            if t[0] != g.sched_rev or t[1] is not pred_by:
+            t = g.policy.default.terms  # `DefaultState.terms`, kept while seg_rev and the prediction table hold
+            if t[0] != g.seg_rev or t[1] is not pred_by:
                 req = g.request
                 if g.segments:
-                    left = pred_by[0].get(req.robot_type, 8.0) - g.seg_tokens
+                    pl = pred_by[0].get(req.robot_type, 8.0)
                     due = g.next_due(now)
                 else:
-                    left = pred_by[1].get(req.robot_type, 8.0) - g.seg_tokens
+                    pl = pred_by[1].get(req.robot_type, 8.0)
                     # a first segment's due time is arrival + ERT, whatever changed: kept
                     due = t[4] if t[1] is not None and not t[2] else g.next_due(now)
                 mag = -req.tuf.alpha
-                t = g.policy.default.terms = (g.sched_rev, pred_by, not not g.segments, left if left > 1.0 else 1.0,
-                                              due, mag, mag if mag > 0.0 else 1e-12,
-                                              len(g.prompt_ids) + len(g.output_ids))
+                t = g.policy.default.terms = (g.seg_rev, pred_by, not not g.segments, pl, due, mag,
+                                              mag if mag > 0.0 else 1e-12, len(g.prompt_ids))
             _, _, seg, lt, due, mag, num, ntok = t
+            lt -= g.seg_tokens  # predicted tokens left, at least 1 (the token counts: read at every point)
+            if not lt > 1.0:
+                lt = 1.0
+            ntok += len(g.output_ids)
             p = lt * token_s
             s = due - now - p - enter
             if s <= lead:
@@ -248,8 +261,7 @@ def select_small(self: Default, ready: Sequence[Generation], running: Sequence[G
     if waits_first and self._pacing(ctx):
         for g in crit_r:
             if not g.segments:
-                _, _, _, lt, due, _, _, _ = g.policy.default.terms  # (this point's)
-                t = (due - now) / lt
+                t = (g.policy.default.terms[4] - now) / _left(g)  # (this point's due time and tokens left)
                 if 0.0 < t < budget:
                     budget = t
     return self._paced(sel, run_crit, run_def, running, ctx, now, budget)
