@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from ..types import Generation
-from .base import PolicyContext, Selection, priority_order
+from .base import _PRIORITY, _TIES, PolicyContext, Selection, priority_order
 
 if TYPE_CHECKING:
     from .default import Default
@@ -131,15 +131,42 @@ def atc_priority_lists(groups: Sequence[tuple[Sequence[float], Sequence[float], 
     return [[w if w > 0.0 else 5e-324 for w in ws] for ws in out]  # (exp underflow: still critical)
 
 
+def _read_terms(g: Generation, t: tuple, pred_by: tuple[dict, dict], now: float) -> tuple:
+    """g's `DefaultState.terms` read again (its segments changed, or the prediction table; `t`:
+    the kept ones): has segments, its next segment's predicted tokens, its next due time, its TUF
+    slope and ATC's numerator, its prompt tokens."""
+    req = g.request
+    if g.segments:
+        pl = pred_by[0].get(req.robot_type, 8.0)
+        due = g.next_due(now)
+    else:
+        pl = pred_by[1].get(req.robot_type, 8.0)
+        # a first segment's due time is arrival + ERT, whatever changed: kept
+        due = t[4] if t[1] is not None and not t[2] else g.next_due(now)
+    mag = -req.tuf.alpha
+    t = g.policy.default.terms = (g.seg_rev, pred_by, not not g.segments, pl, due, mag,
+                                  mag if mag > 0.0 else 1e-12, len(g.prompt_ids))
+    return t
+
+
 def _key(g: Generation) -> tuple:
     return (-g.priority, g.ready_since, g.request.arrival, g.request.request_id)  # (`base._order_key`)
 
 
 def _order(gens: list[Generation]) -> list[Generation]:
-    """`priority_order(gens)`: under 32 generations the plain tuple sort it is defined by (its
+    """`priority_order(gens)`: under 32 generations the tuple sort it is defined by (its
     shortcuts pay only at hundreds; equal priorities are common here: critical ones all late, of
-    one robot type and length, have one ATC priority)."""
-    return sorted(gens, key=_key) if len(gens) < 32 else priority_order(gens)
+    one robot type and length, have one ATC priority), as two stable sorts with keys read at C
+    level — by the tie-breakers, then by priority, highest first (a stable sort keeps equal keys
+    in their order, reversed too) — the same order unless a priority is NaN (then the tuples)."""
+    if len(gens) >= 32:
+        return priority_order(gens)
+    pri = sum(map(_PRIORITY, gens))  # (NaN where one is NaN; inf - inf too: the tuples then, alike)
+    if pri != pri:
+        return sorted(gens, key=_key)
+    out = sorted(gens, key=_TIES)
+    out.sort(key=_PRIORITY, reverse=True)
+    return out
 
 
 def _left(g: Generation) -> float:
@@ -171,62 +198,83 @@ def select_small(self: Default, ready: Sequence[Generation], running: Sequence[G
     flat = math.inf  # rule 10's steep cap: the flattest live slope, the steepest first segment's
     steepest_first = -math.inf
     some_first = False
-    split = []  # per group (running, ready): critical, deferrable, a critical first segment, ATC terms, late ones
-    for enter, gens in ((0.0, running), (token_s, ready)):  # +1 step to (re)enter the batch: the ready ones
-        crit: list[Generation] = []
-        defer: list[Generation] = []
-        wait: list[tuple[Generation, float, float]] = []  # critical, not yet late: (g, |alpha| / p, slack)
-        late: list[float] = []  # estimated times of those past their deadlines (rule 11)
-        tok_c = tok_d = 0  # prompt and output tokens of the critical ones, of the deferrable ones (rule 6)
-        add_crit, add_defer, add_late = crit.append, defer.append, late.append
-        crit_first = False
-        for g in gens:
-            t = g.policy.default.terms  # `DefaultState.terms`, kept while seg_rev and the prediction table hold
-            if t[0] != g.seg_rev or t[1] is not pred_by:
-                req = g.request
-                if g.segments:
-                    pl = pred_by[0].get(req.robot_type, 8.0)
-                    due = g.next_due(now)
-                else:
-                    pl = pred_by[1].get(req.robot_type, 8.0)
-                    # a first segment's due time is arrival + ERT, whatever changed: kept
-                    due = t[4] if t[1] is not None and not t[2] else g.next_due(now)
-                mag = -req.tuf.alpha
-                t = g.policy.default.terms = (g.seg_rev, pred_by, not not g.segments, pl, due, mag,
-                                              mag if mag > 0.0 else 1e-12, len(g.prompt_ids))
-            _, _, seg, lt, due, mag, num, ntok = t
-            lt -= g.seg_tokens  # predicted tokens left, at least 1 (the token counts: read at every point)
-            if not lt > 1.0:
-                lt = 1.0
-            ntok += len(g.output_ids)
-            p = lt * token_s
-            s = due - now - p - enter
-            if s <= lead:
-                add_crit(g)
-                tok_c += ntok
-                p += enter  # (ATC's p: `_atc_ps`)
-                w = num / (p if not p < 1e-9 else 1e-9)  # ATC's |alpha| / p (`atc_priority_lists`)
-                if s <= 0.0:  # late: exp(-max(0, s) / scale) = 1
-                    g.priority = w if w > 0.0 else 5e-324
-                    if s < 0.0:
-                        add_late(p)
-                else:  # (NaN too)
-                    wait.append((g, w, s))
+    # the running ones: critical, deferrable, a critical first segment, ATC terms (g, |alpha| / p, slack)
+    run_crit: list[Generation] = []
+    run_def: list[Generation] = []
+    wait_w: list[tuple[Generation, float, float]] = []
+    run_first = False
+    add_crit, add_defer = run_crit.append, run_def.append
+    for g in running:  # (the ready ones' pass below, without the step to re-enter the batch — `enter`,
+        t = g.policy.default.terms  # x - 0.0 is x — and without rule 6's tokens and rule 11's late ones)
+        if t[0] != g.seg_rev or t[1] is not pred_by:
+            t = _read_terms(g, t, pred_by, now)
+        _, _, seg, lt, due, mag, num, _ = t
+        lt -= g.seg_tokens  # predicted tokens left, at least 1 (the token counts: read at every point)
+        if not lt > 1.0:
+            lt = 1.0
+        p = lt * token_s
+        s = due - now - p
+        if s <= lead:
+            add_crit(g)
+            w = num / (p if not p < 1e-9 else 1e-9)
+            if s <= 0.0:
+                g.priority = w if w > 0.0 else 5e-324
             else:
-                g.priority = -1.0 - s  # deferrable: least slack first
-                add_defer(g)
-                tok_d += ntok
-            if mag < flat:
-                flat = mag
-            if not seg:
-                some_first = True
-                if mag > steepest_first:
-                    steepest_first = mag
-                if s <= lead:
-                    crit_first = True
-        split.append((crit, defer, crit_first, wait, late, tok_c, tok_d))
-    ((run_crit, run_def, run_first, wait_w, _, _, _),
-     (crit_r, defer_r, waits_first, wait_r, late_ps, tokens, tok_d)) = split
+                wait_w.append((g, w, s))
+        else:
+            g.priority = -1.0 - s
+            add_defer(g)
+        if mag < flat:
+            flat = mag
+        if not seg:
+            some_first = True
+            if mag > steepest_first:
+                steepest_first = mag
+            if s <= lead:
+                run_first = True
+    # the ready ones: the same, +1 step to (re)enter the batch
+    crit_r: list[Generation] = []
+    defer_r: list[Generation] = []
+    wait_r: list[tuple[Generation, float, float]] = []  # critical, not yet late: (g, |alpha| / p, slack)
+    late_ps: list[float] = []  # estimated times of those past their deadlines (rule 11)
+    tokens = tok_d = 0  # prompt and output tokens of the critical ones, of the deferrable ones (rule 6)
+    add_crit, add_defer, add_late = crit_r.append, defer_r.append, late_ps.append
+    waits_first = False
+    enter = token_s
+    for g in ready:
+        t = g.policy.default.terms  # `DefaultState.terms`, kept while seg_rev and the prediction table hold
+        if t[0] != g.seg_rev or t[1] is not pred_by:
+            t = _read_terms(g, t, pred_by, now)
+        _, _, seg, lt, due, mag, num, ntok = t
+        lt -= g.seg_tokens
+        if not lt > 1.0:
+            lt = 1.0
+        ntok += len(g.output_ids)
+        p = lt * token_s
+        s = due - now - p - enter
+        if s <= lead:
+            add_crit(g)
+            tokens += ntok
+            p += enter  # (ATC's p: `_atc_ps`)
+            w = num / (p if not p < 1e-9 else 1e-9)  # ATC's |alpha| / p (`atc_priority_lists`)
+            if s <= 0.0:  # late: exp(-max(0, s) / scale) = 1
+                g.priority = w if w > 0.0 else 5e-324
+                if s < 0.0:
+                    add_late(p)
+            else:  # (NaN too)
+                wait_r.append((g, w, s))
+        else:
+            g.priority = -1.0 - s  # deferrable: least slack first
+            add_defer(g)
+            tok_d += ntok
+        if mag < flat:
+            flat = mag
+        if not seg:
+            some_first = True
+            if mag > steepest_first:
+                steepest_first = mag
+            if s <= lead:
+                waits_first = True
     self._first_waits = waits_first  # (rule 5's price)
     # rule 11: the ready ones past their deadlines (`queue_wait` is 0 unless they outnumber the batch)
     self._queue_s = self.queue_wait(len(late_ps), late_ps, len(running)) if len(late_ps) > len(running) else 0.0
