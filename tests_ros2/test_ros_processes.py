@@ -55,10 +55,18 @@ class Graph:
     def __init__(self, t: RclpyTransport, procs: list[NodeProcess], logs) -> None:
         self.t, self.procs, self.logs = t, procs, logs
         self.client = RequestClient(t, NS)
+        # Every DDS endpoint of this process is made here, before any test starts or kills a node:
+        # Fast DDS 2.14 (the PyPI Jazzy wheels) can deadlock creating a writer while a remote
+        # participant goes away (eProsima/Fast-DDS#6502; it hung a CI run in the vLLM planner test's
+        # RequestClient).  The tests below only use these.
+        self.clients = {ns: RequestClient(t, ns) for ns in ("/vllm_planner", "/journaled", "/fleet_b")}
         self.diag, self.planner_status, self.paths = Collector(), Collector(), Collector()
+        self.status_a, self.status_b = Collector(), Collector()
         t.subscribe("/diagnostics", ifc.DIAGNOSTIC_ARRAY, self.diag)
         t.subscribe(f"{NS}/planner_status", ifc.PLANNER_STATUS, self.planner_status, qos="latched")
         t.subscribe(f"{NS}/planned_paths", ifc.MARKER_ARRAY, self.paths, qos="latched")
+        t.subscribe(f"{NS}/request_status", ifc.REQUEST_STATUS, self.status_a, qos="reliable_deep")
+        t.subscribe("/fleet_b/request_status", ifc.REQUEST_STATUS, self.status_b, qos="reliable_deep")
         self._n = 0
 
     def request(self, robot: str, plan: str, robot_type: str = "tello", **kw) -> str:
@@ -227,7 +235,7 @@ def test_planner_restarted_on_its_journal_reports_every_accepted_request(graph, 
     # streams all three statements at once), which must not delay the shared drone1 of later tests
     robot = NodeProcess("executor", ["-r", "__ns:=/drone_j", "-p", "time_scale:=1"], graph.logs, "drone_j").serving()
     planner = NodeProcess("planner", args, graph.logs, "journaled-1").serving()
-    client = RequestClient(graph.t, ns)
+    client = graph.clients[ns]
     restarted = None
     try:
         assert client.wait_for_planner(20)
@@ -281,11 +289,7 @@ def test_two_planners_in_different_namespaces_do_not_cross_talk(graph):
     other = NodeProcess("planner", ["-r", "__ns:=/fleet_b", "-p", "server_wait_s:=6.0"], graph.logs,
                         "fleet_b").serving()
     try:
-        b = RequestClient(graph.t, "/fleet_b")
-        seen_b = Collector()
-        graph.t.subscribe("/fleet_b/request_status", ifc.REQUEST_STATUS, seen_b, qos="reliable_deep")
-        seen_a = Collector()
-        graph.t.subscribe(f"{NS}/request_status", ifc.REQUEST_STATUS, seen_a, qos="reliable_deep")
+        b, seen_a, seen_b = graph.clients["/fleet_b"], graph.status_a, graph.status_b
         assert b.wait_for_planner(20)
         rid_b = f"fleet-b-{time.monotonic_ns()}"
         b.submit(plan_request_fields(request_id=rid_b, robot_id="arm1", robot_type="arm", task="t",
@@ -358,7 +362,7 @@ def test_vllm_planner_node_plans_over_dds(graph, monkeypatch):
                           graph.logs, "vllm_planner")
     try:
         planner.serving(timeout_s=300)
-        client = RequestClient(graph.t, "/vllm_planner")
+        client = graph.clients["/vllm_planner"]
         assert client.wait_for_planner(30)
         rid = f"vllm-{time.monotonic_ns()}"
         client.submit(plan_request_fields(request_id=rid, robot_id="drone1", robot_type="tello",

@@ -5,6 +5,7 @@ within the executor lease, not after the goal watchdog."""
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -30,20 +31,30 @@ def t():
     tr.close()
 
 
+@pytest.fixture(scope="module")
+def ends(t):
+    """The request clients and the goal-status subscription of the first two tests, made at the
+    first one's start, before any node is killed: Fast DDS 2.14 (the PyPI Jazzy wheels) can
+    deadlock creating an endpoint while a remote participant goes away (eProsima/Fast-DDS#6502;
+    test_ros_processes.py's Graph does the same)."""
+    status = Collector()
+    t.subscribe("/drone_sa/execute_segment/_action/status", "action_msgs/msg/GoalStatusArray", status,
+                qos="latched")
+    return SimpleNamespace(clients={ns: RequestClient(t, ns) for ns in ("/sup_a", "/sup_b")}, sup_a_status=status)
+
+
 def _uuid(s: dict) -> bytes:
     return bytes(s["goal_info"]["goal_id"]["uuid"])
 
 
-def test_killed_planner_goals_stop_within_the_lease_and_are_refused_later(t, tmp_path):
+def test_killed_planner_goals_stop_within_the_lease_and_are_refused_later(t, ends, tmp_path):
     ns, robot = "/sup_a", "drone_sa"
     # time_scale 3: each mf(300) runs ~21 s, so the goal running at the kill still runs when the
     # lease runs out even on a slow, loaded machine
     ex = NodeProcess("executor", ["-r", f"__ns:=/{robot}", "-p", "time_scale:=3",
                                   "-p", f"planner_lease_s:={LEASE_S}"], tmp_path, robot).serving()
     planner = NodeProcess("planner", ["-r", f"__ns:={ns}", "-p", "server_wait_s:=6.0"], tmp_path, "planner").serving()
-    status = Collector()
-    t.subscribe(f"/{robot}/execute_segment/_action/status", "action_msgs/msg/GoalStatusArray", status,
-                qos="latched")
+    status = ends.sup_a_status  # (f"/{robot}/execute_segment/_action/status")
 
     def terminal_at():
         last = {}
@@ -53,7 +64,7 @@ def test_killed_planner_goals_stop_within_the_lease_and_are_refused_later(t, tmp
         return last
 
     try:
-        client = RequestClient(t, ns)
+        client = ends.clients[ns]
         assert client.wait_for_planner(20)
         rids = [f"sa-{i}-{time.monotonic_ns()}" for i in range(2)]
         for rid in rids:  # ~21 s per mf(300): both plans' goals are running / queued at the kill
@@ -106,13 +117,13 @@ def test_killed_planner_goals_stop_within_the_lease_and_are_refused_later(t, tmp
         ex.kill()
 
 
-def test_executor_killed_mid_goal_fails_its_request_within_the_lease(t, tmp_path):
+def test_executor_killed_mid_goal_fails_its_request_within_the_lease(t, ends, tmp_path):
     ns, robot = "/sup_b", "drone_sb"
     planner = NodeProcess("planner", ["-r", f"__ns:={ns}", "-p", "server_wait_s:=6.0",
                                       "-p", f"executor_lease_s:={LEASE_S}"], tmp_path, "planner_b").serving()
     ex = NodeProcess("executor", ["-r", f"__ns:=/{robot}", "-p", "time_scale:=1"], tmp_path, robot).serving()
     try:
-        client = RequestClient(t, ns)
+        client = ends.clients[ns]
         assert client.wait_for_planner(20)
         # a reference run: the response time of the same plan on a live executor
         ref = f"sb-ref-{time.monotonic_ns()}"
