@@ -253,7 +253,7 @@ def test_overload_preempts_only_victims_that_can_be_back_in_time():
     assert sel.preempt == [] and ids(sel.order) == ["u0", "u1", "u2"]
     p, sel = setup(3, overload=False)  # rule 7 alone: the deferrable one makes room
     assert ids(sel.preempt) == ["v"]
-    p, sel = setup(1)  # 1 late, 1 running: no backlog, rule 7 as before
+    p, sel = setup(1, back_factor=0.0)  # 1 late, 1 running: no backlog, rule 7 as before
     assert p.queue_wait(1, [7 * TOKEN_S], 1) == 0.0 and ids(sel.preempt) == ["v"]
     # a victim with more slack than the backlog's wait is still preempted
     p = Default()
@@ -262,6 +262,59 @@ def test_overload_preempts_only_victims_that_can_be_back_in_time():
     for g in late:
         g.blocked = "batch full (1)"
     assert ids(p.select(late, [far], ctx(), 10.0).preempt) == ["far"]
+
+
+def test_a_generation_leaves_the_batch_only_if_it_can_be_back_before_the_critical_queue_lets_it():
+    """Rule 11's critical queue (opt-in: `back_factor` 4, here where the load factor is at least
+    `back_rho` 1): a generation that leaves the batch now — a deferrable victim of rule 7, or a yield at a
+    statement end (rule 5) — comes back only after the critical work waiting now (their estimated
+    times summed over the running batch, `back_wait`), and more turns critical meanwhile; it
+    leaves only if its slack exceeds the lead plus `back_factor` times that.  Without a late
+    backlog (rule 11's `queue_wait` is 0) too; off below the load factor (a queue that drains),
+    with back_factor 0 or overload off, and where KV memory is short."""
+    def setup(n_late, victim_due=1.3, stats=None, rho=1.0, **kw):
+        kw.setdefault("back_factor", 4.0)
+        kw.setdefault("back_rho", 1.0)
+        p = Default(**kw)
+        p.load_factor = lambda ctx, now, effective=False: rho  # (the offered load's reading: `offered_load.py`)
+        v = gen("v", 0.0, NORMAL, [seg(0, 9.0, victim_due)], state=GenState.RUNNING)
+        late = [gen(f"u{i}", 9.0 + 0.1 * i, URGENT) for i in range(n_late)]
+        for g in late:
+            g.blocked = "batch full (1)"
+        c = ctx() if stats is None else dataclasses.replace(ctx(), stats=stats)
+        return p, p.select(late, [v], c, 10.0)
+
+    # one critical generation waits: 7 steps (0.14 s) over 1 running, x 4 = 0.56 s > 0.18 s of slack
+    p, sel = setup(1)
+    assert p.queue_wait(1, [7 * TOKEN_S], 1) == 0.0  # no late backlog
+    assert p._back_s == pytest.approx(4 * 7 * TOKEN_S) and sel.preempt == [] and ids(sel.order) == ["u0"]
+    assert p.back_wait([7 * TOKEN_S, 7 * TOKEN_S], 2, ctx(), 10.0) == pytest.approx(4 * 7 * TOKEN_S)
+    assert p.back_wait([], 1, ctx(), 10.0) == 0.0
+    for kw in ({"back_factor": 0.0}, {"overload": False}, {"rho": 0.99}, {"rho": 0.0},
+               {"rho": 1.2, "back_rho": 1.5}):  # rule 7 alone: the deferrable one makes room
+        p, sel = setup(1, **kw)
+        assert p._back_s == 0.0 and ids(sel.preempt) == ["v"]
+    p, sel = setup(1, rho=0.0, back_rho=0.0)  # back_rho 0 (its default): whatever the load
+    assert sel.preempt == []
+    p, sel = setup(1, stats=EngineStats(1000, 240, 16, 0, 45.0))  # memory short (24 % free): rule 7
+    assert p._back_s == 0.0 and ids(sel.preempt) == ["v"]
+    p, sel = setup(1, back_factor=0.5)  # 0.08 + 0.07 s < 0.18 s of slack: back in time, preempted
+    assert ids(sel.preempt) == ["v"]
+    p, sel = setup(1, victim_due=2.0)  # slack 0.88 s > 0.08 + 0.56: preempted
+    assert ids(sel.preempt) == ["v"]
+    # rule 5: at a statement end in a full batch, the same wait keeps the slot
+    p, _ = setup(1)
+    p._full = True
+    v = gen("w", 0.0, NORMAL, [seg(0, 9.0, 1.3)], state=GenState.RUNNING)
+    assert not p.suspend_at(v, v.segments[-1], ctx(), 10.0)
+    p, _ = setup(1, back_factor=0.0)
+    p._full = True
+    assert p.suspend_at(v, v.segments[-1], ctx(), 10.0)
+    assert Default().params()["back_factor"] == 0.0 and Default().params()["back_rho"] == 0.0  # (opt-in)
+    for k in ("back_factor", "back_rho"):
+        for bad in (-1.0, float("nan"), True, "4"):
+            with pytest.raises(ValueError, match=k):
+                Default(**{k: bad})
 
 
 def test_a_deferrable_victim_covers_its_readd_where_memory_is_short():
@@ -275,6 +328,7 @@ def test_a_deferrable_victim_covers_its_readd_where_memory_is_short():
     short = dataclasses.replace(room, stats=EngineStats(1000, 240, 16, 0, 45.0))  # 24 % free
 
     def point(c, context_tokens, steps=True, **kw):
+        kw.setdefault("back_factor", 0.0)  # (the re-add's price alone: the critical queue has its own test)
         p = Default(**kw)
         if steps:
             _feed(p._steps, a=0.022, b=0.004, d=0.001)  # 1 ms per prefilled token

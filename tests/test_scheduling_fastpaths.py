@@ -586,7 +586,7 @@ def _same_on_each_path(paths, gens, run):
     copies = [_copy(gens) for _ in paths]
     seen = [run(p, c) for p, c in zip(paths, copies)]
     state = [(p._full, p._capped, p._mem_held, p._mem_cut, p._queue_s, p._plan, p._head_pri, p._depth,
-              p._first_seen, p._first_waits, p._first_crit, p._heavy, p._steep_first) for p in paths]  # (rules 5-7, 10's verdicts, 11's backlog wait, 12's)
+              p._first_seen, p._first_waits, p._first_crit, p._heavy, p._steep_first, p._back_s) for p in paths]  # (rules 5-7, 10's verdicts, 11's backlog wait and critical queue, 12's)
     marks = [[g.policy.default.pause_kv for g in c] for c in copies]
     assert seen[1] == seen[0] and seen[2] == seen[0]
     assert state[1] == state[0] and state[2] == state[0]
@@ -600,10 +600,10 @@ def _same_on_each_path(paths, gens, run):
        slope=st.sampled_from([None, 0.0, 0.001, 0.05, 1.0, 10.0]), preserve=st.booleans(),
        min_free=st.sampled_from([0.0, 0.1, 0.25]), plan_order=st.booleans(),
        plan_depth=st.sampled_from([0.0, 0.1, 8.0]), steep_cap=st.booleans(), urgent_every=st.sampled_from([0, 3]),
-       heavy=st.booleans(), deep=st.booleans())
+       heavy=st.booleans(), deep=st.booleans(), back_rho=st.sampled_from([None, 0.0, 1.0]))
 def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps, min_lead_s, kv_budget, pace,
                                                seen, slope, preserve, min_free, plan_order, plan_depth, steep_cap,
-                                               urgent_every, heavy, deep):
+                                               urgent_every, heavy, deep, back_rho):
     """`slope`: the engine steps the policies saw (rule 9's step-time model: None: none, else
     steps of 1..40 generations at 20 ms + slope per generation); `preserve`: the engine keeps a
     paused generation's KV, so rule 9 may pause running generations; `plan_order`: rule 12 (under
@@ -611,10 +611,13 @@ def test_default_fast_select_matches_reference(specs, steps, blocked, lead_steps
     10 protects only first segments steeper than the flattest live generation and shrinks the batch
     (`urgent_every`: every third generation urgent, so that some are steeper); `heavy`: rule 12's
     heavy load (every generation critical) wherever the policy saw a step and plan_order is on;
-    `deep`: its deep load too (steep first statements rank first) where a re-add is cheap."""
+    `deep`: its deep load too (steep first statements rank first) where a re-add is cheap;
+    `back_rho`: rule 11's critical queue (opt-in, `back_factor` 4; None: off) where the load factor
+    is at least that (0: at any load)."""
     kw = dict(lead_steps=lead_steps, min_lead_s=min_lead_s, kv_budget=kv_budget, pace_min_free=min_free, pace=pace,
               plan_order=plan_order, plan_depth_s=plan_depth, steep_cap=steep_cap,
-              heavy_rho=1e-9 if heavy else math.inf, steep_first_rho=1e-9 if deep else math.inf)
+              heavy_rho=1e-9 if heavy else math.inf, steep_first_rho=1e-9 if deep else math.inf,
+              back_factor=0.0 if back_rho is None else 4.0, back_rho=back_rho or 0.0)
     paths = _default_paths(**kw)
     gens = _scenario(specs, urgent_every)
     for p in paths:

@@ -108,7 +108,10 @@ At each scheduling point (``select``):
    first and new plans' first actions waited longer), keeping slots at statement ends under
    overload (rule 5; it wins the edge board's cap-8 cells but loses the 4090's drones:400
    cap 8, where re-adds are cheap: −75.6 % vs −6.9 %), and lifting rule 10's cap under overload
-   (urgent −2,315 % instead of −28 %).
+   (urgent −2,315 % instead of −28 %).  Opt-in (``back_factor`` > 0, `back_wait`): the critical
+   queue — the waiting critical work's time over the running batch, × back_factor — counts as that
+   wait too, for sustained floods (edge chat_mixed cap 16 −400 → −108 %); it loses the bursts,
+   300 → 288 of 346 stored cells (docs/results/2026-11-30-critical-queue.md).
 12. plan order (``plan_order``, on by default since 2026-11-28): in a deep, lasting overload every late
    statement waits whatever the order, so Eq. 3's loss is about Σ |TUF slope| × each plan's
    completion time, which weighted shortest remaining *reply* first minimises — not the next
@@ -306,7 +309,8 @@ class Default(Policy):
                  yield_price: float = 0.08, yield_backlog_s: float = 30.0, keep_kv: bool = True,
                  keep_kv_min_free: float = 0.25, victim_readd: bool = True, heavy_rho: float = 1.6,
                  rho_tau_s: float = 60.0, steep_first_rho: float = 3.5, sat_rho: float = 1.0,
-                 sat_rho_off: float = 0.7, sat_add_price: float = 0.5, sat_min_steps: int = 300) -> None:
+                 sat_rho_off: float = 0.7, sat_add_price: float = 0.5, sat_min_steps: int = 300,
+                 back_factor: float = 0.0, back_rho: float = 0.0) -> None:
         for k, v in (("preempt", preempt), ("kv_budget", kv_budget), ("pace", pace), ("memory_full", memory_full),
                      ("speculate", speculate), ("overload", overload), ("plan_order", plan_order),
                      ("steep_cap", steep_cap), ("stream_past", stream_past), ("keep_kv", keep_kv),
@@ -367,6 +371,19 @@ class Default(Policy):
         self.overload = overload
         self.victim_readd = victim_readd  # rule 11: a deferrable victim's slack also covers its re-add where memory is short
         self._queue_s = 0.0  # rule 11: the late backlog's wait at the last scheduling point
+        if (isinstance(back_factor, bool) or not isinstance(back_factor, (int, float))
+                or not 0 <= back_factor <= math.inf):
+            raise ValueError(f"back_factor must be a number >= 0 (rule 11's critical queue: a generation leaves "
+                             f"the batch only if its slack exceeds the lead plus back_factor x the waiting critical "
+                             f"work's time over the running batch; 0, the default: off; inf: never while critical "
+                             f"work waits), got {back_factor!r}")
+        self.back_factor = float(back_factor)
+        if isinstance(back_rho, bool) or not isinstance(back_rho, (int, float)) or not 0 <= back_rho <= math.inf:
+            raise ValueError(f"back_rho must be a load factor >= 0 (rule 11's critical queue applies where the "
+                             f"online load factor is at least that; 0, the default: at any load; inf: never), "
+                             f"got {back_rho!r}")
+        self.back_rho = float(back_rho)
+        self._back_s = 0.0  # rule 11 (opt-in): the waiting critical work's time over the running batch, x back_factor
         self.speculate = speculate
         self.stream_past = stream_past  # rule 8: speculate past a blocking statement without a re-add
         for k, v, what in (("yield_price", yield_price, "a share of a one-generation step; inf: rule 5 always "
@@ -549,7 +566,7 @@ class Default(Policy):
         n = n_run + len(ready)
         if not n:
             self._first_waits = False
-            self._queue_s = 0.0
+            self._queue_s = self._back_s = 0.0
             self._plan = self.plan_applies(now)
             return self._finish([], False, [], full, running, ctx, now, first=False)
         if n < self._small_below:  # a handful: plain Python (default_small.py), the same bits
@@ -591,6 +608,7 @@ class Default(Policy):
         crit = s <= lead
         late = s[n_run:] < 0.0  # rule 11: the ready ones already past their deadlines
         self._queue_s = self.queue_wait(int(np.count_nonzero(late)), (p[n_run:][late] + token_s).tolist(), n_run)
+        self._back_s = self.back_wait((p[n_run:][crit[n_run:]] + token_s).tolist(), n_run, ctx, now)
         self._plan = self.plan_applies(now)
         pri = -1.0 - s  # deferrable: least slack first
         ci = crit.nonzero()[0]
@@ -791,7 +809,7 @@ class Default(Policy):
             # token-level preemption, one for one: deferrable victims first, then critical ones
             # by ATC priority, lowest first (rules in the module docstring)
             crit_ids = {id(g) for g in run_crit}
-            back = self.lead(ctx) + self._queue_s  # rule 11: a deferrable victim's slack must exceed it
+            back = self.lead(ctx) + max(self._queue_s, self._back_s)  # rule 11: a deferrable victim's slack must exceed it
             stall = self.readd_stall_per_token(ctx, len(running))  # (its re-add's price, one per point)
 
             def kept(v: Generation) -> bool:  # rule 11: a deferrable victim back only after its robot idles
@@ -1002,6 +1020,22 @@ class Default(Policy):
             return 0.0
         return math.fsum(late_ps) / max(1, n_running)
 
+    def back_wait(self, crit_ps: "Sequence[float]", n_running: int, ctx: PolicyContext, now: float) -> float:
+        """Rule 11's critical queue (opt-in, `back_factor` > 0): how long a generation that leaves
+        the batch now stays out — the ready critical generations' estimated times `crit_ps`
+        summed over the running batch, times `back_factor` (the work that turns critical while it
+        waits).  0.0 where `back_factor` is 0 (the default) or `overload` off, nothing critical
+        waits, KV memory is short (less than `keep_kv_min_free` free: there rule 11 prices a
+        victim's re-add instead, and a memory-starved batch must turn over), or the online load
+        factor (rule 12's ρ) is below `back_rho` (0: at any load).  It wins sustained floods and
+        loses bursts, gated by ρ ≥ 1 or not: docs/results/2026-11-30-critical-queue.md.
+        `math.fsum`: the same bits in any order."""
+        if not self.overload or not crit_ps or not self.back_factor or not _kv_room(ctx, self.keep_kv_min_free):
+            return 0.0
+        if self.back_rho > 0.0 and not (self._load.saturated and self.load_factor(ctx, now) >= self.back_rho):
+            return 0.0  # (not saturated: ρ reads 0.0; not read then, as rule 12's heavy load)
+        return self.back_factor * (math.fsum(crit_ps) / max(1, n_running))
+
     def _head_needed(self, ctx: PolicyContext, running: Sequence[Generation], first: bool, now: float,
                      may_preempt: bool) -> int | None:
         """How much of the admission order's head `_finish` can use (None: all of it): the
@@ -1193,7 +1227,7 @@ class Default(Policy):
             return False  # rule 12: nobody waiting outranks g, so yielding would only cost a re-add
         if self._yield_priced(ctx):
             return False  # rule 5's price: the re-add costs more than the swap is worth
-        return self.slack(g, ctx, now, running=False) > self.lead(ctx)
+        return self.slack(g, ctx, now, running=False) > self.lead(ctx) + self._back_s  # (rule 11's critical queue)
 
     def _yield_priced(self, ctx: PolicyContext) -> bool:
         """Rule 5's price at a full batch (as of the last point): True where a yield is not worth
@@ -1269,4 +1303,5 @@ class Default(Policy):
                 "keep_kv_min_free": self.keep_kv_min_free,
                 "victim_readd": self.victim_readd, "heavy_rho": self.heavy_rho, "rho_tau_s": self._load.tau_s,
                 "steep_first_rho": self.steep_first_rho, "sat_rho": self.sat_rho, "sat_rho_off": self.sat_rho_off,
-                "sat_add_price": self.sat_add_price, "sat_min_steps": self.sat_min_steps}
+                "sat_add_price": self.sat_add_price, "sat_min_steps": self.sat_min_steps,
+                "back_factor": self.back_factor, "back_rho": self.back_rho}
