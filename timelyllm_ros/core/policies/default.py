@@ -608,7 +608,8 @@ class Default(Policy):
         crit = s <= lead
         late = s[n_run:] < 0.0  # rule 11: the ready ones already past their deadlines
         self._queue_s = self.queue_wait(int(np.count_nonzero(late)), (p[n_run:][late] + token_s).tolist(), n_run)
-        self._back_s = self.back_wait((p[n_run:][crit[n_run:]] + token_s).tolist(), n_run, ctx, now)
+        self._back_s = (self.back_wait((p[n_run:][crit[n_run:]] + token_s).tolist(), n_run, ctx, now)
+                        if self.back_factor else 0.0)  # (off by default: no array made)
         self._plan = self.plan_applies(now)
         pri = -1.0 - s  # deferrable: least slack first
         ci = crit.nonzero()[0]
