@@ -33,14 +33,15 @@ def t():
 
 @pytest.fixture(scope="module")
 def ends(t):
-    """The request clients and the goal-status subscription of the first two tests, made at the
-    first one's start, before any node is killed: Fast DDS 2.14 (the PyPI Jazzy wheels) can
+    """The request clients, the goal-status subscription and the goal client of the first two
+    tests, made at the first one's start, before any node is killed: Fast DDS 2.14 (the PyPI Jazzy wheels) can
     deadlock creating an endpoint while a remote participant goes away (eProsima/Fast-DDS#6502;
     test_ros_processes.py's Graph does the same)."""
     status = Collector()
     t.subscribe("/drone_sa/execute_segment/_action/status", "action_msgs/msg/GoalStatusArray", status,
                 qos="latched")
-    return SimpleNamespace(clients={ns: RequestClient(t, ns) for ns in ("/sup_a", "/sup_b")}, sup_a_status=status)
+    return SimpleNamespace(clients={ns: RequestClient(t, ns) for ns in ("/sup_a", "/sup_b")}, sup_a_status=status,
+                           sup_a_goals=t.action_client("/drone_sa/execute_segment", ifc.EXECUTE_SEGMENT))
 
 
 def _uuid(s: dict) -> bytes:
@@ -101,7 +102,7 @@ def test_killed_planner_goals_stop_within_the_lease_and_are_refused_later(t, end
         assert pid.startswith(f"{ns}/planner:"), pid
 
         # a goal that claims the dead instance is refused with the reason
-        ac = t.action_client(f"/{robot}/execute_segment", ifc.EXECUTE_SEGMENT)
+        ac = ends.sup_a_goals  # (f"/{robot}/execute_segment")
         assert wait_for(ac.server_is_ready, 10)
         out2: list = []
         ac.send_goal({"request_id": "late", "robot_id": robot, "robot_type": "tello", "segment_index": 0,
@@ -117,7 +118,7 @@ def test_killed_planner_goals_stop_within_the_lease_and_are_refused_later(t, end
         ex.kill()
 
 
-def test_executor_killed_mid_goal_fails_its_request_within_the_lease(t, ends, tmp_path):
+def test_executor_killed_mid_goal_fails_its_request_within_the_lease(ends, tmp_path):
     ns, robot = "/sup_b", "drone_sb"
     planner = NodeProcess("planner", ["-r", f"__ns:={ns}", "-p", "server_wait_s:=6.0",
                                       "-p", f"executor_lease_s:={LEASE_S}"], tmp_path, "planner_b").serving()

@@ -371,25 +371,20 @@ class Default(Policy):
         self.overload = overload
         self.victim_readd = victim_readd  # rule 11: a deferrable victim's slack also covers its re-add where memory is short
         self._queue_s = 0.0  # rule 11: the late backlog's wait at the last scheduling point
-        if (isinstance(back_factor, bool) or not isinstance(back_factor, (int, float))
-                or not 0 <= back_factor <= math.inf):
-            raise ValueError(f"back_factor must be a number >= 0 (rule 11's critical queue: a generation leaves "
-                             f"the batch only if its slack exceeds the lead plus back_factor x the waiting critical "
-                             f"work's time over the running batch; 0, the default: off; inf: never while critical "
-                             f"work waits), got {back_factor!r}")
-        self.back_factor = float(back_factor)
-        if isinstance(back_rho, bool) or not isinstance(back_rho, (int, float)) or not 0 <= back_rho <= math.inf:
-            raise ValueError(f"back_rho must be a load factor >= 0 (rule 11's critical queue applies where the "
-                             f"online load factor is at least that; 0, the default: at any load; inf: never), "
-                             f"got {back_rho!r}")
-        self.back_rho = float(back_rho)
         self._back_s = 0.0  # rule 11 (opt-in): the waiting critical work's time over the running batch, x back_factor
         self.speculate = speculate
         self.stream_past = stream_past  # rule 8: speculate past a blocking statement without a re-add
         for k, v, what in (("yield_price", yield_price, "a share of a one-generation step; inf: rule 5 always "
-                            "yields"), ("yield_backlog_s", yield_backlog_s, "seconds of late backlog")):
+                            "yields"), ("yield_backlog_s", yield_backlog_s, "seconds of late backlog"),
+                           ("back_factor", back_factor, "rule 11's critical queue: a generation leaves the batch "
+                            "only if its slack exceeds the lead plus back_factor x the waiting critical work's time "
+                            "over the running batch; 0, the default: off; inf: never while critical work waits"),
+                           ("back_rho", back_rho, "the load factor from which rule 11's critical queue applies; "
+                            "0, the default: at any load; inf: never")):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
                 raise ValueError(f"{k} must be a number >= 0 ({what}), got {v!r}")
+        self.back_factor = float(back_factor)
+        self.back_rho = float(back_rho)
         self.yield_price = float(yield_price)  # rule 5: a yield is priced where a re-add costs more
         self.yield_backlog_s = float(yield_backlog_s)  # ... unless a first statement waits behind less
         self.keep_kv = keep_kv  # rule 13: a suspension keeps its KV where the engine can and memory has room

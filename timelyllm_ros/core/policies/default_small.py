@@ -240,9 +240,8 @@ def select_small(self: Default, ready: Sequence[Generation], running: Sequence[G
     defer_r: list[Generation] = []
     wait_r: list[tuple[Generation, float, float]] = []  # critical, not yet late: (g, |alpha| / p, slack)
     late_ps: list[float] = []  # estimated times of those past their deadlines (rule 11)
-    crit_ps: list[float] = []  # ... of the critical ones (rule 11's critical queue)
     tokens = tok_d = 0  # prompt and output tokens of the critical ones, of the deferrable ones (rule 6)
-    add_crit, add_defer, add_late, add_cp = crit_r.append, defer_r.append, late_ps.append, crit_ps.append
+    add_crit, add_defer, add_late = crit_r.append, defer_r.append, late_ps.append
     waits_first = False
     enter = token_s
     for g in ready:
@@ -260,7 +259,6 @@ def select_small(self: Default, ready: Sequence[Generation], running: Sequence[G
             add_crit(g)
             tokens += ntok
             p += enter  # (ATC's p: `_atc_ps`)
-            add_cp(p)
             w = num / (p if not p < 1e-9 else 1e-9)  # ATC's |alpha| / p (`atc_priority_lists`)
             if s <= 0.0:  # late: exp(-max(0, s) / scale) = 1
                 g.priority = w if w > 0.0 else 5e-324
@@ -283,7 +281,8 @@ def select_small(self: Default, ready: Sequence[Generation], running: Sequence[G
     self._first_waits = waits_first  # (rule 5's price)
     # rule 11: the ready ones past their deadlines (`queue_wait` is 0 unless they outnumber the batch)
     self._queue_s = self.queue_wait(len(late_ps), late_ps, len(running)) if len(late_ps) > len(running) else 0.0
-    self._back_s = self.back_wait(crit_ps, len(running), ctx, now)
+    self._back_s = (self.back_wait(_atc_ps(crit_r, token_s, enter), len(running), ctx, now)
+                    if self.back_factor else 0.0)  # (rule 11's critical queue: opt-in, off the pass when off)
     self._plan = self.plan_applies(now)
     if self._plan and (run_crit or crit_r):  # rule 12: the whole reply's WSRPT instead of ATC, predictions kept per slot
         self._table.lookup([*running, *ready], self._fill)
